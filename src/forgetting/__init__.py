@@ -1,0 +1,1 @@
+"""forgetting: exact machine unlearning with quantized sufficient statistics (QSS)."""
