@@ -1,0 +1,102 @@
+"""Integer sufficient statistics T, n, N (SPEC §2), split in two folds.
+
+Float sums are not exact under subtraction, so residuals are quantized to fixed point once per
+row and summed as int64: adding then subtracting a row restores the very same integers, and
+any order of insertion gives the same sums. Each statistic is kept per fold (a keyed-hash bit
+of the row id) so that α and the shrinkage can be cross-fitted from the statistics alone; the
+full-data statistic is the sum of the two folds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+CLASSIFICATION_SCALE_BITS = 32
+REGRESSION_SCALE_BITS = 24
+MAX_ROWS = 2**28
+MAX_ABS_RESIDUAL = 2.0**10
+"""Residuals are bounded by 1 for classification; a regression residual beyond 1024 standard
+deviations of D°'s target is refused as a data error. With ≤ 2^28 rows no sum can overflow."""
+
+
+def quantize_residuals(residuals: np.ndarray, scale_bits: int) -> np.ndarray:
+    """Fixed-point int64 residuals; refuses values whose sums could overflow."""
+    residuals = np.asarray(residuals, dtype=np.float64)
+    if residuals.size and not np.all(np.abs(residuals) <= MAX_ABS_RESIDUAL):
+        worst = float(np.max(np.abs(residuals)))
+        raise ValueError(
+            f"a residual of {worst:.3g} standard deviations is too large to accumulate "
+            "exactly; check the targets for outliers or unit errors"
+        )
+    return np.rint(np.ldexp(residuals, scale_bits)).astype(np.int64)
+
+
+def level_pairs(n_levels: int) -> list[tuple[int, int]]:
+    """The (q, m) pairs with q < m, in the order the pair-count matrices are stored."""
+    return [(q, m) for m in range(n_levels) for q in range(m)]
+
+
+@dataclass
+class Accumulators:
+    """Per fold f ∈ {0, 1}: sums T[f] (ℓ, b, k), counts n[f] (ℓ, b), pair counts N[f] (P, b, b)."""
+
+    sums: np.ndarray
+    counts: np.ndarray
+    pair_counts: np.ndarray
+    scale_bits: int
+
+    @classmethod
+    def empty(cls, n_levels: int, n_centroids: int, n_outputs: int, scale_bits: int):
+        n_pairs = len(level_pairs(n_levels))
+        return cls(
+            sums=np.zeros((2, n_levels, n_centroids, n_outputs), dtype=np.int64),
+            counts=np.zeros((2, n_levels, n_centroids), dtype=np.int64),
+            pair_counts=np.zeros((2, n_pairs, n_centroids, n_centroids), dtype=np.int64),
+            scale_bits=scale_bits,
+        )
+
+    @property
+    def n_levels(self) -> int:
+        return self.sums.shape[1]
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.counts[:, 0].sum())
+
+    def add(self, codes: np.ndarray, residuals: np.ndarray, folds: np.ndarray) -> None:
+        """Add rows: ``codes`` (n, ℓ), int64 ``residuals`` (n, k), ``folds`` (n,) in {0, 1}."""
+        self._update(codes, residuals, folds, 1)
+
+    def subtract(self, codes: np.ndarray, residuals: np.ndarray, folds: np.ndarray) -> None:
+        """Remove rows previously added with exactly these codes, residuals and folds."""
+        self._update(codes, residuals, folds, -1)
+
+    def _update(self, codes, residuals, folds, sign: int) -> None:
+        n = codes.shape[0]
+        if n == 0:
+            return
+        if sign > 0 and self.n_rows + n > MAX_ROWS:
+            raise OverflowError(f"more than {MAX_ROWS} rows cannot be accumulated exactly")
+        codes = codes.astype(np.intp)
+        folds = np.asarray(folds, dtype=np.intp)
+        levels = np.arange(self.n_levels)
+        values = residuals if sign > 0 else -residuals
+        np.add.at(self.sums, (folds[:, None], levels[None, :], codes), values[:, None, :])
+        np.add.at(self.counts, (folds[:, None], levels[None, :], codes), sign)
+        for p, (q, m) in enumerate(level_pairs(self.n_levels)):
+            np.add.at(self.pair_counts, (folds, p, codes[:, q], codes[:, m]), sign)
+
+    def copy(self) -> Accumulators:
+        return Accumulators(
+            self.sums.copy(), self.counts.copy(), self.pair_counts.copy(), self.scale_bits
+        )
+
+    def equals(self, other: Accumulators) -> bool:
+        return (
+            self.scale_bits == other.scale_bits
+            and np.array_equal(self.sums, other.sums)
+            and np.array_equal(self.counts, other.counts)
+            and np.array_equal(self.pair_counts, other.pair_counts)
+        )

@@ -1,0 +1,468 @@
+"""p redundant QSS instances over one row store: deletions, insertions, rebuilds, serving.
+
+Every instance accumulates every row; instance r's schema is trained on its own D°_r. A
+deletion subtracts the row from every instance whose D°_r does not hold it and invalidates the
+others (SPEC §4). Invalid instances rebuild from a snapshot of the rows, in a background
+thread or synchronously; when a background rebuild finishes it reconciles with the rows
+present *now* (serials tell which rows changed meanwhile): rows removed or added since the
+snapshot are subtracted or added, and if any of them belongs to the new D°_r the rebuild
+starts over, because its schema is stale. Predictions come from the first valid instance and
+block only while none is valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from .instance import Instance, RowData, build_instance, residuals_for, schema_rows
+from .receipts import Receipt
+from .rows import RowStore
+from .schema import SchemaConfig
+from .schema.membership import draws as keyed_draws
+from .schema.membership import key_fingerprint, receipt_hash
+from .schema.selection import schema_problem
+
+STATE_FORMAT = b"forgetting-state-v1"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    schema: SchemaConfig
+    mode: str
+    n_instances: int
+    alpha: float | str
+    shrinkage: float | str
+    rebuild: str
+    random_state: int
+    public_params: str
+    """Canonical JSON of the estimator parameters that define the state (no secrets)."""
+
+    @property
+    def label_mode(self) -> bool:
+        return self.mode == "label"
+
+
+class RebuildError(RuntimeError):
+    """A background rebuild failed; the instance stays invalid."""
+
+
+class QSSEngine:
+    """The stateful core behind QSSClassifier and QSSRegressor (no scikit-learn surface)."""
+
+    def __init__(self, config: EngineConfig, key: bytes, n_features: int, target_dtype):
+        self.config = config
+        self._key = key
+        p = config.n_instances
+        self.rows = RowStore(n_features, p, config.schema.rho, target_dtype)
+        self.instances: list[Instance | None] = [None] * p
+        self._generation = [0] * p
+        self._threads: list[threading.Thread | None] = [None] * p
+        self._errors: list[BaseException | None] = [None] * p
+        self.rebuild_seconds: list[float] = []
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+
+    # -- row data ------------------------------------------------------------------------
+    def _draws(self, id_bytes: Sequence[bytes]) -> np.ndarray:
+        return keyed_draws(self._key, id_bytes, self.config.n_instances)
+
+    def _row_data(self, copy: bool) -> RowData:
+        n = self.rows.size
+        take = (lambda a: a[:n].copy()) if copy else (lambda a: a[:n])
+        r = self.rows
+        return RowData(take(r.X), take(r.targets), take(r.draws), take(r.in_pool), take(r.serial))
+
+    def _problem(self, data: RowData, instance: int) -> str | None:
+        members, pool = schema_rows(data, instance, self.config.schema.rho, self.config.label_mode)
+        n_codebook = len(members) if pool is None else len(pool)
+        problem = schema_problem(len(members), n_codebook, self.config.schema.n_centroids)
+        return None if problem is None else f"instance {instance}: {problem}"
+
+    def check_trainable(self, data: RowData, instances: Sequence[int]) -> None:
+        """Raise ValueError if any of ``instances`` could not train a schema on ``data``."""
+        problems = [p for r in instances if (p := self._problem(data, r))]
+        if problems:
+            raise ValueError(
+                "too few rows to train a schema: "
+                + "; ".join(problems)
+                + f" (rho={self.config.schema.rho}); raise rho or provide more rows"
+            )
+
+    # -- fit -----------------------------------------------------------------------------
+    def fit(self, ids, id_bytes, X, targets) -> None:
+        with self._lock:
+            draws = self._draws(id_bytes)
+            candidate = RowStore(
+                self.rows.n_features,
+                self.config.n_instances,
+                self.config.schema.rho,
+                self.rows.target_dtype,
+            )
+            candidate.append(ids, id_bytes, X, targets, draws, in_pool=self.config.label_mode)
+            self.rows, previous = candidate, self.rows
+            try:
+                data = self._row_data(copy=False)
+                self.check_trainable(data, range(self.config.n_instances))
+                for r in range(self.config.n_instances):
+                    self._generation[r] += 1
+                built = [self._build(r, data) for r in range(self.config.n_instances)]
+            except BaseException:
+                self.rows = previous
+                raise
+            for r, result in enumerate(built):
+                self._install(r, *result)
+                self._errors[r] = None
+
+    def _build(self, r: int, data: RowData):
+        started = time.perf_counter()
+        result = build_instance(
+            self.config.schema, data, r, self.config.random_state, self.config.label_mode
+        )
+        self.rebuild_seconds.append(time.perf_counter() - started)
+        return result
+
+    def _install(self, r: int, instance: Instance, pos, codes, residuals) -> None:
+        self.instances[r] = instance
+        self.rows.set_instance_rows(r, pos, codes, residuals)
+        self._changed.notify_all()
+
+    # -- queries -------------------------------------------------------------------------
+    def valid_instances(self) -> list[int]:
+        return [r for r, inst in enumerate(self.instances) if inst is not None]
+
+    def pending_rebuilds(self) -> list[int]:
+        return [r for r, inst in enumerate(self.instances) if inst is None]
+
+    def _serving(self, block: bool) -> tuple[int, Instance]:
+        with self._changed:
+            while True:
+                for r, inst in enumerate(self.instances):
+                    if inst is not None:
+                        return r, inst
+                self._raise_errors()
+                if not block:
+                    raise RuntimeError("no valid instance")
+                self._changed.wait()
+
+    def _raise_errors(self) -> None:
+        for r, err in enumerate(self._errors):
+            if err is not None:
+                raise RebuildError(f"background rebuild of instance {r} failed: {err}") from err
+
+    def predict_outputs(self, X: np.ndarray, instance: int | None = None) -> np.ndarray:
+        """g(x) + α Σ_m μ_m[c_m(x)] from the first valid instance (or the one asked for)."""
+        with self._changed:
+            if instance is None:
+                _, inst = self._serving(block=True)
+            else:
+                inst = self.instances[instance]
+                if inst is None:
+                    raise RuntimeError(f"instance {instance} is rebuilding")
+            content = inst.content_for(self.config.alpha, self.config.shrinkage)
+            schema = inst.schema
+        codes, g = schema.transform(X)
+        correction = np.zeros_like(g)
+        for m in range(codes.shape[1]):
+            correction += content.means[m][codes[:, m].astype(np.intp)]
+        out = g + content.alpha * correction
+        base = schema.base_model
+        if base.task == "regression":
+            out = out * base.y_scale + base.y_mean
+        return out
+
+    # -- forget --------------------------------------------------------------------------
+    def forget(self, ids: Sequence, id_bytes: Sequence[bytes], erase_inputs: bool) -> Receipt:
+        """Remove rows (exact mode, or label mode with ``erase_inputs``) or their labels."""
+        started = time.perf_counter()
+        with self._lock:
+            pos = self.rows.positions_of(ids)
+            label_only = self.config.label_mode and not erase_inputs
+            if label_only and not np.all(self.rows.labeled()[pos]):
+                unlabeled = [ids[i] for i in np.flatnonzero(~self.rows.labeled()[pos])[:5]]
+                raise KeyError(f"rows have no label left to forget: {unlabeled}")
+            hit = self._hits(pos, pool_changes=self.config.label_mode and erase_inputs)
+            self._check_after_removal(pos, hit, label_only)
+            for r in range(self.config.n_instances):
+                inst = self.instances[r]
+                if inst is not None and r not in hit:
+                    self._subtract(r, inst, pos)
+            if label_only:
+                self.rows.unlabel(pos, id_bytes)
+            else:
+                self.rows.remove(pos)
+            self._start_rebuilds(hit)
+            return self.receipt(
+                "forget", "label" if label_only else "instance", id_bytes, hit, started
+            )
+
+    def _hits(self, pos: np.ndarray, pool_changes: bool) -> list[int]:
+        """Instances whose schema depends on any of the rows at ``pos``."""
+        if pool_changes and np.any(self.rows.in_pool[pos]):
+            return list(range(self.config.n_instances))
+        draws = self.rows.draws[pos, : self.config.n_instances]
+        labeled = self.rows.labeled()[pos]
+        in_schema = labeled[:, None] & (draws < self.config.schema.rho)
+        return [int(r) for r in np.flatnonzero(in_schema.any(axis=0))]
+
+    def _check_after_removal(self, pos: np.ndarray, hit: list[int], label_only: bool) -> None:
+        if not hit:
+            return
+        data = self._row_data(copy=False)
+        keep = np.ones(self.rows.size, dtype=bool)
+        keep[pos] = False
+        targets = data.targets.copy()
+        if label_only:
+            targets[pos] = np.nan if targets.dtype.kind == "f" else -1
+            keep[:] = True
+        after = RowData(data.X[keep], targets[keep], data.draws[keep], data.in_pool[keep],
+                        data.serial[keep])
+        self.check_trainable(after, hit)
+
+    def _subtract(self, r: int, inst: Instance, pos: np.ndarray) -> None:
+        labeled = pos[self.rows.labeled()[pos]]
+        inst.accumulators.subtract(
+            self.rows.codes[r][labeled], self.rows.residuals[r][labeled], self.rows.folds()[labeled]
+        )
+        inst.content = None
+
+    # -- insert --------------------------------------------------------------------------
+    def insert(self, ids, id_bytes, X, targets) -> Receipt:
+        started = time.perf_counter()
+        with self._lock:
+            draws = self._draws(id_bytes)
+            pos = self.rows.append(ids, id_bytes, X, targets, draws)
+            hit = self._hits(pos, pool_changes=False)
+            labeled = pos[self.rows.labeled()[pos]]
+            folds = self.rows.folds()[labeled]
+            try:
+                for r in range(self.config.n_instances):
+                    inst = self.instances[r]
+                    if inst is None or r in hit:
+                        continue
+                    codes, residuals = residuals_for(
+                        inst.schema, self.rows.X[labeled], self.rows.targets[labeled]
+                    )
+                    self.rows.set_instance_rows(r, labeled, codes, residuals)
+            except BaseException:
+                self.rows.remove(pos)
+                raise
+            for r in range(self.config.n_instances):
+                inst = self.instances[r]
+                if inst is not None and r not in hit:
+                    inst.accumulators.add(
+                        self.rows.codes[r][labeled], self.rows.residuals[r][labeled], folds
+                    )
+                    inst.content = None
+            self._start_rebuilds(hit)
+            return self.receipt("insert", "instance", id_bytes, hit, started)
+
+    # -- rebuilds ------------------------------------------------------------------------
+    def _start_rebuilds(self, hit: Sequence[int]) -> None:
+        for r in hit:
+            self.instances[r] = None
+            self._generation[r] += 1
+            if self.config.rebuild == "sync":
+                self._rebuild_now(r)
+            else:
+                gen = self._generation[r]
+                data = self._row_data(copy=True)
+                thread = threading.Thread(
+                    target=self._rebuild_worker, args=(r, gen, data), daemon=True,
+                    name=f"qss-rebuild-{r}",
+                )
+                self._threads[r] = thread
+                thread.start()
+
+    def _rebuild_now(self, r: int) -> None:
+        data = self._row_data(copy=False)
+        self._install(r, *self._build(r, data))
+
+    def _rebuild_worker(self, r: int, gen: int, data: RowData) -> None:
+        while True:
+            try:
+                built = self._build(r, data)
+            except BaseException as err:  # surfaced to callers by _raise_errors
+                with self._lock:
+                    if self._generation[r] == gen:
+                        self._errors[r] = err
+                        self._changed.notify_all()
+                return
+            with self._lock:
+                if self._generation[r] != gen:
+                    return
+                if self._reconcile(r, data, *built):
+                    return
+                data = self._row_data(copy=True)
+
+    def _reconcile(self, r: int, data: RowData, instance, pos, codes, residuals) -> bool:
+        """Bring a rebuilt instance up to the current rows; False if its schema is stale."""
+        rows = self.rows
+        current = rows.serial[: rows.size]
+        order = np.argsort(data.serial)
+        sorted_serials = data.serial[order]
+        at = np.searchsorted(sorted_serials, current).clip(max=len(order) - 1 if len(order) else 0)
+        present_before = (len(order) > 0) & (sorted_serials[at] == current)
+        added = np.flatnonzero(~present_before)
+        removed = np.flatnonzero(~np.isin(data.serial, current))
+        rho = self.config.schema.rho
+        stale = np.any(data.members(r, rho)[removed]) or np.any(rows.members(r)[added])
+        if self.config.label_mode:
+            stale = stale or np.any(data.in_pool[removed]) or np.any(rows.in_pool[added])
+        if stale:
+            return False
+        acc = instance.accumulators
+        slot = np.full(len(data.serial), -1, dtype=np.intp)
+        slot[pos] = np.arange(len(pos))
+        gone = slot[removed]
+        gone = gone[gone >= 0]
+        acc.subtract(codes[gone], residuals[gone], data.folds[pos[gone]])
+        keep_now = np.flatnonzero(present_before & rows.labeled())
+        src = slot[order[at[keep_now]]]
+        new_codes = np.zeros((rows.size,) + codes.shape[1:], dtype=codes.dtype)
+        new_res = np.zeros((rows.size,) + residuals.shape[1:], dtype=residuals.dtype)
+        new_codes[keep_now] = codes[src]
+        new_res[keep_now] = residuals[src]
+        fresh = added[rows.labeled()[added]]
+        if fresh.size:
+            c, res = residuals_for(instance.schema, rows.X[fresh], rows.targets[fresh])
+            acc.add(c, res, rows.folds()[fresh])
+            new_codes[fresh], new_res[fresh] = c, res
+        instance.content = None
+        labeled_now = np.flatnonzero(rows.labeled())
+        self._install(r, instance, labeled_now, new_codes[labeled_now], new_res[labeled_now])
+        self._errors[r] = None
+        return True
+
+    def retire(self) -> None:
+        """Abandon pending rebuilds (the estimator was refitted): their results are dropped."""
+        with self._lock:
+            for r in range(self.config.n_instances):
+                self._generation[r] += 1
+
+    def wait_for_rebuilds(self, timeout: float | None = None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while self.pending_rebuilds():
+                self._raise_errors()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"rebuilds still pending: {self.pending_rebuilds()}")
+                self._changed.wait(remaining)
+
+    # -- digests and receipts ------------------------------------------------------------
+    def state_digest(self) -> str:
+        """SHA-256 over configuration, key fingerprint, row multiset and every schema.
+
+        The integer content of a valid instance is a deterministic function of its schema and
+        the row multiset, so committing to both commits to the content; ``audit_content``
+        checks that function against the live accumulators.
+        """
+        with self._lock:
+            h = hashlib.sha256(STATE_FORMAT)
+            h.update(self.config.public_params.encode())
+            h.update(key_fingerprint(self._key).encode())
+            h.update(self.rows.size.to_bytes(8, "little"))
+            h.update(self.rows.multiset_hash.to_bytes(32, "little"))
+            for inst in self.instances:
+                h.update(b"invalid" if inst is None else inst.schema_digest)
+            return h.hexdigest()
+
+    def audit_content(self) -> bool:
+        """Recompute every valid instance's accumulators from the stored rows and compare."""
+        with self._lock:
+            labeled = np.flatnonzero(self.rows.labeled())
+            folds = self.rows.folds()[labeled]
+            for r, inst in enumerate(self.instances):
+                if inst is None:
+                    continue
+                codes, residuals = residuals_for(
+                    inst.schema, self.rows.X[labeled], self.rows.targets[labeled]
+                )
+                fresh = type(inst.accumulators).empty(
+                    inst.schema.codebook.n_levels,
+                    inst.schema.codebook.n_centroids,
+                    inst.accumulators.sums.shape[-1],
+                    inst.accumulators.scale_bits,
+                )
+                fresh.add(codes, residuals, folds)
+                if not fresh.equals(inst.accumulators):
+                    return False
+            return True
+
+    def receipt(self, operation, scope, id_bytes, hit, started) -> Receipt:
+        return Receipt(
+            operation=operation,
+            scope=scope,
+            n_rows=len(id_bytes),
+            id_hashes=tuple(receipt_hash(self._key, b) for b in id_bytes),
+            instances_hit=tuple(hit),
+            rebuild_started=bool(hit),
+            state_digest=self.state_digest(),
+            timestamp=datetime.now(UTC).isoformat(timespec="microseconds"),
+            seconds=time.perf_counter() - started,
+        )
+
+    # -- persistence support -------------------------------------------------------------
+    def export_state(self) -> dict[str, Any]:
+        """Everything needed to restore the engine (rows sliced to the live size)."""
+        self.wait_for_rebuilds()
+        with self._lock:
+            n = self.rows.size
+            r = self.rows
+            return {
+                "key": self._key,
+                "ids": list(r.ids),
+                "X": r.X[:n].copy(),
+                "targets": r.targets[:n].copy(),
+                "draws": r.draws[:n].copy(),
+                "in_pool": r.in_pool[:n].copy(),
+                "serial": r.serial[:n].copy(),
+                "next_serial": r._next_serial,
+                "row_hash": r.row_hash[:n].copy(),
+                "multiset_hash": r.multiset_hash,
+                "codes": [c[:n].copy() for c in r.codes],
+                "residuals": [c[:n].copy() for c in r.residuals],
+                "instances": [
+                    (inst.schema, inst.accumulators, inst.schema_digest)
+                    for inst in self.instances
+                ],
+            }
+
+    @classmethod
+    def from_state(cls, config: EngineConfig, state: dict[str, Any], target_dtype):
+        X = state["X"]
+        engine = cls(config, state["key"], X.shape[1], target_dtype)
+        rows = engine.rows
+        n = X.shape[0]
+        rows._grow(n)
+        for name in ("X", "targets", "draws", "in_pool", "serial", "row_hash"):
+            getattr(rows, name)[:n] = state[name]
+        rows.ids = list(state["ids"])
+        rows.position = {row_id: i for i, row_id in enumerate(rows.ids)}
+        rows.size = n
+        rows._next_serial = int(state["next_serial"])
+        rows.multiset_hash = int(state["multiset_hash"])
+        rows._count(np.arange(n), +1)
+        for r, (schema, acc, digest) in enumerate(state["instances"]):
+            engine.instances[r] = Instance(schema, acc, digest)
+            rows.set_instance_rows(r, np.arange(n), state["codes"][r], state["residuals"][r])
+        return engine
+
+
+def canonical_params(params: dict[str, Any]) -> str:
+    """JSON of the parameters that define a model's state, estimators by their repr."""
+    def encode(value):
+        if isinstance(value, bool | int | float | str) or value is None:
+            return value
+        return repr(value)
+
+    return json.dumps({k: encode(v) for k, v in sorted(params.items())}, sort_keys=True)

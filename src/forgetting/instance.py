@@ -1,0 +1,113 @@
+"""One QSS instance: a frozen schema trained on D°_r plus the integer content of every row.
+
+Building an instance is the expensive path (train the schema, encode every row, accumulate);
+it runs at fit time and when a deletion or insertion touches D°_r. Everything it produces is
+a pure function of the rows it is given and the configuration, which is what makes a rebuild
+after a deletion land on the same bits as a fresh fit without the row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .content.accumulators import (
+    CLASSIFICATION_SCALE_BITS,
+    REGRESSION_SCALE_BITS,
+    Accumulators,
+    quantize_residuals,
+)
+from .content.materialize import Content, build_content
+from .schema import Schema, SchemaConfig, train_schema
+
+
+@dataclass
+class RowData:
+    """The columns of the row store an instance is built from (copies or views)."""
+
+    X: np.ndarray
+    targets: np.ndarray
+    draws: np.ndarray
+    in_pool: np.ndarray
+    serial: np.ndarray
+
+    @property
+    def labeled(self) -> np.ndarray:
+        t = self.targets
+        return ~np.isnan(t) if t.dtype.kind == "f" else t >= 0
+
+    def members(self, instance: int, rho: float) -> np.ndarray:
+        return self.labeled & (self.draws[:, instance] < rho)
+
+    @property
+    def folds(self) -> np.ndarray:
+        return (self.draws[:, -1] >= 0.5).astype(np.intp)
+
+
+@dataclass
+class Instance:
+    schema: Schema
+    accumulators: Accumulators
+    schema_digest: bytes
+    content: Content | None = field(default=None)
+
+    def content_for(self, alpha, shrinkage) -> Content:
+        """The materialized content, computed once per change of the statistics."""
+        if self.content is None:
+            self.content = build_content(self.accumulators, alpha, shrinkage)
+        return self.content
+
+
+def instance_seed(random_state: int, instance: int) -> int:
+    return (int(random_state) * 1_000_003 + 7919 * (instance + 1)) % (2**31 - 1)
+
+
+def residuals_for(schema: Schema, X: np.ndarray, targets: np.ndarray):
+    """Codes and fixed-point residuals r = y − g(x) of labeled rows under ``schema``."""
+    codes, g = schema.transform(X)
+    base = schema.base_model
+    if base.task == "classification":
+        target = np.zeros_like(g)
+        target[np.arange(len(targets)), targets.astype(np.intp)] = 1.0
+        scale_bits = CLASSIFICATION_SCALE_BITS
+    else:
+        target = ((np.asarray(targets, np.float64) - base.y_mean) / base.y_scale)[:, None]
+        scale_bits = REGRESSION_SCALE_BITS
+    return codes, quantize_residuals(target - g, scale_bits)
+
+
+def schema_rows(data: RowData, instance: int, rho: float, label_mode: bool):
+    """D°_r and the codebook pool, each in canonical order (sorted by the keyed draw)."""
+    members = np.flatnonzero(data.members(instance, rho))
+    members = members[np.argsort(data.draws[members, instance], kind="stable")]
+    pool = None
+    if label_mode:
+        pool = np.flatnonzero(data.in_pool)
+        pool = pool[np.argsort(data.draws[pool, instance], kind="stable")]
+    return members, pool
+
+
+def build_instance(
+    config: SchemaConfig, data: RowData, instance: int, random_state: int, label_mode: bool
+) -> tuple[Instance, np.ndarray, np.ndarray, np.ndarray]:
+    """Train instance ``instance`` on ``data``; returns it with (positions, codes, residuals)
+    of the labeled rows it accumulated."""
+    members, pool = schema_rows(data, instance, config.rho, label_mode)
+    schema = train_schema(
+        config,
+        data.X[members],
+        data.targets[members],
+        None if pool is None else data.X[pool],
+        instance_seed(random_state, instance),
+    )
+    labeled = np.flatnonzero(data.labeled)
+    codes, residuals = residuals_for(schema, data.X[labeled], data.targets[labeled])
+    scale_bits = (
+        CLASSIFICATION_SCALE_BITS if config.task == "classification" else REGRESSION_SCALE_BITS
+    )
+    acc = Accumulators.empty(
+        schema.codebook.n_levels, schema.codebook.n_centroids, config.n_outputs, scale_bits
+    )
+    acc.add(codes, residuals, data.folds[labeled])
+    return Instance(schema, acc, schema.digest()), labeled, codes, residuals

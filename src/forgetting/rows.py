@@ -1,0 +1,189 @@
+"""The row store: what a rebuild and an exact subtraction need, per row, and nothing else.
+
+Rows are addressed by stable external ids; positions are an internal detail (a removed row's
+slot is filled by the last row). Every field of a removed row is overwritten, so the object
+keeps no residue of it (SPEC §5.7). Each row also gets a *serial* that changes whenever its
+content changes; background rebuilds use serials to reconcile the rows they trained on with
+the rows present when they finish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+UNLABELED = -1
+"""Class index of a row whose label was removed (label mode); regression uses NaN."""
+
+
+class RowStore:
+    def __init__(self, n_features: int, n_instances: int, rho: float, target_dtype: np.dtype):
+        self.n_features = n_features
+        self.rho = rho
+        self.n_instances = n_instances
+        self.target_dtype = np.dtype(target_dtype)
+        self.size = 0
+        self.ids: list[int | str] = []
+        self.position: dict[int | str, int] = {}
+        self._next_serial = 0
+        self.multiset_hash = 0
+        self.class_counts = np.zeros(0, dtype=np.int64)
+        self._alloc(0)
+        self.codes: list[np.ndarray | None] = [None] * n_instances
+        self.residuals: list[np.ndarray | None] = [None] * n_instances
+
+    def _alloc(self, capacity: int) -> None:
+        self.X = np.zeros((capacity, self.n_features), dtype=np.float32)
+        self.targets = np.zeros(capacity, dtype=self.target_dtype)
+        self.serial = np.zeros(capacity, dtype=np.int64)
+        self.draws = np.zeros((capacity, self.n_instances + 1), dtype=np.float64)
+        self.in_pool = np.zeros(capacity, dtype=bool)
+        self.row_hash = np.zeros((capacity, 32), dtype=np.uint8)
+
+    def _row_arrays(self) -> list[np.ndarray]:
+        return [self.X, self.targets, self.serial, self.draws, self.in_pool, self.row_hash]
+
+    @property
+    def capacity(self) -> int:
+        return self.X.shape[0]
+
+    # -- derived views -------------------------------------------------------------------
+    def labeled(self) -> np.ndarray:
+        t = self.targets[: self.size]
+        return ~np.isnan(t) if t.dtype.kind == "f" else t != UNLABELED
+
+    def members(self, instance: int) -> np.ndarray:
+        """Rows in D°_r: labeled rows whose keyed draw for instance r is below ρ (mask)."""
+        return self.labeled() & (self.draws[: self.size, instance] < self.rho)
+
+    def folds(self) -> np.ndarray:
+        return (self.draws[: self.size, self.n_instances] >= 0.5).astype(np.intp)
+
+    # -- mutation ------------------------------------------------------------------------
+    def _grow(self, needed: int) -> None:
+        if needed <= self.capacity:
+            return
+        capacity = max(needed, 2 * self.capacity, 64)
+        old = self._row_arrays()
+        self._alloc(capacity)
+        for new, arr in zip(self._row_arrays(), old, strict=True):
+            new[: self.size] = arr[: self.size]
+        for r in range(self.n_instances):
+            for field in (self.codes, self.residuals):
+                if field[r] is not None:
+                    grown = np.zeros((capacity,) + field[r].shape[1:], dtype=field[r].dtype)
+                    grown[: self.size] = field[r][: self.size]
+                    field[r] = grown
+
+    def append(
+        self,
+        ids: Sequence[int | str],
+        id_bytes: Sequence[bytes],
+        X: np.ndarray,
+        targets: np.ndarray,
+        draws: np.ndarray,
+        in_pool: bool = False,
+    ) -> np.ndarray:
+        """Add rows (ids already validated as new); returns their positions."""
+        n = len(ids)
+        self._grow(self.size + n)
+        pos = np.arange(self.size, self.size + n)
+        self.X[pos] = X
+        self.targets[pos] = targets
+        self.draws[pos] = draws
+        self.in_pool[pos] = in_pool
+        self.serial[pos] = np.arange(self._next_serial, self._next_serial + n)
+        self._next_serial += n
+        for i, row_id in enumerate(ids):
+            self.position[row_id] = self.size + i
+        self.ids.extend(ids)
+        self.size += n
+        self._count(pos, +1)
+        self._set_row_hash(pos, id_bytes)
+        return pos
+
+    def _count(self, pos: np.ndarray, sign: int) -> None:
+        """Keep per-class counts of labeled rows (classification), so a forget can tell in
+        O(batch) whether a class would disappear."""
+        if self.target_dtype.kind == "f":
+            return
+        t = self.targets[pos]
+        counts = np.bincount(t[t >= 0], minlength=self.class_counts.size)
+        if counts.size > self.class_counts.size:
+            self.class_counts = np.pad(self.class_counts, (0, counts.size - self.class_counts.size))
+        self.class_counts[: counts.size] += sign * counts
+
+    def class_counts_without(self, pos: np.ndarray) -> np.ndarray:
+        """Per-class labeled-row counts if the rows at ``pos`` lost their labels."""
+        t = self.targets[pos]
+        return self.class_counts - np.bincount(t[t >= 0], minlength=self.class_counts.size)
+
+    def _set_row_hash(self, pos: np.ndarray, id_bytes: Sequence[bytes]) -> None:
+        """Hash (id, target, features) per row and fold it into the multiset hash."""
+        for p, b in zip(pos, id_bytes, strict=True):
+            h = hashlib.blake2b(digest_size=32, person=b"qss-row")
+            h.update(len(b).to_bytes(4, "little") + b)
+            h.update(self.targets[p : p + 1].tobytes() + self.in_pool[p : p + 1].tobytes())
+            h.update(self.X[p].tobytes())
+            digest = h.digest()
+            self.row_hash[p] = np.frombuffer(digest, dtype=np.uint8)
+            self.multiset_hash = (self.multiset_hash + int.from_bytes(digest, "little")) % 2**256
+
+    def _unhash(self, pos: np.ndarray) -> None:
+        for p in pos:
+            value = int.from_bytes(self.row_hash[p].tobytes(), "little")
+            self.multiset_hash = (self.multiset_hash - value) % 2**256
+
+    def remove(self, pos: np.ndarray) -> None:
+        """Remove rows at ``pos``: holes are filled by surviving tail rows, freed slots zeroed."""
+        pos = np.unique(np.asarray(pos, dtype=np.intp))
+        self._count(pos, -1)
+        self._unhash(pos)
+        for p in pos:
+            del self.position[self.ids[p]]
+        new_size = self.size - pos.size
+        doomed = np.zeros(self.size, dtype=bool)
+        doomed[pos] = True
+        holes = pos[pos < new_size]
+        fillers = np.flatnonzero(~doomed[new_size:]) + new_size
+        arrays = self._row_arrays() + [a for a in self.codes + self.residuals if a is not None]
+        for a in arrays:
+            a[holes] = a[fillers]
+            a[new_size : self.size] = 0
+        for hole, filler in zip(holes.tolist(), fillers.tolist(), strict=True):
+            moved = self.ids[filler]
+            self.ids[hole] = moved
+            self.position[moved] = hole
+        del self.ids[new_size:]
+        self.size = new_size
+
+    def unlabel(self, pos: np.ndarray, id_bytes: Sequence[bytes]) -> None:
+        """Remove the rows' labels (label mode): new serials, residuals and codes zeroed."""
+        self._count(pos, -1)
+        self._unhash(pos)
+        self.targets[pos] = np.nan if self.target_dtype.kind == "f" else UNLABELED
+        self.serial[pos] = np.arange(self._next_serial, self._next_serial + len(pos))
+        self._next_serial += len(pos)
+        for field in self.codes + self.residuals:
+            if field is not None:
+                field[pos] = 0
+        self._set_row_hash(pos, id_bytes)
+
+    def set_instance_rows(
+        self, instance: int, pos: np.ndarray, codes: np.ndarray, residuals: np.ndarray
+    ) -> None:
+        """Store an instance's codes and quantized residuals for the rows at ``pos``."""
+        for field, values in ((self.codes, codes), (self.residuals, residuals)):
+            current = field[instance]
+            if current is None or current.shape[1:] != values.shape[1:] or (
+                current.dtype != values.dtype
+            ):
+                field[instance] = np.zeros(
+                    (self.capacity,) + values.shape[1:], dtype=values.dtype
+                )
+            field[instance][pos] = values
+
+    def positions_of(self, ids: Sequence[Hashable]) -> np.ndarray:
+        return np.fromiter((self.position[i] for i in ids), dtype=np.intp, count=len(ids))

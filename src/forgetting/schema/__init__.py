@@ -1,0 +1,124 @@
+"""The frozen schema of one QSS instance: φ, g and the codebook, trained on D°_r only.
+
+Everything here is a pure function of (schema rows, configuration, seed); it is replaced, never
+mutated, when the instance rebuilds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._rowwise import rowwise
+from .base_model import BaseModel, fit_base_model
+from .codebook import Codebook, train_codebook
+from .preprocess import Preprocessor, fit_preprocessor
+from .selection import choose_lda, choose_n_centroids, choose_n_levels
+
+
+@dataclass(frozen=True)
+class SchemaConfig:
+    """The configuration a schema is trained under (resolved from the estimator's params)."""
+
+    task: str
+    n_outputs: int
+    rho: float
+    n_levels: int | None
+    n_centroids: int | None
+    lda: bool | str
+    base_model: Any
+
+
+@dataclass(frozen=True)
+class Schema:
+    preprocessor: Preprocessor
+    base_model: BaseModel
+    codebook: Codebook
+    n_schema_rows: int
+
+    def transform(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Codes (n, ℓ) and base-model outputs g(x) (n, k) for raw features ``X``."""
+
+        def block(Xb: np.ndarray) -> np.ndarray:
+            Z = self.preprocessor.transform(Xb)
+            g = self.base_model.predict(Z)
+            codes = self.codebook.encode(Z).astype(np.float64)
+            return np.hstack([codes, g])
+
+        out = rowwise(block, X)
+        n_levels = self.codebook.n_levels
+        codes = out[:, :n_levels].astype(self.codebook.code_dtype)
+        return codes, np.ascontiguousarray(out[:, n_levels:])
+
+    def digest(self) -> bytes:
+        """SHA-256 over the schema's learned parameters, in a canonical order."""
+        h = hashlib.sha256(b"forgetting-schema-v1")
+        _hash_value(h, self.preprocessor.lda)
+        _hash_value(h, self.base_model)
+        _hash_value(h, self.codebook.centroids)
+        h.update(str(self.n_schema_rows).encode())
+        return h.digest()
+
+
+def _hash_value(h, value: Any, depth: int = 0) -> None:
+    """Feed a canonical encoding of nested estimator state into ``h``."""
+    if depth > 8:
+        raise ValueError("estimator state nested too deeply to digest")
+    if value is None or isinstance(value, bool | int | float | str | np.generic):
+        h.update(repr((type(value).__name__, value)).encode())
+    elif isinstance(value, np.ndarray):
+        h.update(repr((value.dtype.str, value.shape)).encode())
+        if value.dtype == object:
+            for item in value.ravel():
+                _hash_value(h, item, depth + 1)
+        else:
+            h.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, list | tuple):
+        h.update(f"seq{len(value)}".encode())
+        for item in value:
+            _hash_value(h, item, depth + 1)
+    elif isinstance(value, dict):
+        for key in sorted(value, key=str):
+            h.update(str(key).encode())
+            _hash_value(h, value[key], depth + 1)
+    elif hasattr(value, "__dict__"):
+        h.update(type(value).__qualname__.encode())
+        state = {k: v for k, v in vars(value).items() if not callable(v) or hasattr(v, "__dict__")}
+        _hash_value(h, state, depth + 1)
+    else:
+        h.update(repr(value).encode())
+
+
+def train_schema(
+    config: SchemaConfig,
+    X_schema: np.ndarray,
+    y_schema: np.ndarray,
+    X_codebook: np.ndarray | None,
+    seed: int,
+) -> Schema:
+    """Train φ, g and the codebook for one instance.
+
+    ``X_schema``/``y_schema`` are D°_r in canonical order. ``X_codebook`` is the codebook's
+    training pool in label mode (all inputs), or None in exact mode (the codebook sees D°_r).
+    """
+    n_schema = X_schema.shape[0]
+    if config.task == "classification":
+        n_present = int(np.unique(y_schema).size)
+        use_lda = (
+            choose_lda(config.task, n_schema, n_present) if config.lda == "auto" else config.lda
+        )
+        pre = fit_preprocessor(X_schema, y_schema, bool(use_lda))
+    else:
+        pre = fit_preprocessor(X_schema, None, False)
+    Z_schema = rowwise(pre.transform, X_schema)
+    g = fit_base_model(config.base_model, config.task, Z_schema, y_schema, config.n_outputs, seed)
+    Z_codebook = Z_schema if X_codebook is None else rowwise(pre.transform, X_codebook)
+    n_centroids = config.n_centroids or choose_n_centroids(
+        Z_codebook.shape[0], n_schema, config.rho
+    )
+    n_levels = config.n_levels or choose_n_levels(n_centroids)
+    codebook = train_codebook(Z_codebook, n_levels, n_centroids, seed)
+    return Schema(preprocessor=pre, base_model=g, codebook=codebook, n_schema_rows=n_schema)

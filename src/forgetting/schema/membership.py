@@ -1,0 +1,84 @@
+"""Keyed-hash identities of rows: who is in D°, which fold, what a row looks like.
+
+Membership of a row in an instance's schema subset D°_r must not depend on any other row
+(SPEC §5.3): removing row j may never move row i in or out of D°_r, otherwise a deletion of a
+D• row would silently change the schema and break exactness. A keyed PRF of (instance, id)
+gives exactly that, and because the key is secret an outsider cannot pick ids that land in D°
+to force rebuilds (the paper's denial-of-service concern).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+from collections.abc import Hashable, Iterable
+
+import numpy as np
+
+_KEY_BYTES = 32
+_DIGEST_BYTES_PER_DRAW = 8
+_TWO_64 = float(2**64)
+
+
+def id_bytes(row_id: Hashable) -> bytes:
+    """Canonical, type-tagged bytes of an external row id (ints and strings only).
+
+    ``1`` and ``"1"`` are different ids; numpy integers are the same id as Python ints;
+    bools and floats are refused because their equality semantics invite silent collisions.
+    """
+    if isinstance(row_id, bool | np.bool_):
+        raise TypeError(f"row ids must be ints or strings, got bool {row_id!r}")
+    if isinstance(row_id, numbers.Integral):
+        return b"i:" + str(int(row_id)).encode()
+    if isinstance(row_id, str):
+        return b"s:" + row_id.encode("utf-8")
+    raise TypeError(
+        f"row ids must be ints or strings, got {type(row_id).__name__} {row_id!r}"
+    )
+
+
+def canonical_id(row_id: Hashable) -> int | str:
+    """The Python value we store for an id (numpy ints become ints), after validation."""
+    id_bytes(row_id)
+    return int(row_id) if isinstance(row_id, numbers.Integral) else row_id
+
+
+def derive_key(secret_key: bytes | str | None, random_state: int) -> bytes:
+    """The 32-byte membership key.
+
+    With ``secret_key=None`` the key is derived from ``random_state``: reproducible, so that
+    ``fit(D \\ R)`` lands on the same D° as ``fit(D); forget(R)``, but *not secret*. A
+    deployment that must resist targeted deletions passes its own secret.
+    """
+    if secret_key is None:
+        material = b"forgetting-default-membership-key:" + str(int(random_state)).encode()
+    elif isinstance(secret_key, str):
+        material = b"forgetting-user-key:" + secret_key.encode("utf-8")
+    elif isinstance(secret_key, bytes | bytearray):
+        material = b"forgetting-user-key:" + bytes(secret_key)
+    else:
+        raise TypeError("secret_key must be bytes, str or None")
+    return hashlib.sha256(material).digest()
+
+
+def key_fingerprint(key: bytes) -> str:
+    """A public fingerprint of the key (safe to print or put in a digest)."""
+    return hashlib.blake2b(b"fingerprint", key=key, digest_size=16).hexdigest()
+
+
+def draws(key: bytes, ids: Iterable[bytes], n_instances: int) -> np.ndarray:
+    """Uniform [0, 1) draws per row: columns 0..p-1 are instance membership, column p the fold.
+
+    One keyed BLAKE2b call per row yields all p+1 draws, each from its own 8 bytes.
+    """
+    width = _DIGEST_BYTES_PER_DRAW * (n_instances + 1)
+    raw = b"".join(
+        hashlib.blake2b(b, key=key, digest_size=width, person=b"qss-member").digest() for b in ids
+    )
+    ints = np.frombuffer(raw, dtype="<u8").reshape(-1, n_instances + 1)
+    return ints.astype(np.float64) / _TWO_64
+
+
+def receipt_hash(key: bytes, row_id_bytes: bytes) -> str:
+    """Keyed hash of an id for receipts: verifiable by the key holder, not invertible by guessing."""
+    return hashlib.blake2b(row_id_bytes, key=key, digest_size=16, person=b"qss-receipt").hexdigest()

@@ -1,0 +1,49 @@
+"""The preprocessing φ: L2 normalization, optionally augmented with an LDA projection.
+
+φ(x) = norm([norm(f(x)); W_LDA norm(f(x))]) (SPEC §2). LDA is fitted on D° labels only, so it
+is part of the frozen schema. Normalizing puts every row on the unit sphere, which keeps the
+codebook's distances well scaled whatever the encoder's output scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+
+
+def l2_normalize(X: np.ndarray) -> np.ndarray:
+    """Row-wise L2 normalization in float64; all-zero rows stay zero."""
+    X = np.asarray(X, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+    norms[norms == 0.0] = 1.0
+    return X / norms[:, None]
+
+
+@dataclass(frozen=True)
+class Preprocessor:
+    """Frozen φ. ``lda`` is None when the projection is not used."""
+
+    lda: LinearDiscriminantAnalysis | None
+
+    @property
+    def uses_lda(self) -> bool:
+        return self.lda is not None
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        Z = l2_normalize(X)
+        if self.lda is None:
+            return Z
+        return l2_normalize(np.hstack([Z, self.lda.transform(Z)]))
+
+
+def fit_preprocessor(X: np.ndarray, y: np.ndarray | None, use_lda: bool) -> Preprocessor:
+    """Fit φ on the schema rows. ``y`` are class indices (classification) or None."""
+    if not use_lda or y is None or np.unique(y).size < 2:
+        return Preprocessor(lda=None)
+    Z = l2_normalize(X)
+    n_components = int(min(np.unique(y).size - 1, Z.shape[1]))
+    lda = LinearDiscriminantAnalysis(solver="eigen", shrinkage="auto", n_components=n_components)
+    lda.fit(Z, y)
+    return Preprocessor(lda=lda)

@@ -1,0 +1,49 @@
+"""Choosing ℓ, b and whether to use LDA from D° alone (SPEC §5.4).
+
+These choices shape the accumulators, so they may only depend on the schema rows and the
+configuration. The expected number of rows n ≈ n°/ρ is a function of D° and ρ, not of D•,
+which lets b scale with the data without peeking at it.
+"""
+
+from __future__ import annotations
+
+MAX_AUTO_CENTROIDS = 256
+MIN_ROWS_PER_CELL = 16
+DEFAULT_LEVELS = 4
+
+
+def _pow2_floor(x: float) -> int:
+    x = max(int(x), 1)
+    return 1 << (x.bit_length() - 1)
+
+
+def choose_n_centroids(n_codebook_rows: int, n_schema: int, rho: float) -> int:
+    """b = largest power of two with ≥ 2 codebook rows per centroid and ≈16 rows per cell."""
+    expected_rows = n_schema / rho
+    b = min(MAX_AUTO_CENTROIDS, n_codebook_rows / 2, expected_rows / MIN_ROWS_PER_CELL)
+    return max(2, _pow2_floor(b))
+
+
+def choose_n_levels(n_centroids: int) -> int:
+    """ℓ = 4: accuracy saturates by ℓ = 2..4 (the paper's width-beats-depth finding)."""
+    return DEFAULT_LEVELS
+
+
+def choose_lda(task: str, n_schema: int, n_classes_in_schema: int) -> bool:
+    """Use the LDA projection for classification when D° has ≥ 2 rows per class present."""
+    return task == "classification" and n_classes_in_schema >= 2 and (
+        n_schema >= 2 * n_classes_in_schema
+    )
+
+
+def schema_problem(n_schema: int, n_codebook_rows: int, n_centroids: int | None) -> str | None:
+    """Why a schema cannot be trained on these many rows, or None when it can."""
+    if n_schema < 2:
+        return f"D° would hold {n_schema} labeled row(s); a base model needs at least 2"
+    needed = n_centroids or 2
+    if n_codebook_rows < needed:
+        return (
+            f"the codebook would have {n_codebook_rows} training row(s) for "
+            f"{needed} centroids"
+        )
+    return None
