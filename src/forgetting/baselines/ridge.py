@@ -244,6 +244,9 @@ class ExactRidge(RegressorMixin, _ExactRidgeBase):
     """Ridge regressor with exact-in-real-arithmetic forget/insert (see module doc).
 
     Minimises ``||Y - X w - b||² + alpha ||w||²`` like ``sklearn.linear_model.Ridge``.
+    Not bitwise history independent: after :meth:`forget` the model equals a refit
+    without those rows only up to floating-point rounding, because the downdate
+    subtracts contributions that a refit would never have added.
 
     Parameters
     ----------
@@ -301,7 +304,8 @@ class ExactRidgeClassifier(ClassifierMixin, _ExactRidgeBase):
     RidgeClassifier``, which uses ±1 and a single column for binary problems).
     ``classes_`` tracks the labels still held: when the last row of a class is
     forgotten its column is dropped, matching what a refit would produce.  Inserting
-    a label outside ``classes_`` raises ``ValueError``.
+    a label outside ``classes_`` raises ``ValueError``.  Like :class:`ExactRidge`,
+    forget matches a refit up to floating-point rounding, not bit for bit.
 
     Attributes
     ----------

@@ -131,12 +131,11 @@ class _BaseSISA(BaseEstimator):
     def _check_y(self, y: Any, n: int) -> np.ndarray:
         raise NotImplementedError
 
-    def _fit_shard(self, shard: Shard) -> Any:
-        """Train one shard; ``None`` for an empty shard (skipped at prediction)."""
+    def _fit_shard(self, shard: Shard, template: Any) -> Any:
+        """Train a fresh clone of ``template`` on one shard; ``None`` for an empty shard."""
         if len(shard) == 0:
             return None
-        est = self.estimator if self.estimator is not None else self._default_estimator()
-        return clone(est).fit(shard.X, shard.y)
+        return clone(template).fit(shard.X, shard.y)
 
     def _derived_state(self, shards: list[Shard]) -> dict[str, Any]:
         """Learned attributes computed from the full set of held rows (e.g. classes_)."""
@@ -159,15 +158,20 @@ class _BaseSISA(BaseEstimator):
         ids = normalize_ids(ids, n)
         shards = _build_shards(ids, id_keys(ids, seed), X, y, n_shards)
         derived = self._derived_state(shards)
-        models = [self._fit_shard(s) for s in shards]
+        # Snapshot the estimator so later set_params() cannot make shards inconsistent.
+        template = clone(
+            self.estimator if self.estimator is not None else self._default_estimator()
+        )
+        models = [self._fit_shard(s, template) for s in shards]
         for name, value in derived.items():
             setattr(self, name, value)
         self.n_features_in_ = X.shape[1]
         self.shards_ = shards
         self.estimators_ = models
         self.shard_of_ = {i: k for k, s in enumerate(shards) for i in s.ids}
-        # insert() must hash with the seed used at fit, even if set_params changed it since
+        # forget()/insert() use the seed and estimator of the fit, even after set_params()
         self._seed = seed
+        self._template = template
         self.n_samples_ = n
         return self
 
@@ -194,7 +198,7 @@ class _BaseSISA(BaseEstimator):
         derived = self._derived_state(shards)
         models = list(self.estimators_)
         for k in affected:
-            models[k] = self._fit_shard(shards[k])
+            models[k] = self._fit_shard(shards[k], self._template)
         # commit
         for name, value in derived.items():
             setattr(self, name, value)
@@ -237,7 +241,7 @@ class _BaseSISA(BaseEstimator):
         derived = self._derived_state(shards)
         models = list(self.estimators_)
         for k in affected:
-            models[k] = self._fit_shard(shards[k])
+            models[k] = self._fit_shard(shards[k], self._template)
         for name, value in derived.items():
             setattr(self, name, value)
         self.shards_ = shards
@@ -286,10 +290,10 @@ class SISAClassifier(ClassifierMixin, _BaseSISA):
     def _check_y(self, y: Any, n: int) -> np.ndarray:
         return check_labels(y, n)
 
-    def _fit_shard(self, shard: Shard) -> Any:
+    def _fit_shard(self, shard: Shard, template: Any) -> Any:
         if len(shard) and np.unique(shard.y).size == 1:
             return _SingleClassModel(shard.y[0])
-        return super()._fit_shard(shard)
+        return super()._fit_shard(shard, template)
 
     def _derived_state(self, shards: list[Shard]) -> dict[str, Any]:
         return {"classes_": np.unique(np.concatenate([s.y for s in shards]))}
