@@ -223,8 +223,9 @@ class QSSEngine:
         if label_only:
             targets[pos] = np.nan if targets.dtype.kind == "f" else -1
             keep[:] = True
-        after = RowData(data.X[keep], targets[keep], data.draws[keep], data.in_pool[keep],
-                        data.serial[keep])
+        after = RowData(
+            data.X[keep], targets[keep], data.draws[keep], data.in_pool[keep], data.serial[keep]
+        )
         self.check_trainable(after, hit)
 
     def _subtract(self, r: int, inst: Instance, pos: np.ndarray) -> None:
@@ -276,7 +277,9 @@ class QSSEngine:
                 gen = self._generation[r]
                 data = self._row_data(copy=True)
                 thread = threading.Thread(
-                    target=self._rebuild_worker, args=(r, gen, data), daemon=True,
+                    target=self._rebuild_worker,
+                    args=(r, gen, data),
+                    daemon=True,
                     name=f"qss-rebuild-{r}",
                 )
                 self._threads[r] = thread
@@ -381,7 +384,7 @@ class QSSEngine:
         with self._lock:
             labeled = np.flatnonzero(self.rows.labeled())
             folds = self.rows.folds()[labeled]
-            for r, inst in enumerate(self.instances):
+            for inst in self.instances:
                 if inst is None:
                     continue
                 codes, residuals = residuals_for(
@@ -432,8 +435,7 @@ class QSSEngine:
                 "codes": [c[:n].copy() for c in r.codes],
                 "residuals": [c[:n].copy() for c in r.residuals],
                 "instances": [
-                    (inst.schema, inst.accumulators, inst.schema_digest)
-                    for inst in self.instances
+                    (inst.schema, inst.accumulators, inst.schema_digest) for inst in self.instances
                 ],
             }
 
@@ -460,6 +462,7 @@ class QSSEngine:
 
 def canonical_params(params: dict[str, Any]) -> str:
     """JSON of the parameters that define a model's state, estimators by their repr."""
+
     def encode(value):
         if isinstance(value, bool | int | float | str) or value is None:
             return value

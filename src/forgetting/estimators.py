@@ -351,9 +351,7 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
             raise ValueError(f"X has {n} rows but y has {len(y)}")
         if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
             raise ValueError("y contains NaN or infinity")
-        if y.dtype.kind not in "biuUSO" and not (
-            y.dtype.kind == "f" and np.all(y == np.round(y))
-        ):
+        if y.dtype.kind not in "biuUSO" and not (y.dtype.kind == "f" and np.all(y == np.round(y))):
             raise ValueError("classification labels must be integers or strings")
         return y
 

@@ -35,7 +35,11 @@ class ModelFileError(ValueError):
 
 
 def library_versions() -> dict[str, str]:
-    return {"numpy": np.__version__, "scikit-learn": sklearn.__version__, "faiss": faiss.__version__}
+    return {
+        "numpy": np.__version__,
+        "scikit-learn": sklearn.__version__,
+        "faiss": faiss.__version__,
+    }
 
 
 def save_model(estimator, path: str | Path) -> None:

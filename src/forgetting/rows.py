@@ -177,12 +177,12 @@ class RowStore:
         """Store an instance's codes and quantized residuals for the rows at ``pos``."""
         for field, values in ((self.codes, codes), (self.residuals, residuals)):
             current = field[instance]
-            if current is None or current.shape[1:] != values.shape[1:] or (
-                current.dtype != values.dtype
+            if (
+                current is None
+                or current.shape[1:] != values.shape[1:]
+                or (current.dtype != values.dtype)
             ):
-                field[instance] = np.zeros(
-                    (self.capacity,) + values.shape[1:], dtype=values.dtype
-                )
+                field[instance] = np.zeros((self.capacity,) + values.shape[1:], dtype=values.dtype)
             field[instance][pos] = values
 
     def positions_of(self, ids: Sequence[Hashable]) -> np.ndarray:

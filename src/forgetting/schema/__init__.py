@@ -106,10 +106,8 @@ def train_schema(
     """
     n_schema = X_schema.shape[0]
     if config.task == "classification":
-        n_present = int(np.unique(y_schema).size)
-        use_lda = (
-            choose_lda(config.task, n_schema, n_present) if config.lda == "auto" else config.lda
-        )
+        _, class_counts = np.unique(y_schema, return_counts=True)
+        use_lda = choose_lda(config.task, class_counts) if config.lda == "auto" else config.lda
         pre = fit_preprocessor(X_schema, y_schema, bool(use_lda))
     else:
         pre = fit_preprocessor(X_schema, None, False)

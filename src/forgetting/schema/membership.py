@@ -32,9 +32,7 @@ def id_bytes(row_id: Hashable) -> bytes:
         return b"i:" + str(int(row_id)).encode()
     if isinstance(row_id, str):
         return b"s:" + row_id.encode("utf-8")
-    raise TypeError(
-        f"row ids must be ints or strings, got {type(row_id).__name__} {row_id!r}"
-    )
+    raise TypeError(f"row ids must be ints or strings, got {type(row_id).__name__} {row_id!r}")
 
 
 def canonical_id(row_id: Hashable) -> int | str:
@@ -80,5 +78,5 @@ def draws(key: bytes, ids: Iterable[bytes], n_instances: int) -> np.ndarray:
 
 
 def receipt_hash(key: bytes, row_id_bytes: bytes) -> str:
-    """Keyed hash of an id for receipts: verifiable by the key holder, not invertible by guessing."""
+    """Keyed hash of an id for receipts: the key holder can match it, nobody can invert it."""
     return hashlib.blake2b(row_id_bytes, key=key, digest_size=16, person=b"qss-receipt").hexdigest()

@@ -29,11 +29,9 @@ def choose_n_levels(n_centroids: int) -> int:
     return DEFAULT_LEVELS
 
 
-def choose_lda(task: str, n_schema: int, n_classes_in_schema: int) -> bool:
-    """Use the LDA projection for classification when D° has ≥ 2 rows per class present."""
-    return task == "classification" and n_classes_in_schema >= 2 and (
-        n_schema >= 2 * n_classes_in_schema
-    )
+def choose_lda(task: str, class_counts) -> bool:
+    """Use the LDA projection for classification when every class in D° has ≥ 2 rows."""
+    return task == "classification" and len(class_counts) >= 2 and min(class_counts) >= 2
 
 
 def schema_problem(n_schema: int, n_codebook_rows: int, n_centroids: int | None) -> str | None:
@@ -42,8 +40,5 @@ def schema_problem(n_schema: int, n_codebook_rows: int, n_centroids: int | None)
         return f"D° would hold {n_schema} labeled row(s); a base model needs at least 2"
     needed = n_centroids or 2
     if n_codebook_rows < needed:
-        return (
-            f"the codebook would have {n_codebook_rows} training row(s) for "
-            f"{needed} centroids"
-        )
+        return f"the codebook would have {n_codebook_rows} training row(s) for {needed} centroids"
     return None

@@ -1,0 +1,64 @@
+"""Shared fixtures: small, fast datasets and helpers to reach D° membership in tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification, make_regression
+
+FAST = dict(rho=0.25, n_instances=3, n_levels=2, n_centroids=8, rebuild="sync", random_state=0)
+
+
+def classification_data(n=240, d=6, k=3, seed=0):
+    X, y = make_classification(
+        n_samples=n,
+        n_features=d,
+        n_informative=4,
+        n_redundant=0,
+        n_classes=k,
+        n_clusters_per_class=1,
+        random_state=seed,
+    )
+    return X, y
+
+
+def regression_data(n=240, d=5, seed=0):
+    X, y = make_regression(n_samples=n, n_features=d, noise=5.0, random_state=seed)
+    return X, y
+
+
+def schema_ids(model, instance):
+    """Ids currently in D° of ``instance`` (tests only: this is secret in production)."""
+    rows = model.engine_.rows
+    members = rows.members(instance)
+    return [rows.ids[i] for i in np.flatnonzero(members)]
+
+
+def outside_all_schemas(model):
+    rows = model.engine_.rows
+    inside = np.zeros(rows.size, dtype=bool)
+    for r in range(model.n_instances):
+        inside |= rows.members(r)
+    return [rows.ids[i] for i in np.flatnonzero(~inside)]
+
+
+def assert_same_model(a, b, X):
+    """Bitwise equality of predictions (every instance) and of the state digest."""
+    assert a.state_digest() == b.state_digest()
+    for r in range(a.n_instances):
+        pa = a.engine_.predict_outputs(np.asarray(X, np.float32), instance=r)
+        pb = b.engine_.predict_outputs(np.asarray(X, np.float32), instance=r)
+        assert np.array_equal(pa, pb), f"instance {r} differs"
+    if hasattr(a, "predict_proba"):
+        assert np.array_equal(a.predict_proba(X), b.predict_proba(X))
+    assert np.array_equal(a.predict(X), b.predict(X))
+
+
+@pytest.fixture
+def clf_data():
+    return classification_data()
+
+
+@pytest.fixture
+def reg_data():
+    return regression_data()

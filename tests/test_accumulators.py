@@ -1,0 +1,103 @@
+"""The sufficient statistics and their materialization, tested against row-level math."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from forgetting.content.accumulators import Accumulators, quantize_residuals
+from forgetting.content.materialize import _out_of_fold, _stats, build_content, materialize
+
+
+@st.composite
+def rows(draw, max_rows=60):
+    n_levels = draw(st.integers(1, 4))
+    b = draw(st.sampled_from([2, 4, 8]))
+    k = draw(st.integers(1, 3))
+    n = draw(st.integers(1, max_rows))
+    codes = draw(hnp.arrays(np.uint8, (n, n_levels), elements=st.integers(0, b - 1)))
+    res = draw(hnp.arrays(np.float64, (n, k), elements=st.floats(-1, 1)))
+    folds = draw(hnp.arrays(np.intp, n, elements=st.integers(0, 1)))
+    return n_levels, b, k, codes, quantize_residuals(res, 32), folds
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows(), st.randoms(use_true_random=False))
+def test_add_then_subtract_any_subset_in_any_order_is_exact(data, rnd):
+    n_levels, b, k, codes, res, folds = data
+    n = len(codes)
+    full = Accumulators.empty(n_levels, b, k, 32)
+    full.add(codes, res, folds)
+    order = list(range(n))
+    rnd.shuffle(order)
+    removed = sorted(order[: rnd.randint(0, n)])
+    kept = [i for i in range(n) if i not in set(removed)]
+    for i in removed[::-1]:
+        full.subtract(codes[i : i + 1], res[i : i + 1], folds[i : i + 1])
+    direct = Accumulators.empty(n_levels, b, k, 32)
+    for chunk in np.array_split(np.array(kept[::-1], dtype=np.intp), 3):
+        direct.add(codes[chunk], res[chunk], folds[chunk])
+    assert full.equals(direct)
+    assert full.n_rows == len(kept)
+
+
+def _boost_rows(codes, residuals, b, lam):
+    """Row-level boosting over levels: the definition that materialize must reproduce."""
+    r = residuals.copy()
+    means = []
+    for m in range(codes.shape[1]):
+        S = np.zeros((b, r.shape[1]))
+        n = np.zeros(b)
+        np.add.at(S, codes[:, m], r)
+        np.add.at(n, codes[:, m], 1)
+        denom = n + lam
+        mu = np.where(denom[:, None] > 0, S / np.where(denom > 0, denom, 1)[:, None], 0.0)
+        means.append(mu)
+        r = r - mu[codes[:, m]]
+    return np.array(means)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows(), st.sampled_from([0.0, 0.5, 4.0]))
+def test_materialize_equals_row_level_boosting(data, lam):
+    n_levels, b, k, codes, res, folds = data
+    acc = Accumulators.empty(n_levels, b, k, 32)
+    acc.add(codes, res, folds)
+    means = materialize(*_stats(acc, slice(None)), lam)
+    expected = _boost_rows(codes.astype(np.intp), np.ldexp(res.astype(np.float64), -32), b, lam)
+    assert np.allclose(means, expected, atol=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows(), st.sampled_from([0.5, 2.0]))
+def test_out_of_fold_scores_equal_row_level_scores(data, lam):
+    n_levels, b, k, codes, res, folds = data
+    acc = Accumulators.empty(n_levels, b, k, 32)
+    acc.add(codes, res, folds)
+    means_a = materialize(*_stats(acc, 0), lam)
+    cross, square = _out_of_fold(means_a, *_stats(acc, 1))
+    scored = folds == 1
+    r = np.ldexp(res[scored].astype(np.float64), -32)
+    m = sum(means_a[lvl][codes[scored, lvl]] for lvl in range(n_levels))
+    assert np.isclose(cross, float(np.sum(r * m)), atol=1e-9)
+    assert np.isclose(square, float(np.sum(m * m)), atol=1e-9)
+
+
+def test_auto_alpha_is_near_zero_on_pure_noise_and_near_one_on_signal():
+    rng = np.random.default_rng(0)
+    n, b = 4000, 8
+    codes = rng.integers(0, b, size=(n, 2)).astype(np.uint8)
+    folds = rng.integers(0, 2, size=n)
+    signal = np.linspace(-0.5, 0.5, b)[codes[:, 0]][:, None]
+    noisy = signal + rng.normal(scale=0.2, size=(n, 1))
+    acc = Accumulators.empty(2, b, 1, 32)
+    acc.add(codes, quantize_residuals(noisy, 32), folds)
+    assert build_content(acc, "auto", "auto").alpha > 0.8
+    noise = Accumulators.empty(2, b, 1, 32)
+    noise.add(codes, quantize_residuals(rng.normal(scale=0.2, size=(n, 1)), 32), folds)
+    assert build_content(noise, "auto", "auto").alpha < 0.2
+    silent = Accumulators.empty(2, b, 1, 32)
+    silent.add(codes, np.zeros((n, 1), dtype=np.int64), folds)
+    assert build_content(silent, "auto", "auto").alpha == 0.0

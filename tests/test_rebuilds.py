@@ -1,0 +1,136 @@
+"""Redundancy: background rebuilds keep serving exact predictions and lose no deletion."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from conftest import FAST, assert_same_model, classification_data, schema_ids
+
+from forgetting import QSSClassifier
+
+BG = {**FAST, "rebuild": "background"}
+
+
+def _only_in(model, instance):
+    others = set()
+    for r in range(model.n_instances):
+        if r != instance:
+            others |= set(schema_ids(model, r))
+    return [i for i in schema_ids(model, instance) if i not in others]
+
+
+def test_background_rebuild_serves_from_valid_instance_and_lands_exact():
+    X, y = classification_data(n=600)
+    model = QSSClassifier(**BG).fit(X, y)
+    victim = _only_in(model, 0)[:1]
+    gate = threading.Event()
+    original = model.engine_._build
+
+    def slow_build(r, data):
+        gate.wait(timeout=30)
+        return original(r, data)
+
+    model.engine_._build = slow_build
+    receipt = model.forget(victim)
+    assert receipt.instances_hit == (0,) and receipt.rebuild_started
+    assert model.engine_.pending_rebuilds() == [0]
+    keep = [i for i in range(len(y)) if i not in victim]
+    refit = QSSClassifier(**BG).fit(X[keep], y[keep], keep)
+    served = model.predict_proba(X)
+    expected_from_1 = refit.engine_.predict_outputs(X.astype(np.float32), instance=1)
+    expected_from_1 = np.maximum(expected_from_1, 0)
+    expected_from_1 /= expected_from_1.sum(axis=1, keepdims=True)
+    assert np.array_equal(served, expected_from_1)
+    gate.set()
+    model.wait_for_rebuilds(timeout=60)
+    assert_same_model(model, refit, X)
+
+
+def test_deletions_and_inserts_during_a_rebuild_reach_the_rebuilt_instance():
+    X, y = classification_data(n=600)
+    base = list(range(500))
+    model = QSSClassifier(**BG).fit(X[base], y[base], base)
+    gate = threading.Event()
+    original = model.engine_._build
+
+    def slow_build(r, data):
+        gate.wait(timeout=30)
+        return original(r, data)
+
+    model.engine_._build = slow_build
+    first = _only_in(model, 0)[:1]
+    model.forget(first)
+    protected = set(first)
+    for r in range(model.n_instances):
+        protected |= set(schema_ids(model, r))
+    later = [i for i in base if i not in protected][:40]
+    model.forget(later[:20])
+    model.forget(later[20:])
+    model.insert(X[500:520], y[500:520], list(range(500, 520)))
+    gate.set()
+    model.wait_for_rebuilds(timeout=60)
+    keep = [i for i in range(520) if i not in set(first) | set(later)]
+    refit = QSSClassifier(**BG).fit(X[keep], y[keep], keep)
+    assert_same_model(model, refit, X)
+
+
+def test_a_schema_hit_during_a_rebuild_restarts_it():
+    X, y = classification_data(n=600)
+    model = QSSClassifier(**BG).fit(X, y)
+    gate = threading.Event()
+    original = model.engine_._build
+    calls = []
+
+    def slow_build(r, data):
+        calls.append(r)
+        gate.wait(timeout=30)
+        return original(r, data)
+
+    model.engine_._build = slow_build
+    victims = _only_in(model, 0)[:2]
+    model.forget(victims[:1])
+    model.forget(victims[1:])
+    gate.set()
+    model.wait_for_rebuilds(timeout=60)
+    keep = [i for i in range(len(y)) if i not in victims]
+    assert_same_model(model, QSSClassifier(**BG).fit(X[keep], y[keep], keep), X)
+
+
+def test_requests_block_only_when_every_instance_is_invalid():
+    X, y = classification_data(n=600)
+    model = QSSClassifier(**BG).fit(X, y)
+    gate = threading.Event()
+    original = model.engine_._build
+
+    def slow_build(r, data):
+        gate.wait(timeout=30)
+        return original(r, data)
+
+    model.engine_._build = slow_build
+    victims = sorted({schema_ids(model, r)[0] for r in range(3)})
+    model.forget(victims)
+    assert model.engine_.valid_instances() == []
+    result = {}
+    worker = threading.Thread(target=lambda: result.setdefault("p", model.predict(X[:5])))
+    worker.start()
+    worker.join(timeout=0.5)
+    assert worker.is_alive(), "predict should block while no instance is valid"
+    gate.set()
+    worker.join(timeout=60)
+    assert "p" in result
+    model.wait_for_rebuilds(timeout=60)
+
+
+def test_wait_for_rebuilds_times_out_cleanly():
+    X, y = classification_data(n=600)
+    model = QSSClassifier(**BG).fit(X, y)
+    gate = threading.Event()
+    original = model.engine_._build
+    model.engine_._build = lambda r, data: (gate.wait(timeout=30), original(r, data))[1]
+    model.forget(schema_ids(model, 1)[:1])
+    with pytest.raises(TimeoutError):
+        model.wait_for_rebuilds(timeout=0.2)
+    gate.set()
+    model.wait_for_rebuilds(timeout=60)
