@@ -38,11 +38,13 @@ def test_background_rebuild_serves_from_valid_instance_and_lands_exact():
     assert model.engine_.pending_rebuilds() == [0]
     keep = [i for i in range(len(y)) if i not in victim]
     refit = QSSClassifier(**BG).fit(X[keep], y[keep], keep)
-    served = model.predict_proba(X)
-    expected_from_1 = refit.engine_.predict_outputs(X.astype(np.float32), instance=1)
-    expected_from_1 = np.maximum(expected_from_1, 0)
-    expected_from_1 /= expected_from_1.sum(axis=1, keepdims=True)
-    assert np.array_equal(served, expected_from_1)
+    served = model.engine_.predict_outputs(X.astype(np.float32))
+    Xf = X.astype(np.float32)
+    expected = (
+        refit.engine_.predict_outputs(Xf, instance=1) + refit.engine_.predict_outputs(Xf, instance=2)
+    ) / 2
+    assert np.array_equal(served, expected)
+    assert not np.array_equal(served, refit.engine_.predict_outputs(Xf))
     gate.set()
     model.wait_for_rebuilds(timeout=60)
     assert_same_model(model, refit, X)

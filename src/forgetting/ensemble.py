@@ -142,15 +142,14 @@ class QSSEngine:
     def pending_rebuilds(self) -> list[int]:
         return [r for r, inst in enumerate(self.instances) if inst is None]
 
-    def _serving(self, block: bool) -> tuple[int, Instance]:
+    def _serving(self) -> list[Instance]:
+        """The valid instances, waiting while there are none (all p rebuilding)."""
         with self._changed:
             while True:
-                for r, inst in enumerate(self.instances):
-                    if inst is not None:
-                        return r, inst
+                valid = [inst for inst in self.instances if inst is not None]
+                if valid:
+                    return valid
                 self._raise_errors()
-                if not block:
-                    raise RuntimeError("no valid instance")
                 self._changed.wait()
 
     def _raise_errors(self) -> None:
@@ -159,25 +158,27 @@ class QSSEngine:
                 raise RebuildError(f"background rebuild of instance {r} failed: {err}") from err
 
     def predict_outputs(self, X: np.ndarray, instance: int | None = None) -> np.ndarray:
-        """g(x) + α Σ_m μ_m[c_m(x)] from the first valid instance (or the one asked for)."""
+        """Mean over valid instances (or the one asked for) of g(x) + α Σ_m μ_m[c_m(x)].
+
+        Each valid instance is exactly the instance a refit would build, so the mean over the
+        valid ones is exact too; once no rebuild is pending it is the mean over all p.
+        """
         with self._changed:
             if instance is None:
-                _, inst = self._serving(block=True)
+                serving = self._serving()
             else:
-                inst = self.instances[instance]
-                if inst is None:
+                if self.instances[instance] is None:
                     raise RuntimeError(f"instance {instance} is rebuilding")
-            content = inst.content_for(self.config.alpha, self.config.shrinkage)
-            schema = inst.schema
-        codes, g = schema.transform(X)
-        correction = np.zeros_like(g)
-        for m in range(codes.shape[1]):
-            correction += content.means[m][codes[:, m].astype(np.intp)]
-        out = g + content.alpha * correction
-        base = schema.base_model
-        if base.task == "regression":
-            out = out * base.y_scale + base.y_mean
-        return out
+                serving = [self.instances[instance]]
+            parts = [
+                (inst.schema, inst.content_for(self.config.alpha, self.config.shrinkage))
+                for inst in serving
+            ]
+        total = None
+        for schema, content in parts:
+            out = _instance_outputs(schema, content, X)
+            total = out if total is None else total + out
+        return total / len(parts)
 
     # -- forget --------------------------------------------------------------------------
     def forget(self, ids: Sequence, id_bytes: Sequence[bytes], erase_inputs: bool) -> Receipt:
@@ -458,6 +459,18 @@ class QSSEngine:
             engine.instances[r] = Instance(schema, acc, digest)
             rows.set_instance_rows(r, np.arange(n), state["codes"][r], state["residuals"][r])
         return engine
+
+
+def _instance_outputs(schema, content, X: np.ndarray) -> np.ndarray:
+    codes, g = schema.transform(X)
+    correction = np.zeros_like(g)
+    for m in range(codes.shape[1]):
+        correction += content.means[m][codes[:, m].astype(np.intp)]
+    out = g + content.alpha * correction
+    base = schema.base_model
+    if base.task == "regression":
+        out = out * base.y_scale + base.y_mean
+    return out
 
 
 def canonical_params(params: dict[str, Any]) -> str:
