@@ -194,3 +194,18 @@ def test_default_parameters_are_reproducible():
     a.forget([0, 1, 2])
     a.wait_for_rebuilds()
     assert_same_model(a, QSSClassifier().fit(X[3:], y[3:], list(range(3, len(y)))), X)
+
+
+def test_state_digest_commits_to_each_rows_contribution(clf_data):
+    """Same rows and schema but one row contributing other codes → a different digest."""
+    X, y = clf_data
+    model = QSSClassifier(**FAST).fit(X, y)
+    twin = QSSClassifier(**FAST).fit(X, y)
+    assert model.state_digest() == twin.state_digest()
+    rows, inst = twin.engine_.rows, twin.engine_.instances[0]
+    p = np.array([rows.position[outside_all_schemas(twin)[0]]])
+    args = (rows.row_hash[p], rows.codes[0][p], rows.residuals[0][p], rows.folds(p))
+    inst.subtract_rows(*args)
+    altered = (rows.codes[0][p] + 1) % inst.schema.codebook.n_centroids
+    inst.add_rows(rows.row_hash[p], altered, rows.residuals[0][p], rows.folds(p))
+    assert model.state_digest() != twin.state_digest()

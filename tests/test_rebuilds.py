@@ -41,7 +41,8 @@ def test_background_rebuild_serves_from_valid_instance_and_lands_exact():
     served = model.engine_.predict_outputs(X.astype(np.float32))
     Xf = X.astype(np.float32)
     expected = (
-        refit.engine_.predict_outputs(Xf, instance=1) + refit.engine_.predict_outputs(Xf, instance=2)
+        refit.engine_.predict_outputs(Xf, instance=1)
+        + refit.engine_.predict_outputs(Xf, instance=2)
     ) / 2
     assert np.array_equal(served, expected)
     assert not np.array_equal(served, refit.engine_.predict_outputs(Xf))

@@ -79,7 +79,14 @@ class QSSEngine:
         n = self.rows.size
         take = (lambda a: a[:n].copy()) if copy else (lambda a: a[:n])
         r = self.rows
-        return RowData(take(r.X), take(r.targets), take(r.draws), take(r.in_pool), take(r.serial))
+        return RowData(
+            take(r.X),
+            take(r.targets),
+            take(r.draws),
+            take(r.in_pool),
+            take(r.serial),
+            take(r.row_hash),
+        )
 
     def _problem(self, data: RowData, instance: int) -> str | None:
         members, pool = schema_rows(data, instance, self.config.schema.rho, self.config.label_mode)
@@ -187,8 +194,8 @@ class QSSEngine:
         with self._lock:
             pos = self.rows.positions_of(ids)
             label_only = self.config.label_mode and not erase_inputs
-            if label_only and not np.all(self.rows.labeled()[pos]):
-                unlabeled = [ids[i] for i in np.flatnonzero(~self.rows.labeled()[pos])[:5]]
+            if label_only and not np.all(self.rows.labeled(pos)):
+                unlabeled = [ids[i] for i in np.flatnonzero(~self.rows.labeled(pos))[:5]]
                 raise KeyError(f"rows have no label left to forget: {unlabeled}")
             hit = self._hits(pos, pool_changes=self.config.label_mode and erase_inputs)
             self._check_after_removal(pos, hit, label_only)
@@ -210,7 +217,7 @@ class QSSEngine:
         if pool_changes and np.any(self.rows.in_pool[pos]):
             return list(range(self.config.n_instances))
         draws = self.rows.draws[pos, : self.config.n_instances]
-        labeled = self.rows.labeled()[pos]
+        labeled = self.rows.labeled(pos)
         in_schema = labeled[:, None] & (draws < self.config.schema.rho)
         return [int(r) for r in np.flatnonzero(in_schema.any(axis=0))]
 
@@ -225,16 +232,24 @@ class QSSEngine:
             targets[pos] = np.nan if targets.dtype.kind == "f" else -1
             keep[:] = True
         after = RowData(
-            data.X[keep], targets[keep], data.draws[keep], data.in_pool[keep], data.serial[keep]
+            data.X[keep],
+            targets[keep],
+            data.draws[keep],
+            data.in_pool[keep],
+            data.serial[keep],
+            data.row_hash[keep],
         )
         self.check_trainable(after, hit)
 
     def _subtract(self, r: int, inst: Instance, pos: np.ndarray) -> None:
-        labeled = pos[self.rows.labeled()[pos]]
-        inst.accumulators.subtract(
-            self.rows.codes[r][labeled], self.rows.residuals[r][labeled], self.rows.folds()[labeled]
+        rows = self.rows
+        labeled = pos[rows.labeled(pos)]
+        inst.subtract_rows(
+            rows.row_hash[labeled],
+            rows.codes[r][labeled],
+            rows.residuals[r][labeled],
+            rows.folds(labeled),
         )
-        inst.content = None
 
     # -- insert --------------------------------------------------------------------------
     def insert(self, ids, id_bytes, X, targets) -> Receipt:
@@ -243,8 +258,8 @@ class QSSEngine:
             draws = self._draws(id_bytes)
             pos = self.rows.append(ids, id_bytes, X, targets, draws)
             hit = self._hits(pos, pool_changes=False)
-            labeled = pos[self.rows.labeled()[pos]]
-            folds = self.rows.folds()[labeled]
+            labeled = pos[self.rows.labeled(pos)]
+            folds = self.rows.folds(labeled)
             try:
                 for r in range(self.config.n_instances):
                     inst = self.instances[r]
@@ -260,10 +275,12 @@ class QSSEngine:
             for r in range(self.config.n_instances):
                 inst = self.instances[r]
                 if inst is not None and r not in hit:
-                    inst.accumulators.add(
-                        self.rows.codes[r][labeled], self.rows.residuals[r][labeled], folds
+                    inst.add_rows(
+                        self.rows.row_hash[labeled],
+                        self.rows.codes[r][labeled],
+                        self.rows.residuals[r][labeled],
+                        folds,
                     )
-                    inst.content = None
             self._start_rebuilds(hit)
             return self.receipt("insert", "instance", id_bytes, hit, started)
 
@@ -323,24 +340,24 @@ class QSSEngine:
             stale = stale or np.any(data.in_pool[removed]) or np.any(rows.in_pool[added])
         if stale:
             return False
-        acc = instance.accumulators
         slot = np.full(len(data.serial), -1, dtype=np.intp)
         slot[pos] = np.arange(len(pos))
         gone = slot[removed]
         gone = gone[gone >= 0]
-        acc.subtract(codes[gone], residuals[gone], data.folds[pos[gone]])
+        instance.subtract_rows(
+            data.row_hash[pos[gone]], codes[gone], residuals[gone], data.folds[pos[gone]]
+        )
         keep_now = np.flatnonzero(present_before & rows.labeled())
         src = slot[order[at[keep_now]]]
         new_codes = np.zeros((rows.size,) + codes.shape[1:], dtype=codes.dtype)
         new_res = np.zeros((rows.size,) + residuals.shape[1:], dtype=residuals.dtype)
         new_codes[keep_now] = codes[src]
         new_res[keep_now] = residuals[src]
-        fresh = added[rows.labeled()[added]]
+        fresh = added[rows.labeled(added)]
         if fresh.size:
             c, res = residuals_for(instance.schema, rows.X[fresh], rows.targets[fresh])
-            acc.add(c, res, rows.folds()[fresh])
+            instance.add_rows(rows.row_hash[fresh], c, res, rows.folds(fresh))
             new_codes[fresh], new_res[fresh] = c, res
-        instance.content = None
         labeled_now = np.flatnonzero(rows.labeled())
         self._install(r, instance, labeled_now, new_codes[labeled_now], new_res[labeled_now])
         self._errors[r] = None
@@ -377,7 +394,7 @@ class QSSEngine:
             h.update(self.rows.size.to_bytes(8, "little"))
             h.update(self.rows.multiset_hash.to_bytes(32, "little"))
             for inst in self.instances:
-                h.update(b"invalid" if inst is None else inst.schema_digest)
+                h.update(b"invalid" if inst is None else inst.digest())
             return h.hexdigest()
 
     def audit_content(self) -> bool:
@@ -436,7 +453,8 @@ class QSSEngine:
                 "codes": [c[:n].copy() for c in r.codes],
                 "residuals": [c[:n].copy() for c in r.residuals],
                 "instances": [
-                    (inst.schema, inst.accumulators, inst.schema_digest) for inst in self.instances
+                    (inst.schema, inst.accumulators, inst.schema_digest, inst.content_hash)
+                    for inst in self.instances
                 ],
             }
 
@@ -455,8 +473,8 @@ class QSSEngine:
         rows._next_serial = int(state["next_serial"])
         rows.multiset_hash = int(state["multiset_hash"])
         rows._count(np.arange(n), +1)
-        for r, (schema, acc, digest) in enumerate(state["instances"]):
-            engine.instances[r] = Instance(schema, acc, digest)
+        for r, (schema, acc, digest, content_hash) in enumerate(state["instances"]):
+            engine.instances[r] = Instance(schema, acc, digest, content_hash)
             rows.set_instance_rows(r, np.arange(n), state["codes"][r], state["residuals"][r])
         return engine
 

@@ -18,6 +18,7 @@ from .content.accumulators import (
     Accumulators,
     quantize_residuals,
 )
+from .content.fingerprint import MODULUS, contribution_hash
 from .content.materialize import Content, build_content
 from .schema import Schema, SchemaConfig, train_schema
 
@@ -31,6 +32,7 @@ class RowData:
     draws: np.ndarray
     in_pool: np.ndarray
     serial: np.ndarray
+    row_hash: np.ndarray
 
     @property
     def labeled(self) -> np.ndarray:
@@ -50,7 +52,26 @@ class Instance:
     schema: Schema
     accumulators: Accumulators
     schema_digest: bytes
+    content_hash: int
     content: Content | None = field(default=None)
+
+    def add_rows(self, row_hashes, codes, residuals, folds) -> None:
+        self.accumulators.add(codes, residuals, folds)
+        self.content_hash = (
+            self.content_hash + contribution_hash(row_hashes, codes, residuals)
+        ) % MODULUS
+        self.content = None
+
+    def subtract_rows(self, row_hashes, codes, residuals, folds) -> None:
+        self.accumulators.subtract(codes, residuals, folds)
+        self.content_hash = (
+            self.content_hash - contribution_hash(row_hashes, codes, residuals)
+        ) % MODULUS
+        self.content = None
+
+    def digest(self) -> bytes:
+        """Schema digest and content fingerprint together."""
+        return self.schema_digest + self.content_hash.to_bytes(32, "little")
 
     def content_for(self, alpha, shrinkage) -> Content:
         """The materialized content, computed once per change of the statistics."""
@@ -109,5 +130,6 @@ def build_instance(
     acc = Accumulators.empty(
         schema.codebook.n_levels, schema.codebook.n_centroids, config.n_outputs, scale_bits
     )
-    acc.add(codes, residuals, data.folds[labeled])
-    return Instance(schema, acc, schema.digest()), labeled, codes, residuals
+    instance = Instance(schema, acc, schema.digest(), 0)
+    instance.add_rows(data.row_hash[labeled], codes, residuals, data.folds[labeled])
+    return instance, labeled, codes, residuals

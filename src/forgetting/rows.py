@@ -50,16 +50,19 @@ class RowStore:
         return self.X.shape[0]
 
     # -- derived views -------------------------------------------------------------------
-    def labeled(self) -> np.ndarray:
-        t = self.targets[: self.size]
+    def labeled(self, pos: np.ndarray | None = None) -> np.ndarray:
+        """Mask of labeled rows (all rows, or those at ``pos``)."""
+        t = self.targets[: self.size] if pos is None else self.targets[pos]
         return ~np.isnan(t) if t.dtype.kind == "f" else t != UNLABELED
 
     def members(self, instance: int) -> np.ndarray:
         """Rows in D°_r: labeled rows whose keyed draw for instance r is below ρ (mask)."""
         return self.labeled() & (self.draws[: self.size, instance] < self.rho)
 
-    def folds(self) -> np.ndarray:
-        return (self.draws[: self.size, self.n_instances] >= 0.5).astype(np.intp)
+    def folds(self, pos: np.ndarray | None = None) -> np.ndarray:
+        """Fold (0 or 1) of every row, or of the rows at ``pos``: a keyed-hash bit."""
+        d = self.draws[: self.size, self.n_instances] if pos is None else self.draws[pos, -1]
+        return (d >= 0.5).astype(np.intp)
 
     # -- mutation ------------------------------------------------------------------------
     def _grow(self, needed: int) -> None:

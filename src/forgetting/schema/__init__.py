@@ -107,7 +107,11 @@ def train_schema(
     n_schema = X_schema.shape[0]
     if config.task == "classification":
         _, class_counts = np.unique(y_schema, return_counts=True)
-        use_lda = choose_lda(config.task, class_counts, X_schema.shape[1]) if config.lda == "auto" else config.lda
+        use_lda = (
+            choose_lda(config.task, class_counts, X_schema.shape[1])
+            if config.lda == "auto"
+            else config.lda
+        )
         pre = fit_preprocessor(X_schema, y_schema, bool(use_lda))
     else:
         pre = fit_preprocessor(X_schema, None, False)
