@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-BLOCK_ROWS = 256
+BLOCK_ROWS = 1024
 
 
 def rowwise(fn: Callable[[np.ndarray], np.ndarray], X: np.ndarray) -> np.ndarray:

@@ -40,18 +40,13 @@ class Schema:
     n_schema_rows: int
 
     def transform(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Codes (n, ℓ) and base-model outputs g(x) (n, k) for raw features ``X``."""
+        """Codes (n, ℓ) and base-model outputs g(x) (n, k) for raw features ``X``.
 
-        def block(Xb: np.ndarray) -> np.ndarray:
-            Z = self.preprocessor.transform(Xb)
-            g = self.base_model.predict(Z)
-            codes = self.codebook.encode(Z).astype(np.float64)
-            return np.hstack([codes, g])
-
-        out = rowwise(block, X)
-        n_levels = self.codebook.n_levels
-        codes = out[:, :n_levels].astype(self.codebook.code_dtype)
-        return codes, np.ascontiguousarray(out[:, n_levels:])
+        φ and g are float computations, run in canonical blocks so each row gets the same bits
+        in any batch; the codes are exact (see :mod:`.codebook`) and need no such care.
+        """
+        Z = rowwise(self.preprocessor.transform, X)
+        return self.codebook.encode(Z), rowwise(self.base_model.predict, Z)
 
     def digest(self) -> bytes:
         """SHA-256 over the schema's learned parameters, in a canonical order."""

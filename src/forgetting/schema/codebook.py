@@ -5,12 +5,16 @@ gives different codebooks for different OpenMP thread counts (SPEC §5.5), so tr
 with one thread under a lock.
 
 Encoding is greedy nearest-centroid per level — the rule faiss applies with beam size 1 — but
-computed *exactly*: rows and centroids are put on a fixed-point grid (2^-20) and distances are
-evaluated in float64 on integer values small enough that every product and partial sum is
-exact. A float32 BLAS product is not: its last bits depend on where a row sits in the batch,
-and in exact mode deep levels are full of near-ties (centroids trained on D° residuals that
-are almost zero), so float codes differed between a fit and a refit. Exact integer distances
-make a row's codes a pure function of the row, with ties broken by the lowest index.
+its result is the *exact* argmin: rows and centroids live on a fixed-point grid (2^-20), and
+a code is only taken from floating point when it is certified. faiss's float32 search gives
+the two nearest centroids; float32 distances are within a proven bound E of the exact ones
+(|error| ≤ γ_{d+3}(‖r‖ + ‖c‖)², doubled for safety), so when the runner-up is more than 2E
+behind the winner, the winner is the exact argmin. The remaining near-ties — frequent in exact
+mode, whose deep levels are trained on almost-zero D° residuals — are recomputed in float64 on
+integer values small enough that every product and partial sum is exact, ties going to the
+lowest index. A row's codes are thus a pure function of the row: a plain float32 product is
+not (its last bits changed with the row's position in the batch, and codes differed between a
+fit and a refit on MNIST before this design).
 """
 
 from __future__ import annotations
@@ -21,13 +25,12 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from .._rowwise import rowwise
-
 _FAISS_LOCK = threading.Lock()
 
 
 GRID_BITS = 20
-_EXACT_LIMIT = 2.0**52
+_EXACT = 2.0**52
+_CHUNK_ROWS = 16384
 
 
 def to_grid(values: np.ndarray) -> np.ndarray:
@@ -55,26 +58,41 @@ class Codebook:
         return np.dtype(np.uint8) if self.n_centroids <= 256 else np.dtype(np.uint16)
 
     def encode(self, Z: np.ndarray) -> np.ndarray:
-        """Codes (n, ℓ) of rows ``Z`` (n, d): greedy nearest centroid on the running residual."""
+        """Codes (n, ℓ) of rows ``Z`` (n, d): exact greedy nearest centroid per level."""
+        Z = np.asarray(Z, dtype=np.float64)
+        codes = np.empty((Z.shape[0], self.n_levels), dtype=self.code_dtype)
+        for start in range(0, Z.shape[0], _CHUNK_ROWS):
+            codes[start : start + _CHUNK_ROWS] = self._encode_chunk(Z[start : start + _CHUNK_ROWS])
+        return codes
+
+    def _encode_chunk(self, Z: np.ndarray) -> np.ndarray:
         C = self.centroids
+        C32 = C.astype(np.float32)
         sq_norms = np.sum(C * C, axis=2)
-        max_norm = float(np.sqrt(sq_norms.max())) if C.size else 0.0
-        dtype = self.code_dtype
+        max_norm = np.sqrt(sq_norms.max(axis=1))
+        gamma = 2.0 * _float32_gamma(C.shape[2] + 3)
+        residual = to_grid(Z)
+        codes = np.empty((Z.shape[0], self.n_levels), dtype=self.code_dtype)
+        for level in range(self.n_levels):
+            norms = np.sqrt(np.sum(residual * residual, axis=1))
+            if norms.max(initial=0.0) * max_norm[level] * 2.0 + sq_norms[level].max() >= _EXACT:
+                raise ValueError("features too large for exact encoding; normalize them")
+            dist, idx = faiss.knn(residual.astype(np.float32), C32[level], 2)
+            best = idx[:, 0]
+            bound = gamma * (norms + max_norm[level]) ** 2
+            unsure = np.flatnonzero(~(dist[:, 1].astype(np.float64) - dist[:, 0] > 2.0 * bound))
+            if unsure.size:
+                exact = sq_norms[level][None, :] - 2.0 * (residual[unsure] @ C[level].T)
+                best[unsure] = np.argmin(exact, axis=1)
+            codes[:, level] = best
+            residual -= C[level][best]
+        return codes
 
-        def encode_block(block: np.ndarray) -> np.ndarray:
-            residual = to_grid(block)
-            codes = np.empty((block.shape[0], self.n_levels), dtype=dtype)
-            for level in range(self.n_levels):
-                bound = float(np.sqrt(np.max(np.sum(residual * residual, axis=1)))) * max_norm
-                if 2.0 * bound + sq_norms[level].max() >= _EXACT_LIMIT:
-                    raise ValueError("features too large for exact encoding; normalize them")
-                dist = sq_norms[level][None, :] - 2.0 * (residual @ C[level].T)
-                best = np.argmin(dist, axis=1)
-                codes[:, level] = best
-                residual -= C[level][best]
-            return codes
 
-        return rowwise(encode_block, np.asarray(Z, dtype=np.float64))
+def _float32_gamma(n: int) -> float:
+    """γ_n = n·u / (1 − n·u) for float32 (u = 2^-24): the classic dot-product error factor."""
+    u = 2.0**-24
+    return n * u / (1.0 - n * u)
 
 
 def train_codebook(Z: np.ndarray, n_levels: int, n_centroids: int, seed: int) -> Codebook:

@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print side-by-side tables and write them to benchmarks/results/."""

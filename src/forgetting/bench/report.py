@@ -1,0 +1,51 @@
+"""Writing benchmark tables: Markdown for people, CSV for machines, both with the command."""
+
+from __future__ import annotations
+
+import csv
+import platform
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+
+def markdown_table(rows: list[dict], columns: list[str]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            if np.isnan(v):
+                return "–"
+            return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_results(
+    out_dir: Path, name: str, tables: dict[str, tuple[list[dict], list[str]]], notes: str = ""
+) -> Path:
+    """Write ``name.md`` (all tables) and ``name-<table>.csv`` per table; returns the .md."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    command = "python -m " + " ".join(sys.argv) if sys.argv else ""
+    header = [
+        f"# {name}",
+        "",
+        f"Command: `{command}`",
+        f"Date: {datetime.now(UTC).isoformat(timespec='seconds')}; machine: "
+        f"{platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}",
+        "",
+    ]
+    body = []
+    for title, (rows, columns) in tables.items():
+        body += [f"## {title}", "", markdown_table(rows, columns), ""]
+        slug = title.lower().split(":")[0].replace(" ", "_")
+        with open(out_dir / f"{name}-{slug}.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+    md = out_dir / f"{name}.md"
+    md.write_text("\n".join(header + body + ([notes] if notes else [])) + "\n")
+    return md
