@@ -10,6 +10,7 @@ Results go to ``benchmarks/results/core.md`` and CSV files beside it.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -222,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         "own RQ encoder (beam 1) on the same preprocessed rows. exact_vs_refit: state digest "
         "after all deletions equals a refit without the rows."
     )
-    md = write_results(Path(args.out), args.name, tables, notes)
+    argv = sys.argv[1:] if argv is None else argv
+    command = " ".join(["python -m forgetting.bench.core", *argv])
+    md = write_results(Path(args.out), args.name, command, tables, notes)
     print(md.read_text())
     return 0
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import csv
+import os
 import platform
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,17 +25,20 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
 
 
 def write_results(
-    out_dir: Path, name: str, tables: dict[str, tuple[list[dict], list[str]]], notes: str = ""
+    out_dir: Path,
+    name: str,
+    command: str,
+    tables: dict[str, tuple[list[dict], list[str]]],
+    notes: str = "",
 ) -> Path:
     """Write ``name.md`` (all tables) and ``name-<table>.csv`` per table; returns the .md."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = "python -m " + " ".join(sys.argv) if sys.argv else ""
     header = [
         f"# {name}",
         "",
         f"Command: `{command}`",
         f"Date: {datetime.now(UTC).isoformat(timespec='seconds')}; machine: "
-        f"{platform.machine()}, {platform.processor() or 'cpu'}, Python {platform.python_version()}",
+        f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "",
     ]
     body = []
