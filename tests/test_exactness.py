@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forgetting import QSSClassifier, QSSRegressor
+from forgetting.content.fingerprint import Contributions
 
 
 def refit_without(cls, params, X, y, ids, removed):
@@ -204,8 +205,49 @@ def test_state_digest_commits_to_each_rows_contribution(clf_data):
     assert model.state_digest() == twin.state_digest()
     rows, inst = twin.engine_.rows, twin.engine_.instances[0]
     p = np.array([rows.position[outside_all_schemas(twin)[0]]])
-    args = (rows.row_hash[p], rows.codes[0][p], rows.residuals[0][p], rows.folds(p))
-    inst.subtract_rows(*args)
+    inst.subtract_rows(rows.contributions(0, p), rows.folds(p))
     altered = (rows.codes[0][p] + 1) % inst.schema.codebook.n_centroids
-    inst.add_rows(rows.row_hash[p], altered, rows.residuals[0][p], rows.folds(p))
+    inst.add_rows(Contributions.of(rows.row_hash[p], altered, rows.residuals[0][p]), rows.folds(p))
     assert model.state_digest() != twin.state_digest()
+    assert not twin.audit_content()
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(120, 240),
+    batches=st.lists(st.integers(1, 30), min_size=1, max_size=4),
+    string_ids=st.booleans(),
+)
+def test_regressor_sequences_of_forgets_equal_refit(seed, n, batches, string_ids):
+    X, y = regression_data(n=n, seed=seed)
+    ids = [f"r{i}" for i in range(n)] if string_ids else list(range(n))
+    model = QSSRegressor(**FAST).fit(X, y, ids)
+    rng = np.random.default_rng(seed)
+    remaining = list(ids)
+    for size in batches:
+        if len(remaining) - size < 80:
+            break
+        victims = [remaining[i] for i in rng.choice(len(remaining), size, replace=False)]
+        model.forget(victims)
+        remaining = [i for i in remaining if i not in set(victims)]
+    index = {row_id: i for i, row_id in enumerate(ids)}
+    keep = [index[i] for i in remaining]
+    assert_same_model(model, QSSRegressor(**FAST).fit(X[keep], y[keep], remaining), X)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), fraction=st.floats(0.01, 0.4), k=st.integers(2, 4))
+def test_label_mode_random_forgets_equal_fit_with_unlabeled(seed, fraction, k):
+    X, y = classification_data(n=200, k=k, seed=seed)
+    params = {**FAST, "mode": "label"}
+    model = QSSClassifier(**params).fit(X, y)
+    rng = np.random.default_rng(seed)
+    victims = sorted(rng.choice(len(y), max(1, int(fraction * len(y))), replace=False).tolist())
+    y_prime = y.copy()
+    y_prime[victims] = -1
+    labeled = y_prime[y_prime >= 0]
+    if np.unique(labeled).size < k:
+        return  # a class vanished: covered by the refit test
+    model.forget(victims)
+    assert_same_model(model, QSSClassifier(**params).fit(X, y_prime), X)

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .instance import Instance, RowData, build_instance, residuals_for, schema_rows
+from .content.fingerprint import Contributions, multiset_sum
+from .instance import Instance, RowData, build_instance, contributions_for, schema_rows
 from .receipts import Receipt
 from .rows import RowStore
 from .schema import SchemaConfig
@@ -137,9 +138,9 @@ class QSSEngine:
         self.rebuild_seconds.append(time.perf_counter() - started)
         return result
 
-    def _install(self, r: int, instance: Instance, pos, codes, residuals) -> None:
+    def _install(self, r: int, instance: Instance, pos, contrib: Contributions) -> None:
         self.instances[r] = instance
-        self.rows.set_instance_rows(r, pos, codes, residuals)
+        self.rows.set_instance_rows(r, pos, contrib)
         self._changed.notify_all()
 
     # -- queries -------------------------------------------------------------------------
@@ -242,14 +243,8 @@ class QSSEngine:
         self.check_trainable(after, hit)
 
     def _subtract(self, r: int, inst: Instance, pos: np.ndarray) -> None:
-        rows = self.rows
-        labeled = pos[rows.labeled(pos)]
-        inst.subtract_rows(
-            rows.row_hash[labeled],
-            rows.codes[r][labeled],
-            rows.residuals[r][labeled],
-            rows.folds(labeled),
-        )
+        labeled = pos[self.rows.labeled(pos)]
+        inst.subtract_rows(self.rows.contributions(r, labeled), self.rows.folds(labeled))
 
     # -- insert --------------------------------------------------------------------------
     def insert(self, ids, id_bytes, X, targets) -> Receipt:
@@ -265,22 +260,20 @@ class QSSEngine:
                     inst = self.instances[r]
                     if inst is None or r in hit:
                         continue
-                    codes, residuals = residuals_for(
-                        inst.schema, self.rows.X[labeled], self.rows.targets[labeled]
+                    contrib = contributions_for(
+                        inst.schema,
+                        self.rows.X[labeled],
+                        self.rows.targets[labeled],
+                        self.rows.row_hash[labeled],
                     )
-                    self.rows.set_instance_rows(r, labeled, codes, residuals)
+                    self.rows.set_instance_rows(r, labeled, contrib)
             except BaseException:
                 self.rows.remove(pos)
                 raise
             for r in range(self.config.n_instances):
                 inst = self.instances[r]
                 if inst is not None and r not in hit:
-                    inst.add_rows(
-                        self.rows.row_hash[labeled],
-                        self.rows.codes[r][labeled],
-                        self.rows.residuals[r][labeled],
-                        folds,
-                    )
+                    inst.add_rows(self.rows.contributions(r, labeled), folds)
             self._start_rebuilds(hit)
             return self.receipt("insert", "instance", id_bytes, hit, started)
 
@@ -324,13 +317,20 @@ class QSSEngine:
                     return
                 data = self._row_data(copy=True)
 
-    def _reconcile(self, r: int, data: RowData, instance, pos, codes, residuals) -> bool:
-        """Bring a rebuilt instance up to the current rows; False if its schema is stale."""
+    def _reconcile(
+        self, r: int, data: RowData, instance: Instance, pos: np.ndarray, built: Contributions
+    ) -> bool:
+        """Bring a rebuilt instance up to the current rows; False if its schema is stale.
+
+        ``data`` is the snapshot the instance was built from and ``built`` the contributions
+        of its labeled rows at ``pos``. Rows are matched by serial (a row's serial changes
+        whenever its content does).
+        """
         rows = self.rows
         current = rows.serial[: rows.size]
         order = np.argsort(data.serial)
         sorted_serials = data.serial[order]
-        at = np.searchsorted(sorted_serials, current).clip(max=len(order) - 1 if len(order) else 0)
+        at = np.searchsorted(sorted_serials, current).clip(max=max(len(order) - 1, 0))
         present_before = (len(order) > 0) & (sorted_serials[at] == current)
         added = np.flatnonzero(~present_before)
         removed = np.flatnonzero(~np.isin(data.serial, current))
@@ -344,22 +344,17 @@ class QSSEngine:
         slot[pos] = np.arange(len(pos))
         gone = slot[removed]
         gone = gone[gone >= 0]
-        instance.subtract_rows(
-            data.row_hash[pos[gone]], codes[gone], residuals[gone], data.folds[pos[gone]]
-        )
-        keep_now = np.flatnonzero(present_before & rows.labeled())
-        src = slot[order[at[keep_now]]]
-        new_codes = np.zeros((rows.size,) + codes.shape[1:], dtype=codes.dtype)
-        new_res = np.zeros((rows.size,) + residuals.shape[1:], dtype=residuals.dtype)
-        new_codes[keep_now] = codes[src]
-        new_res[keep_now] = residuals[src]
-        fresh = added[rows.labeled(added)]
-        if fresh.size:
-            c, res = residuals_for(instance.schema, rows.X[fresh], rows.targets[fresh])
-            instance.add_rows(rows.row_hash[fresh], c, res, rows.folds(fresh))
-            new_codes[fresh], new_res[fresh] = c, res
+        instance.subtract_rows(built.take(gone), data.folds[pos[gone]])
         labeled_now = np.flatnonzero(rows.labeled())
-        self._install(r, instance, labeled_now, new_codes[labeled_now], new_res[labeled_now])
+        kept = labeled_now[present_before[labeled_now]]
+        fresh = labeled_now[~present_before[labeled_now]]
+        self._install(r, instance, kept, built.take(slot[order[at[kept]]]))
+        if fresh.size:
+            contrib = contributions_for(
+                instance.schema, rows.X[fresh], rows.targets[fresh], rows.row_hash[fresh]
+            )
+            instance.add_rows(contrib, rows.folds(fresh))
+            rows.set_instance_rows(r, fresh, contrib)
         self._errors[r] = None
         return True
 
@@ -398,15 +393,19 @@ class QSSEngine:
             return h.hexdigest()
 
     def audit_content(self) -> bool:
-        """Recompute every valid instance's accumulators from the stored rows and compare."""
+        """Recompute every valid instance's contributions from the stored rows and compare
+        them with the stored ones, the accumulators and the content fingerprint."""
         with self._lock:
             labeled = np.flatnonzero(self.rows.labeled())
             folds = self.rows.folds()[labeled]
-            for inst in self.instances:
+            for r, inst in enumerate(self.instances):
                 if inst is None:
                     continue
-                codes, residuals = residuals_for(
-                    inst.schema, self.rows.X[labeled], self.rows.targets[labeled]
+                contrib = contributions_for(
+                    inst.schema,
+                    self.rows.X[labeled],
+                    self.rows.targets[labeled],
+                    self.rows.row_hash[labeled],
                 )
                 fresh = type(inst.accumulators).empty(
                     inst.schema.codebook.n_levels,
@@ -414,8 +413,13 @@ class QSSEngine:
                     inst.accumulators.sums.shape[-1],
                     inst.accumulators.scale_bits,
                 )
-                fresh.add(codes, residuals, folds)
+                fresh.add(contrib.codes, contrib.residuals, folds)
                 if not fresh.equals(inst.accumulators):
+                    return False
+                if multiset_sum(contrib.digests) != inst.content_hash:
+                    return False
+                stored = self.rows.contributions(r, labeled)
+                if not np.array_equal(stored.digests, contrib.digests):
                     return False
             return True
 
@@ -450,8 +454,9 @@ class QSSEngine:
                 "next_serial": r._next_serial,
                 "row_hash": r.row_hash[:n].copy(),
                 "multiset_hash": r.multiset_hash,
-                "codes": [c[:n].copy() for c in r.codes],
-                "residuals": [c[:n].copy() for c in r.residuals],
+                "contributions": [
+                    r.contributions(i, np.arange(n)) for i in range(self.config.n_instances)
+                ],
                 "instances": [
                     (inst.schema, inst.accumulators, inst.schema_digest, inst.content_hash)
                     for inst in self.instances
@@ -475,7 +480,7 @@ class QSSEngine:
         rows._count(np.arange(n), +1)
         for r, (schema, acc, digest, content_hash) in enumerate(state["instances"]):
             engine.instances[r] = Instance(schema, acc, digest, content_hash)
-            rows.set_instance_rows(r, np.arange(n), state["codes"][r], state["residuals"][r])
+            rows.set_instance_rows(r, np.arange(n), state["contributions"][r])
         return engine
 
 

@@ -223,7 +223,7 @@ class _QSSBase(BaseEstimator):
         """
         check_is_fitted(self, "engine_")
         X = self._check_X(X, self.n_features_in_)
-        targets = self._encode_targets(y, X.shape[0], for_insert=True)
+        targets = self._encode_targets(y, X.shape[0])
         id_list, id_raw = self._check_ids(ids, X.shape[0])
         known = [i for i in id_list if i in self.engine_.rows.position]
         if known:
@@ -355,7 +355,7 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
             raise ValueError("classification labels must be integers or strings")
         return y
 
-    def _encode_targets(self, y: Any, n: int, for_insert: bool) -> np.ndarray:
+    def _encode_targets(self, y: Any, n: int) -> np.ndarray:
         y = self._check_y(y, n)
         if self.mode == "label" and np.any(_is_unlabeled(y)):
             raise ValueError("insert needs labeled rows (y == -1 is only meaningful in fit)")
@@ -452,7 +452,7 @@ class QSSRegressor(RegressorMixin, _QSSBase):
             raise ValueError("y contains NaN or infinity")
         return y
 
-    def _encode_targets(self, y: Any, n: int, for_insert: bool) -> np.ndarray:
+    def _encode_targets(self, y: Any, n: int) -> np.ndarray:
         return self._check_y(y, n, allow_nan=False)
 
     def predict(self, X: Any) -> np.ndarray:

@@ -18,7 +18,7 @@ from .content.accumulators import (
     Accumulators,
     quantize_residuals,
 )
-from .content.fingerprint import MODULUS, contribution_hash
+from .content.fingerprint import MODULUS, Contributions, multiset_sum
 from .content.materialize import Content, build_content
 from .schema import Schema, SchemaConfig, train_schema
 
@@ -55,18 +55,14 @@ class Instance:
     content_hash: int
     content: Content | None = field(default=None)
 
-    def add_rows(self, row_hashes, codes, residuals, folds) -> None:
-        self.accumulators.add(codes, residuals, folds)
-        self.content_hash = (
-            self.content_hash + contribution_hash(row_hashes, codes, residuals)
-        ) % MODULUS
+    def add_rows(self, contrib: Contributions, folds: np.ndarray) -> None:
+        self.accumulators.add(contrib.codes, contrib.residuals, folds)
+        self.content_hash = (self.content_hash + multiset_sum(contrib.digests)) % MODULUS
         self.content = None
 
-    def subtract_rows(self, row_hashes, codes, residuals, folds) -> None:
-        self.accumulators.subtract(codes, residuals, folds)
-        self.content_hash = (
-            self.content_hash - contribution_hash(row_hashes, codes, residuals)
-        ) % MODULUS
+    def subtract_rows(self, contrib: Contributions, folds: np.ndarray) -> None:
+        self.accumulators.subtract(contrib.codes, contrib.residuals, folds)
+        self.content_hash = (self.content_hash - multiset_sum(contrib.digests)) % MODULUS
         self.content = None
 
     def digest(self) -> bytes:
@@ -84,8 +80,10 @@ def instance_seed(random_state: int, instance: int) -> int:
     return (int(random_state) * 1_000_003 + 7919 * (instance + 1)) % (2**31 - 1)
 
 
-def residuals_for(schema: Schema, X: np.ndarray, targets: np.ndarray):
-    """Codes and fixed-point residuals r = y − g(x) of labeled rows under ``schema``."""
+def contributions_for(
+    schema: Schema, X: np.ndarray, targets: np.ndarray, row_hashes: np.ndarray
+) -> Contributions:
+    """Codes, fixed-point residuals r = y − g(x) and digests of labeled rows under ``schema``."""
     codes, g = schema.transform(X)
     base = schema.base_model
     if base.task == "classification":
@@ -95,7 +93,7 @@ def residuals_for(schema: Schema, X: np.ndarray, targets: np.ndarray):
     else:
         target = ((np.asarray(targets, np.float64) - base.y_mean) / base.y_scale)[:, None]
         scale_bits = REGRESSION_SCALE_BITS
-    return codes, quantize_residuals(target - g, scale_bits)
+    return Contributions.of(row_hashes, codes, quantize_residuals(target - g, scale_bits))
 
 
 def schema_rows(data: RowData, instance: int, rho: float, label_mode: bool):
@@ -111,9 +109,9 @@ def schema_rows(data: RowData, instance: int, rho: float, label_mode: bool):
 
 def build_instance(
     config: SchemaConfig, data: RowData, instance: int, random_state: int, label_mode: bool
-) -> tuple[Instance, np.ndarray, np.ndarray, np.ndarray]:
-    """Train instance ``instance`` on ``data``; returns it with (positions, codes, residuals)
-    of the labeled rows it accumulated."""
+) -> tuple[Instance, np.ndarray, Contributions]:
+    """Train instance ``instance`` on ``data``; returns it with the positions and the
+    contributions of the labeled rows it accumulated."""
     members, pool = schema_rows(data, instance, config.rho, label_mode)
     schema = train_schema(
         config,
@@ -123,7 +121,9 @@ def build_instance(
         instance_seed(random_state, instance),
     )
     labeled = np.flatnonzero(data.labeled)
-    codes, residuals = residuals_for(schema, data.X[labeled], data.targets[labeled])
+    contrib = contributions_for(
+        schema, data.X[labeled], data.targets[labeled], data.row_hash[labeled]
+    )
     scale_bits = (
         CLASSIFICATION_SCALE_BITS if config.task == "classification" else REGRESSION_SCALE_BITS
     )
@@ -131,5 +131,5 @@ def build_instance(
         schema.codebook.n_levels, schema.codebook.n_centroids, config.n_outputs, scale_bits
     )
     instance = Instance(schema, acc, schema.digest(), 0)
-    instance.add_rows(data.row_hash[labeled], codes, residuals, data.folds[labeled])
-    return instance, labeled, codes, residuals
+    instance.add_rows(contrib, data.folds[labeled])
+    return instance, labeled, contrib

@@ -9,10 +9,11 @@ the rows present when they finish.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Hashable, Sequence
 
 import numpy as np
+
+from .content.fingerprint import MODULUS, Contributions, digest_rows, multiset_sum
 
 UNLABELED = -1
 """Class index of a row whose label was removed (label mode); regression uses NaN."""
@@ -33,6 +34,7 @@ class RowStore:
         self._alloc(0)
         self.codes: list[np.ndarray | None] = [None] * n_instances
         self.residuals: list[np.ndarray | None] = [None] * n_instances
+        self.digests: list[np.ndarray | None] = [None] * n_instances
 
     def _alloc(self, capacity: int) -> None:
         self.X = np.zeros((capacity, self.n_features), dtype=np.float32)
@@ -74,7 +76,7 @@ class RowStore:
         for new, arr in zip(self._row_arrays(), old, strict=True):
             new[: self.size] = arr[: self.size]
         for r in range(self.n_instances):
-            for field in (self.codes, self.residuals):
+            for field in self._instance_fields():
                 if field[r] is not None:
                     grown = np.zeros((capacity,) + field[r].shape[1:], dtype=field[r].dtype)
                     grown[: self.size] = field[r][: self.size]
@@ -124,20 +126,15 @@ class RowStore:
         return self.class_counts - np.bincount(t[t >= 0], minlength=self.class_counts.size)
 
     def _set_row_hash(self, pos: np.ndarray, id_bytes: Sequence[bytes]) -> None:
-        """Hash (id, target, features) per row and fold it into the multiset hash."""
-        for p, b in zip(pos, id_bytes, strict=True):
-            h = hashlib.blake2b(digest_size=32, person=b"qss-row")
-            h.update(len(b).to_bytes(4, "little") + b)
-            h.update(self.targets[p : p + 1].tobytes() + self.in_pool[p : p + 1].tobytes())
-            h.update(self.X[p].tobytes())
-            digest = h.digest()
-            self.row_hash[p] = np.frombuffer(digest, dtype=np.uint8)
-            self.multiset_hash = (self.multiset_hash + int.from_bytes(digest, "little")) % 2**256
+        """Hash (id, target, pool flag, features) per row; add them to the multiset hash."""
+        framed = np.array([len(b).to_bytes(4, "little") + b for b in id_bytes], dtype=object)
+        self.row_hash[pos] = digest_rows(
+            framed, self.targets[pos], self.in_pool[pos], self.X[pos], person=b"qss-row"
+        )
+        self.multiset_hash = (self.multiset_hash + multiset_sum(self.row_hash[pos])) % MODULUS
 
     def _unhash(self, pos: np.ndarray) -> None:
-        for p in pos:
-            value = int.from_bytes(self.row_hash[p].tobytes(), "little")
-            self.multiset_hash = (self.multiset_hash - value) % 2**256
+        self.multiset_hash = (self.multiset_hash - multiset_sum(self.row_hash[pos])) % MODULUS
 
     def remove(self, pos: np.ndarray) -> None:
         """Remove rows at ``pos``: holes are filled by surviving tail rows, freed slots zeroed."""
@@ -151,7 +148,9 @@ class RowStore:
         doomed[pos] = True
         holes = pos[pos < new_size]
         fillers = np.flatnonzero(~doomed[new_size:]) + new_size
-        arrays = self._row_arrays() + [a for a in self.codes + self.residuals if a is not None]
+        arrays = self._row_arrays() + [
+            a for field in self._instance_fields() for a in field if a is not None
+        ]
         for a in arrays:
             a[holes] = a[fillers]
             a[new_size : self.size] = 0
@@ -169,16 +168,25 @@ class RowStore:
         self.targets[pos] = np.nan if self.target_dtype.kind == "f" else UNLABELED
         self.serial[pos] = np.arange(self._next_serial, self._next_serial + len(pos))
         self._next_serial += len(pos)
-        for field in self.codes + self.residuals:
-            if field is not None:
-                field[pos] = 0
+        for field in self._instance_fields():
+            for a in field:
+                if a is not None:
+                    a[pos] = 0
         self._set_row_hash(pos, id_bytes)
 
-    def set_instance_rows(
-        self, instance: int, pos: np.ndarray, codes: np.ndarray, residuals: np.ndarray
-    ) -> None:
-        """Store an instance's codes and quantized residuals for the rows at ``pos``."""
-        for field, values in ((self.codes, codes), (self.residuals, residuals)):
+    def _instance_fields(self) -> tuple[list, list, list]:
+        return (self.codes, self.residuals, self.digests)
+
+    def contributions(self, instance: int, pos: np.ndarray) -> Contributions:
+        """The stored contributions of the rows at ``pos`` to ``instance``."""
+        return Contributions(
+            self.codes[instance][pos], self.residuals[instance][pos], self.digests[instance][pos]
+        )
+
+    def set_instance_rows(self, instance: int, pos: np.ndarray, contrib: Contributions) -> None:
+        """Store an instance's contributions for the rows at ``pos``."""
+        values_by_field = (contrib.codes, contrib.residuals, contrib.digests)
+        for field, values in zip(self._instance_fields(), values_by_field, strict=True):
             current = field[instance]
             if (
                 current is None
