@@ -62,13 +62,15 @@ def _out_of_fold(means: np.ndarray, T: np.ndarray, n: np.ndarray, N: np.ndarray)
     cross = float(np.sum(T * means))
     square = float(np.sum(n[:, :, None] * means * means))
     for p, (q, m) in enumerate(level_pairs(means.shape[0])):
-        square += 2.0 * float(np.sum(N[p] * (means[q] @ means[m].T)))
+        square += 2.0 * float(np.sum(means[q] * (N[p] @ means[m])))
     return cross, square
 
 
-def out_of_fold_scores(acc: Accumulators, shrinkage: float) -> tuple[float, float]:
-    """Σ⟨r, m(x)⟩ and Σ‖m(x)‖² with m's means from the other fold, summed over both folds."""
-    folds = [_stats(acc, f) for f in (0, 1)]
+def out_of_fold_scores(folds, shrinkage: float) -> tuple[float, float]:
+    """Σ⟨r, m(x)⟩ and Σ‖m(x)‖² with m's means from the other fold, summed over both folds.
+
+    ``folds`` holds the two folds' (T, n, N) as returned by ``_stats``.
+    """
     cross = square = 0.0
     for train, score in ((0, 1), (1, 0)):
         c, s = _out_of_fold(materialize(*folds[train], shrinkage), *folds[score])
@@ -88,8 +90,9 @@ def build_content(acc: Accumulators, alpha: float | str, shrinkage: float | str)
     if alpha != "auto" and len(grid) == 1:
         return Content(materialize(*_stats(acc, slice(None)), grid[0]), float(alpha), grid[0])
     best = (-np.inf, 0.0, grid[0])
+    folds = [_stats(acc, f) for f in (0, 1)]
     for lam in grid:
-        cross, square = out_of_fold_scores(acc, lam)
+        cross, square = out_of_fold_scores(folds, lam)
         if alpha == "auto":
             a = cross / square if cross > 0.0 and square > 0.0 else 0.0
         else:

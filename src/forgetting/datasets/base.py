@@ -4,6 +4,11 @@ Every loader in this package returns the same frozen container so that benchmark
 digits, MNIST, Fashion-MNIST and the regression set interchangeably: features are always a
 C-contiguous float32 matrix (what faiss and the sufficient-statistics code want without a copy)
 and classification labels are always int64 in ``0..k-1`` (so they can index count arrays).
+
+Text datasets (``modality="text"``) are the one exception: their ``X`` is a 1-D numpy object
+array of ``str``, because the features only exist after a frozen text encoder
+(:class:`forgetting.encoders.MiniLMEncoder`) has embedded them -- and which encoder to use is
+the benchmark's choice, not the loader's.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Literal
 import numpy as np
 
 Task = Literal["classification", "regression"]
+Modality = Literal["numeric", "text"]
 
 
 class DatasetUnavailableError(RuntimeError):
@@ -32,6 +38,9 @@ class Dataset:
     ``eq=False`` because element-wise array comparison makes ``==`` on arrays ambiguous; compare
     the arrays explicitly (``np.array_equal``) instead. ``__post_init__`` checks the dtype/shape
     contract so a loader bug fails loudly here rather than deep inside a benchmark.
+
+    ``modality`` defaults to ``"numeric"`` (``X`` is a 2-D C-contiguous float32 matrix); a
+    ``"text"`` dataset instead holds a 1-D object array of ``str`` per split, to be encoded.
     """
 
     name: str
@@ -43,15 +52,26 @@ class Dataset:
     feature_description: str
     source: str
     class_names: tuple[str, ...] = ()
+    modality: Modality = "numeric"
 
     def __post_init__(self) -> None:
         if self.task not in ("classification", "regression"):
             raise ValueError(f"task must be 'classification' or 'regression', got {self.task!r}")
+        if self.modality not in ("numeric", "text"):
+            raise ValueError(f"modality must be 'numeric' or 'text', got {self.modality!r}")
         for split, X, y in (
             ("train", self.X_train, self.y_train),
             ("test", self.X_test, self.y_test),
         ):
-            if X.dtype != np.float32 or X.ndim != 2 or not X.flags.c_contiguous:
+            if self.modality == "text":
+                if X.dtype != object or X.ndim != 1:
+                    raise ValueError(
+                        f"{self.name}: X_{split} of a text dataset must be a 1-D object array, "
+                        f"got dtype={X.dtype} ndim={X.ndim}"
+                    )
+                if not all(isinstance(t, str) for t in X):
+                    raise ValueError(f"{self.name}: X_{split} of a text dataset must hold str")
+            elif X.dtype != np.float32 or X.ndim != 2 or not X.flags.c_contiguous:
                 raise ValueError(
                     f"{self.name}: X_{split} must be a 2-D C-contiguous float32 array, "
                     f"got dtype={X.dtype} ndim={X.ndim} c_contiguous={X.flags.c_contiguous}"
@@ -66,7 +86,7 @@ class Dataset:
                 raise ValueError(
                     f"{self.name}: y_{split} must be {expected.__name__}, got {y.dtype}"
                 )
-        if self.X_train.shape[1] != self.X_test.shape[1]:
+        if self.modality == "numeric" and self.X_train.shape[1] != self.X_test.shape[1]:
             raise ValueError(
                 f"{self.name}: train has {self.X_train.shape[1]} features but test has "
                 f"{self.X_test.shape[1]}"
@@ -95,7 +115,9 @@ class Dataset:
 
     @property
     def n_features(self) -> int:
-        """Number of feature columns."""
+        """Number of feature columns (a text dataset has none until it is encoded)."""
+        if self.modality == "text":
+            raise ValueError(f"{self.name} is a text dataset: encode X before counting features")
         return int(self.X_train.shape[1])
 
 
