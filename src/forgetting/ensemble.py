@@ -16,7 +16,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +24,14 @@ from typing import Any
 import numpy as np
 
 from .content.fingerprint import Contributions, multiset_sum
-from .instance import Instance, RowData, build_instance, contributions_for, schema_rows
+from .instance import (
+    Instance,
+    RowData,
+    build_instance,
+    contributions_for,
+    empty_instance,
+    schema_rows,
+)
 from .receipts import Receipt
 from .rows import RowStore
 from .schema import SchemaConfig
@@ -71,6 +78,8 @@ class QSSEngine:
         self.rebuild_seconds: list[float] = []
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        self.on_install: Callable[[int], None] | None = None
+        """Called (under the engine lock) whenever an instance is (re)built and installed."""
 
     # -- row data ------------------------------------------------------------------------
     def _draws(self, id_bytes: Sequence[bytes]) -> np.ndarray:
@@ -128,7 +137,6 @@ class QSSEngine:
                 raise
             for r, result in enumerate(built):
                 self._install(r, *result)
-                self._errors[r] = None
 
     def _build(self, r: int, data: RowData):
         started = time.perf_counter()
@@ -139,9 +147,16 @@ class QSSEngine:
         return result
 
     def _install(self, r: int, instance: Instance, pos, contrib: Contributions) -> None:
-        self.instances[r] = instance
         self.rows.set_instance_rows(r, pos, contrib)
+        self._activate(r, instance)
+
+    def _activate(self, r: int, instance: Instance) -> None:
+        """Make a fully built instance serve, and tell the listener."""
+        self.instances[r] = instance
+        self._errors[r] = None
         self._changed.notify_all()
+        if self.on_install is not None:
+            self.on_install(r)
 
     # -- queries -------------------------------------------------------------------------
     def valid_instances(self) -> list[int]:
@@ -348,14 +363,13 @@ class QSSEngine:
         labeled_now = np.flatnonzero(rows.labeled())
         kept = labeled_now[present_before[labeled_now]]
         fresh = labeled_now[~present_before[labeled_now]]
-        self._install(r, instance, kept, built.take(slot[order[at[kept]]]))
-        if fresh.size:
-            contrib = contributions_for(
-                instance.schema, rows.X[fresh], rows.targets[fresh], rows.row_hash[fresh]
-            )
-            instance.add_rows(contrib, rows.folds(fresh))
-            rows.set_instance_rows(r, fresh, contrib)
-        self._errors[r] = None
+        fresh_contrib = contributions_for(
+            instance.schema, rows.X[fresh], rows.targets[fresh], rows.row_hash[fresh]
+        )
+        instance.add_rows(fresh_contrib, rows.folds(fresh))
+        rows.set_instance_rows(r, kept, built.take(slot[order[at[kept]]]))
+        rows.set_instance_rows(r, fresh, fresh_contrib)
+        self._activate(r, instance)
         return True
 
     def retire(self) -> None:
@@ -462,6 +476,41 @@ class QSSEngine:
                     for inst in self.instances
                 ],
             }
+
+    @classmethod
+    def restore(
+        cls,
+        config: EngineConfig,
+        key: bytes,
+        rows: tuple[list, list[bytes], np.ndarray, np.ndarray, np.ndarray],
+        schemas: Sequence,
+        contributions: Sequence[tuple[np.ndarray, np.ndarray] | None],
+    ) -> QSSEngine:
+        """Rebuild an engine from stored rows and per-instance (schema, codes, residuals).
+
+        ``rows`` is (ids, id_bytes, X, targets, in_pool). For every instance with a stored
+        schema, ``contributions`` holds the codes and residuals of the labeled rows, in row
+        order; everything derived (draws, row hashes, digests, accumulators) is recomputed,
+        so a store only needs to keep what cannot be. Instances without a schema rebuild.
+        """
+        ids, id_raw, X, targets, in_pool = rows
+        engine = cls(config, key, X.shape[1], targets.dtype)
+        with engine._lock:
+            store = engine.rows
+            pos = store.append(ids, id_raw, X, targets, engine._draws(id_raw), in_pool=in_pool)
+            labeled = pos[store.labeled(pos)]
+            missing = []
+            for r, (schema, stored) in enumerate(zip(schemas, contributions, strict=True)):
+                if schema is None:
+                    missing.append(r)
+                    continue
+                contrib = Contributions.of(store.row_hash[labeled], *stored)
+                inst = empty_instance(config.schema, schema)
+                inst.add_rows(contrib, store.folds(labeled))
+                engine.instances[r] = inst
+                store.set_instance_rows(r, labeled, contrib)
+            engine._start_rebuilds(missing)
+        return engine
 
     @classmethod
     def from_state(cls, config: EngineConfig, state: dict[str, Any], target_dtype):

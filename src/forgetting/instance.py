@@ -124,12 +124,17 @@ def build_instance(
     contrib = contributions_for(
         schema, data.X[labeled], data.targets[labeled], data.row_hash[labeled]
     )
+    instance = empty_instance(config, schema)
+    instance.add_rows(contrib, data.folds[labeled])
+    return instance, labeled, contrib
+
+
+def empty_instance(config: SchemaConfig, schema: Schema) -> Instance:
+    """An instance with ``schema`` and no rows accumulated yet."""
     scale_bits = (
         CLASSIFICATION_SCALE_BITS if config.task == "classification" else REGRESSION_SCALE_BITS
     )
     acc = Accumulators.empty(
         schema.codebook.n_levels, schema.codebook.n_centroids, config.n_outputs, scale_bits
     )
-    instance = Instance(schema, acc, schema.digest(), 0)
-    instance.add_rows(contrib, data.folds[labeled])
-    return instance, labeled, contrib
+    return Instance(schema, acc, schema.digest(), 0)
