@@ -1,0 +1,11 @@
+"""The HTTP service: a :class:`~forgetting.store.durable.DurableModel` behind FastAPI.
+
+``create_app(model, config)`` builds the app; ``ServiceConfig`` holds the bearer tokens
+(never shown), whether reads are open, and the batch limit. FastAPI is an optional
+dependency, imported only when this package is.
+"""
+
+from .app import create_app
+from .config import ConfigError, ServiceConfig
+
+__all__ = ["ConfigError", "ServiceConfig", "create_app"]
