@@ -29,4 +29,5 @@ class Receipt:
     seconds: float
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """A JSON-ready dict (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}

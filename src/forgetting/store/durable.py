@@ -207,9 +207,7 @@ class DurableModel:
             X = X.reshape(len(records), self.n_features)
             ids = [_decode_id(bytes(r[0])) for r in records]
             if self.task == "classification":
-                y = np.array(
-                    [-1 if r[3] is None else est.classes_[int(r[3])] for r in records]
-                )
+                y = np.array([-1 if r[3] is None else est.classes_[int(r[3])] for r in records])
             else:
                 y = np.array([np.nan if r[3] is None else r[3] for r in records], dtype=float)
             fresh = type(est)(**est.get_params(deep=False)).fit(X, y, ids)
@@ -323,8 +321,14 @@ class DurableModel:
                     else None
                 )
             out.append(
-                (id_bytes(rows.ids[p]), self._next_seq + i, rows.X[p].tobytes(), target,
-                 int(rows.in_pool[p]), *blobs)
+                (
+                    id_bytes(rows.ids[p]),
+                    self._next_seq + i,
+                    rows.X[p].tobytes(),
+                    target,
+                    int(rows.in_pool[p]),
+                    *blobs,
+                )
             )
         self._next_seq += len(pos)
         return out
@@ -367,8 +371,10 @@ class DurableModel:
                     cur,
                     r,
                     [
-                        (rows.codes[r][p].tobytes() + rows.residuals[r][p].tobytes(),
-                         id_bytes(rows.ids[p]))
+                        (
+                            rows.codes[r][p].tobytes() + rows.residuals[r][p].tobytes(),
+                            id_bytes(rows.ids[p]),
+                        )
                         for p in labeled
                     ],
                 )

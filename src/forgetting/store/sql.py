@@ -116,7 +116,9 @@ class SQLStore:
                 f"{contrib})",
             )
             self._execute(cur, "CREATE INDEX rows_seq ON rows (seq)")
-            self._execute(cur, f"CREATE TABLE schemas (instance INTEGER PRIMARY KEY, body {d.blob})")
+            self._execute(
+                cur, f"CREATE TABLE schemas (instance INTEGER PRIMARY KEY, body {d.blob})"
+            )
             self._execute(cur, f"CREATE TABLE receipts (seq {d.serial_pk}, body TEXT NOT NULL)")
             self._execute(cur, "CREATE TABLE receipt_ids (id_hash TEXT NOT NULL, seq BIGINT)")
             self._execute(cur, "CREATE INDEX receipt_ids_hash ON receipt_ids (id_hash)")
