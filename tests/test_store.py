@@ -25,8 +25,25 @@ def _ids(n):
     return [f"user-{i:05d}" for i in range(n)]
 
 
+def _postgres_dsn() -> str:
+    dsn = os.environ.get("FORGETTING_TEST_POSTGRES_DSN")
+    if dsn:
+        return dsn
+    if os.environ.get("FORGETTING_REQUIRE_POSTGRES") == "1":
+        pytest.fail("FORGETTING_TEST_POSTGRES_DSN is not set; start one with .ci/postgres.sh")
+    pytest.skip("no PostgreSQL: eval \"$(bash .ci/postgres.sh)\" to run these tests too")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request, tmp_path):
+    """A store location for each backend (the same tests run on both)."""
+    if request.param == "postgres":
+        return _postgres_dsn()
+    return str(tmp_path / "model.db")
+
+
 @pytest.fixture
-def db(tmp_path):
+def sqlite_db(tmp_path):
     return str(tmp_path / "model.db")
 
 
@@ -76,7 +93,8 @@ def test_forget_is_idempotent_and_unknown_ids_change_nothing(db):
     model.close()
 
 
-def test_no_residue_in_database_or_wal(db):
+def test_no_residue_in_database_or_wal(sqlite_db):
+    db = sqlite_db
     X, y = classification_data(d=10)
     X = X + np.random.default_rng(0).normal(scale=1e-3, size=X.shape)
     ids = _ids(len(y))
@@ -159,20 +177,23 @@ def test_open_refuses_a_missing_or_foreign_file(tmp_path):
 CRASH_TRIALS = int(os.environ.get("FORGETTING_CRASH_TRIALS", "50"))
 
 
-def test_sigkill_at_random_moments_loses_no_acknowledged_change(tmp_path):
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_sigkill_at_random_moments_loses_no_acknowledged_change(tmp_path, backend):
     """A real process applying forgets and inserts is SIGKILLed at random moments; after
     restart every acknowledged change is there exactly once and the state equals a fit on
     the surviving rows (checked by `verify`)."""
+    dsn = _postgres_dsn() if backend == "postgres" else None
+    n_trials = CRASH_TRIALS if backend == "sqlite" else max(CRASH_TRIALS // 2, 1)
     X, y = classification_data(n=400)
     ids = _ids(len(y))
     rng = random.Random(0)
     deadline = time.monotonic() + 240
     trials = 0
     mid_stream = 0
-    for trial in range(CRASH_TRIALS):
+    for trial in range(n_trials):
         if time.monotonic() > deadline:
             break
-        db = str(tmp_path / f"crash-{trial}.db")
+        db = dsn or str(tmp_path / f"crash-{trial}.db")
         DurableModel.create(db, QSSClassifier(**BG), X, y, ids).close()
         present = set(ids)
         plan, seq = [], 0
@@ -222,5 +243,5 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_change(tmp_path):
         assert audit["ok"], f"trial {trial}: {audit}"
         model.close()
         trials += 1
-    assert trials >= min(CRASH_TRIALS, 10), f"only {trials} trials ran in the time bound"
+    assert trials >= min(n_trials, 10), f"only {trials} trials ran in the time bound"
     assert mid_stream >= trials // 5, f"only {mid_stream}/{trials} kills landed mid-stream"
