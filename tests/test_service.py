@@ -382,3 +382,76 @@ def test_openapi_schema_documents_every_endpoint(client):
     assert {"401", "404", "413", "422"} <= set(paths["/forget"]["post"]["responses"])
     docs = client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+# -- micro-batching of predictions ----------------------------------------------------------
+
+
+def test_batcher_merges_concurrent_requests_and_keeps_each_result():
+    import threading
+    import time
+
+    from forgetting.service.app import PredictBatcher
+
+    sizes = []
+
+    def fn(X):
+        sizes.append(len(X))
+        time.sleep(0.05)
+        if np.any(X < 0):
+            raise ValueError("negative rows")
+        return X[:, 0] * 2, X * 3
+
+    batcher = PredictBatcher(fn, max_rows=1000)
+    results, errors = {}, {}
+
+    def request(k):
+        X = np.full((k + 1, 2), -1.0 if k == 5 else float(k))
+        try:
+            results[k] = batcher(X)
+        except ValueError as err:
+            errors[k] = str(err)
+
+    threads = [threading.Thread(target=request, args=(k,)) for k in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert set(results) == set(range(12)) - {5} and errors == {5: "negative rows"}
+    for k, (labels, proba) in results.items():
+        assert np.array_equal(labels, np.full(k + 1, 2.0 * k))
+        assert np.array_equal(proba, np.full((k + 1, 2), 3.0 * k))
+    assert batcher.calls < 12  # merged (the failing batch is retried row-group by row-group)
+
+
+def test_concurrent_predictions_are_bitwise_those_of_the_model(client, store):
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, X, _ = store
+    chunks = [X[i : i + 7] for i in range(0, 140, 7)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(
+            pool.map(lambda c: client.post("/predict", json={"X": c.tolist()}).json(), chunks)
+        )
+    for chunk, answer in zip(chunks, answers, strict=True):
+        assert np.array_equal(np.array(answer["probabilities"]), model.predict_proba(chunk))
+        assert answer["predictions"] == model.predict(chunk).tolist()
+
+
+def test_labels_from_probabilities_fall_back_on_ties():
+    from forgetting.service.app import labels_from_proba
+
+    asked = []
+
+    def predict(rows):
+        asked.extend(rows.tolist())
+        return np.array(["tie"] * len(rows))
+
+    proba = np.array([[0.1, 0.9], [0.5, 0.5], [np.nan, np.nan], [0.7, 0.3]])
+    labels = labels_from_proba(proba, ["a", "b"], predict)
+    assert labels.tolist() == ["b", "tie", "tie", "a"] and asked == [1, 2]
+    assert labels_from_proba(proba[[0, 3]], [3, 7], predict).tolist() == [7, 3]
+    mixed = labels_from_proba(proba[:2], [3, 7], lambda rows: np.array([5] * len(rows)))
+    from forgetting.service.app import _jsonable
+
+    assert _jsonable(mixed) == [7, 5] and all(type(v) is int for v in _jsonable(mixed))

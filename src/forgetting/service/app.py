@@ -78,7 +78,7 @@ class PredictResponse(BaseModel):
     order of ``classes``)."""
 
     predictions: list[Label]
-    probabilities: list[list[float]] | None = None
+    probabilities: list[list[float | None]] | None = None
     classes: list[Label] | None = None
 
 
@@ -238,8 +238,34 @@ def _check_matrix(X: list[list[float]], n_features: int) -> np.ndarray:
 
 
 def _jsonable(values: Any) -> list:
-    """numpy array -> plain Python list (numpy scalars are not JSON serializable)."""
-    return np.asarray(values).tolist()
+    """numpy array -> plain Python list (numpy scalars are not JSON serializable, and an
+    object array's ``tolist`` keeps them as they are)."""
+    return _finite(np.asarray(values).tolist())
+
+
+def labels_from_proba(
+    proba: np.ndarray, classes: list | None, predict: Callable[[np.ndarray], Any]
+) -> np.ndarray:
+    """Predicted classes from probabilities, without a second model call where that is exact.
+
+    ``predict`` is the argmax of the model's outputs and ``predict_proba`` a per-row
+    non-decreasing map of them (clip at 0, divide by the row total). If a row's largest
+    probability is attained by one class only, that class is also the strict argmax of the
+    outputs (a larger-or-equal output elsewhere would give a larger-or-equal probability), so
+    the label is exactly ``predict``'s. Rows with a tie or a non-finite value (rare) are
+    asked to ``predict(rows)`` itself.
+    """
+    if classes is None or proba.ndim != 2 or proba.shape[1] != len(classes):
+        return np.asarray(predict(np.arange(len(proba))))
+    top = np.argmax(proba, axis=1)
+    best = proba[np.arange(len(proba)), top]
+    unique = np.isfinite(best) & ((proba == best[:, None]).sum(axis=1) == 1)
+    labels = np.asarray(classes)[top]
+    if not np.all(unique):
+        rows = np.flatnonzero(~unique)
+        labels = labels.astype(object)
+        labels[rows] = list(np.asarray(predict(rows)))
+    return labels
 
 
 def _valid_instances(model: ServableModel) -> tuple[int | None, int | None]:
@@ -249,6 +275,95 @@ def _valid_instances(model: ServableModel) -> tuple[int | None, int | None]:
         return len(engine.valid_instances()), len(engine.instances)
     except Exception:  # noqa: BLE001 - health must answer even if internals change
         return None, None
+
+
+# -- micro-batching of predictions ----------------------------------------------------------
+
+
+class _Job:
+    __slots__ = ("X", "result", "error", "finished")
+
+    def __init__(self, X: np.ndarray):
+        self.X = X
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.finished = False
+
+
+class PredictBatcher:
+    """Runs concurrent prediction requests as one model call.
+
+    Why: the model evaluates rows in fixed-shape blocks (of 1024 rows, so that a row's bits do
+    not depend on its batch), which makes a 1-row call cost as much as a 1000-row one. Under
+    concurrent load, requests that arrive while a call runs are queued and the next call
+    serves all of them; with no load a request runs at once (no added wait).
+
+    Exactness and freshness are kept: each row's output does not depend on the other rows of
+    the call, and a call starts only after every request in it arrived, so it reflects every
+    forget acknowledged before any of them was sent. There is no dedicated thread: one of the
+    waiting request threads runs the call (the "leader"), the others wait on a condition.
+    """
+
+    def __init__(self, fn: Callable[[np.ndarray], tuple], max_rows: int):
+        self._fn = fn
+        self._max_rows = max(1, max_rows)
+        self._cond = threading.Condition()
+        self._pending: list[_Job] = []
+        self._busy = False
+        self.calls = 0  # model calls made (for tests and stats)
+
+    def __call__(self, X: np.ndarray) -> tuple:
+        job = _Job(X)
+        with self._cond:
+            self._pending.append(job)
+            while not job.finished:
+                if self._busy:
+                    self._cond.wait()
+                    continue
+                self._busy = True
+                batch = self._take()
+                self._cond.release()
+                try:
+                    self._run(batch)
+                finally:
+                    self._cond.acquire()
+                    self._busy = False
+                    self._cond.notify_all()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _take(self) -> list[_Job]:
+        """FIFO jobs up to ``max_rows`` rows (always at least one job)."""
+        batch, rows = [], 0
+        while self._pending and (not batch or rows + len(self._pending[0].X) <= self._max_rows):
+            job = self._pending.pop(0)
+            batch.append(job)
+            rows += len(job.X)
+        return batch
+
+    def _run(self, batch: list[_Job]) -> None:
+        self.calls += 1
+        try:
+            if len(batch) == 1:
+                batch[0].result = self._fn(batch[0].X)
+                return
+            bounds = np.cumsum([0] + [len(job.X) for job in batch])
+            joined = self._fn(np.concatenate([job.X for job in batch]))
+            for job, a, b in zip(batch, bounds[:-1], bounds[1:], strict=True):
+                job.result = tuple(None if part is None else part[a:b] for part in joined)
+        except Exception as err:
+            if len(batch) == 1:
+                batch[0].error = err
+                return
+            for job in batch:  # find out whose rows fail: run each job alone
+                try:
+                    job.result = self._fn(job.X)
+                except Exception as own:
+                    job.error = own
+        finally:
+            for job in batch:
+                job.finished = True
 
 
 # -- the app --------------------------------------------------------------------------------
@@ -272,6 +387,15 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
     app.state.config = config
     mutation_lock = threading.Lock()
     classification = model.task == "classification"
+
+    def predict_rows(X: np.ndarray) -> tuple:
+        if not classification:
+            return np.asarray(model.predict(X)), None
+        proba = np.asarray(model.predict_proba(X))
+        return labels_from_proba(proba, model.classes, lambda rows: model.predict(X[rows])), proba
+
+    batcher = PredictBatcher(predict_rows, max_rows=max(config.max_batch, 1024))
+    app.state.predict_batcher = batcher
 
     def require_token(
         request: Request,
@@ -331,17 +455,16 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
         _check_batch(len(body.X), "rows", config.max_batch)
         X = _check_matrix(body.X, model.n_features)
         try:
-            if classification:
-                proba = model.predict_proba(X)
-                labels = model.predict(X)
-                return PredictResponse(
-                    predictions=_jsonable(labels),
-                    probabilities=_jsonable(proba),
-                    classes=_jsonable(model.classes) if model.classes is not None else None,
-                )
-            return PredictResponse(predictions=_jsonable(model.predict(X)))
+            labels, proba = batcher(X)
         except (ValueError, TypeError) as err:
             raise _unprocessable(_error_message(err)) from None
+        if proba is None:
+            return PredictResponse(predictions=_jsonable(labels))
+        return PredictResponse(
+            predictions=_jsonable(labels),
+            probabilities=_jsonable(proba),
+            classes=_jsonable(model.classes) if model.classes is not None else None,
+        )
 
     @app.post(
         "/forget",
