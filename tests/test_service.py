@@ -235,6 +235,7 @@ BAD_REQUESTS = [
         413,
         "limit",
     ),
+    ("body-too-large", "POST", "/forget", b" " * (2 << 20), 413, "exceeds"),
     ("receipt-not-hex", "GET", "/receipts/not-a-hash", None, 422, "id_hash"),
     ("receipt-unknown", "GET", "/receipts/" + "ab" * 16, None, 404, "no receipt"),
 ]

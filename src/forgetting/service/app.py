@@ -310,11 +310,13 @@ class PredictBatcher:
         self._cond = threading.Condition()
         self._pending: list[_Job] = []
         self._busy = False
-        self.calls = 0  # model calls made (for tests and stats)
+        self.calls = 0  # model calls made
+        self.requests = 0  # prediction requests served (calls < requests: batching worked)
 
     def __call__(self, X: np.ndarray) -> tuple:
         job = _Job(X)
         with self._cond:
+            self.requests += 1
             self._pending.append(job)
             while not job.finished:
                 if self._busy:
@@ -411,11 +413,23 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
     if not config.open_reads:
         protected |= {("POST", "/predict"), ("GET", "/stats")}
 
+    # The largest body a request within max_batch can need (numbers as long JSON literals,
+    # ids up to 512 characters), plus slack: anything larger is refused before it is read.
+    max_body = max(config.max_batch * (model.n_features + 2) * 32, config.max_batch * 600)
+    max_body += 1 << 20
+
     @app.middleware("http")
     async def authenticate_first(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
-        """401 before the body is parsed, for routes that need a token."""
+        """401 before the body is parsed, for routes that need a token; 413 for a declared
+        body size no request within ``max_batch`` could need."""
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > max_body:
+            return JSONResponse(
+                {"detail": f"request body of {length} bytes exceeds {max_body}: split it"},
+                status_code=status.HTTP_413_CONTENT_TOO_LARGE,
+            )
         path = request.url.path
         needs_token = (request.method, path) in protected or (
             not config.open_reads and path.startswith("/receipts/")
@@ -551,8 +565,10 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
         tags=["audit"],
     )
     def stats() -> dict:
-        """Rows, mode, instances (validity, rebuilding), rebuild counts and the state digest."""
-        return _finite(model.stats())
+        """Rows, mode, instances (validity, rebuilding), rebuild counts and the state digest;
+        ``service`` counts prediction requests and the model calls that served them."""
+        service = {"predict_requests": batcher.requests, "predict_model_calls": batcher.calls}
+        return _finite({**model.stats(), "service": service})
 
     return app
 
