@@ -960,6 +960,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError) as err:
         print(f"forgetting {args.command}: error: {err}", file=sys.stderr)
         return 1
+    except ImportError as err:
+        hint = (
+            "PostgreSQL stores need psycopg: pip install 'psycopg[binary]'"
+            if "psycopg" in str(err)
+            else f"install the missing package ({err.name or err})"
+        )
+        print(f"forgetting {args.command}: error: {err}; {hint}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # The reader went away (`forgetting predict ... | head`): not an error of ours.
         # Point stdout at devnull so the interpreter's final flush does not fail again.
