@@ -211,6 +211,7 @@ def test_text_column_uses_the_minilm_encoder(tmp_path, capsys, monkeypatch):
 
     module = types.ModuleType("forgetting.encoders.text")
     module.MiniLMEncoder = StubEncoder
+    module.MINILM_INSTALL = "pip install ..."  # the encoders package re-exports it
     monkeypatch.setitem(sys.modules, "forgetting.encoders.text", module)
     rng = np.random.default_rng(0)
     data = tmp_path / "texts.csv"
