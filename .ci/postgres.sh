@@ -2,9 +2,9 @@
 # Start a throwaway PostgreSQL on loopback for the tests and print the DSN to use.
 # Usage: eval "$(bash .ci/postgres.sh)"   (needs root: installs Debian's postgresql if absent)
 set -euo pipefail
-PORT="${FORGETTING_PG_PORT:-54329}"
+PORT="${FORGETTING_PG_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
 if ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1; then
-  apt-get install -y -qq postgresql >/dev/null
+  apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
 fi
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 PGDATA=$(mktemp -d /tmp/forgetting-pg.XXXXXX)

@@ -295,6 +295,17 @@ class QSSEngine:
     # -- rebuilds ------------------------------------------------------------------------
     def _start_rebuilds(self, hit: Sequence[int]) -> None:
         for r in hit:
+            running = self._threads[r]
+            if (
+                self.instances[r] is None
+                and running is not None
+                and running.is_alive()
+                and self._errors[r] is None
+            ):
+                # A rebuild is in flight: when it finishes it sees that rows of its D° changed
+                # and starts over from a fresh snapshot. Starting a second one would only
+                # compete with it for the CPU.
+                continue
             self.instances[r] = None
             self._generation[r] += 1
             if self.config.rebuild == "sync":

@@ -238,12 +238,18 @@ class DurableModel:
                 raise ValueError("duplicate ids in the request")
             present = [i for i in wanted if i in est.engine_.rows.position]
             absent = [i for i in wanted if i not in est.engine_.rows.position]
-            earlier = []
+            earlier, unknown = [], []
             for row_id in absent:
                 found = self._store.receipts_for(receipt_hash(est.engine_._key, id_bytes(row_id)))
                 if not found or found[-1]["operation"] != "forget":
-                    raise KeyError(f"unknown ids (never inserted): {[row_id]}")
-                earlier.append(found[-1])
+                    unknown.append(row_id)
+                else:
+                    earlier.append(found[-1])
+            if unknown:
+                raise KeyError(
+                    f"unknown ids (never inserted): {unknown[:10]}"
+                    + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+                )
             if not present:
                 if not earlier:
                     raise ValueError("no ids given")
