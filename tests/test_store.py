@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from conftest import FAST, classification_data, regression_data, schema_ids
@@ -31,7 +31,7 @@ def _postgres_dsn() -> str:
         return dsn
     if os.environ.get("FORGETTING_REQUIRE_POSTGRES") == "1":
         pytest.fail("FORGETTING_TEST_POSTGRES_DSN is not set; start one with .ci/postgres.sh")
-    pytest.skip("no PostgreSQL: eval \"$(bash .ci/postgres.sh)\" to run these tests too")
+    pytest.skip('no PostgreSQL: eval "$(bash .ci/postgres.sh)" to run these tests too')
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -132,7 +132,7 @@ def test_deletions_during_background_rebuild_reach_the_store(db):
     ids = _ids(len(y))
     model = DurableModel.create(db, QSSClassifier(**BG), X, y, ids)
     engine = model.estimator.engine_
-    gate = __import__("threading").Event()
+    gate = threading.Event()
     original = engine._build
     engine._build = lambda r, data: (gate.wait(timeout=30), original(r, data))[1]
     model.forget(schema_ids(model.estimator, 0)[:1])
@@ -175,70 +175,94 @@ def test_open_refuses_a_missing_or_foreign_file(tmp_path):
 
 
 CRASH_TRIALS = int(os.environ.get("FORGETTING_CRASH_TRIALS", "50"))
+TOKEN = "crash-test-token-0123456789"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(db: str, token_file: Path) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "forgetting", "serve", "--store", db, "--port", str(port),
+         "--token-file", str(token_file), "--log-level", "critical"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=1.0).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("the server did not come up within 60 s")
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_sigkill_at_random_moments_loses_no_acknowledged_change(tmp_path, backend):
-    """A real process applying forgets and inserts is SIGKILLed at random moments; after
-    restart every acknowledged change is there exactly once and the state equals a fit on
-    the surviving rows (checked by `verify`)."""
+def test_sigkill_of_the_server_loses_no_acknowledged_change(tmp_path, backend):
+    """A real server process (`forgetting serve`) receiving a stream of forgets and inserts
+    over HTTP is SIGKILLed at random moments. After restart every acknowledged change is
+    there exactly once and the state equals a fit on the surviving rows (`verify`)."""
     dsn = _postgres_dsn() if backend == "postgres" else None
-    n_trials = CRASH_TRIALS if backend == "sqlite" else max(CRASH_TRIALS // 2, 1)
+    n_trials = CRASH_TRIALS if backend == "sqlite" else max(CRASH_TRIALS // 5, 1)
     X, y = classification_data(n=400)
     ids = _ids(len(y))
+    token_file = tmp_path / "tokens"
+    token_file.write_text(TOKEN)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
     rng = random.Random(0)
-    deadline = time.monotonic() + 240
-    trials = 0
-    mid_stream = 0
+    deadline = time.monotonic() + 300
+    trials = mid_stream = 0
     for trial in range(n_trials):
         if time.monotonic() > deadline:
             break
         db = dsn or str(tmp_path / f"crash-{trial}.db")
-        DurableModel.create(db, QSSClassifier(**BG), X, y, ids).close()
-        present = set(ids)
-        plan, seq = [], 0
+        DurableModel.create(db, QSSClassifier(**BG), X, y, ids, overwrite=True).close()
+        proc, url = _serve(db, token_file)
         pool = list(ids)
         rng.shuffle(pool)
-        for k in range(30):
-            if k % 3 == 2:
-                new = [f"ins-{trial}-{k}-{j}" for j in range(3)]
-                rows = rng.sample(range(len(y)), 3)
-                plan.append(
-                    {
-                        "seq": seq,
-                        "op": "insert",
-                        "ids": new,
-                        "X": X[rows].tolist(),
-                        "y": y[rows].tolist(),
-                    }
-                )
-            else:
-                victims = [pool.pop() for _ in range(rng.randint(1, 4))]
-                plan.append({"seq": seq, "op": "forget", "ids": victims})
-            seq += 1
-        plan_path = tmp_path / f"plan-{trial}.json"
-        plan_path.write_text(json.dumps(plan))
-        proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).parent / "store_worker.py"), db, str(plan_path)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert proc.stdout.readline().strip() == "READY"
-        time.sleep(rng.uniform(0.0, 0.25))
-        proc.send_signal(signal.SIGKILL)
-        out, _ = proc.communicate(timeout=30)
-        acked = {int(line.split()[1]) for line in out.splitlines() if line.startswith("ACK")}
-        mid_stream += 0 < len(acked) < len(plan)
+        killer = threading.Timer(rng.uniform(0.0, 0.6), proc.kill)  # SIGKILL
+        killer.start()
+        acked, sent = [], []
+        with httpx.Client(base_url=url, headers=auth, timeout=30) as client:
+            for k in range(200):
+                if k % 3 == 2:
+                    rows = rng.sample(range(len(y)), 3)
+                    body = {"X": X[rows].tolist(), "y": y[rows].tolist(),
+                            "ids": [f"ins-{trial}-{k}-{j}" for j in range(3)]}  # fmt: skip
+                    op = ("insert", body["ids"])
+                    path = "/insert"
+                else:
+                    body = {"ids": [pool.pop() for _ in range(rng.randint(1, 4))]}
+                    op = ("forget", body["ids"])
+                    path = "/forget"
+                sent.append(op)
+                try:
+                    response = client.post(path, json=body)
+                except httpx.TransportError:
+                    break
+                assert response.status_code == 200, response.text
+                acked.append(op)
+        killer.join()
+        proc.wait(timeout=30)
+        mid_stream += 0 < len(acked) < 200
         model = DurableModel.open(db)
         model.wait_for_rebuilds()
         stored = set(model.estimator.ids_)
-        for op in plan:
-            if op["seq"] in acked and op["op"] == "forget":
-                assert not set(op["ids"]) & stored, f"trial {trial}: acked forget undone"
-            if op["seq"] in acked and op["op"] == "insert":
-                assert set(op["ids"]) <= stored, f"trial {trial}: acked insert lost"
-        unacked_ids = {i for op in plan if op["seq"] not in acked for i in op["ids"]}
-        assert stored <= (present | unacked_ids | {i for op in plan for i in op["ids"]})
+        for kind, op_ids in acked:
+            if kind == "forget":
+                assert not set(op_ids) & stored, f"trial {trial}: acknowledged forget undone"
+            else:
+                assert set(op_ids) <= stored, f"trial {trial}: acknowledged insert lost"
+        touched = {i for _, op_ids in sent for i in op_ids}
+        assert stored <= set(ids) | touched
         audit = model.verify()
         assert audit["ok"], f"trial {trial}: {audit}"
         model.close()
