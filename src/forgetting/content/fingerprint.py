@@ -53,7 +53,9 @@ class Contributions:
     @classmethod
     def of(cls, row_hashes: np.ndarray, codes: np.ndarray, residuals: np.ndarray):
         residuals = np.ascontiguousarray(residuals, dtype="<i8")
-        return cls(codes, residuals, digest_rows(row_hashes, codes, residuals, person=b"qss-content"))
+        return cls(
+            codes, residuals, digest_rows(row_hashes, codes, residuals, person=b"qss-content")
+        )
 
     def take(self, index: np.ndarray) -> Contributions:
         return Contributions(self.codes[index], self.residuals[index], self.digests[index])
