@@ -557,11 +557,22 @@ def _instance_outputs(schema, content, X: np.ndarray) -> np.ndarray:
 
 
 def canonical_params(params: dict[str, Any]) -> str:
-    """JSON of the parameters that define a model's state, estimators by their repr."""
+    """JSON of the parameters that define a model's state.
+
+    Estimators appear by their scikit-learn repr; other objects (encoders) by class name and
+    their plain attributes, never by a repr that could embed a memory address.
+    """
 
     def encode(value):
         if isinstance(value, bool | int | float | str) or value is None:
             return value
-        return repr(value)
+        if hasattr(value, "get_params"):
+            return repr(value)
+        attrs = {
+            k: v
+            for k, v in sorted(vars(value).items())
+            if isinstance(v, bool | int | float | str) or v is None
+        }
+        return f"{type(value).__qualname__}{json.dumps(attrs, sort_keys=True)}"
 
     return json.dumps({k: encode(v) for k, v in sorted(params.items())}, sort_keys=True)

@@ -53,6 +53,7 @@ class _QSSBase(BaseEstimator):
         rebuild: str = "background",
         random_state: int = 0,
         secret_key: bytes | str | None = None,
+        encoder: Any = None,
     ):
         self.mode = mode
         self.rho = rho
@@ -66,6 +67,7 @@ class _QSSBase(BaseEstimator):
         self.rebuild = rebuild
         self.random_state = random_state
         self.secret_key = secret_key
+        self.encoder = encoder
 
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:
         """The usual repr, with ``secret_key`` masked: the key must never reach a log."""
@@ -105,6 +107,11 @@ class _QSSBase(BaseEstimator):
                 raise ValueError(f"{name} must be 'auto' or a finite number ≥ 0, got {value!r}")
         if self.lda not in ("auto", True, False):
             raise ValueError(f"lda must be 'auto', True or False, got {self.lda!r}")
+        if self.encoder is not None and not getattr(self.encoder, "learned", False):
+            raise ValueError(
+                "encoder must be a learned encoder (learned=True), trained on D° per instance; "
+                "apply frozen encoders (e.g. MiniLMEncoder) to X before fit"
+            )
         if not isinstance(self.random_state, int | np.integer):
             raise ValueError(
                 "random_state must be an int: the model must be reproducible for its "
@@ -164,6 +171,7 @@ class _QSSBase(BaseEstimator):
             n_centroids=None if self.n_centroids is None else int(self.n_centroids),
             lda=self.lda,
             base_model=self.base_model,
+            encoder=self.encoder,
         )
         return EngineConfig(
             schema=schema,
@@ -309,6 +317,11 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
     secret_key : bytes, str or None
         Key of the keyed hash that decides D°; set it in production so nobody can aim
         deletions at D°. Never shown in ``repr``.
+    encoder : learned encoder or None
+        An encoder f learned from data (``learned = True``, e.g.
+        :class:`forgetting.encoders.LightGBMLeafContrib`). It is part of the schema: each
+        instance trains its own copy on D° only and retrains it on rebuild, so exactness
+        holds. Frozen encoders (identity, MiniLM) are applied to ``X`` before ``fit``.
     """
 
     _task = "classification"

@@ -6,7 +6,9 @@ mutated, when the instance rebuilds.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,9 @@ class SchemaConfig:
     n_centroids: int | None
     lda: bool | str
     base_model: Any
+    encoder: Any = None
+    """A *learned* encoder f (``fit(X, y, seed)``, ``transform(X)``), trained on D° only, or
+    None for features used as given."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,13 @@ class Schema:
     base_model: BaseModel
     codebook: Codebook
     n_schema_rows: int
+    encoder: Any = None
+
+    def features(self, X: np.ndarray) -> np.ndarray:
+        """φ(f(x)) for raw rows, in canonical blocks (row-wise bits never depend on the batch)."""
+        if self.encoder is None:
+            return rowwise(self.preprocessor.transform, X)
+        return rowwise(lambda b: self.preprocessor.transform(self.encoder.transform(b)), X)
 
     def transform(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Codes (n, ℓ) and base-model outputs g(x) (n, k) for raw features ``X``.
@@ -45,12 +57,14 @@ class Schema:
         φ and g are float computations, run in canonical blocks so each row gets the same bits
         in any batch; the codes are exact (see :mod:`.codebook`) and need no such care.
         """
-        Z = rowwise(self.preprocessor.transform, X)
+        Z = self.features(X)
         return self.codebook.encode(Z), rowwise(self.base_model.predict, Z)
 
     def digest(self) -> bytes:
         """SHA-256 over the schema's learned parameters, in a canonical order."""
         h = hashlib.sha256(b"forgetting-schema-v1")
+        if self.encoder is not None:
+            h.update(pickle.dumps(self.encoder, protocol=5))
         _hash_value(h, self.preprocessor.lda)
         _hash_value(h, self.base_model)
         _hash_value(h, self.codebook.centroids)
@@ -100,6 +114,12 @@ def train_schema(
     training pool in label mode (all inputs), or None in exact mode (the codebook sees D°_r).
     """
     n_schema = X_schema.shape[0]
+    encoder = None
+    if config.encoder is not None:
+        encoder = copy.deepcopy(config.encoder).fit(X_schema, y_schema, seed)
+        X_schema = rowwise(encoder.transform, X_schema)
+        if X_codebook is not None:
+            X_codebook = rowwise(encoder.transform, X_codebook)
     if config.task == "classification":
         _, class_counts = np.unique(y_schema, return_counts=True)
         use_lda = (
@@ -118,4 +138,6 @@ def train_schema(
     )
     n_levels = config.n_levels or choose_n_levels(n_centroids)
     codebook = train_codebook(Z_codebook, n_levels, n_centroids, seed)
-    return Schema(preprocessor=pre, base_model=g, codebook=codebook, n_schema_rows=n_schema)
+    return Schema(
+        preprocessor=pre, base_model=g, codebook=codebook, n_schema_rows=n_schema, encoder=encoder
+    )
