@@ -82,7 +82,7 @@ def test_numpy_and_python_ids_are_the_same_rows() -> None:
 
 def test_sisa_params_and_clone() -> None:
     m = SISAClassifier()
-    assert m.get_params() == {"n_shards": 5, "estimator": None, "random_state": 0}
+    assert m.get_params() == {"n_shards": 5, "estimator": None, "random_state": 0, "n_slices": 1}
     lr = LogisticRegression(C=0.5)
     m = SISAClassifier(n_shards=3, estimator=lr, random_state=7).fit(XC, YC)
     assert m.estimator is lr  # stored verbatim, never fitted itself
@@ -91,7 +91,12 @@ def test_sisa_params_and_clone() -> None:
     assert not hasattr(c, "estimators_")
     assert c.get_params()["n_shards"] == 3 and c.get_params()["random_state"] == 7
     assert c.estimator is not lr and c.estimator.get_params() == lr.get_params()
-    assert SISARegressor().get_params() == {"n_shards": 5, "estimator": None, "random_state": 0}
+    assert SISARegressor().get_params() == {
+        "n_shards": 5,
+        "estimator": None,
+        "random_state": 0,
+        "n_slices": 1,
+    }
     assert 0.5 < m.score(XC, YC) <= 1.0
     r = SISARegressor().fit(XR, YR)
     assert r.score(XR, YR) > 0.9
@@ -548,3 +553,36 @@ def test_ridge_classifier_binary_decision_function() -> None:
     d = m.decision_function(XC)
     assert d.shape == (N,)
     assert np.array_equal(m.predict(XC), m.classes_[(d > 0).astype(int)])
+
+
+@pytest.mark.parametrize("n_slices", [2, 4])
+def test_sliced_sisa_forget_equals_refit_and_retrains_from_the_slice(n_slices) -> None:
+    ids = list(range(len(YC)))
+    params = dict(n_shards=3, n_slices=n_slices, random_state=1)
+    model = SISAClassifier(**params).fit(XC, YC)
+    assert all(len(c) == n_slices for c in model.checkpoints_)
+    before = [list(c) for c in model.checkpoints_]
+    victims = ids[:7]
+    report = model.forget(victims)
+    assert report["slices_retrained"] <= len(report["shards_retrained"]) * n_slices
+    untouched = set(range(3)) - set(report["shards_retrained"])
+    for k in untouched:
+        assert all(a is b for a, b in zip(model.checkpoints_[k], before[k], strict=True))
+    keep = [i for i in ids if i not in set(victims)]
+    fresh = SISAClassifier(**params).fit(XC[keep], YC[keep], keep)
+    assert np.array_equal(model.predict_proba(XC), fresh.predict_proba(XC))
+    model.insert(XC[:7], YC[:7], victims)
+    assert np.array_equal(
+        model.predict_proba(XC), SISAClassifier(**params).fit(XC, YC).predict_proba(XC)
+    )
+
+
+def test_a_deletion_in_the_last_slice_reuses_earlier_checkpoints() -> None:
+    model = SISAClassifier(n_shards=1, n_slices=4, random_state=0).fit(XC, YC)
+    shard = model.shards_[0]
+    last = (shard.keys // np.uint64(1)) % np.uint64(4) == np.uint64(3)
+    victim = shard.ids[int(np.flatnonzero(last)[0])]
+    before = list(model.checkpoints_[0])
+    report = model.forget([victim])
+    assert report["slices_retrained"] == 1
+    assert all(a is b for a, b in zip(model.checkpoints_[0][:3], before[:3], strict=True))
