@@ -13,6 +13,19 @@ from forgetting import QSSClassifier
 BG = {**FAST, "rebuild": "background"}
 
 
+def _gate_rebuilds(model) -> threading.Event:
+    """Hold every rebuild of ``model`` until the returned event is set."""
+    gate = threading.Event()
+    original = model.engine_._build
+
+    def slow_build(r, data):
+        gate.wait(timeout=30)
+        return original(r, data)
+
+    model.engine_._build = slow_build
+    return gate
+
+
 def _only_in(model, instance):
     others = set()
     for r in range(model.n_instances):
@@ -25,14 +38,7 @@ def test_background_rebuild_serves_from_valid_instance_and_lands_exact():
     X, y = classification_data(n=600)
     model = QSSClassifier(**BG).fit(X, y)
     victim = _only_in(model, 0)[:1]
-    gate = threading.Event()
-    original = model.engine_._build
-
-    def slow_build(r, data):
-        gate.wait(timeout=30)
-        return original(r, data)
-
-    model.engine_._build = slow_build
+    gate = _gate_rebuilds(model)
     receipt = model.forget(victim)
     assert receipt.instances_hit == (0,) and receipt.rebuild_started
     assert model.engine_.pending_rebuilds() == [0]
@@ -55,14 +61,7 @@ def test_deletions_and_inserts_during_a_rebuild_reach_the_rebuilt_instance():
     X, y = classification_data(n=600)
     base = list(range(500))
     model = QSSClassifier(**BG).fit(X[base], y[base], base)
-    gate = threading.Event()
-    original = model.engine_._build
-
-    def slow_build(r, data):
-        gate.wait(timeout=30)
-        return original(r, data)
-
-    model.engine_._build = slow_build
+    gate = _gate_rebuilds(model)
     first = _only_in(model, 0)[:1]
     model.forget(first)
     protected = set(first)
@@ -104,14 +103,7 @@ def test_a_schema_hit_during_a_rebuild_restarts_it():
 def test_requests_block_only_when_every_instance_is_invalid():
     X, y = classification_data(n=600)
     model = QSSClassifier(**BG).fit(X, y)
-    gate = threading.Event()
-    original = model.engine_._build
-
-    def slow_build(r, data):
-        gate.wait(timeout=30)
-        return original(r, data)
-
-    model.engine_._build = slow_build
+    gate = _gate_rebuilds(model)
     victims = sorted({schema_ids(model, r)[0] for r in range(3)})
     model.forget(victims)
     assert model.engine_.valid_instances() == []
@@ -129,9 +121,7 @@ def test_requests_block_only_when_every_instance_is_invalid():
 def test_wait_for_rebuilds_times_out_cleanly():
     X, y = classification_data(n=600)
     model = QSSClassifier(**BG).fit(X, y)
-    gate = threading.Event()
-    original = model.engine_._build
-    model.engine_._build = lambda r, data: (gate.wait(timeout=30), original(r, data))[1]
+    gate = _gate_rebuilds(model)
     model.forget(schema_ids(model, 1)[:1])
     with pytest.raises(TimeoutError):
         model.wait_for_rebuilds(timeout=0.2)

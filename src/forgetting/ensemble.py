@@ -257,6 +257,11 @@ class QSSEngine:
         )
         self.check_trainable(after, hit)
 
+    def _contributions(self, inst: Instance, pos: np.ndarray) -> Contributions:
+        """What the stored rows at ``pos`` contribute under ``inst``'s schema."""
+        rows = self.rows
+        return contributions_for(inst.schema, rows.X[pos], rows.targets[pos], rows.row_hash[pos])
+
     def _subtract(self, r: int, inst: Instance, pos: np.ndarray) -> None:
         labeled = pos[self.rows.labeled(pos)]
         inst.subtract_rows(self.rows.contributions(r, labeled), self.rows.folds(labeled))
@@ -275,13 +280,7 @@ class QSSEngine:
                     inst = self.instances[r]
                     if inst is None or r in hit:
                         continue
-                    contrib = contributions_for(
-                        inst.schema,
-                        self.rows.X[labeled],
-                        self.rows.targets[labeled],
-                        self.rows.row_hash[labeled],
-                    )
-                    self.rows.set_instance_rows(r, labeled, contrib)
+                    self.rows.set_instance_rows(r, labeled, self._contributions(inst, labeled))
             except BaseException:
                 self.rows.remove(pos)
                 raise
@@ -374,9 +373,7 @@ class QSSEngine:
         labeled_now = np.flatnonzero(rows.labeled())
         kept = labeled_now[present_before[labeled_now]]
         fresh = labeled_now[~present_before[labeled_now]]
-        fresh_contrib = contributions_for(
-            instance.schema, rows.X[fresh], rows.targets[fresh], rows.row_hash[fresh]
-        )
+        fresh_contrib = self._contributions(instance, fresh)
         instance.add_rows(fresh_contrib, rows.folds(fresh))
         rows.set_instance_rows(r, kept, built.take(slot[order[at[kept]]]))
         rows.set_instance_rows(r, fresh, fresh_contrib)
@@ -426,12 +423,7 @@ class QSSEngine:
             for r, inst in enumerate(self.instances):
                 if inst is None:
                     continue
-                contrib = contributions_for(
-                    inst.schema,
-                    self.rows.X[labeled],
-                    self.rows.targets[labeled],
-                    self.rows.row_hash[labeled],
-                )
+                contrib = self._contributions(inst, labeled)
                 fresh = type(inst.accumulators).empty(
                     inst.schema.codebook.n_levels,
                     inst.schema.codebook.n_centroids,
