@@ -38,7 +38,9 @@ def write_results(
         "",
         f"Command: `{command}`",
         f"Date: {datetime.now(UTC).isoformat(timespec='seconds')}; machine: "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+        f"1-min load average when written {os.getloadavg()[0]:.2f} (other jobs slow absolute times; "
+        "ratios within a run are the point)",
         "",
     ]
     body = []
