@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import platform
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,14 +40,14 @@ def write_results(
         f"Command: `{command}`",
         f"Date: {datetime.now(UTC).isoformat(timespec='seconds')}; machine: "
         f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-        f"1-min load average when written {os.getloadavg()[0]:.2f} (other jobs slow absolute times; "
-        "ratios within a run are the point)",
+        f"1-min load average when written {os.getloadavg()[0]:.2f} "
+        "(other jobs slow absolute times; ratios within a run are the point)",
         "",
     ]
     body = []
     for title, (rows, columns) in tables.items():
         body += [f"## {title}", "", markdown_table(rows, columns), ""]
-        slug = title.lower().split(":")[0].replace(" ", "_")
+        slug = re.sub(r"[^a-z0-9]+", "_", title.lower().split(":")[0]).strip("_")
         with open(out_dir / f"{name}-{slug}.csv", "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
             writer.writeheader()
