@@ -586,3 +586,19 @@ def test_a_deletion_in_the_last_slice_reuses_earlier_checkpoints() -> None:
     report = model.forget([victim])
     assert report["slices_retrained"] == 1
     assert all(a is b for a, b in zip(model.checkpoints_[0][:3], before[:3], strict=True))
+
+
+def test_full_retrain_oracle_forgets_by_refitting() -> None:
+    from sklearn.base import clone as sk_clone
+
+    from forgetting.baselines import RetrainClassifier
+
+    ids = list(range(len(YC)))
+    model = RetrainClassifier(random_state=3).fit(XC, YC)
+    assert model.get_params() == {"estimator": None, "random_state": 3}
+    assert len(model.estimators_) == 1
+    report = model.forget(ids[:9])
+    assert report["shards_retrained"] == [0]
+    fresh = RetrainClassifier(random_state=3).fit(XC[9:], YC[9:], ids[9:])
+    assert np.array_equal(model.predict_proba(XC), fresh.predict_proba(XC))
+    assert sk_clone(model).get_params() == model.get_params()
