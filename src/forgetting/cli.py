@@ -934,6 +934,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="server log level (default info)",
     )
     serve.set_defaults(func=cmd_serve)
+
+    # Listed here for `forgetting --help`; main() forwards `bench ...` whole to the benchmark,
+    # which owns its options (`forgetting bench --help` prints them).
+    sub.add_parser(
+        "bench",
+        help="reproduce the QSS paper's evaluation on real data (`forgetting bench --help`)",
+        description="Accuracy vs g-only, SISA and exact ridge over seeds, deletion cost and "
+        "speedup over SISA, bitwise exactness after 100 deletions, a rho sweep and width vs "
+        "depth, on digits, MNIST, Fashion-MNIST, Adult, sentiment and diabetes; writes "
+        "Markdown, CSV and PNG. Same as `python -m forgetting.bench.paper`.",
+        add_help=False,
+    )
     return parser
 
 
@@ -943,6 +955,11 @@ def _database_error(err: BaseException) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``forgetting`` and ``python -m forgetting``; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from .bench.paper import main as bench_main
+
+        return bench_main(argv[1:], prog="forgetting bench")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
