@@ -32,6 +32,7 @@ subsamples with one seed (for tests). See ``--help`` for every option.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -73,7 +74,8 @@ EXACTNESS_BATCHES = (1, 4, 15, 30, 50)
 """Batch sizes of the 100 exactness deletions; D° rows go into batches 2, 4 and 5."""
 D0_BATCHES = (1, 3, 4)
 N_FAST_FORGETS = 30
-N_SISA_FORGETS = 3
+N_TIMING_ROUNDS = 3
+"""Rounds of (SISA forget, ridge forget, one D° rebuild per mode), see deletion_rows."""
 QUICK_N_TRAIN = 800
 QUICK_SWEEP_RHOS = (0.1, 0.2)
 QUICK_WIDTHS = (16, 64)
@@ -532,17 +534,13 @@ def measured_rebuild(model: Any, rng: np.random.Generator) -> tuple[float, float
     return call_ms, float(np.sum(model.engine_.rebuild_seconds[before:]))
 
 
-def baseline_forget_s(model: Any, n: int, rng: np.random.Generator) -> list[float]:
-    """Per-deletion seconds of SISA (retrain one shard) or exact ridge (downdate + solve).
-
-    SISA's ids come from different shards, so each forget retrains a different shard.
-    """
+def baseline_picks(model: Any, n: int, rng: np.random.Generator) -> list[Any]:
+    """``n`` ids to forget from SISA (each from a different shard, so each forget retrains a
+    different shard) or from exact ridge."""
     if hasattr(model, "shards_"):
         shards = [s for s in model.shards_ if len(s) > 1]
-        picks = [s.ids[int(rng.integers(len(s)))] for s in shards[:n]]
-    else:
-        picks = list(rng.choice(np.asarray(model.ids_), size=n, replace=False))
-    return [float(model.forget([p])["seconds"]) for p in picks]
+        return [s.ids[int(rng.integers(len(s)))] for s in shards[:n]]
+    return list(rng.choice(np.asarray(model.ids_), size=n, replace=False))
 
 
 def expected_cost_ms(rho: float, t_fast_ms: float, t_rebuild_s: float) -> float:
@@ -550,45 +548,67 @@ def expected_cost_ms(rho: float, t_fast_ms: float, t_rebuild_s: float) -> float:
     return (1 - rho) * t_fast_ms + rho * t_rebuild_s * 1e3
 
 
-def deletion_row(
-    data: Data,
-    mode: str,
-    model: Any,
-    shape: tuple[int, int, int],
-    sisa_s: float,
-    ridge_ms: float,
-    rng: np.random.Generator,
-) -> dict[str, Any]:
-    """Deletion-cost row for one mode, timed on the seed-0 model."""
-    fast = fast_forget_ms(model, N_FAST_FORGETS, rng)
-    call_ms, rebuild_s = measured_rebuild(model, rng)
-    t_fast = float(np.median(fast))
-    p = model.n_instances
-    expected = expected_cost_ms(data.rho, t_fast, rebuild_s)
-    # Compute-conservative: a deletion hits some of the p instances w.p. ≈ pρ, each rebuilds.
-    expected_all = (1 - data.rho) * t_fast + p * data.rho * rebuild_s * 1e3
-    b, levels, _ = shape
-    return {
-        "dataset": data.key,
-        "mode": "QSS-E" if mode == "exact" else "QSS-L",
-        "scope": "instance" if mode == "exact" else "label",
-        "n_train": data.n_train,
-        "rho": data.rho,
-        "p": p,
-        "b": b,
-        "l": levels,
-        "t_fast_ms": t_fast,
-        "t_fast_p99_ms": float(np.percentile(fast, 99)),
-        "d0_call_ms": call_ms,
-        "t_rebuild_s": rebuild_s,
-        "build_at_fit_s": build_seconds(model),
-        "expected_ms": expected,
-        "expected_p_rebuilds_ms": expected_all,
-        "sisa_s": sisa_s,
-        "speedup": sisa_s * 1e3 / expected,
-        "speedup_p_rebuilds": sisa_s * 1e3 / expected_all,
-        "ridge_forget_ms": ridge_ms,
-    }
+def deletion_rows(data: Data, seed0: SeedZero, rng: np.random.Generator) -> list[dict]:
+    """Deletion-cost rows (QSS-E and QSS-L) timed on the seed-0 models, side by side.
+
+    Why interleaved: what sets the speedup is SISA's shard retrain against QSS's rebuild
+    (ρ·t_rebuild ≫ t_fast), and a shared machine's load drifts within minutes. So each of
+    :data:`N_TIMING_ROUNDS` rounds times one SISA forget, one ridge forget and one measured
+    D° rebuild per mode back to back, and the tables report medians over the rounds (with
+    the 1-minute load average, so a disturbed row can be recognized).
+    """
+    load = os.getloadavg()[0]
+    labels = ("QSS-E", "QSS-L")
+    fast = {label: fast_forget_ms(seed0.qss[label], N_FAST_FORGETS, rng) for label in labels}
+    sisa_ids = baseline_picks(seed0.sisa, N_TIMING_ROUNDS, rng)
+    ridge_ids = baseline_picks(seed0.ridge, N_TIMING_ROUNDS, rng)
+    sisa_s, ridge_s = [], []
+    calls: dict[str, list[float]] = {label: [] for label in labels}
+    rebuilds: dict[str, list[float]] = {label: [] for label in labels}
+    for sisa_id, ridge_id in zip(sisa_ids, ridge_ids, strict=False):
+        sisa_s.append(float(seed0.sisa.forget([sisa_id])["seconds"]))
+        ridge_s.append(float(seed0.ridge.forget([ridge_id])["seconds"]))
+        for label in labels:
+            call_ms, rebuild = measured_rebuild(seed0.qss[label], rng)
+            calls[label].append(call_ms)
+            rebuilds[label].append(rebuild)
+    sisa = float(np.median(sisa_s))
+    out = []
+    for label in labels:
+        model = seed0.qss[label]
+        t_fast = float(np.median(fast[label]))
+        t_rebuild = float(np.median(rebuilds[label]))
+        p = model.n_instances
+        expected = expected_cost_ms(data.rho, t_fast, t_rebuild)
+        # Compute-conservative: a deletion hits one of the p instances w.p. ≈ pρ.
+        expected_all = (1 - data.rho) * t_fast + p * data.rho * t_rebuild * 1e3
+        b, levels, _ = seed0.shapes[label]
+        out.append(
+            {
+                "dataset": data.key,
+                "mode": label,
+                "scope": "instance" if label == "QSS-E" else "label",
+                "n_train": data.n_train,
+                "rho": data.rho,
+                "p": p,
+                "b": b,
+                "l": levels,
+                "t_fast_ms": t_fast,
+                "t_fast_p99_ms": float(np.percentile(fast[label], 99)),
+                "d0_call_ms": float(np.median(calls[label])),
+                "t_rebuild_s": t_rebuild,
+                "build_at_fit_s": build_seconds(model),
+                "expected_ms": expected,
+                "expected_p_rebuilds_ms": expected_all,
+                "sisa_s": sisa,
+                "speedup": sisa * 1e3 / expected,
+                "speedup_p_rebuilds": sisa * 1e3 / expected_all,
+                "ridge_forget_ms": 1e3 * float(np.median(ridge_s)),
+                "rounds": len(sisa_s),
+                "load_1min": load,
+            }
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- purity
@@ -839,7 +859,6 @@ def evaluate(
     seeds: Sequence[int],
     rhos: Sequence[float],
     baselines: dict,
-    baseline_costs: dict[str, tuple[float, float]],
     results: Results,
 ) -> None:
     """All per-dataset stages, in an order that keeps each measurement clean: accuracy and
@@ -859,17 +878,10 @@ def evaluate(
         results.exact.append(exactness_check(data, seed0.qss[label], mode, 0, rng))
     clock["exactness_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    if data.dataset not in baseline_costs:
-        sisa_s = float(np.median(baseline_forget_s(seed0.sisa, N_SISA_FORGETS, rng)))
-        ridge_ms = 1e3 * float(np.median(baseline_forget_s(seed0.ridge, N_SISA_FORGETS, rng)))
-        baseline_costs[data.dataset] = (sisa_s, ridge_ms)
-    sisa_s, ridge_ms = baseline_costs[data.dataset]
-    t_fast: dict[str, float] = {}
-    for label, mode in modes:
-        model = seed0.qss[label]
-        row = deletion_row(data, mode, model, seed0.shapes[label], sisa_s, ridge_ms, rng)
-        results.deletion.append(row)
-        t_fast[label] = row["t_fast_ms"]
+    rows = deletion_rows(data, seed0, rng)
+    results.deletion += rows
+    t_fast = {row["mode"]: row["t_fast_ms"] for row in rows}
+    sisa_s = rows[0]["sisa_s"]
     clock["deletion_s"] = time.perf_counter() - t
     t = time.perf_counter()
     results.sweep += sweep_rows(data, seed0, rhos, t_fast, sisa_s, rng)
@@ -900,7 +912,7 @@ RUN_COLUMNS = [
 DELETION_COLUMNS = [
     "dataset", "mode", "scope", "n_train", "rho", "p", "b", "l", "t_fast_ms", "t_fast_p99_ms",
     "d0_call_ms", "t_rebuild_s", "build_at_fit_s", "expected_ms", "sisa_s", "speedup",
-    "expected_p_rebuilds_ms", "speedup_p_rebuilds", "ridge_forget_ms",
+    "expected_p_rebuilds_ms", "speedup_p_rebuilds", "ridge_forget_ms", "rounds", "load_1min",
 ]  # fmt: skip
 EXACT_COLUMNS = [
     "dataset", "mode", "scope", "deleted", "batches", "d0_rows", "instance_rebuilds",
@@ -953,17 +965,19 @@ def notes_text(args: argparse.Namespace, results: Results, figures: dict[str, st
         "QSS-L; speedups 4×–483×. Our features differ (raw pixels, one-hot, VADER sentences "
         "with MiniLM), so compare the direction and size of the gaps, not the values.",
         "* **Deletion cost**: t_fast = median of "
-        f"{N_FAST_FORGETS} single-id `forget` calls on rows outside every D°; t_rebuild = the "
-        "measured background rebuild after forgetting one row of instance 0's D° "
-        "(build_at_fit_s: the fit's own per-instance builds, the same work); expected = "
-        "(1−ρ)·t_fast + ρ·t_rebuild (the paper's formula); SISA = median of "
-        f"{N_SISA_FORGETS} single-id forgets, each retraining one shard; speedup = SISA / "
-        "expected. `*_p_rebuilds` columns are the compute-conservative variant: a deletion "
-        "hits one of the p = 3 instances with probability ≈ pρ, so (1−ρ)·t_fast + pρ·t_rebuild. "
-        "QSS-L's deletions remove labels (scope = label); its D° rebuild retrains the codebook "
-        "on all inputs. b and ℓ are chosen from |D°|, so a rebuild after a D° deletion can "
-        "pick a smaller b (the tables show the fit-time shape). Timings share one process and "
-        "one (possibly busy) 2-core machine: compare ratios, not absolute times.",
+        f"{N_FAST_FORGETS} single-id `forget` calls on rows outside every D°. Then "
+        f"{N_TIMING_ROUNDS} interleaved rounds, each timing one SISA forget (retraining one "
+        "shard, a different shard each round), one exact-ridge forget and, per mode, one "
+        "measured background rebuild after forgetting a row of instance 0's D°; medians over "
+        "the rounds, so load drifting on a shared machine hits both sides alike (load_1min: "
+        "the 1-minute load average when the stage started). build_at_fit_s = the fit's own "
+        "per-instance builds, the same work. expected = (1−ρ)·t_fast + ρ·t_rebuild (the "
+        "paper's formula); speedup = SISA / expected. `*_p_rebuilds` columns are the "
+        "compute-conservative variant: a deletion hits one of the p = 3 instances with "
+        "probability ≈ pρ, so (1−ρ)·t_fast + pρ·t_rebuild. QSS-L's deletions remove labels "
+        "(scope = label); its D° rebuild retrains the codebook on all inputs. b and ℓ are "
+        "chosen from |D°|, so a rebuild after a D° deletion can pick a smaller b (the tables "
+        "show the fit-time shape). Compare ratios, not absolute times.",
         "* **Exactness**: 100 deletions in batches "
         f"{'+'.join(map(str, EXACTNESS_BATCHES))}, 3 of the rows forced into some instance's D° "
         "(uniform sampling would hit D° ~1.5 times in 100 at ρ = 0.5 %); `wait_for_rebuilds`, "
@@ -1047,12 +1061,11 @@ def run(args: argparse.Namespace, checkpoint: Callable[[Results], None] | None =
     names = [n.strip().lower().replace("-", "_") for n in args.datasets.split(",") if n.strip()]
     results = Results()
     baselines: dict = {}
-    baseline_costs: dict[str, tuple[float, float]] = {}
     seeds = list(range(args.seeds))
     for name, lgbm in tqdm(variants(names, not args.no_lgbm), desc="datasets", unit="dataset"):
         try:
             data = load_data(name, args.n_train_map.get(name), learned_encoder=lgbm)
-            evaluate(data, seeds, args.rho_list, baselines, baseline_costs, results)
+            evaluate(data, seeds, args.rho_list, baselines, results)
         except (DatasetUnavailableError, EncoderUnavailableError) as err:
             results.skipped.append(f"{name}{LGBM_SUFFIX if lgbm else ''}: {err}")
             tqdm.write(f"skipped {name}: {err}")
