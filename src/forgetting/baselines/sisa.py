@@ -237,13 +237,7 @@ class _BaseSISA(BaseEstimator):
             shards[k] = _drop(shards[k], by_shard[k])
             checkpoints[k] = self._train_slices(shards[k], self._template, checkpoints[k], start)
             retrained += self._n_slices - start
-        derived = self._derived_state(shards)
-        # commit
-        for name, value in derived.items():
-            setattr(self, name, value)
-        self.shards_ = shards
-        self.checkpoints_ = checkpoints
-        self.estimators_ = [c[-1] for c in checkpoints]
+        self._commit(shards, checkpoints)
         for i in req:
             del self.shard_of_[i]
         self.n_samples_ -= len(req)
@@ -285,15 +279,20 @@ class _BaseSISA(BaseEstimator):
             )
             start = self._first_slice(keys[rows])
             checkpoints[k] = self._train_slices(shards[k], self._template, checkpoints[k], start)
+        self._commit(shards, checkpoints)
+        self.shard_of_.update((i, int(k)) for i, k in zip(new_ids, target.tolist(), strict=True))
+        self.n_samples_ += n
+        return {"shards_retrained": affected, "seconds": time.perf_counter() - t0}
+
+    def _commit(self, shards: list[Shard], checkpoints: list[list[Any]]) -> None:
+        """Swap in new shards and checkpoints (built completely before, so errors change
+        nothing) and the attributes derived from them."""
         derived = self._derived_state(shards)
         for name, value in derived.items():
             setattr(self, name, value)
         self.shards_ = shards
         self.checkpoints_ = checkpoints
         self.estimators_ = [c[-1] for c in checkpoints]
-        self.shard_of_.update((i, int(k)) for i, k in zip(new_ids, target.tolist(), strict=True))
-        self.n_samples_ += n
-        return {"shards_retrained": affected, "seconds": time.perf_counter() - t0}
 
     def _check_insert_labels(self, y: np.ndarray) -> None:
         return None
