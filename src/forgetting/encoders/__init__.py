@@ -2,10 +2,11 @@
 
 Why a protocol with a ``learned`` flag: exact instance deletion (QSS-E) needs everything that
 shapes the features of a row to depend on the schema subset D° only. A *frozen* encoder
-(``learned = False``: the identity, a pretrained text model) does not look at the training data
-at all, so it can be applied to every row freely. A *learned* encoder (``learned = True``: the
-LightGBM leaf-contribution map) is fitted on data, so the caller must fit it on D° only -- and
-a deletion that hits D° must refit it. Callers read the flag instead of knowing each class.
+(``learned = False``: the identity, a pretrained text model, HOG image descriptors) does not
+look at the training data at all, so it can be applied to every row freely. A *learned*
+encoder (``learned = True``: the LightGBM leaf-contribution map) is fitted on data, so the
+caller must fit it on D° only -- and a deletion that hits D° must refit it. Callers read the
+flag instead of knowing each class.
 
 The protocol every encoder follows (:class:`Encoder`):
 
@@ -17,9 +18,9 @@ The protocol every encoder follows (:class:`Encoder`):
   function of each row (so a row's features never depend on which other rows were encoded with
   it: that is what makes deleting rows exact).
 
-Heavy dependencies (torch, sentence-transformers, LightGBM) are imported only when an encoder
-first needs them; a missing one raises :class:`EncoderUnavailableError` with the install
-command.
+Heavy dependencies (torch, sentence-transformers, LightGBM, scikit-image) are imported only
+when an encoder first needs them; a missing one raises :class:`EncoderUnavailableError` with
+the install command.
 
 >>> import numpy as np
 >>> IdentityEncoder().fit(None).transform(np.eye(2)).dtype
@@ -71,14 +72,17 @@ class IdentityEncoder(Encoder):
 
 
 # Imported last: these modules subclass Encoder and raise EncoderUnavailableError from above.
+from .image import HOG_INSTALL, HOGEncoder  # noqa: E402
 from .tabular import LIGHTGBM_INSTALL, LightGBMLeafContrib  # noqa: E402
 from .text import MINILM_INSTALL, MiniLMEncoder  # noqa: E402
 
 __all__ = [
+    "HOG_INSTALL",
     "LIGHTGBM_INSTALL",
     "MINILM_INSTALL",
     "Encoder",
     "EncoderUnavailableError",
+    "HOGEncoder",
     "IdentityEncoder",
     "LightGBMLeafContrib",
     "MiniLMEncoder",
