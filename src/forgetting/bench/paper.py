@@ -1,7 +1,7 @@
 """Real-data evaluation: the QSS paper's tables, reproduced side by side in one run.
 
     python -m forgetting.bench.paper \\
-        --datasets digits,mnist,fashion_mnist,adult,sentiment,diabetes --seeds 3 \\
+        --datasets digits,mnist,fashion_mnist,adult,sentiment,diabetes,diamonds --seeds 3 \\
         --out benchmarks/results
 
 Why one command: a reviewer of the QSS paper asks for five things — accuracy against the
@@ -63,12 +63,13 @@ DEPTHS = (1, 2, 4)
 N_SHARDS = 5
 PAPER_SPEEDUP = 483.0
 """The paper's largest expected-cost speedup over SISA (Jigsaw, n = 1.4M)."""
-DEFAULT_DATASETS = "digits,mnist,fashion_mnist,adult,sentiment,diabetes"
-DEFAULT_N_TRAIN = "mnist=30000,fashion_mnist=30000"
-"""Why the image sets are halved: with all 60,000 rows MNIST's accuracy stage alone took 377 s
-here (3 seeds; 110 s at 20,000 rows) and the whole command was projected at ~36 minutes on 2
-quiet cores, over the 40-minute budget as soon as the machine is shared. ``--n-train ''`` runs
-the full splits."""
+DEFAULT_DATASETS = "digits,mnist,fashion_mnist,adult,sentiment,diabetes,diamonds"
+DEFAULT_N_TRAIN = ""
+"""Full training splits by default (``--n-train mnist=30000`` subsamples, e.g. for a quicker
+run); the 520-d HOG features make all 60,000 image rows affordable on 2 cores."""
+IMAGE_SETS = ("mnist", "fashion_mnist")
+"""28×28 image sets, encoded with :class:`~forgetting.encoders.HOGEncoder` unless
+``--image-features pixels`` (digits' 8×8 images are too small for 7-pixel HOG cells)."""
 DEFAULT_WIDTH_DEPTH = "mnist=10000,sentiment"
 EXACTNESS_BATCHES = (1, 4, 15, 30, 50)
 """Batch sizes of the 100 exactness deletions; D° rows go into batches 2, 4 and 5."""
@@ -149,12 +150,16 @@ def parse_mapping(text: str) -> dict[str, int | None]:
     return out
 
 
-def load_data(name: str, n_train: int | None, learned_encoder: bool = False) -> Data:
+def load_data(
+    name: str, n_train: int | None, learned_encoder: bool = False, image_features: str = "hog"
+) -> Data:
     """Load ``name`` (subsampled to ``n_train``) with the features this benchmark uses.
 
-    Images: raw pixels in [0, 1]. Adult: its one-hot features (``learned_encoder`` adds the
+    MNIST, Fashion-MNIST: frozen HOG + pooled pixels (520-d; ``image_features="pixels"`` for
+    raw pixels); digits: raw pixels. Adult: its one-hot features (``learned_encoder`` adds the
     LightGBM leaf-contribution encoder, trained per instance on D° only). Sentiment: frozen
-    MiniLM embeddings, cached on disk. Diabetes: sklearn's scaled features.
+    MiniLM embeddings, cached on disk. Diabetes: sklearn's scaled features. Diamonds: one-hot
+    + standardized numerics, target log(price).
     """
     ds = load_dataset(name)
     full_train = len(ds.y_train)
@@ -167,10 +172,18 @@ def load_data(name: str, n_train: int | None, learned_encoder: bool = False) -> 
         encoder = MiniLMEncoder(progress=True)
         X_train, X_test = encoder.transform(X_train), encoder.transform(X_test)
         features = "MiniLM-L6 embeddings (frozen, 384-d)"
+    elif name in IMAGE_SETS and image_features == "hog":
+        from ..encoders import HOGEncoder
+
+        encoder = HOGEncoder(progress=True)
+        X_train, X_test = encoder.transform(X_train), encoder.transform(X_test)
+        features = "HOG + 2×2-pooled pixels (frozen, 520-d)"
     elif name in ("digits", "mnist", "fashion_mnist"):
         features = "raw pixels in [0, 1]"
     elif name == "adult":
         features = "one-hot + standardized numerics (108)"
+    elif name == "diamonds":
+        features = "one-hot + standardized numerics (26); target log(price)"
     else:
         features = "sklearn's scaled features (10)"
     if learned_encoder:
@@ -386,6 +399,12 @@ def mean_std(values: Sequence[float], digits: int = 4) -> str:
     return f"{values.mean():.{digits}f} ± {std:.{digits}f}"
 
 
+def _four_figures(runs: list[dict], metric: str) -> int:
+    """Decimals that show a metric's mean to 4 significant figures (RMSE 57.67, 0.1928)."""
+    mean = abs(float(np.mean([r[metric] for r in runs]))) if runs else 0.0
+    return max(0, 3 - int(np.floor(np.log10(mean)))) if mean > 0 else 4
+
+
 def metric_mean(runs: list[dict], key: str, model: str, metric: str) -> float:
     vals = [r[metric] for r in runs if r["dataset"] == key and r["model"] == model]
     return float(np.mean(vals)) if vals else float("nan")
@@ -424,7 +443,7 @@ def accuracy_summary(datas: list[Data], runs: list[dict]) -> tuple[list[dict], l
                         "rho": data.rho,
                         "model": model,
                         "pearson_r": mean_std([r["pearson_r"] for r in sel]),
-                        "rmse": mean_std([r["rmse"] for r in sel], 2),
+                        "rmse": mean_std([r["rmse"] for r in sel], _four_figures(sel, "rmse")),
                         "note": "; ".join(data.notes),
                     }
                 )
@@ -708,14 +727,18 @@ def sweep_rows(
 
 
 def width_depth_rows(
-    name: str, n_train: int | None, widths: Sequence[int], depths: Sequence[int]
+    name: str,
+    n_train: int | None,
+    widths: Sequence[int],
+    depths: Sequence[int],
+    image_features: str = "hog",
 ) -> list[dict]:
     """Accuracy over b × ℓ in label mode with one instance, and level-1 purity per b.
 
     Label mode trains the codebook on all inputs, so b is not capped by |D°|; one instance
     (p = 1) isolates the codebook's shape from the ensemble average over instances.
     """
-    data = load_data(name, n_train)
+    data = load_data(name, n_train, image_features=image_features)
     out = []
     cells = [(b, levels) for b in widths for levels in depths]
     for b, levels in tqdm(cells, desc=f"{name}: width × depth", leave=False):
@@ -805,18 +828,24 @@ def target_rows(
         biggest = [
             r for r in deletion if r["n_train"] == largest and LGBM_SUFFIX not in r["dataset"]
         ]
-        best = next(r for r in biggest if r["mode"] == "QSS-E")
-        label_rows = [r for r in biggest if r["mode"] == "QSS-L"]
-        label_txt = ", ".join(f"QSS-L {r['speedup']:,.0f}×" for r in label_rows)
+        # Every dataset of that size must clear the bar, not the best of them.
+        exact_rows = [r for r in biggest if r["mode"] == "QSS-E"]
+        label_txt = ", ".join(
+            f"{r['dataset']} QSS-L {r['speedup']:,.0f}×" for r in biggest if r["mode"] == "QSS-L"
+        )
         rows.append(
             {
                 "target": f"expected-cost speedup over SISA > {PAPER_SPEEDUP:.0f}× on the "
                 "largest dataset (instance deletion, QSS-E)",
-                "met": best["speedup"] > PAPER_SPEEDUP,
-                "evidence": f"{best['dataset']} (n = {largest:,}): QSS-E "
-                f"{best['speedup']:,.0f}× (SISA {best['sisa_s']:.2f} s vs expected "
-                f"{best['expected_ms']:.1f} ms); {label_txt} (label deletion: its D° rebuild "
-                "retrains the codebook on all inputs)",
+                "met": all(r["speedup"] > PAPER_SPEEDUP for r in exact_rows),
+                "evidence": f"n = {largest:,}: "
+                + "; ".join(
+                    f"{r['dataset']} QSS-E {r['speedup']:,.0f}× (SISA {r['sisa_s']:.2f} s vs "
+                    f"expected {r['expected_ms']:.1f} ms)"
+                    for r in exact_rows
+                )
+                + f"; {label_txt} (label deletion: its D° rebuild retrains the codebook on all "
+                "inputs)",
             }
         )
     if exact:
@@ -955,15 +984,17 @@ def notes_text(args: argparse.Namespace, results: Results, figures: dict[str, st
         f"{list(RHO_LADDER)} (see each row's note). A rule on n and k, never on test results.",
         "* **Subsamples**: "
         + ("; ".join(subsampled) if subsampled else "none (full training splits)")
-        + ". Test splits are always complete. Why: the whole command must fit 40 minutes on 2 "
-        "cores; with all 60,000 image rows MNIST's accuracy stage alone took 377 s (110 s at "
-        "20,000) and the total was projected at ~36 minutes on a quiet machine. "
-        "`--n-train ''` runs the full splits.",
+        + ". Test splits are always complete.",
+        "* **Features**: MNIST and Fashion-MNIST go through the frozen `HOGEncoder` (HOG with "
+        "7-pixel cells and 2×2 blocks, plus 2×2-pooled pixels: 520-d), chosen by logistic-"
+        "regression accuracy on a validation split of the *training* images "
+        "(benchmarks/image_features.md; raw pixels 0.914/0.845, HOG+pool 0.975/0.886); every "
+        "model of a row sees the same features. `--image-features pixels` gives raw pixels.",
         "* **The paper's numbers** (SPEC §6; CLIP/MiniLM/LightGBM features on an A100, full "
         "data), for orientation only: QSS-L vs SISA at ρ = 0.5 %: MNIST 0.944 vs 0.921, "
         "Fashion-MNIST 0.825 vs 0.854, SST-2 0.854 vs 0.835; QSS-E a median 5.27 pp below "
-        "QSS-L; speedups 4×–483×. Our features differ (raw pixels, one-hot, VADER sentences "
-        "with MiniLM), so compare the direction and size of the gaps, not the values.",
+        "QSS-L; speedups 4×–483×. Our features differ (HOG instead of CLIP, one-hot, VADER "
+        "sentences with MiniLM), so compare the direction and size of the gaps, not the values.",
         "* **Deletion cost**: t_fast = median of "
         f"{N_FAST_FORGETS} single-id `forget` calls on rows outside every D°. Then "
         f"{N_TIMING_ROUNDS} interleaved rounds, each timing one SISA forget (retraining one "
@@ -1015,7 +1046,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--datasets",
         default=DEFAULT_DATASETS,
         help="comma-separated: digits, mnist, fashion_mnist, adult (adds a LightGBM-encoder "
-        "row), sentiment (MiniLM embeddings), diabetes (regression)",
+        "row), sentiment (MiniLM embeddings), diabetes and diamonds (regression)",
     )
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (random_state)")
     parser.add_argument(
@@ -1036,6 +1067,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--widths", default=",".join(map(str, WIDTHS)), help="b values")
     parser.add_argument("--depths", default=",".join(map(str, DEPTHS)), help="ℓ values")
     parser.add_argument("--no-lgbm", action="store_true", help="skip Adult's LightGBM row")
+    parser.add_argument(
+        "--image-features",
+        choices=("hog", "pixels"),
+        default="hog",
+        help="MNIST/Fashion-MNIST features: frozen HOG + pooled pixels (520-d, chosen on a "
+        "validation split of the training images, see benchmarks/image_features.py) or raw "
+        "pixels",
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -1064,7 +1103,9 @@ def run(args: argparse.Namespace, checkpoint: Callable[[Results], None] | None =
     seeds = list(range(args.seeds))
     for name, lgbm in tqdm(variants(names, not args.no_lgbm), desc="datasets", unit="dataset"):
         try:
-            data = load_data(name, args.n_train_map.get(name), learned_encoder=lgbm)
+            data = load_data(
+                name, args.n_train_map.get(name), lgbm, image_features=args.image_features
+            )
             evaluate(data, seeds, args.rho_list, baselines, results)
         except (DatasetUnavailableError, EncoderUnavailableError) as err:
             results.skipped.append(f"{name}{LGBM_SUFFIX if lgbm else ''}: {err}")
@@ -1076,7 +1117,9 @@ def run(args: argparse.Namespace, checkpoint: Callable[[Results], None] | None =
             checkpoint(results)
     for name, n in tqdm(args.width_depth_map.items(), desc="width × depth", unit="dataset"):
         try:
-            results.width_depth += width_depth_rows(name, n, args.width_list, args.depth_list)
+            results.width_depth += width_depth_rows(
+                name, n, args.width_list, args.depth_list, args.image_features
+            )
         except (DatasetUnavailableError, EncoderUnavailableError) as err:
             results.skipped.append(f"width × depth on {name}: {err}")
     return results
