@@ -441,18 +441,24 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_features(table: Any, cols: Any, model: Any) -> np.ndarray:
+    """The feature matrix of ``table``, refused unless as wide as the model's fit-time X."""
+    X, _ = select_features(table, cols)
+    if X.shape[1] != model.n_features:
+        raise _usage(
+            f"the data has {X.shape[1]} feature columns, the model was fitted with "
+            f"{model.n_features}: select the same columns as at fit time (--feature-cols)"
+        )
+    return X
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     cols = _columns(args)
     table = read_table(args.data)
     ids = select_ids(table, cols, required=False)
     model = open_store(args.store)
     try:
-        X, _ = select_features(table, cols)
-        if X.shape[1] != model.n_features:
-            raise _usage(
-                f"the data has {X.shape[1]} feature columns, the model was fitted with "
-                f"{model.n_features}: select the same columns as at fit time (--feature-cols)"
-            )
+        X = _model_features(table, cols, model)
         classification = model.task == "classification"
         labels, probas = [], []
         for start in _progress(range(0, len(X), PREDICT_CHUNK), desc="predicting", unit="chunk"):
@@ -540,12 +546,7 @@ def cmd_insert(args: argparse.Namespace) -> int:
     model = open_store(args.store)
     try:
         y = select_labels(table, cols, model.task)
-        X, _ = select_features(table, cols)
-        if X.shape[1] != model.n_features:
-            raise _usage(
-                f"the data has {X.shape[1]} feature columns, the model was fitted with "
-                f"{model.n_features}: select the same columns as at fit time (--feature-cols)"
-            )
+        X = _model_features(table, cols, model)
         receipt = model.insert(X, y, ids)
         _settle(model, args.no_wait)
     finally:
@@ -871,25 +872,28 @@ def build_parser() -> argparse.ArgumentParser:
     insert.add_argument("--no-wait", action="store_true", help=_NO_WAIT_HELP)
     insert.set_defaults(func=cmd_insert)
 
-    inspect = sub.add_parser(
-        "inspect",
-        help="show rows, instances, validity and rebuild statistics",
-        description="Show what the store holds: rows, task and mode, each instance's validity "
-        "and schema size, rebuild counts and the state digest.",
-    )
-    _add_store(inspect)
-    inspect.add_argument("--json", action="store_true", help="print the statistics as JSON")
-    inspect.set_defaults(func=cmd_inspect)
-
-    verify = sub.add_parser(
-        "verify",
-        help="refit from the stored rows and compare state digests (exit 0 only if equal)",
-        description="Audit: fit a fresh model on the rows in the store and compare its state "
-        "digest with the stored model's. Exit code 0 only if they are identical.",
-    )
-    _add_store(verify)
-    verify.add_argument("--json", action="store_true", help="print the result as JSON")
-    verify.set_defaults(func=cmd_verify)
+    for name, func, help_, description, json_help in (
+        (
+            "inspect",
+            cmd_inspect,
+            "show rows, instances, validity and rebuild statistics",
+            "Show what the store holds: rows, task and mode, each instance's validity and "
+            "schema size, rebuild counts and the state digest.",
+            "print the statistics as JSON",
+        ),
+        (
+            "verify",
+            cmd_verify,
+            "refit from the stored rows and compare state digests (exit 0 only if equal)",
+            "Audit: fit a fresh model on the rows in the store and compare its state digest "
+            "with the stored model's. Exit code 0 only if they are identical.",
+            "print the result as JSON",
+        ),
+    ):
+        read_only = sub.add_parser(name, help=help_, description=description)
+        _add_store(read_only)
+        read_only.add_argument("--json", action="store_true", help=json_help)
+        read_only.set_defaults(func=func)
 
     serve = sub.add_parser(
         "serve",
