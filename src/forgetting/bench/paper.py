@@ -1051,9 +1051,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         description=(
             "Reproduce the QSS paper's evidence on real data in one run: accuracy vs g-only, "
             "SISA and exact ridge (mean ± std over seeds); deletion cost (t_fast, measured "
-            "rebuilds, expected cost, speedup over SISA); bitwise exactness after 100 "
-            "deletions; a ρ sweep (PNG); width vs depth and cell purity (PNG). Prints the "
-            "tables and writes Markdown, CSV and PNG to --out, each with this command."
+            "rebuilds, expected cost, blocking latency, speedups over SISA); bitwise "
+            "exactness after 100 deletions; a ρ sweep (PNG); width vs depth and cell purity "
+            "(PNG). Prints the tables and writes Markdown, CSV and PNG to --out, each with "
+            "this command."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -1067,7 +1068,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--n-train",
         default=DEFAULT_N_TRAIN,
-        help="NAME=ROWS training subsamples (fixed, seed-0 permutation); '' = full splits",
+        help="NAME=ROWS training subsamples (fixed, seed-0 permutation); empty (the default) = "
+        "full splits",
     )
     parser.add_argument(
         "--rhos",
