@@ -122,7 +122,7 @@ def test_cli_forwards_bench(capsys):
 def test_image_rows_use_the_chosen_features(features, width):
     """MNIST rows get HOG features by default (all models see the same matrix), raw pixels on
     request; digits stays raw (8×8 is too small for 7-pixel cells)."""
-    import os
+    from conftest import source_missing
 
     from forgetting.datasets import DatasetUnavailableError
     from forgetting.encoders import EncoderUnavailableError
@@ -130,9 +130,7 @@ def test_image_rows_use_the_chosen_features(features, width):
     try:
         data = paper.load_data("mnist", 300, image_features=features)
     except (DatasetUnavailableError, EncoderUnavailableError) as err:
-        if os.environ.get("FORGETTING_REQUIRE_DATA") == "1":
-            pytest.fail(f"FORGETTING_REQUIRE_DATA=1 but a source is missing: {err}")
-        pytest.skip(str(err))
+        source_missing(err)
     assert data.X_train.shape == (300, width) and data.X_test.shape == (10000, width)
     assert data.X_train.dtype == np.float32
     assert ("HOG" in data.features) == (features == "hog")

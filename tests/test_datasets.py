@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import struct
 import sys
 import zipfile
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_dataset_or_skip as _load
+from conftest import source_missing
 
 from forgetting import datasets as fd
 from forgetting.datasets import Dataset, DatasetUnavailableError
@@ -38,21 +39,6 @@ MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949
 MNIST_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 
 
-def _unavailable(err: Exception) -> None:
-    """Skip, or fail when CI asked for the data (FORGETTING_REQUIRE_DATA=1)."""
-    if os.environ.get("FORGETTING_REQUIRE_DATA") == "1":
-        pytest.fail(f"FORGETTING_REQUIRE_DATA=1 but a data source is missing: {err}")
-    pytest.skip(str(err))
-
-
-def _load(name: str, **kwargs: object) -> Dataset:
-    try:
-        return fd.load_dataset(name, **kwargs)
-    except DatasetUnavailableError as err:
-        _unavailable(err)
-        raise  # unreachable: skip/fail raise
-
-
 @pytest.fixture(scope="module", params=ALL)
 def full(request: pytest.FixtureRequest) -> Dataset:
     """Each dataset loaded once per module (MNIST-sized loads take ~0.5 s)."""
@@ -63,7 +49,7 @@ def _blosc():
     try:
         from numcodecs import blosc
     except ImportError as err:
-        _unavailable(DatasetUnavailableError(f"{err}; install: {L.MNIST_DECODER_INSTALL}"))
+        source_missing(DatasetUnavailableError(f"{err}; install: {L.MNIST_DECODER_INSTALL}"))
     return blosc
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import outside_all_schemas, schema_ids
+from conftest import outside_all_schemas, schema_ids, source_missing
 
 from forgetting import QSSRegressor
 from forgetting import datasets as fd
@@ -27,19 +26,12 @@ N_ROWS, N_TRAIN, N_TEST, N_FEATURES = 53940, 43152, 10788, 26
 N_NUM = len(D.DIAMONDS_NUMERIC)
 
 
-def _unavailable(err: Exception) -> None:
-    """Skip, or fail when CI asked for the data (FORGETTING_REQUIRE_DATA=1)."""
-    if os.environ.get("FORGETTING_REQUIRE_DATA") == "1":
-        pytest.fail(f"FORGETTING_REQUIRE_DATA=1 but a data source is missing: {err}")
-    pytest.skip(str(err))
-
-
 @pytest.fixture(scope="module")
 def diamonds() -> Dataset:
     try:
         return fd.load_dataset("diamonds")
     except DatasetUnavailableError as err:
-        _unavailable(err)
+        source_missing(err)
         raise  # unreachable: skip/fail raise
 
 

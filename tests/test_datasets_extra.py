@@ -7,31 +7,17 @@ unless FORGETTING_REQUIRE_DATA=1 (CI), where they fail instead.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_dataset_or_skip as _load
+from conftest import source_missing
 
 from forgetting import datasets as fd
 from forgetting.datasets import Dataset, DatasetUnavailableError
 from forgetting.datasets import adult as A
 from forgetting.datasets import sentiment as S
-
-
-def _unavailable(err: Exception) -> None:
-    """Skip, or fail when CI asked for the data (FORGETTING_REQUIRE_DATA=1)."""
-    if os.environ.get("FORGETTING_REQUIRE_DATA") == "1":
-        pytest.fail(f"FORGETTING_REQUIRE_DATA=1 but a data source is missing: {err}")
-    pytest.skip(str(err))
-
-
-def _load(name: str, **kwargs: object) -> Dataset:
-    try:
-        return fd.load_dataset(name, **kwargs)
-    except DatasetUnavailableError as err:
-        _unavailable(err)
-        raise  # unreachable: skip/fail raise
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +128,7 @@ def test_sentiment_raw_ratings() -> None:
     try:
         rated = S.read_rated_sentences()
     except DatasetUnavailableError as err:
-        _unavailable(err)
+        source_missing(err)
     assert len(rated) == 23703
     assert sum(r.rating == 0 for r in rated) == 383
     counts = {s: sum(r.source == s for r in rated) for s in S.SENTIMENT_SOURCES}

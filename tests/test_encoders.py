@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import source_missing
 from sklearn.datasets import make_classification, make_regression
 
 from forgetting import encoders as fe
@@ -29,14 +30,6 @@ from forgetting.encoders import (
 )
 from forgetting.encoders import tabular as T
 from forgetting.encoders import text as TX
-
-
-def _unavailable(err: Exception) -> None:
-    """Skip, or fail when CI asked for every source (FORGETTING_REQUIRE_DATA=1)."""
-    if os.environ.get("FORGETTING_REQUIRE_DATA") == "1":
-        pytest.fail(f"FORGETTING_REQUIRE_DATA=1 but an encoder is missing: {err}")
-    pytest.skip(str(err))
-
 
 # --------------------------------------------------------------------------- protocol
 
@@ -72,7 +65,7 @@ def lgb_ok() -> None:
     try:
         T._import_lightgbm()
     except EncoderUnavailableError as err:
-        _unavailable(err)
+        source_missing(err)
 
 
 def _binary(n: int = 400, d: int = 7, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -305,7 +298,7 @@ def minilm() -> MiniLMEncoder:
     try:
         enc._load()
     except EncoderUnavailableError as err:
-        _unavailable(err)
+        source_missing(err)
     return enc
 
 

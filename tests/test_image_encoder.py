@@ -6,11 +6,9 @@ install command, unless FORGETTING_REQUIRE_DATA=1 (CI), where they fail instead.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
-from conftest import FAST, assert_same_model, schema_ids
+from conftest import FAST, assert_same_model, schema_ids, source_missing
 
 from forgetting import QSSClassifier
 from forgetting.encoders import EncoderUnavailableError, HOGEncoder
@@ -22,9 +20,7 @@ def skimage_ok() -> None:
     try:
         IM._import_hog()
     except EncoderUnavailableError as err:
-        if os.environ.get("FORGETTING_REQUIRE_DATA") == "1":
-            pytest.fail(f"FORGETTING_REQUIRE_DATA=1 but scikit-image is missing: {err}")
-        pytest.skip(str(err))
+        source_missing(err)
 
 
 def _strokes(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
