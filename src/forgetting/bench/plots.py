@@ -29,9 +29,14 @@ def _pyplot() -> Any:
     return plt
 
 
-def _footer(fig: Any, command: str) -> None:
+def _save(fig: Any, path: Path, command: str) -> None:
+    """Lay out, stamp the command that made the figure at its foot, write the PNG, close."""
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     text = "\n".join(textwrap.wrap(f"Command: {command}", 150))
     fig.text(0.01, 0.005, text, fontsize=6.5, family="monospace", va="bottom", ha="left")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
 
 
 def rho_sweep_figure(rows: list[dict], path: Path, command: str) -> bool:
@@ -75,11 +80,7 @@ def rho_sweep_figure(rows: list[dict], path: Path, command: str) -> bool:
     ax.set_title("ρ sweep (labels: ρ): accuracy gap vs deletion speedup, seed 0")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="best")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    _footer(fig, command)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path, command)
     return True
 
 
@@ -144,9 +145,5 @@ def width_depth_figure(grid: list[dict], purity: list[dict], path: Path, command
     ax_bar.set_title("level-1 purity of the main models (seed 0)")
     if purity:
         ax_bar.legend(fontsize=7, loc="lower right")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    _footer(fig, command)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path, command)
     return True
