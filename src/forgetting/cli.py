@@ -427,11 +427,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     started = time.perf_counter()
-    model = _durable_class().create(args.store, estimator, X, y, ids, overwrite=args.overwrite)
-    try:
+    store = _durable_class().create(args.store, estimator, X, y, ids, overwrite=args.overwrite)
+    with store as model:
         stats = model.stats()
-    finally:
-        model.close()
     print(
         f"wrote {redact(args.store)}: {stats.get('n_rows')} rows, "
         f"{len(stats.get('instances', []))} instances, in {time.perf_counter() - started:.2f} s"
@@ -456,8 +454,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     cols = _columns(args)
     table = read_table(args.data)
     ids = select_ids(table, cols, required=False)
-    model = open_store(args.store)
-    try:
+    with open_store(args.store) as model:
         X = _model_features(table, cols, model)
         classification = model.task == "classification"
         labels, probas = [], []
@@ -467,8 +464,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
             if classification and not args.no_proba:
                 probas.append(np.asarray(model.predict_proba(chunk)))
         classes = model.classes
-    finally:
-        model.close()
     predictions = np.concatenate(labels) if labels else np.empty(0)
     header = (["id"] if ids is not None else []) + ["prediction"]
     if probas:
@@ -524,18 +519,20 @@ def _settle(model: Any, no_wait: bool) -> None:
     model.wait_for_rebuilds()
 
 
-def cmd_forget(args: argparse.Namespace) -> int:
-    ids = _read_ids_arg(args)
-    model = open_store(args.store)
-    try:
-        receipt = model.forget(ids, erase_inputs=args.erase_inputs)
-        _settle(model, args.no_wait)
-    finally:
-        model.close()
-    if args.json:
+def _report_receipt(receipt: Any, as_json: bool) -> None:
+    """Print a forget/insert receipt: JSON for machines, a summary line for people."""
+    if as_json:
         _print_json(receipt)
     else:
         print(_receipt_summary(receipt))
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    ids = _read_ids_arg(args)
+    with open_store(args.store) as model:
+        receipt = model.forget(ids, erase_inputs=args.erase_inputs)
+        _settle(model, args.no_wait)
+    _report_receipt(receipt, args.json)
     return 0
 
 
@@ -543,18 +540,12 @@ def cmd_insert(args: argparse.Namespace) -> int:
     cols = _columns(args)
     table = read_table(args.data)
     ids = select_ids(table, cols, required=True)
-    model = open_store(args.store)
-    try:
+    with open_store(args.store) as model:
         y = select_labels(table, cols, model.task)
         X = _model_features(table, cols, model)
         receipt = model.insert(X, y, ids)
         _settle(model, args.no_wait)
-    finally:
-        model.close()
-    if args.json:
-        _print_json(receipt)
-    else:
-        print(_receipt_summary(receipt))
+    _report_receipt(receipt, args.json)
     return 0
 
 
@@ -614,11 +605,8 @@ def render_stats(stats: dict, location: str) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    model = open_store(args.store)
-    try:
+    with open_store(args.store) as model:
         stats = model.stats()
-    finally:
-        model.close()
     if args.json:
         _print_json(stats)
     else:
@@ -627,12 +615,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    model = open_store(args.store)
-    try:
+    with open_store(args.store) as model:
         print("refitting from the stored rows to compare digests ...", file=sys.stderr)
         result = model.verify()
-    finally:
-        model.close()
     if args.json:
         _print_json(result)
     else:
@@ -663,8 +648,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "no bearer token configured: pass --token-file FILE or set FORGETTING_TOKENS "
             "(comma separated); without one nobody could forget anything"
         )
-    model = open_store(args.store)
-    try:
+    with open_store(args.store) as model:
         app = create_app(model, config)
         if args.host not in ("127.0.0.1", "localhost", "::1"):
             print(
@@ -677,8 +661,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    finally:
-        model.close()
     return 0
 
 
