@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Dataset, DatasetUnavailableError, subsample_indices
+from .base import Dataset, DatasetUnavailableError, subsample_train
 
 __all__ = [
     "ADULT_CATEGORICAL",
@@ -225,9 +225,7 @@ def load_adult(*, n_train: int | None = None, subsample_seed: int = 0) -> Datase
     (train_rows, y_train), (test_rows, y_test) = raw["train"], raw["test"]
     encoding = fit_adult_encoding(train_rows)
     X_train = encoding.transform(train_rows)
-    idx = subsample_indices(y_train.shape[0], n_train, subsample_seed)
-    if idx is not None:
-        X_train, y_train = np.ascontiguousarray(X_train[idx]), y_train[idx]
+    X_train, y_train = subsample_train(X_train, y_train, n_train, subsample_seed)
     n_num = len(ADULT_NUMERIC)
     n_cat = len(encoding.feature_names) - n_num
     try:

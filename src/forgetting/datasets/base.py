@@ -140,6 +140,15 @@ def subsample_indices(n_total: int, n_train: int | None, seed: int) -> np.ndarra
     return np.random.default_rng(seed).permutation(n_total)[: int(n_train)]
 
 
+def subsample_train(
+    X: np.ndarray, y: np.ndarray, n_train: int | None, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, y)`` cut to the rows of :func:`subsample_indices` (unchanged when ``n_train`` is
+    None): the one way every loader subsamples its train split."""
+    idx = subsample_indices(y.shape[0], n_train, seed)
+    return (X, y) if idx is None else (X[idx], y[idx])
+
+
 def as_features(X: np.ndarray) -> np.ndarray:
     """Return ``X`` flattened to ``(n, d)`` as a C-contiguous float32 array."""
     X = np.asarray(X)

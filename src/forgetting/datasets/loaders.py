@@ -37,7 +37,7 @@ import numpy as np
 from ._idx import read_idx
 from ._zarr_zip import Decompressor, read_zarr_zip_array
 from .adult import load_adult, locate_adult
-from .base import Dataset, DatasetUnavailableError, as_features, pixels_to_unit, subsample_indices
+from .base import Dataset, DatasetUnavailableError, as_features, pixels_to_unit, subsample_train
 from .diamonds import load_diamonds, locate_diamonds
 from .sentiment import load_sentiment, locate_sentiment
 
@@ -192,9 +192,7 @@ def _image_dataset(
                 f"{name}: {split} split has {images.shape[0]} images but {labels.shape[0]} labels"
             )
     X_train, y_train = raw["train_images"], raw["train_labels"]
-    idx = subsample_indices(y_train.shape[0], n_train, subsample_seed)
-    if idx is not None:
-        X_train, y_train = X_train[idx], y_train[idx]
+    X_train, y_train = subsample_train(X_train, y_train, n_train, subsample_seed)
     return Dataset(
         name=name,
         task="classification",
@@ -318,9 +316,7 @@ def load_diabetes(*, n_train: int | None = None, subsample_seed: int = 0) -> Dat
     Xtr, Xte, ytr, yte = train_test_split(
         bunch.data, bunch.target, test_size=TEST_FRACTION, random_state=DIABETES_SPLIT_SEED
     )
-    idx = subsample_indices(ytr.shape[0], n_train, subsample_seed)
-    if idx is not None:
-        Xtr, ytr = Xtr[idx], ytr[idx]
+    Xtr, ytr = subsample_train(Xtr, ytr, n_train, subsample_seed)
     return Dataset(
         name="diabetes",
         task="regression",

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Dataset, DatasetUnavailableError, subsample_indices
+from .base import Dataset, DatasetUnavailableError, subsample_train
 
 __all__ = [
     "SENTIMENT_CLASSES",
@@ -189,9 +189,7 @@ def load_sentiment(*, n_train: int | None = None, subsample_seed: int = 0) -> Da
         random_state=SENTIMENT_SPLIT_SEED,
         stratify=labels,
     )
-    idx = subsample_indices(ytr.shape[0], n_train, subsample_seed)
-    if idx is not None:
-        Xtr, ytr = Xtr[idx], ytr[idx]
+    Xtr, ytr = subsample_train(Xtr, ytr, n_train, subsample_seed)
     return Dataset(
         name="sentiment",
         task="classification",
