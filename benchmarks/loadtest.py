@@ -127,21 +127,31 @@ def stop_server(server: subprocess.Popen) -> None:
             server.wait(timeout=10)
 
 
+def _timed_post(client, path, body, tally):
+    """POST ``body`` to ``path``: (milliseconds, response) on 200, else None with the failure
+    counted in ``tally`` (a transport error by type, an HTTP error by path and status)."""
+    started = time.perf_counter()
+    try:
+        r = client.post(path, json=body)
+    except httpx.HTTPError as err:
+        tally.error(type(err).__name__)
+        return None
+    elapsed = (time.perf_counter() - started) * 1000
+    if r.status_code != 200:
+        tally.error(f"{path.strip('/')} {r.status_code}", r.text)
+        return None
+    return elapsed, r
+
+
 def predict_client(base, X, deadline, budget, tally, seed):
     rng = np.random.default_rng(seed)
     with httpx.Client(base_url=base, timeout=30.0) as client:
         while time.monotonic() < deadline and budget.acquire(blocking=False):
             row = X[int(rng.integers(len(X)))]
-            started = time.perf_counter()
-            try:
-                r = client.post("/predict", json={"X": [row.tolist()]})
-            except httpx.HTTPError as err:
-                tally.error(type(err).__name__)
+            timed = _timed_post(client, "/predict", {"X": [row.tolist()]}, tally)
+            if timed is None:
                 continue
-            elapsed = (time.perf_counter() - started) * 1000
-            if r.status_code != 200:
-                tally.error(f"predict {r.status_code}", r.text)
-                continue
+            elapsed, _ = timed
             with tally.lock:
                 tally.predict_ms.append(elapsed)
 
@@ -158,16 +168,10 @@ def forget_client(base, token, ids, batch, deadline, budget, tally):
                     break
             if not chunk:
                 return
-            started = time.perf_counter()
-            try:
-                r = client.post("/forget", json={"ids": chunk})
-            except httpx.HTTPError as err:
-                tally.error(type(err).__name__)
+            timed = _timed_post(client, "/forget", {"ids": chunk}, tally)
+            if timed is None:
                 continue
-            elapsed = (time.perf_counter() - started) * 1000
-            if r.status_code != 200:
-                tally.error(f"forget {r.status_code}", r.text)
-                continue
+            elapsed, r = timed
             with tally.lock:
                 tally.forget_ms.append(elapsed)
                 tally.forgotten_rows += len(chunk)
