@@ -32,7 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Dataset, DatasetUnavailableError, subsample_train
+from .base import (
+    Dataset,
+    DatasetUnavailableError,
+    standardization,
+    subsample_train,
+    tabular_features,
+)
 
 __all__ = [
     "ADULT_CATEGORICAL",
@@ -177,27 +183,20 @@ class AdultEncoding:
         cat_idx = [_COLUMNS.index(c) for c in ADULT_CATEGORICAL]
         numeric = np.array([[float(r[i]) for i in num_idx] for r in rows], dtype=np.float64)
         numeric = numeric.reshape(len(rows), len(num_idx))
-        width = len(num_idx) + sum(len(v) for v in self.vocabularies)
-        X = np.zeros((len(rows), width), dtype=np.float32)
-        X[:, : len(num_idx)] = (numeric - self.mean) / self.scale
-        offset = len(num_idx)
-        for i, vocab in zip(cat_idx, self.vocabularies, strict=True):
-            position = {v: offset + j for j, v in enumerate(vocab)}
-            for r, row in enumerate(rows):
-                col = position.get(row[i])
-                if col is not None:  # a value unseen in training stays all zeros
-                    X[r, col] = 1.0
-            offset += len(vocab)
-        return X
+        codes = np.full((len(rows), len(cat_idx)), -1, dtype=np.int64)
+        for j, (i, vocab) in enumerate(zip(cat_idx, self.vocabularies, strict=True)):
+            position = {v: k for k, v in enumerate(vocab)}
+            # A value unseen in training keeps -1: its block stays all zeros.
+            codes[:, j] = [position.get(row[i], -1) for row in rows]
+        widths = tuple(len(v) for v in self.vocabularies)
+        return tabular_features(numeric, self.mean, self.scale, codes, widths)
 
 
 def fit_adult_encoding(train_rows: list[list[str]]) -> AdultEncoding:
     """Compute the encoding statistics from the train rows only (never the test rows)."""
     num_idx = [_COLUMNS.index(c) for c in ADULT_NUMERIC]
     numeric = np.array([[float(r[i]) for i in num_idx] for r in train_rows], dtype=np.float64)
-    mean = numeric.mean(axis=0)
-    scale = numeric.std(axis=0)
-    scale[scale == 0] = 1.0  # a constant column stays constant (zero) instead of NaN
+    mean, scale = standardization(numeric)
     vocabularies = tuple(
         tuple(sorted({r[_COLUMNS.index(c)] for r in train_rows})) for c in ADULT_CATEGORICAL
     )

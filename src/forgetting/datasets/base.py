@@ -149,6 +149,40 @@ def subsample_train(
     return (X, y) if idx is None else (X[idx], y[idx])
 
 
+def standardization(numeric: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column means and population stds of the train split's numerics (float64); a constant
+    column gets scale 1 so it stays constant (zero) instead of NaN."""
+    mean = numeric.mean(axis=0)
+    scale = numeric.std(axis=0)
+    scale[scale == 0] = 1.0
+    return mean, scale
+
+
+def tabular_features(
+    numeric: np.ndarray,
+    mean: np.ndarray,
+    scale: np.ndarray,
+    codes: np.ndarray,
+    widths: tuple[int, ...],
+) -> np.ndarray:
+    """Standardized numerics, then one one-hot block per categorical column (float32, C order).
+
+    ``codes[:, j]`` is each row's category index in block ``j`` (of ``widths[j]`` columns); -1
+    leaves the block all zeros (a category unseen in training). Standardization is done in
+    float64 and rounded once to float32, so the result does not depend on the order of
+    operations in float32.
+    """
+    n, n_num = numeric.shape
+    X = np.zeros((n, n_num + sum(widths)), dtype=np.float32)
+    X[:, :n_num] = (numeric - mean) / scale
+    offset = n_num
+    for j, width in enumerate(widths):
+        known = np.flatnonzero(codes[:, j] >= 0)
+        X[known, offset + codes[known, j]] = 1.0
+        offset += width
+    return X
+
+
 def as_features(X: np.ndarray) -> np.ndarray:
     """Return ``X`` flattened to ``(n, d)`` as a C-contiguous float32 array."""
     X = np.asarray(X)

@@ -50,7 +50,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Dataset, DatasetUnavailableError, subsample_indices
+from .base import (
+    Dataset,
+    DatasetUnavailableError,
+    standardization,
+    subsample_indices,
+    tabular_features,
+)
 
 __all__ = [
     "DIAMONDS_CATEGORICAL",
@@ -222,26 +228,6 @@ def _level_codes(column, levels: tuple[str, ...]) -> np.ndarray:
     return np.fromiter((index[v] for v in column.astype(str)), dtype=np.int64, count=len(column))
 
 
-def _encode(
-    numeric: np.ndarray, codes: np.ndarray, mean: np.ndarray, scale: np.ndarray
-) -> np.ndarray:
-    """Standardized numerics, then one one-hot block per categorical column (float32, C order).
-
-    ``codes[:, j]`` is each row's level index in column ``j``'s R factor levels. Standardization
-    is done in float64 and rounded once to float32, so the result does not depend on the order
-    of operations in float32.
-    """
-    n = numeric.shape[0]
-    X = np.zeros((n, len(DIAMONDS_FEATURES)), dtype=np.float32)
-    X[:, : len(DIAMONDS_NUMERIC)] = (numeric - mean) / scale
-    offset = len(DIAMONDS_NUMERIC)
-    rows = np.arange(n)
-    for j, levels in enumerate(DIAMONDS_CATEGORICAL.values()):
-        X[rows, offset + codes[:, j]] = 1.0
-        offset += len(levels)
-    return X
-
-
 def load_diamonds(*, n_train: int | None = None, subsample_seed: int = 0) -> Dataset:
     """ggplot2's diamonds, a fixed 80/20 split (43 152 / 10 788 rows); target ``log(price)``.
 
@@ -268,9 +254,7 @@ def load_diamonds(*, n_train: int | None = None, subsample_seed: int = 0) -> Dat
     target = np.log(frame["price"].to_numpy(dtype=np.float64))
 
     train, test = _split_indices(_DIAMONDS_ROWS)
-    mean = numeric[train].mean(axis=0)
-    scale = numeric[train].std(axis=0)
-    scale[scale == 0] = 1.0  # a constant column stays constant (zero) instead of NaN
+    mean, scale = standardization(numeric[train])
     idx = subsample_indices(train.shape[0], n_train, subsample_seed)
     if idx is not None:
         train = train[idx]
@@ -280,12 +264,13 @@ def load_diamonds(*, n_train: int | None = None, subsample_seed: int = 0) -> Dat
         version = "unknown version"
     n_num = len(DIAMONDS_NUMERIC)
     n_cat = len(DIAMONDS_FEATURES) - n_num
+    widths = tuple(len(levels) for levels in DIAMONDS_CATEGORICAL.values())
     return Dataset(
         name="diamonds",
         task="regression",
-        X_train=_encode(numeric[train], codes[train], mean, scale),
+        X_train=tabular_features(numeric[train], mean, scale, codes[train], widths),
         y_train=target[train],
-        X_test=_encode(numeric[test], codes[test], mean, scale),
+        X_test=tabular_features(numeric[test], mean, scale, codes[test], widths),
         y_test=target[test],
         feature_description=(
             f"{n_num + n_cat} features: {n_num} numerics ({', '.join(DIAMONDS_NUMERIC)}) "
