@@ -177,8 +177,8 @@ def load_data(
 
         encoder = HOGEncoder(progress=True)
         X_train, X_test = encoder.transform(X_train), encoder.transform(X_test)
-        features = "HOG + 2×2-pooled pixels (frozen, 520-d)"
-    elif name in ("digits", "mnist", "fashion_mnist"):
+        features = f"HOG + 2×2-pooled pixels (frozen, {encoder.output_dim}-d)"
+    elif name in ("digits", *IMAGE_SETS):
         features = "raw pixels in [0, 1]"
     elif name == "adult":
         features = "one-hot + standardized numerics (108)"
