@@ -1,0 +1,20 @@
+"""The errors a durable store raises, so callers (CLI, service) can answer each one clearly.
+
+Every one of them means: the change that was asked for was **not** acknowledged, and the
+in-memory model is not ahead of the store (it was never changed, or it is reloaded from the
+store before it serves again).
+"""
+
+from __future__ import annotations
+
+
+class StoreError(RuntimeError):
+    """A store operation failed (I/O error, full disk, lost connection); retry later."""
+
+
+class StoreBusy(StoreError):
+    """Another writer holds the store (a running server, another CLI command, a lock)."""
+
+
+class StoreCorrupt(StoreError, ValueError):
+    """The store's contents are unreadable or fail their integrity checks (tampered?)."""
