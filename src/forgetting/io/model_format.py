@@ -1,0 +1,444 @@
+"""The safe model codec: arrays plus a JSON manifest, never pickles.
+
+Why not pickle: unpickling runs whatever code the bytes name, so a model file or a store row
+that someone could write to would be a way to run code on whoever loads it (a checksum does
+not help: an attacker recomputes it). This codec reads only data. A value is turned into a
+JSON *manifest* (plain JSON for None/bool/int/float/str/list, tagged objects for the rest)
+plus a list of numeric arrays stored as raw bytes; objects are restored only for the types in
+an explicit **allowlist** (:func:`register_dataclass`, :func:`register_object`,
+:func:`register_codec`), and restoring one only sets its attributes to decoded data: no name
+from the file is ever imported or called.
+
+Container layout (one blob, used for model files and for every structured value in a store)::
+
+    MAGIC (8) | version u32 | payload length u64 | SHA-256(payload) (32) | payload
+    payload = header length u64 | header (UTF-8 JSON) | array bytes
+    header  = {"kind": str, "value": manifest, "arrays": [{"dtype", "shape", "order",
+               "offset", "nbytes"}, ...]}
+
+Arrays keep their dtype (byte order included), shape and memory order, so a restored model
+computes with exactly the same bits; numeric arrays and fixed-width strings only (no object
+arrays: those are encoded element by element in the manifest). Floats are stored exactly
+(JSON's shortest round-trip repr, or ``float.hex`` for non-finite values).
+
+Other modules register their plain types in one line, e.g. a frozen dataclass of arrays::
+
+    from forgetting.io.model_format import register_dataclass
+    register_dataclass(MyPartition)
+
+A user-supplied scikit-learn estimator that is not in the allowlist is refused at save time
+with a message saying how to trust it (``register_object(SVC)``, on both the saving and the
+loading side) -- the same model as ``skops``' trusted types.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import math
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+MAGIC = b"FRGTQSS\x00"
+FORMAT_VERSION = 2
+"""Version 1 was the pickle-based format; it is refused (it could run code)."""
+_HEADER = struct.Struct("<8sIQ32s")
+_LEN = struct.Struct("<Q")
+_MAX_DEPTH = 64
+_ARRAY_KINDS = frozenset("biufcUS")
+"""bool, signed/unsigned int, float, complex, fixed-width unicode and bytes: plain data."""
+
+
+class ModelFileError(ValueError):
+    """The bytes are not a model this version can read (corrupt, truncated, incompatible,
+    or holding a type outside the allowlist)."""
+
+
+class UnsupportedTypeError(TypeError):
+    """A value to be saved holds a type the codec does not know (not in the allowlist)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    name: str
+    cls: type
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+
+
+_BY_NAME: dict[str, _Entry] = {}
+_BY_TYPE: dict[type, _Entry] = {}
+
+
+def register_codec(
+    cls: type, encode: Callable[[Any], Any], decode: Callable[[Any], Any], name: str | None = None
+) -> type:
+    """Allow ``cls``: ``encode(obj)`` gives an encodable value, ``decode(value)`` the object.
+
+    ``name`` (default ``module.qualname``) is what the file records; it is looked up in this
+    registry only, never imported.
+    """
+    name = name or f"{cls.__module__}.{cls.__qualname__}"
+    existing = _BY_NAME.get(name)
+    if existing is not None and existing.cls is not cls:
+        raise ValueError(f"{name} is already registered for {existing.cls!r}")
+    entry = _Entry(name, cls, encode, decode)
+    _BY_NAME[name] = entry
+    _BY_TYPE[cls] = entry
+    return cls
+
+
+def register_dataclass(cls: type, name: str | None = None) -> type:
+    """Allow a dataclass: saved as its fields, restored by calling ``cls(**fields)``."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+
+    def encode(obj: Any) -> dict[str, Any]:
+        return {n: getattr(obj, n) for n in names}
+
+    def decode(state: Any) -> Any:
+        if not isinstance(state, dict) or set(state) - set(names):
+            raise ModelFileError(f"fields of {cls.__qualname__} do not match the file")
+        return cls(**state)
+
+    return register_codec(cls, encode, decode, name)
+
+
+def register_object(cls: type, name: str | None = None) -> type:
+    """Allow a plain Python object (e.g. a fitted scikit-learn estimator): saved as its
+    ``__getstate__()`` dict, restored as pickle would -- ``cls.__new__(cls)`` and then
+    ``__setstate__(state)`` (or ``__dict__.update``) with the decoded data. Register only
+    types whose methods treat their attributes as data (no callables, paths or code)."""
+
+    def encode(obj: Any) -> dict[str, Any]:
+        state = obj.__getstate__()
+        if not isinstance(state, dict):
+            raise UnsupportedTypeError(
+                f"{cls.__qualname__} has no plain attribute dict; register a codec for it"
+            )
+        return state
+
+    def decode(state: Any) -> Any:
+        if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+            raise ModelFileError(f"state of {cls.__qualname__} is not an attribute dict")
+        obj = cls.__new__(cls)
+        setter = getattr(obj, "__setstate__", None)
+        if setter is not None:
+            setter(dict(state))
+        else:
+            obj.__dict__.update(state)
+        return obj
+
+    return register_codec(cls, encode, decode, name)
+
+
+# -- encoding -------------------------------------------------------------------------------
+class _Encoder:
+    def __init__(self) -> None:
+        self.arrays: list[np.ndarray] = []
+        self._memo: dict[int, int] = {}
+        self._keep: list[Any] = []  # keeps memoized objects alive, so ids stay unique
+
+    def value(self, v: Any, depth: int = 0) -> Any:
+        if depth > _MAX_DEPTH:
+            raise UnsupportedTypeError("value nested too deeply to save")
+        if v is None or isinstance(v, bool | str):
+            return v
+        if isinstance(v, int) and type(v) is int:
+            return v
+        if type(v) is float:
+            return v if math.isfinite(v) else {"$float": v.hex()}
+        if isinstance(v, np.ndarray):
+            return self._array(v, depth)
+        if isinstance(v, np.generic):
+            if v.dtype.kind not in _ARRAY_KINDS:
+                raise UnsupportedTypeError(f"numpy scalar of dtype {v.dtype} cannot be saved")
+            return {"$scalar": v.dtype.str, "hex": v.tobytes().hex()}
+        if isinstance(v, np.dtype):
+            if v.kind not in _ARRAY_KINDS:
+                raise UnsupportedTypeError(f"dtype {v} cannot be saved")
+            return {"$dtype": v.str}
+        if type(v) is list:
+            return [self.value(x, depth + 1) for x in v]
+        if type(v) is tuple:
+            return {"$tuple": [self.value(x, depth + 1) for x in v]}
+        if type(v) is dict:
+            items = [[self.value(k, depth + 1), self.value(x, depth + 1)] for k, x in v.items()]
+            return {"$dict": items}
+        if type(v) is bytes:
+            return {"$bytes": base64.b64encode(v).decode("ascii")}
+        entry = _BY_TYPE.get(type(v))
+        if entry is None:
+            raise UnsupportedTypeError(
+                f"cannot save a {type(v).__module__}.{type(v).__qualname__}: the model format "
+                "stores only allowlisted types; if you trust it, call "
+                "forgetting.io.model_format.register_object(<its class>) before save and load"
+            )
+        return {"$obj": entry.name, "state": self.value(entry.encode(v), depth + 1)}
+
+    def _array(self, a: np.ndarray, depth: int) -> Any:
+        if a.dtype.kind == "O":
+            return {
+                "$objects": [int(s) for s in a.shape],
+                "items": [self.value(x, depth + 1) for x in a.ravel().tolist()],
+            }
+        if a.dtype.kind not in _ARRAY_KINDS or a.dtype.fields is not None:
+            raise UnsupportedTypeError(f"arrays of dtype {a.dtype} cannot be saved")
+        known = self._memo.get(id(a))
+        if known is None:
+            known = len(self.arrays)
+            self._memo[id(a)] = known
+            self._keep.append(a)
+            self.arrays.append(a)
+        return {"$array": known}
+
+
+def dumps(value: Any, kind: str) -> bytes:
+    """Encode ``value`` as one self-checking blob (``kind`` names what it holds)."""
+    enc = _Encoder()
+    manifest = enc.value(value)
+    specs, chunks, offset = [], [], 0
+    for a in enc.arrays:
+        order = "F" if (a.flags.f_contiguous and not a.flags.c_contiguous) else "C"
+        raw = a.tobytes(order=order)
+        specs.append(
+            {
+                "dtype": a.dtype.str,
+                "shape": [int(s) for s in a.shape],
+                "order": order,
+                "offset": offset,
+                "nbytes": len(raw),
+            }
+        )
+        chunks.append(raw)
+        offset += len(raw)
+    header = json.dumps(
+        {"kind": kind, "value": manifest, "arrays": specs},
+        allow_nan=False,
+        ensure_ascii=True,
+        separators=(",", ":"),
+    ).encode("ascii")
+    payload = b"".join([_LEN.pack(len(header)), header, *chunks])
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), hashlib.sha256(payload).digest()) + (
+        payload
+    )
+
+
+# -- decoding -------------------------------------------------------------------------------
+def _no_constant(name: str) -> Any:
+    raise ModelFileError(f"non-standard JSON constant {name}")
+
+
+class _Decoder:
+    def __init__(self, buffer: memoryview, specs: Any) -> None:
+        if not isinstance(specs, list):
+            raise ModelFileError("array table is not a list")
+        self._buffer = buffer
+        self._specs = specs
+        self._arrays: dict[int, np.ndarray] = {}
+
+    def array(self, index: Any) -> np.ndarray:
+        if type(index) is not int or not 0 <= index < len(self._specs):
+            raise ModelFileError(f"bad array reference {index!r}")
+        if index in self._arrays:
+            return self._arrays[index]
+        spec = self._specs[index]
+        try:
+            dtype = np.dtype(str(spec["dtype"]))
+            shape = tuple(int(s) for s in spec["shape"])
+            offset, nbytes, order = int(spec["offset"]), int(spec["nbytes"]), spec["order"]
+        except (KeyError, TypeError, ValueError) as err:
+            raise ModelFileError(f"bad array entry {index}: {err}") from err
+        if dtype.kind not in _ARRAY_KINDS or dtype.fields is not None or dtype.hasobject:
+            raise ModelFileError(f"array {index} has a non-data dtype {dtype}")
+        if order not in ("C", "F") or any(s < 0 for s in shape):
+            raise ModelFileError(f"array {index} has a bad shape or order")
+        count = math.prod(shape)
+        if count * dtype.itemsize != nbytes or offset < 0 or offset + nbytes > len(self._buffer):
+            raise ModelFileError(f"array {index} does not fit the file (truncated or tampered?)")
+        flat = np.frombuffer(self._buffer[offset : offset + nbytes], dtype=dtype, count=count)
+        arr = flat.reshape(shape, order=order).copy(order=order)
+        self._arrays[index] = arr
+        return arr
+
+    def value(self, v: Any, depth: int = 0) -> Any:
+        if depth > _MAX_DEPTH:
+            raise ModelFileError("value nested too deeply")
+        if v is None or isinstance(v, bool | int | float | str):
+            return v
+        if isinstance(v, list):
+            return [self.value(x, depth + 1) for x in v]
+        if not isinstance(v, dict) or not v:
+            raise ModelFileError(f"unexpected manifest node {type(v).__name__}")
+        tag = next(iter(v))
+        try:
+            return self._tagged(tag, v, depth)
+        except ModelFileError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+            raise ModelFileError(f"bad {tag} entry: {type(err).__name__}: {err}") from err
+
+    def _tagged(self, tag: str, v: dict, depth: int) -> Any:
+        if tag == "$array":
+            return self.array(v["$array"])
+        if tag == "$float":
+            return float.fromhex(str(v["$float"]))
+        if tag == "$scalar":
+            dtype = np.dtype(str(v["$scalar"]))
+            if dtype.kind not in _ARRAY_KINDS or dtype.hasobject:
+                raise ModelFileError(f"scalar of non-data dtype {dtype}")
+            raw = bytes.fromhex(str(v["hex"]))
+            if len(raw) != dtype.itemsize:
+                raise ModelFileError("scalar has the wrong size")
+            return np.frombuffer(raw, dtype=dtype)[0]
+        if tag == "$dtype":
+            dtype = np.dtype(str(v["$dtype"]))
+            if dtype.kind not in _ARRAY_KINDS or dtype.hasobject:
+                raise ModelFileError(f"non-data dtype {dtype}")
+            return dtype
+        if tag == "$tuple":
+            return tuple(self.value(x, depth + 1) for x in _list(v["$tuple"]))
+        if tag == "$dict":
+            out = {}
+            for pair in _list(v["$dict"]):
+                key, item = _list(pair)
+                key = self.value(key, depth + 1)
+                if not isinstance(key, str | int | float | tuple | bool | type(None)):
+                    raise ModelFileError("unhashable dict key")
+                out[key] = self.value(item, depth + 1)
+            return out
+        if tag == "$bytes":
+            return base64.b64decode(str(v["$bytes"]), validate=True)
+        if tag == "$objects":
+            shape = tuple(int(s) for s in _list(v["$objects"]))
+            items = [self.value(x, depth + 1) for x in _list(v["items"])]
+            if len(items) != math.prod(shape):
+                raise ModelFileError("object array has the wrong number of items")
+            out = np.empty(len(items), dtype=object)
+            out[:] = items if items else []
+            return out.reshape(shape)
+        if tag == "$obj":
+            entry = _BY_NAME.get(str(v["$obj"]))
+            if entry is None:
+                raise ModelFileError(
+                    f"the file holds a {str(v['$obj'])[:80]!r}, which is not in the allowlist "
+                    "of types this library loads"
+                )
+            return entry.decode(self.value(v["state"], depth + 1))
+        raise ModelFileError(f"unknown manifest tag {tag[:40]!r}")
+
+
+def _list(v: Any) -> list:
+    if not isinstance(v, list):
+        raise ModelFileError("expected a list in the manifest")
+    return v
+
+
+def check_container(data: bytes, what: str = "data") -> bytes:
+    """Check magic, version, length and checksum; return the payload (nothing decoded)."""
+    if len(data) < _HEADER.size:
+        raise ModelFileError(f"{what}: too short to be a forgetting model (truncated?)")
+    magic, version, length, checksum = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ModelFileError(f"{what}: not a forgetting model file")
+    if version != FORMAT_VERSION:
+        hint = " (the old pickle format, refused because loading it could run code)"
+        raise ModelFileError(
+            f"{what}: format version {version}, this library reads version {FORMAT_VERSION}"
+            + (hint if version == 1 else "")
+        )
+    payload = data[_HEADER.size :]
+    if len(payload) != length:
+        raise ModelFileError(f"{what}: expected {length} payload bytes, found {len(payload)}")
+    if hashlib.sha256(payload).digest() != checksum:
+        raise ModelFileError(f"{what}: checksum mismatch; the file is corrupted")
+    return payload
+
+
+def loads(data: bytes, kind: str, what: str = "data") -> Any:
+    """Decode a blob written by :func:`dumps`; any defect raises :class:`ModelFileError`."""
+    payload = memoryview(check_container(bytes(data), what))
+    try:
+        if len(payload) < _LEN.size:
+            raise ModelFileError("payload too short")
+        (hlen,) = _LEN.unpack_from(payload)
+        if hlen > len(payload) - _LEN.size:
+            raise ModelFileError("header longer than the payload")
+        header = json.loads(
+            bytes(payload[_LEN.size : _LEN.size + hlen]).decode("utf-8"),
+            parse_constant=_no_constant,
+        )
+        if not isinstance(header, dict) or header.get("kind") != kind:
+            found = header.get("kind") if isinstance(header, dict) else None
+            raise ModelFileError(f"holds {str(found)[:40]!r}, expected {kind!r}")
+        decoder = _Decoder(payload[_LEN.size + hlen :], header.get("arrays"))
+        return decoder.value(header.get("value"))
+    except ModelFileError as err:
+        raise ModelFileError(f"{what}: {err}") from None
+    except (ValueError, TypeError, KeyError, RecursionError, UnicodeDecodeError) as err:
+        raise ModelFileError(f"{what}: unreadable ({type(err).__name__}: {err})") from None
+
+
+# -- the allowlist --------------------------------------------------------------------------
+def _register_defaults() -> None:
+    """The types a QSS model is made of: snapshots, schema parts, the base models and LDA
+    QSS trains itself, their helper objects, and the learned LightGBM encoder."""
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
+    from sklearn.neural_network._stochastic_optimizers import AdamOptimizer, SGDOptimizer
+    from sklearn.preprocessing import LabelBinarizer
+
+    from .. import snapshots
+    from ..encoders.tabular import LightGBMLeafContrib
+    from ..schema import Schema
+    from ..schema.base_model import BaseModel
+    from ..schema.codebook import Codebook
+    from ..schema.preprocess import Preprocessor
+
+    for cls in (
+        snapshots.ModelSnapshot,
+        snapshots.EngineSnapshot,
+        snapshots.RowsSnapshot,
+        snapshots.InstanceSnapshot,
+        Schema,
+        BaseModel,
+        Codebook,
+        Preprocessor,
+    ):
+        register_dataclass(cls, f"forgetting.{cls.__qualname__}")
+    for cls in (
+        LogisticRegression,
+        Ridge,
+        MLPClassifier,
+        MLPRegressor,
+        LinearDiscriminantAnalysis,
+        LabelBinarizer,
+        AdamOptimizer,
+        SGDOptimizer,
+    ):
+        register_object(cls, f"sklearn.{cls.__qualname__}")
+    register_object(LightGBMLeafContrib, "forgetting.LightGBMLeafContrib")
+
+    def random_state_decode(state: Any) -> np.random.RandomState:
+        if not (isinstance(state, tuple) and len(state) == 5 and state[0] == "MT19937"):
+            raise ModelFileError("bad RandomState")
+        rs = np.random.RandomState()
+        rs.set_state(state)
+        return rs
+
+    register_codec(
+        np.random.RandomState,
+        lambda rs: rs.get_state(legacy=True),
+        random_state_decode,
+        "numpy.RandomState",
+    )
+
+
+_register_defaults()
