@@ -1,0 +1,476 @@
+"""The paper benchmark's measuring stages, per dataset: accuracy, exactness, deletion cost,
+cell purity, the ρ sweep and the width × depth grid.
+
+Why the order in :func:`evaluate`: accuracy and purity are read off freshly fitted models,
+deletions (exactness) change those models, and timings come last so that nothing measured
+earlier depends on them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from .data import (
+    D0_BATCHES,
+    EXACTNESS_BATCHES,
+    N_FAST_FORGETS,
+    N_TIMING_ROUNDS,
+    SWEEP_FAST_FORGETS,
+    Data,
+    load_data,
+    min_schema_rows,
+)
+from .models import (
+    build_seconds,
+    codebook_shape,
+    g_only_outputs,
+    make_qss,
+    make_ridge,
+    make_sisa,
+    model_scores,
+    score,
+    timed_fit,
+)
+
+
+@dataclass
+class SeedZero:
+    """The seed-0 models, reused by the deletion, exactness, sweep and purity stages."""
+
+    qss: dict[str, Any]
+    sisa: Any
+    ridge: Any
+    scores: dict[str, dict[str, float]]
+    shapes: dict[str, tuple[int, int, int]]
+    """(b, ℓ, |D°|) of instance 0 at fit time, per mode."""
+
+
+def accuracy_stage(
+    data: Data, seeds: Sequence[int], baselines: dict[tuple[str, int], tuple[Any, dict, float]]
+) -> tuple[list[dict], SeedZero]:
+    """Fit every model at every seed; per-run rows and the seed-0 models.
+
+    ``baselines`` caches SISA and ridge per (dataset, seed): the LightGBM variant of Adult
+    shares them with the one-hot row (they see the same one-hot features).
+    """
+    runs: list[dict] = []
+    seed0: SeedZero | None = None
+    ridge_key = (data.dataset, -1)
+    if ridge_key not in baselines:
+        ridge = make_ridge(data)
+        fit_seconds = timed_fit(ridge, data)
+        baselines[ridge_key] = (ridge, model_scores(data, ridge), fit_seconds)
+    for seed in tqdm(seeds, desc=f"{data.key}: accuracy", unit="seed", leave=False):
+        fitted: dict[str, Any] = {}
+        fit_s: dict[str, float] = {}
+        for label, mode in (("QSS-E", "exact"), ("QSS-L", "label")):
+            model = make_qss(data, mode, seed)
+            fit_s[label] = timed_fit(model, data)
+            fitted[label] = model
+        qe = fitted["QSS-E"]
+        g0, cls = g_only_outputs(qe, data.X_test), data.classification
+        results = {
+            "g-only": score(data, g0, getattr(qe, "classes_", None), g0 if cls else None),
+            "QSS-E": model_scores(data, qe),
+            "QSS-L": model_scores(data, fitted["QSS-L"]),
+        }
+        fit_s["g-only"] = fit_s["QSS-E"]
+        key = (data.dataset, seed)
+        if key not in baselines:
+            sisa = make_sisa(data, seed)
+            fit_seconds = timed_fit(sisa, data)
+            baselines[key] = (sisa, model_scores(data, sisa), fit_seconds)
+        sisa, results["SISA"], fit_s["SISA"] = baselines[key]
+        ridge, results["exact ridge"], fit_s["exact ridge"] = baselines[ridge_key]
+        for label, metrics in results.items():
+            runs.append(
+                {
+                    "dataset": data.key,
+                    "seed": seed,
+                    "model": label,
+                    "n_train": data.n_train,
+                    "rho": data.rho,
+                    **metrics,
+                    "fit_s": fit_s[label],
+                }
+            )
+        if seed0 is None:
+            shapes = {label: codebook_shape(m) for label, m in fitted.items()}
+            seed0 = SeedZero(fitted, sisa, ridge, results, shapes)
+    assert seed0 is not None
+    return runs, seed0
+
+
+def in_any_schema(model: Any) -> np.ndarray:
+    """Mask of rows in some instance's D° (benchmark-only peek at secret membership)."""
+    rows = model.engine_.rows
+    inside = np.zeros(rows.size, dtype=bool)
+    for r in range(model.n_instances):
+        inside |= rows.members(r)
+    return inside
+
+
+def exactness_check(
+    data: Data, model: Any, mode: str, seed: int, rng: np.random.Generator
+) -> dict[str, Any]:
+    """Forget 100 random rows in 5 batches (3 forced into D°), wait, refit without them.
+
+    Exact mode compares with ``fit`` on the remaining rows; label mode (whose guarantee is
+    label deletion) with ``fit`` where those rows' labels are unlabeled (−1 / NaN), the
+    refit the README promises. Returns booleans measured with ``numpy.array_equal`` on the
+    test predictions and state-digest equality.
+    """
+    rows = model.engine_.rows
+    ids = np.asarray(rows.ids[: rows.size])
+    inside = in_any_schema(model)
+    total = sum(EXACTNESS_BATCHES)
+    n_d0 = min(len(D0_BATCHES), int(inside.sum()))
+    d0 = rng.choice(ids[inside], size=n_d0, replace=False)
+    others = rng.choice(ids[~inside], size=total - n_d0, replace=False)
+    batches, start = [], 0
+    for b, size in enumerate(EXACTNESS_BATCHES):
+        batch = []
+        if b in D0_BATCHES[:n_d0]:
+            batch.append(int(d0[D0_BATCHES.index(b)]))
+        take = size - len(batch)
+        batch += [int(i) for i in others[start : start + take]]
+        start += take
+        batches.append(batch)
+    rebuilds = 0
+    for batch in tqdm(batches, desc=f"{data.key}: forget ({mode})", leave=False):
+        rebuilds += len(model.forget(batch).instances_hit)
+    model.wait_for_rebuilds()
+    gone = np.array([i for b in batches for i in b])
+    started = time.perf_counter()
+    refit = make_qss(data, mode, seed)
+    if mode == "exact":
+        keep = ~np.isin(np.arange(data.n_train), gone)
+        refit.fit(data.X_train[keep], data.y_train[keep], np.arange(data.n_train)[keep])
+    else:
+        y = data.y_train.copy()
+        y[gone] = -1 if data.classification else np.nan
+        refit.fit(data.X_train, y, np.arange(data.n_train))
+    refit_s = time.perf_counter() - started
+    predict = (lambda m: m.predict_proba(data.X_test)) if data.classification else None
+    predict = predict or (lambda m: m.predict(data.X_test))
+    return {
+        "dataset": data.key,
+        "mode": "QSS-E" if mode == "exact" else "QSS-L",
+        "scope": "instance" if mode == "exact" else "label",
+        "deleted": int(gone.size),
+        "batches": "+".join(str(len(b)) for b in batches),
+        "d0_rows": n_d0,
+        "instance_rebuilds": rebuilds,
+        "predictions_equal": bool(np.array_equal(predict(model), predict(refit))),
+        "digest_equal": model.state_digest() == refit.state_digest(),
+        "refit_s": refit_s,
+    }
+
+
+def fast_forget_ms(model: Any, n: int, rng: np.random.Generator) -> list[float]:
+    """Latencies (ms) of ``n`` single-id forgets of labeled rows outside every D°."""
+    model.wait_for_rebuilds()
+    rows = model.engine_.rows
+    ok = ~in_any_schema(model) & rows.labeled()
+    ids = np.asarray(rows.ids[: rows.size])[ok]
+    latencies = []
+    for row_id in rng.choice(ids, size=min(n, ids.size), replace=False):
+        started = time.perf_counter()
+        model.forget([int(row_id)])
+        latencies.append((time.perf_counter() - started) * 1e3)
+    return latencies
+
+
+def measured_rebuild(model: Any, rng: np.random.Generator) -> tuple[float, float]:
+    """Forget one row of instance 0's D° (and no other's), wait for the background rebuild.
+
+    Returns (the forget call in ms, the rebuild's own duration in s, read from the engine).
+    """
+    model.wait_for_rebuilds()
+    rows = model.engine_.rows
+    only0 = rows.members(0) & rows.labeled()
+    for r in range(1, model.n_instances):
+        only0 &= ~rows.members(r)
+    candidates = np.flatnonzero(only0) if only0.any() else np.flatnonzero(rows.members(0))
+    row_id = int(rows.ids[int(rng.choice(candidates))])
+    before = len(model.engine_.rebuild_seconds)
+    started = time.perf_counter()
+    model.forget([row_id])
+    call_ms = (time.perf_counter() - started) * 1e3
+    model.wait_for_rebuilds()
+    return call_ms, float(np.sum(model.engine_.rebuild_seconds[before:]))
+
+
+def baseline_picks(model: Any, n: int, rng: np.random.Generator) -> list[Any]:
+    """``n`` ids to forget from SISA (each from a different shard, so each forget retrains a
+    different shard) or from exact ridge."""
+    if hasattr(model, "shards_"):
+        shards = [s for s in model.shards_ if len(s) > 1]
+        return [s.ids[int(rng.integers(len(s)))] for s in shards[:n]]
+    return list(rng.choice(np.asarray(model.ids_), size=n, replace=False))
+
+
+def expected_cost_ms(rho: float, t_fast_ms: float, t_rebuild_s: float) -> float:
+    """The paper's expected cost per deletion: (1−ρ)·t_fast + ρ·t_rebuild."""
+    return (1 - rho) * t_fast_ms + rho * t_rebuild_s * 1e3
+
+
+def deletion_rows(data: Data, seed0: SeedZero, rng: np.random.Generator) -> list[dict]:
+    """Deletion-cost rows (QSS-E and QSS-L) timed on the seed-0 models, side by side.
+
+    Why interleaved: what sets the speedup is SISA's shard retrain against QSS's rebuild
+    (ρ·t_rebuild ≫ t_fast), and a shared machine's load drifts within minutes. So each of
+    :data:`N_TIMING_ROUNDS` rounds times one SISA forget, one ridge forget and one measured
+    D° rebuild per mode back to back, and the tables report medians over the rounds (with
+    the 1-minute load average, so a disturbed row can be recognized).
+    """
+    load = os.getloadavg()[0]
+    labels = ("QSS-E", "QSS-L")
+    fast = {label: fast_forget_ms(seed0.qss[label], N_FAST_FORGETS, rng) for label in labels}
+    sisa_ids = baseline_picks(seed0.sisa, N_TIMING_ROUNDS, rng)
+    ridge_ids = baseline_picks(seed0.ridge, N_TIMING_ROUNDS, rng)
+    sisa_s, ridge_s = [], []
+    calls: dict[str, list[float]] = {label: [] for label in labels}
+    rebuilds: dict[str, list[float]] = {label: [] for label in labels}
+    for sisa_id, ridge_id in zip(sisa_ids, ridge_ids, strict=False):
+        sisa_s.append(float(seed0.sisa.forget([sisa_id])["seconds"]))
+        ridge_s.append(float(seed0.ridge.forget([ridge_id])["seconds"]))
+        for label in labels:
+            call_ms, rebuild = measured_rebuild(seed0.qss[label], rng)
+            calls[label].append(call_ms)
+            rebuilds[label].append(rebuild)
+    sisa = float(np.median(sisa_s))
+    out = []
+    for label in labels:
+        model = seed0.qss[label]
+        t_fast = float(np.median(fast[label]))
+        t_rebuild = float(np.median(rebuilds[label]))
+        p = model.n_instances
+        expected = expected_cost_ms(data.rho, t_fast, t_rebuild)
+        # Compute-conservative: a deletion hits one of the p instances w.p. ≈ pρ.
+        expected_all = (1 - data.rho) * t_fast + p * data.rho * t_rebuild * 1e3
+        # What a caller waits: a D° hit returns once the other instances are marked and the
+        # rebuild is queued (it runs in the background), so it costs d0_call, not t_rebuild.
+        d0_call = float(np.median(calls[label]))
+        hit = 1 - (1 - data.rho) ** p
+        blocking = (1 - hit) * t_fast + hit * d0_call
+        b, levels, _ = seed0.shapes[label]
+        out.append(
+            {
+                "dataset": data.key,
+                "mode": label,
+                "scope": "instance" if label == "QSS-E" else "label",
+                "n_train": data.n_train,
+                "rho": data.rho,
+                "p": p,
+                "b": b,
+                "l": levels,
+                "t_fast_ms": t_fast,
+                "t_fast_p99_ms": float(np.percentile(fast[label], 99)),
+                "d0_call_ms": d0_call,
+                "blocking_ms": blocking,
+                "speedup_blocking": sisa * 1e3 / blocking,
+                "t_rebuild_s": t_rebuild,
+                "build_at_fit_s": build_seconds(model),
+                "expected_ms": expected,
+                "expected_p_rebuilds_ms": expected_all,
+                "sisa_s": sisa,
+                "speedup": sisa * 1e3 / expected,
+                "speedup_p_rebuilds": sisa * 1e3 / expected_all,
+                "ridge_forget_ms": 1e3 * float(np.median(ridge_s)),
+                "rounds": len(sisa_s),
+                "load_1min": load,
+            }
+        )
+    return out
+
+
+def level1_purity(codes: np.ndarray, labels: np.ndarray) -> float:
+    """Σ over level-1 cells of the majority-label count, over all rows: the fraction of rows
+    sharing their cell's majority label, each cell weighted by its size."""
+    cells = codes.astype(np.int64)
+    k = int(labels.max()) + 1
+    table = np.zeros((int(cells.max()) + 1, k), dtype=np.int64)
+    np.add.at(table, (cells, labels.astype(np.int64)), 1)
+    return float(table.max(axis=1).sum() / labels.size)
+
+
+def purity_row(data: Data, mode: str, model: Any) -> dict[str, Any]:
+    """Level-1 purity of instance 0's codes of the training rows (stored at fit time)."""
+    rows = model.engine_.rows
+    labeled = np.flatnonzero(rows.labeled())
+    codes = rows.codes[0][labeled, 0]
+    labels = rows.targets[labeled]
+    b, levels, _ = codebook_shape(model)
+    return {
+        "dataset": data.key,
+        "mode": "QSS-E" if mode == "exact" else "QSS-L",
+        "b": b,
+        "l": levels,
+        "occupied_cells": int(np.unique(codes).size),
+        "level1_purity": level1_purity(codes, labels),
+        "majority_class_share": float(np.bincount(labels).max() / labels.size),
+    }
+
+
+def sweep_rows(
+    data: Data,
+    seed0: SeedZero,
+    rhos: Sequence[float],
+    t_fast0: dict[str, float],
+    sisa_s: float,
+    rng: np.random.Generator,
+) -> list[dict]:
+    """Accuracy gap to SISA and expected-cost speedup at each ρ (seed 0, both modes).
+
+    The paper's ρ reuses the accuracy stage's models; other ρ are fitted here. t_rebuild is
+    the fit's per-instance build time (the same work a rebuild does; the deletion table
+    shows both agree), t_fast the median of :data:`SWEEP_FAST_FORGETS` single-id forgets.
+    """
+    metric = "accuracy" if data.classification else "pearson_r"
+    sisa_score = seed0.scores["SISA"][metric]
+    out = []
+    need = min_schema_rows(data.n_classes)
+    grid = sorted(set(rhos) | {data.rho})
+    for rho in tqdm(grid, desc=f"{data.key}: ρ sweep", leave=False):
+        if data.n_train * rho < need:
+            continue
+        for label, mode in (("QSS-E", "exact"), ("QSS-L", "label")):
+            if rho == data.rho:
+                # The seed-0 model, scored before the deletion stages changed its rows.
+                model, t_fast = seed0.qss[label], t_fast0[label]
+                acc = seed0.scores[label][metric]
+                b, levels, schema_rows = seed0.shapes[label]
+            else:
+                model = make_qss(data, mode, 0, rho=rho)
+                timed_fit(model, data)
+                acc = model_scores(data, model)[metric]
+                b, levels, schema_rows = codebook_shape(model)
+                t_fast = float(np.median(fast_forget_ms(model, SWEEP_FAST_FORGETS, rng)))
+            t_rebuild = build_seconds(model)
+            expected = expected_cost_ms(rho, t_fast, t_rebuild)
+            out.append(
+                {
+                    "dataset": data.key,
+                    "mode": label,
+                    "rho": rho,
+                    "n_train": data.n_train,
+                    "schema_rows": schema_rows,
+                    "b": b,
+                    "l": levels,
+                    metric: acc,
+                    f"sisa_{metric}": sisa_score,
+                    "gap_pp": 100 * (acc - sisa_score),
+                    "t_fast_ms": t_fast,
+                    "t_rebuild_s": t_rebuild,
+                    "expected_ms": expected,
+                    "speedup": sisa_s * 1e3 / expected,
+                }
+            )
+            if rho != data.rho:
+                del model
+    return out
+
+
+def width_depth_rows(
+    name: str,
+    n_train: int | None,
+    widths: Sequence[int],
+    depths: Sequence[int],
+    image_features: str = "hog",
+) -> list[dict]:
+    """Accuracy over b × ℓ in label mode with one instance, and level-1 purity per b.
+
+    Label mode trains the codebook on all inputs, so b is not capped by |D°|; one instance
+    (p = 1) isolates the codebook's shape from the ensemble average over instances.
+    """
+    data = load_data(name, n_train, image_features=image_features)
+    out = []
+    cells = [(b, levels) for b in widths for levels in depths]
+    for b, levels in tqdm(cells, desc=f"{name}: width × depth", leave=False):
+        model = make_qss(data, "label", 0, n_centroids=b, n_levels=levels, n_instances=1)
+        fit_s = timed_fit(model, data)
+        rows = model.engine_.rows
+        out.append(
+            {
+                "dataset": name,
+                "n_train": data.n_train,
+                "rho": data.rho,
+                "b": b,
+                "l": levels,
+                "accuracy": model_scores(data, model)["accuracy"],
+                "level1_purity": level1_purity(
+                    rows.codes[0][: rows.size, 0], rows.targets[: rows.size]
+                ),
+                "fit_s": fit_s,
+            }
+        )
+    return out
+
+
+@dataclass
+class Results:
+    """Everything one run measured, table by table."""
+
+    datas: list[Data] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)
+    deletion: list[dict] = field(default_factory=list)
+    exact: list[dict] = field(default_factory=list)
+    purity: list[dict] = field(default_factory=list)
+    sweep: list[dict] = field(default_factory=list)
+    width_depth: list[dict] = field(default_factory=list)
+    runtime: list[dict] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def evaluate(
+    data: Data,
+    seeds: Sequence[int],
+    rhos: Sequence[float],
+    baselines: dict,
+    results: Results,
+) -> None:
+    """All per-dataset stages, in an order that keeps each measurement clean: accuracy and
+    purity on freshly fitted models, then exactness (deletions), then timings, then the ρ
+    sweep. The seed-0 models are dropped at the end to bound memory."""
+    rng = np.random.default_rng(12345)
+    clock = {"dataset": data.key}
+    t = time.perf_counter()
+    runs, seed0 = accuracy_stage(data, seeds, baselines)
+    results.runs += runs
+    clock["accuracy_s"] = time.perf_counter() - t
+    modes = (("QSS-E", "exact"), ("QSS-L", "label"))
+    if data.classification:
+        results.purity += [purity_row(data, mode, seed0.qss[label]) for label, mode in modes]
+    t = time.perf_counter()
+    for label, mode in modes:
+        results.exact.append(exactness_check(data, seed0.qss[label], mode, 0, rng))
+    clock["exactness_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    rows = deletion_rows(data, seed0, rng)
+    results.deletion += rows
+    t_fast = {row["mode"]: row["t_fast_ms"] for row in rows}
+    sisa_s = rows[0]["sisa_s"]
+    clock["deletion_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    results.sweep += sweep_rows(data, seed0, rhos, t_fast, sisa_s, rng)
+    clock["sweep_s"] = time.perf_counter() - t
+    clock["total_s"] = sum(v for k, v in clock.items() if k.endswith("_s"))
+    results.runtime.append(clock)
+
+
+def variants(names: Sequence[str], lgbm: bool) -> list[tuple[str, bool]]:
+    """(dataset, learned encoder?) pairs: Adult gets a second row with LightGBM."""
+    out = []
+    for name in names:
+        out.append((name, False))
+        if name == "adult" and lgbm:
+            out.append((name, True))
+    return out
