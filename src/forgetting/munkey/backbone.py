@@ -1,0 +1,152 @@
+"""A small Vision Transformer for 28×28 images, with an optional exemplar token (MUNKEY's f_θ).
+
+The paper uses ViT-Tiny/16 (width 192, depth 12, 3 heads, 197 tokens) on 224×224 inputs and
+trains for 100 epochs on a GPU. Here two shared CPU cores must train dozens of models in
+minutes, so the same design is scaled down: 7×7 patches of a 28×28 image give 16 patch tokens,
+plus a class token, plus (for MUNKEY) one exemplar token; width 64, depth 3, 4 heads. The plain
+ViT that the approximate-unlearning baselines start from is this very module with
+``exemplar_dim=0``, so MUNKEY and the baselines compare at equal backbone size.
+
+Attention is written out (``scaled_dot_product_attention`` on CPU) instead of using
+``nn.TransformerEncoderLayer``, whose inference fast path takes a different code path from
+training and could make eval-mode bits depend on how the module was last used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["ViTConfig", "TinyViT"]
+
+
+@dataclass(frozen=True)
+class ViTConfig:
+    """Shape of the backbone. ``exemplar_dim = 0`` builds a plain ViT (no exemplar token)."""
+
+    image_size: int = 28
+    channels: int = 1
+    patch: int = 7
+    width: int = 64
+    depth: int = 3
+    heads: int = 4
+    mlp_ratio: float = 2.0
+    n_classes: int = 10
+    exemplar_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.image_size % self.patch:
+            raise ValueError(f"patch {self.patch} must divide image_size {self.image_size}")
+        if self.width % self.heads:
+            raise ValueError(f"heads {self.heads} must divide width {self.width}")
+        for name in ("image_size", "channels", "patch", "width", "depth", "heads", "n_classes"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be ≥ 1, got {getattr(self, name)}")
+        if self.exemplar_dim < 0:
+            raise ValueError(f"exemplar_dim must be ≥ 0, got {self.exemplar_dim}")
+
+    @property
+    def n_patches(self) -> int:
+        return (self.image_size // self.patch) ** 2
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Block(nn.Module):
+    """Pre-norm transformer block: x + MHSA(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, width: int, heads: int, mlp_ratio: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width)
+        hidden = int(width * mlp_ratio)
+        self.fc1 = nn.Linear(width, hidden)
+        self.fc2 = nn.Linear(hidden, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, w = x.shape
+        qkv = self.qkv(self.norm1(x)).reshape(b, t, 3, self.heads, w // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        attn = F.scaled_dot_product_attention(q, k, v)
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, t, w))
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+class TinyViT(nn.Module):
+    """Patch embedding + class token (+ exemplar token) → pre-norm blocks → linear head.
+
+    ``forward(images, exemplars=None, drop_image=None, drop_exemplar=None)``:
+    ``images`` is ``(B, C, H, W)``; ``exemplars`` ``(B, exemplar_dim)`` raw exemplar vectors
+    (the adapter h_ψ maps them to the width inside). The boolean masks select rows whose image
+    path (all patch tokens) or exemplar path is replaced by the learnable null tokens — pathway
+    dropout during training, and the single-path accuracies of the pathway-sensitivity score.
+    A row with ``exemplars=None`` gets the null exemplar token.
+    """
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        self.patch_embed = nn.Conv2d(c.channels, c.width, kernel_size=c.patch, stride=c.patch)
+        n_tokens = 1 + c.n_patches + (1 if c.exemplar_dim else 0)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, c.width))
+        self.pos_embed = nn.Parameter(torch.zeros(1, n_tokens, c.width))
+        self.blocks = nn.ModuleList(_Block(c.width, c.heads, c.mlp_ratio) for _ in range(c.depth))
+        self.norm = nn.LayerNorm(c.width)
+        self.head = nn.Linear(c.width, c.n_classes)
+        if c.exemplar_dim:
+            self.adapter = nn.Sequential(
+                nn.Linear(c.exemplar_dim, c.width), nn.GELU(), nn.Linear(c.width, c.width)
+            )
+            self.null_image = nn.Parameter(torch.zeros(1, 1, c.width))
+            self.null_exemplar = nn.Parameter(torch.zeros(1, 1, c.width))
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """Truncated-normal(0.02) tokens and linear weights, zero biases (the ViT recipe)."""
+        for p in (self.cls_token, self.pos_embed):
+            nn.init.trunc_normal_(p, std=0.02)
+        if self.config.exemplar_dim:
+            nn.init.trunc_normal_(self.null_image, std=0.02)
+            nn.init.trunc_normal_(self.null_exemplar, std=0.02)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+
+    def forward(
+        self,
+        images: torch.Tensor,
+        exemplars: torch.Tensor | None = None,
+        drop_image: torch.Tensor | None = None,
+        drop_exemplar: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        c = self.config
+        b = images.shape[0]
+        patches = self.patch_embed(images).flatten(2).transpose(1, 2)
+        if drop_image is not None:
+            if not c.exemplar_dim:
+                raise ValueError("a plain ViT has no null image token")
+            patches = torch.where(drop_image[:, None, None], self.null_image, patches)
+        tokens = [self.cls_token.expand(b, -1, -1), patches]
+        if c.exemplar_dim:
+            if exemplars is None:
+                ex = self.null_exemplar.expand(b, -1, -1)
+            else:
+                ex = self.adapter(exemplars)[:, None, :]
+                if drop_exemplar is not None:
+                    ex = torch.where(drop_exemplar[:, None, None], self.null_exemplar, ex)
+            tokens.append(ex)
+        elif exemplars is not None:
+            raise ValueError("a plain ViT (exemplar_dim=0) takes no exemplars")
+        x = torch.cat(tokens, dim=1) + self.pos_embed
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x[:, 0]))
