@@ -129,13 +129,13 @@ def load_data(
         ds = load_dataset(name, n_train=n_train)
     X_train, X_test = ds.X_train, ds.X_test
     if ds.modality == "text":
-        from ..encoders import MiniLMEncoder
+        from ...encoders import MiniLMEncoder
 
         encoder = MiniLMEncoder(progress=True)
         X_train, X_test = encoder.transform(X_train), encoder.transform(X_test)
         features = "MiniLM-L6 embeddings (frozen, 384-d)"
     elif name in IMAGE_SETS and image_features == "hog":
-        from ..encoders import HOGEncoder
+        from ...encoders import HOGEncoder
 
         encoder = HOGEncoder(progress=True)
         X_train, X_test = encoder.transform(X_train), encoder.transform(X_test)

@@ -23,7 +23,7 @@ def make_qss(data: Data, mode: str, seed: int, rho: float | None = None, **param
     every instance trains its own copy on D° only and exact deletion keeps holding."""
     encoder = None
     if data.learned_encoder:
-        from ..encoders import LightGBMLeafContrib
+        from ...encoders import LightGBMLeafContrib
 
         encoder = LightGBMLeafContrib(n_classes=data.n_classes if data.classification else None)
     cls = QSSClassifier if data.classification else QSSRegressor
