@@ -300,11 +300,13 @@ def test_receipts_lookup(client, store):
     receipt = r.json()
     assert len(receipt["id_hashes"]) == 2
     for h in receipt["id_hashes"]:
-        found = client.get(f"/receipts/{h}")
+        # Receipt lookups need a token even with open reads (the key is derived here).
+        assert client.get(f"/receipts/{h}").status_code == 401
+        found = client.get(f"/receipts/{h}", headers=AUTH)
         assert found.status_code == 200
         assert found.json()["state_digest"] == receipt["state_digest"]
         assert found.json()["operation"] == "forget"
-        assert client.get(f"/receipts/{h.upper()}").status_code == 200
+        assert client.get(f"/receipts/{h.upper()}", headers=AUTH).status_code == 200
     assert "u9" not in json.dumps(receipt)  # keyed hashes, never the ids
 
 
@@ -392,7 +394,7 @@ def test_batcher_merges_concurrent_requests_and_keeps_each_result():
     import threading
     import time
 
-    from forgetting.service.app import PredictBatcher
+    from forgetting.service.batcher import PredictBatcher
 
     sizes = []
 
@@ -440,7 +442,7 @@ def test_concurrent_predictions_are_bitwise_those_of_the_model(client, store):
 
 
 def test_labels_from_probabilities_fall_back_on_ties():
-    from forgetting.service.app import labels_from_proba
+    from forgetting.service.convert import labels_from_proba
 
     asked = []
 
@@ -453,6 +455,6 @@ def test_labels_from_probabilities_fall_back_on_ties():
     assert labels.tolist() == ["b", "tie", "tie", "a"] and asked == [1, 2]
     assert labels_from_proba(proba[[0, 3]], [3, 7], predict).tolist() == [7, 3]
     mixed = labels_from_proba(proba[:2], [3, 7], lambda rows: np.array([5] * len(rows)))
-    from forgetting.service.app import _jsonable
+    from forgetting.service.convert import jsonable
 
-    assert _jsonable(mixed) == [7, 5] and all(type(v) is int for v in _jsonable(mixed))
+    assert jsonable(mixed) == [7, 5] and all(type(v) is int for v in jsonable(mixed))

@@ -1,8 +1,9 @@
 """The HTTP service: a :class:`~forgetting.store.durable.DurableModel` behind FastAPI.
 
 ``create_app(model, config)`` builds the app; ``ServiceConfig`` holds the bearer tokens
-(never shown), whether reads are open, and the batch limit. FastAPI is an optional
-dependency, imported only when this package is.
+(never shown), whether reads and receipt lookups are open, and the batch limit. FastAPI is an
+optional dependency, imported only when this package is. :mod:`.app` says which module does
+what.
 """
 
 from .app import create_app

@@ -65,14 +65,18 @@ class ServiceConfig:
     """How the service authenticates and bounds requests.
 
     ``tokens``: accepted bearer tokens for mutations (and for reads when ``open_reads`` is
-    False). ``open_reads``: whether ``/predict``, ``/receipts`` and ``/stats`` answer without a
-    token. ``max_batch``: the most rows or ids one request may carry (larger -> 413), so a
+    False). ``open_reads``: whether ``/predict`` and ``/stats`` answer without a token.
+    ``open_receipts``: whether ``/receipts/{hash}`` answers without a token; off unless the
+    operator opens it, and refused by the app under a derived (public) membership key, with
+    which anyone can compute an id's hash and learn whether and when it was forgotten.
+    ``max_batch``: the most rows or ids one request may carry (larger -> 413), so a
     single client cannot hold the mutation lock or the worker pool for minutes.
     """
 
     tokens: tuple[str, ...] = field(default=(), repr=False)
     open_reads: bool = True
     max_batch: int = DEFAULT_MAX_BATCH
+    open_receipts: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.tokens, str):
@@ -80,6 +84,8 @@ class ServiceConfig:
         object.__setattr__(self, "tokens", _check_tokens(self.tokens, "the configuration"))
         if not isinstance(self.open_reads, bool):
             raise ConfigError("open_reads must be True or False")
+        if not isinstance(self.open_receipts, bool):
+            raise ConfigError("open_receipts must be True or False")
         if (
             isinstance(self.max_batch, bool)
             or not isinstance(self.max_batch, int)
@@ -91,7 +97,8 @@ class ServiceConfig:
         """Shows how many tokens are configured, never the tokens themselves."""
         return (
             f"ServiceConfig(tokens=<{len(self.tokens)} configured>, "
-            f"open_reads={self.open_reads}, max_batch={self.max_batch})"
+            f"open_reads={self.open_reads}, open_receipts={self.open_receipts}, "
+            f"max_batch={self.max_batch})"
         )
 
     __str__ = __repr__
@@ -104,6 +111,7 @@ class ServiceConfig:
         environ: Mapping[str, str] | None = None,
         open_reads: bool = True,
         max_batch: int = DEFAULT_MAX_BATCH,
+        open_receipts: bool = False,
     ) -> ServiceConfig:
         """Gather tokens from ``token_file`` (commas or one per line, ``#`` comments) and from
         the ``FORGETTING_TOKENS`` environment variable (comma separated); both are accepted
@@ -128,4 +136,9 @@ class ServiceConfig:
         env_value = environ.get(TOKENS_ENV, "")
         if env_value.strip():
             tokens += _check_tokens(_split_tokens(env_value), f"${TOKENS_ENV}")
-        return cls(tokens=tuple(tokens), open_reads=open_reads, max_batch=max_batch)
+        return cls(
+            tokens=tuple(tokens),
+            open_reads=open_reads,
+            max_batch=max_batch,
+            open_receipts=open_receipts,
+        )

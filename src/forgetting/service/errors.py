@@ -1,0 +1,94 @@
+"""How failures become HTTP answers: one readable line each, never a traceback or an echo.
+
+* Invalid input -> 422 with a summary and each problem's location in the request (FastAPI's
+  default would echo the input, which may be huge, or NaN, which JSON cannot carry).
+* A store error -> 503 with ``Retry-After``: nothing was changed and retrying later is right.
+  ``StoreBusy`` says that another writer holds the store. If the error left the model out of
+  step with the store, the reload starts here (see :mod:`.recovery`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import HTTPException, Request, status
+from fastapi.responses import JSONResponse
+
+from ..store.errors import StoreBusy
+from .recovery import ModelUnavailable, Recovery, one_line
+
+#: ``Retry-After`` (seconds) when another writer holds the store ...
+BUSY_RETRY_AFTER = 2
+#: ... and after any other store error, or while the model reloads.
+RETRY_AFTER = 1
+
+
+def unprocessable(message: str) -> HTTPException:
+    """A 422: the input is invalid and nothing was changed."""
+    return HTTPException(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, detail=message)
+
+
+def _location(loc: tuple | list) -> str:
+    """('body', 'X', 0, 3) -> 'X[0][3]'."""
+    text = ""
+    for part in loc:
+        if part == "body" and not text:
+            continue
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "body"
+
+
+async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    """422 with a readable summary. Unlike FastAPI's default it does not echo the input
+    (which may be huge, or NaN, which JSON cannot carry)."""
+    problems = getattr(exc, "errors", lambda: [])()
+    errors = []
+    for e in problems[:20]:
+        kind, msg, loc = e.get("type", ""), e.get("msg", ""), _location(e.get("loc", ()))
+        if kind == "json_invalid":
+            loc, msg = "body", f"malformed JSON: {e.get('ctx', {}).get('error', msg)}"
+        errors.append({"loc": loc, "msg": msg, "type": kind})
+    summary = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors[:5]) or "invalid request"
+    if len(problems) > 5:
+        summary += f"; and {len(problems) - 5} more"
+    return JSONResponse(
+        {"detail": f"invalid request: {summary}", "errors": errors},
+        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+    )
+
+
+def error_message(err: BaseException) -> str:
+    """The message of a model error (KeyError's str() would add quotes around it)."""
+    if isinstance(err, KeyError) and err.args:
+        return str(err.args[0])
+    return str(err) or type(err).__name__
+
+
+def store_error_response(err: BaseException) -> JSONResponse:
+    """The 503 for a store error (a :class:`StoreError`), with a one-line message."""
+    retry = RETRY_AFTER
+    if isinstance(err, StoreBusy):
+        retry = BUSY_RETRY_AFTER
+        detail = f"another writer holds the store; nothing was changed, retry in {retry} s"
+    elif isinstance(err, ModelUnavailable):
+        detail = one_line(err)
+    else:
+        detail = f"store error: {one_line(err)}; nothing was changed, retry later"
+    return JSONResponse(
+        {"detail": detail},
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": str(retry)},
+    )
+
+
+def store_error_handler(
+    recovery: Recovery,
+) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    """The app's handler for :class:`StoreError`: a 503, and a reload if the model needs one."""
+
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        if not recovery.available:
+            recovery.start_reload()
+        return store_error_response(exc)
+
+    return handle

@@ -1,0 +1,56 @@
+"""The model interface the service relies on, and how it reads the parts a store may lack.
+
+Why a Protocol rather than the concrete class: the app is tested against a small fake that
+fails on demand (store errors, reloads), and the store may change its internals freely as long
+as it keeps these members. :class:`forgetting.store.durable.DurableModel` implements it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class ServableModel(Protocol):
+    """What the app needs from :class:`forgetting.store.durable.DurableModel`.
+
+    ``available`` is False after a store error left the in-memory model possibly out of step
+    with the store; ``reload()`` rebuilds it from the store (raising a ``StoreError`` if it
+    cannot yet) and makes it available again. ``key_is_derived`` is True when the membership
+    key is derived from ``random_state`` (public), so anyone can recompute an id's hash.
+    """
+
+    estimator: Any
+    task: str
+    n_features: int
+    classes: list | None
+    available: bool
+    key_is_derived: bool
+
+    def predict(self, X: Any) -> np.ndarray: ...
+    def predict_proba(self, X: Any) -> np.ndarray: ...
+    def forget(self, ids: Any, *, erase_inputs: bool = False) -> dict: ...
+    def insert(self, X: Any, y: Any, ids: Any) -> dict: ...
+    def receipt(self, id_hash: str) -> dict | None: ...
+    def stats(self) -> dict: ...
+    def state_digest(self) -> str: ...
+    def reload(self) -> None: ...
+
+
+def key_is_derived(model: ServableModel) -> bool:
+    """Whether the model's membership key is public. A model that cannot tell is assumed to
+    have a derived key: wrongly closing receipt reads costs a token, wrongly opening them
+    leaks who was forgotten."""
+    return bool(getattr(model, "key_is_derived", True))
+
+
+def is_available(model: ServableModel) -> bool:
+    """Whether the model may serve. A model without the attribute never marks itself stale
+    (it predates the contract), so it is always available."""
+    return bool(getattr(model, "available", True))
+
+
+def can_reload(model: ServableModel) -> bool:
+    """Whether the model can rebuild itself from its store after a store error."""
+    return callable(getattr(model, "reload", None))

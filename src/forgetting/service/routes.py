@@ -1,0 +1,242 @@
+"""The endpoints: predictions, deletions with receipts, insertions, and their audit trail.
+
+Why plain ``def`` endpoints: FastAPI runs them in worker threads, so a forget that waits on the
+disk (fsync) or a blocked prediction (all instances rebuilding) never stalls the event loop,
+and a prediction issued after a forget was acknowledged runs after that forget returned, so it
+reflects it.
+
+Why one lock for mutations: ``forget`` and ``insert`` are serialized here even if the store
+serializes them too: the order of acknowledged changes is then the order of the lock, and a
+receipt's ``state_digest`` is the state right after *its* change. Predictions do not take it.
+
+Store errors (:class:`~forgetting.store.errors.StoreError`) are not caught here: they pass to
+the app's handler, which answers 503. They are re-raised before the ``ValueError`` clauses
+because ``StoreCorrupt`` is also a ``ValueError`` and must not read as the client's mistake.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import numpy as np
+from fastapi import APIRouter, Depends, HTTPException, Path, status
+
+from .. import __version__
+from ..store.errors import StoreError
+from .auth import token_dependency
+from .batcher import PredictBatcher
+from .config import ServiceConfig
+from .convert import check_batch, check_matrix, finite, jsonable
+from .errors import error_message, unprocessable
+from .model import ServableModel
+from .recovery import Recovery
+from .schemas import (
+    ERRORS,
+    NOT_FOUND,
+    ErrorResponse,
+    ForgetRequest,
+    HealthResponse,
+    InsertRequest,
+    PredictRequest,
+    PredictResponse,
+    ReceiptResponse,
+    StatsResponse,
+)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Which routes need a token, from the configuration (shared by the routes' dependencies,
+    which document it in OpenAPI, and by the request gate, which enforces it first)."""
+
+    open_reads: bool
+    open_receipts: bool
+
+    def needs_token(self, method: str, path: str) -> bool:
+        """Whether ``method path`` needs a bearer token."""
+        if (method, path) in {("POST", "/forget"), ("POST", "/insert")}:
+            return True
+        if path.startswith("/receipts/"):
+            return not self.open_receipts
+        return not self.open_reads and (method, path) in {("POST", "/predict"), ("GET", "/stats")}
+
+
+def _valid_instances(model: ServableModel) -> tuple[int | None, int | None]:
+    """(valid, total) instances from the live engine; (None, None) if it cannot tell."""
+    try:
+        engine = model.estimator.engine_
+        return len(engine.valid_instances()), len(engine.instances)
+    except Exception:  # noqa: BLE001 - health must answer even if internals change
+        return None, None
+
+
+def build_router(
+    model: ServableModel,
+    config: ServiceConfig,
+    access: Access,
+    batcher: PredictBatcher,
+    recovery: Recovery,
+    mutation_lock: threading.Lock,
+) -> APIRouter:
+    """The API's routes for ``model`` under ``config``."""
+    router = APIRouter()
+    classification = model.task == "classification"
+    token = [Depends(token_dependency(config.tokens))]
+    writes = token
+    reads = [] if access.open_reads else token
+    receipt_reads = [] if access.open_receipts else token
+    unauthorized = {401: ERRORS[401]}
+    unavailable = {503: ERRORS[503]}
+
+    @router.get("/health", response_model=HealthResponse, responses=unavailable, tags=["service"])
+    def health() -> HealthResponse:
+        """Liveness (200 while the model serves; 503 while it reloads from the store) and
+        whether any instance is valid."""
+        valid, total = _valid_instances(model)
+        serving = valid is None or valid > 0
+        return HealthResponse(
+            status="ok" if serving else "degraded",
+            serving=serving,
+            valid_instances=valid,
+            n_instances=total,
+            version=__version__,
+        )
+
+    @router.post(
+        "/predict",
+        response_model=PredictResponse,
+        response_model_exclude_none=True,
+        dependencies=reads,
+        responses={k: v for k, v in ERRORS.items() if k != 401 or not access.open_reads},
+        tags=["model"],
+    )
+    def predict(body: PredictRequest) -> PredictResponse:
+        """Predict rows. Reflects every forget and insert acknowledged before this request."""
+        check_batch(len(body.X), "rows", config.max_batch)
+        X = check_matrix(body.X, model.n_features)
+        try:
+            labels, proba = batcher(X)
+        except StoreError:
+            raise
+        except (ValueError, TypeError) as err:
+            raise unprocessable(error_message(err)) from None
+        # A store error during the call may have left the model out of step: then this
+        # answer may come from a diverged model, and is not given.
+        recovery.require_available()
+        if proba is None:
+            return PredictResponse(predictions=jsonable(labels))
+        return PredictResponse(
+            predictions=jsonable(labels),
+            probabilities=jsonable(proba),
+            classes=jsonable(model.classes) if model.classes is not None else None,
+        )
+
+    @router.post(
+        "/forget",
+        response_model=ReceiptResponse,
+        dependencies=writes,
+        responses={**ERRORS, **NOT_FOUND},
+        tags=["model"],
+    )
+    def forget(body: ForgetRequest) -> dict:
+        """Forget rows by id; the receipt is returned once the deletion is durable.
+
+        Retrying a deletion that already succeeded returns its stored receipt with
+        ``already_forgotten: true``. Unknown ids: 404 naming them, nothing changed.
+        """
+        check_batch(len(body.ids), "ids", config.max_batch)
+        try:
+            with mutation_lock:
+                recovery.require_available()
+                return model.forget(list(body.ids), erase_inputs=body.erase_inputs)
+        except StoreError:
+            raise
+        except KeyError as err:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, error_message(err)) from None
+        except (ValueError, TypeError) as err:
+            raise unprocessable(error_message(err)) from None
+
+    @router.post(
+        "/insert",
+        response_model=ReceiptResponse,
+        dependencies=writes,
+        responses=ERRORS,
+        tags=["model"],
+    )
+    def insert(body: InsertRequest) -> dict:
+        """Learn new labeled rows (ids must be new); the receipt is returned once durable."""
+        n = len(body.X)
+        check_batch(max(n, len(body.y), len(body.ids)), "rows", config.max_batch)
+        if not (n == len(body.y) == len(body.ids)):
+            raise unprocessable(
+                f"X has {n} rows, y has {len(body.y)} labels and ids has {len(body.ids)} "
+                "entries; they must match"
+            )
+        X = check_matrix(body.X, model.n_features)
+        y: Any = list(body.y)
+        if not classification:
+            if not all(isinstance(v, int | float) for v in y):
+                raise unprocessable("regression targets must be numbers")
+            y = np.asarray(y, dtype=np.float64)
+            if not np.all(np.isfinite(y)):
+                raise unprocessable("y contains NaN or infinity")
+        try:
+            with mutation_lock:
+                recovery.require_available()
+                return model.insert(X, y, list(body.ids))
+        except StoreError:
+            raise
+        except (ValueError, TypeError, KeyError) as err:
+            raise unprocessable(error_message(err)) from None
+
+    @router.get(
+        "/receipts/{id_hash}",
+        response_model=ReceiptResponse,
+        dependencies=receipt_reads,
+        responses={
+            404: {"model": ErrorResponse, "description": "No receipt for this id hash."},
+            **({} if access.open_receipts else unauthorized),
+            **unavailable,
+        },
+        tags=["audit"],
+    )
+    def receipt(
+        id_hash: Annotated[
+            str,
+            Path(
+                pattern="^[0-9a-fA-F]{16,128}$",
+                description="The keyed id hash from a receipt's `id_hashes` (hex).",
+            ),
+        ],
+    ) -> dict:
+        """The receipt of the last change that touched the row with this keyed id hash.
+
+        Needs a token unless the operator opened receipt reads, which the service allows only
+        under a secret membership key: under a derived (public) key anyone can compute an
+        id's hash and would learn whether and when that person was forgotten."""
+        found = model.receipt(id_hash.lower())
+        if found is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no receipt for id hash {id_hash}")
+        return found
+
+    @router.get(
+        "/stats",
+        response_model=StatsResponse,
+        dependencies=reads,
+        responses={**({} if access.open_reads else unauthorized), **unavailable},
+        tags=["audit"],
+    )
+    def stats() -> dict:
+        """Rows, mode, instances (validity, rebuilding), rebuild counts and the state digest;
+        ``service`` counts prediction requests and the model calls that served them, and the
+        reloads from the store after store errors."""
+        service = {
+            "predict_requests": batcher.requests,
+            "predict_model_calls": batcher.calls,
+            "store_reloads": recovery.reloads,
+        }
+        return finite({**model.stats(), "service": service})
+
+    return router

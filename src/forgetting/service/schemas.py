@@ -1,0 +1,141 @@
+"""The request and response schemas of the HTTP API; they are its OpenAPI documentation.
+
+Why strict types: ``"1.5"`` or ``true`` where a number is expected is a client bug, and
+converting it silently would train on or forget something the client did not mean. Every
+model forbids unknown fields for the same reason (a misspelt ``erase_inputs`` must not be
+ignored).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints
+
+#: A finite number. Strict: ``"1.5"`` or ``true`` are type errors, not silently converted.
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+#: A row id: an integer or a non-empty string (ids are stable external keys, SPEC §5.6).
+RowId = StrictInt | Annotated[str, StringConstraints(strict=True, min_length=1, max_length=512)]
+#: A label: a class (integer or string) or a regression target.
+Label = StrictInt | Annotated[str, StringConstraints(strict=True, min_length=1)] | Number
+
+
+class PredictRequest(BaseModel):
+    """Rows to predict: a list of rows, each a list of ``n_features`` finite numbers."""
+
+    model_config = ConfigDict(extra="forbid")
+    X: list[list[Number]] = Field(min_length=1, examples=[[[0.1, -1.2, 0.5]]])
+
+
+class PredictResponse(BaseModel):
+    """One prediction per row; for classifiers also class probabilities (columns in the
+    order of ``classes``)."""
+
+    predictions: list[Label]
+    probabilities: list[list[float | None]] | None = None
+    classes: list[Label] | None = None
+
+
+class ForgetRequest(BaseModel):
+    """Ids to forget. ``erase_inputs`` (label mode only) erases the rows' inputs as well as
+    their labels, at the cost of rebuilding every instance."""
+
+    model_config = ConfigDict(extra="forbid")
+    ids: list[RowId] = Field(min_length=1, examples=[["user-123", 42]])
+    erase_inputs: StrictBool = False
+
+
+class InsertRequest(BaseModel):
+    """Labeled rows to learn: ``X`` (rows), ``y`` (one label per row), new unique ``ids``."""
+
+    model_config = ConfigDict(extra="forbid")
+    X: list[list[Number]] = Field(min_length=1)
+    y: list[Label] = Field(min_length=1)
+    ids: list[RowId] = Field(min_length=1)
+
+
+class ReceiptResponse(BaseModel):
+    """What a forget or insert did. ``id_hashes`` are keyed hashes of the ids (the ids
+    themselves are not kept); ``state_digest`` is the model's SHA-256 right after the call;
+    ``already_forgotten`` marks the stored receipt returned for a retried deletion."""
+
+    model_config = ConfigDict(extra="allow")
+    operation: str
+    scope: str
+    n_rows: int
+    id_hashes: list[str]
+    instances_hit: list[int]
+    rebuild_started: bool
+    state_digest: str
+    timestamp: str
+    seconds: float
+    already_forgotten: bool = False
+
+
+class InstanceStats(BaseModel):
+    """One schema instance: ``valid`` is False while it rebuilds (the others serve)."""
+
+    model_config = ConfigDict(extra="allow")
+    instance: int
+    valid: bool
+    schema_rows: int | None = None
+    n_levels: int | None = None
+    n_centroids: int | None = None
+
+
+class StatsResponse(BaseModel):
+    """The store's statistics: rows, task and mode, per-instance validity, rebuild counts
+    and the state digest. Further keys reported by the store are passed through."""
+
+    model_config = ConfigDict(extra="allow")
+    n_rows: int
+    mode: str
+    task: str | None = None
+    n_features: int | None = None
+    classes: list[Label] | None = None
+    instances: list[InstanceStats] = []
+    pending_rebuilds: list[int] = []
+    rebuilds_run: int | None = None
+    mean_rebuild_seconds: float | None = None
+    state_digest: str | None = None
+    backend: str | None = None
+
+
+class HealthResponse(BaseModel):
+    """Liveness, and whether predictions are served without waiting: ``serving`` is False
+    only while every instance is rebuilding (requests then block until one lands)."""
+
+    status: Literal["ok", "degraded"]
+    serving: bool
+    valid_instances: int | None
+    n_instances: int | None
+    version: str
+
+
+class ErrorResponse(BaseModel):
+    """An error: ``detail`` says what was wrong and what to do; for invalid input,
+    ``errors`` lists each problem with its location in the request."""
+
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+#: Error responses shared by the routes, for the OpenAPI docs.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "Missing or invalid bearer token."},
+    413: {
+        "model": ErrorResponse,
+        "description": "More rows or ids than `max_batch`, or a larger body than they need.",
+    },
+    422: {"model": ErrorResponse, "description": "Malformed or invalid input; nothing changed."},
+    503: {
+        "model": ErrorResponse,
+        "description": (
+            "The store failed or another writer holds it; nothing changed. Also answered while "
+            "the model reloads from the store after a store error. Retry after `Retry-After`."
+        ),
+    },
+}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorResponse, "description": "Unknown ids; nothing changed."}
+}
