@@ -1,0 +1,78 @@
+"""QSS-DP: (ε, δ)-label-DP for the residual statistics, calibrated with ``dp-accounting``.
+
+The mechanism (proof in ``docs/privacy.md``): each instance's fold sums (T_A, T_B) get
+Gaussian noise σ·Z before anything is computed from them. One label change of a D• row moves
+them by at most Δ = √(2G) (classification) or 2C·√G (regression, residuals clipped to
+[−C, C]) for G levels/tables; counts carry no labels; means, α/λ cross-fitting and
+predictions are post-processing. Z is a keyed pseudorandom function of the instance's state,
+so equal states get equal noise (``forget(R)`` ≡ refit, bit for bit) and neighbouring states
+independent noise (no cancellation across a deletion).
+
+Integration surface (what the estimators call)
+----------------------------------------------
+1. Before fitting, in ``_check_params`` when ``mode == "dp"``::
+
+       check_privacy_params(epsilon, delta, task=self._task, clip=clip, secret_key=secret_key)
+
+   (ValueError for ε ≤ 0 / non-finite, δ ∉ (0, 1), regression without clip C > 0, a clip on
+   classification, or ``secret_key=None``.)
+2. Once per fit, next to the engine::
+
+       ledger = PrivacyLedger(epsilon, delta, task=task, n_instances=p, clip=clip)
+
+   It calibrates z = σ/Δ with the accountant so that the p instances' releases of one model
+   state are (ε, δ)-DP together (``calibrate_noise_multiplier(ε, δ, p)``).
+3. Regression residuals: ``clip_residuals(y − g(x), clip)`` *before* ``quantize_residuals``
+   (in D°-standardized units, where ``MAX_ABS_RESIDUAL`` already applies).
+4. Where instance r's content is materialized (``Instance.content_for`` → ``build_content``),
+   noise the float fold sums and build everything — both folds' cross-fitting *and* the
+   full-data means, which use T_A + T_B of the noisy folds — from them::
+
+       T = acc.sums.astype(np.float64) * np.ldexp(1.0, -acc.scale_bits)   # (2, G, b, k)
+       T_noisy = ledger.noise_fold_sums(
+           T, key=noise_key, state_digest=inst.digest(), instance=r,
+           n_groups=G, scale_bits=acc.scale_bits,
+       )
+
+   ``noise_key`` is the engine's secret 32-byte key (the ledger and the noise derive their own
+   domain-separated HMAC keys from it); ``inst.digest()`` commits to the instance's integer
+   state. Counts n and pair counts N are used as they are.
+5. ``model.privacy_`` returns ``ledger.report()`` (:class:`PrivacyReport`: ``epsilon``,
+   ``delta``, ``sigma``, ``sensitivity``, ``noise_multiplier``, ``n_releases``,
+   ``composed_epsilon``, ``guarantee``). ``ledger.to_dict()`` / ``PrivacyLedger.from_dict``
+   persist it as plain JSON types.
+6. In ``mode="dp"`` publish only keyed digests (``public_state_digest(key, digest)``) in
+   ``state_digest()`` and receipts: the plain digest is an unkeyed function of the labels.
+
+Lower-level pieces: :func:`calibrate_sigma`, :func:`composed_epsilon`,
+:func:`label_sensitivity`, :func:`noise_fold_sums`, :func:`standard_normal`.
+"""
+
+from .accounting import (
+    analytic_sigma,
+    calibrate_noise_multiplier,
+    calibrate_sigma,
+    composed_epsilon,
+)
+from .ledger import GUARANTEE, PrivacyLedger, PrivacyReport, check_privacy_params
+from .noise import noise_fold_sums, noise_seed, public_state_digest, standard_normal
+from .sensitivity import check_clip, clip_residuals, label_sensitivity, quantization_slack
+
+__all__ = [
+    "GUARANTEE",
+    "PrivacyLedger",
+    "PrivacyReport",
+    "analytic_sigma",
+    "calibrate_noise_multiplier",
+    "calibrate_sigma",
+    "check_clip",
+    "check_privacy_params",
+    "clip_residuals",
+    "composed_epsilon",
+    "label_sensitivity",
+    "noise_fold_sums",
+    "noise_seed",
+    "public_state_digest",
+    "quantization_slack",
+    "standard_normal",
+]

@@ -1,0 +1,255 @@
+"""Parameter checks, the release ledger and the report ``model.privacy_`` exposes.
+
+What counts as a release: one materialization of one instance's noisy fold sums for one
+state. Materializing the same state again redraws the same noise (see
+:mod:`~forgetting.privacy.noise`) and so reveals nothing new; it is recorded once. A model
+serves p instances, so one model state is p releases, and σ is calibrated so that those p
+releases *together* are (ε, δ)-DP: every instance uses the noise multiplier z of
+``calibrate_noise_multiplier(ε, δ, p)``, σ_r = z·Δ_r with Δ_r its own sensitivity. A stream
+of insertions and deletions releases new states; the ledger composes all distinct releases
+with the accountant (an upper bound for any one row, whose label may be in all of them).
+
+The ledger is deliberately *not* part of the state digest: the model is history independent,
+its privacy spend is not (two models with equal states may have spent different budgets).
+It stores no raw state digests — those are unkeyed functions of the labels — only keyed
+16-byte tags, enough to count distinct releases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .accounting import calibrate_noise_multiplier, composed_epsilon
+from .noise import _check_key, _state_bytes, noise_fold_sums
+from .sensitivity import TASKS, check_clip, label_sensitivity
+
+RELEASE_TAG_DOMAIN = b"qss-dp-release"
+
+GUARANTEE = (
+    "(epsilon, delta)-label-DP per model state for the labels of rows outside every schema "
+    "subset D° (the noisy residual sums and everything computed from them: means, alpha, "
+    "shrinkage, predictions); composed_epsilon bounds all distinct releases so far. NOT "
+    "covered: the labels of D° rows (they train g and the schema in the clear), any row's "
+    "inputs (label-DP only; in label mode the codebook is trained on all inputs), and the "
+    "raw statistics kept inside the model (the curator's secret, like the key). Computational: "
+    "assumes HMAC-SHA256 is a PRF and the secret key stays secret."
+)
+
+
+def check_privacy_params(
+    epsilon: Any,
+    delta: Any,
+    *,
+    task: str,
+    clip: Any = None,
+    secret_key: Any = None,
+) -> None:
+    """Refuse, before anything is fitted, every setting that cannot be (ε, δ)-label-DP.
+
+    * ε must be a finite number > 0 (ε = ∞ is simply ``mode="exact"``), δ in (0, 1);
+    * regression needs a clip C > 0 (unbounded residuals have unbounded sensitivity);
+      classification refuses one (its residuals are bounded already);
+    * ``secret_key`` must be set: the noise is derived from the key, and without one the key
+      is derived from the public ``random_state`` — anyone could recompute and subtract the
+      noise.
+    """
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float | np.integer | np.floating):
+        raise ValueError(f"mode='dp' needs epsilon, a finite number > 0; got {epsilon!r}")
+    if not (math.isfinite(float(epsilon)) and float(epsilon) > 0.0):
+        raise ValueError(
+            f"epsilon must be a finite number > 0, got {epsilon!r} (for no privacy use "
+            "mode='exact')"
+        )
+    if isinstance(delta, bool) or not isinstance(delta, int | float | np.integer | np.floating):
+        raise ValueError(f"mode='dp' needs delta in (0, 1); got {delta!r}")
+    if not (math.isfinite(float(delta)) and 0.0 < float(delta) < 1.0):
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if task == "regression":
+        check_clip(clip)
+    elif clip is not None:
+        raise ValueError("clip applies to regression only (one-hot residuals are bounded)")
+    if secret_key is None:
+        raise ValueError(
+            "mode='dp' needs secret_key: the noise is a keyed function of the state, and "
+            "without a secret the key comes from the public random_state, so anyone could "
+            "recompute the noise and subtract it"
+        )
+    if isinstance(secret_key, str | bytes | bytearray) and len(secret_key) < 16:
+        raise ValueError("secret_key must be at least 16 bytes/characters in mode='dp'")
+
+
+@dataclass(frozen=True)
+class PrivacyReport:
+    """What ``model.privacy_`` shows: the promise per model state and the spend so far."""
+
+    epsilon: float
+    """Target ε of one model state (all p instances' releases together)."""
+    delta: float
+    noise_multiplier: float
+    """z = σ/Δ of every release."""
+    sigma: float
+    """Noise standard deviation of the latest releases (largest over instances; residual
+    units, i.e. one-hot or D°-standardized target units). NaN before the first release."""
+    sensitivity: float
+    """L2 sensitivity Δ behind ``sigma``. NaN before the first release."""
+    n_instances: int
+    n_releases: int
+    """Distinct (instance, state) releases so far."""
+    composed_epsilon: float
+    """ε at ``delta`` of all releases so far, per the dp-accounting PLD accountant."""
+    task: str
+    clip: float | None
+    guarantee: str = GUARANTEE
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class PrivacyLedger:
+    """The calibrated mechanism of one QSS-DP model and the record of what it released.
+
+    Create it once per ``fit`` (after :func:`check_privacy_params`); call
+    :meth:`noise_fold_sums` wherever an instance's content is materialized; expose
+    :meth:`report` as ``model.privacy_``. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        epsilon: float,
+        delta: float,
+        *,
+        task: str,
+        n_instances: int = 1,
+        clip: float | None = None,
+    ) -> None:
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        if task == "regression":
+            clip = check_clip(clip)
+        elif clip is not None:
+            raise ValueError("clip applies to regression only")
+        if isinstance(n_instances, bool) or not isinstance(n_instances, int) or n_instances < 1:
+            raise ValueError(f"n_instances must be a positive int, got {n_instances!r}")
+        self.epsilon = float(epsilon)
+        self.delta = float(delta)
+        self.task = task
+        self.clip = clip
+        self.n_instances = n_instances
+        self.noise_multiplier = calibrate_noise_multiplier(self.epsilon, self.delta, n_instances)
+        self._lock = threading.Lock()
+        self._tags: set[bytes] = set()
+        self._latest: dict[int, tuple[float, float]] = {}
+
+    # -- the mechanism --------------------------------------------------------------------
+    def sensitivity(self, n_groups: int, scale_bits: int | None = None) -> float:
+        """Δ of one instance with ``n_groups`` levels/tables (see :func:`label_sensitivity`)."""
+        return label_sensitivity(self.task, n_groups, clip=self.clip, scale_bits=scale_bits)
+
+    def sigma(self, n_groups: int, scale_bits: int | None = None) -> float:
+        """σ = z·Δ for one instance with ``n_groups`` levels/tables."""
+        return self.noise_multiplier * self.sensitivity(n_groups, scale_bits)
+
+    def noise_fold_sums(
+        self,
+        sums: np.ndarray,
+        *,
+        key: bytes,
+        state_digest: bytes | str,
+        instance: int,
+        n_groups: int,
+        scale_bits: int | None = None,
+    ) -> np.ndarray:
+        """Noise one instance's fold sums (2, G, cells, k) for its current state and record
+        the release. ``sums`` in float64 residual units; see
+        :func:`~forgetting.privacy.noise.noise_fold_sums`."""
+        if not (isinstance(instance, int | np.integer) and 0 <= instance < self.n_instances):
+            raise ValueError(f"instance must be in 0..{self.n_instances - 1}, got {instance!r}")
+        sensitivity = self.sensitivity(n_groups, scale_bits)
+        sigma = self.noise_multiplier * sensitivity
+        noisy = noise_fold_sums(sums, sigma, key, state_digest, instance=int(instance))
+        self.record(key, state_digest, int(instance), sigma, sensitivity)
+        return noisy
+
+    def record(
+        self, key: bytes, state_digest: bytes | str, instance: int, sigma: float, sensitivity: float
+    ) -> bool:
+        """Count a release of ``instance`` in ``state_digest``; False if already counted."""
+        message = RELEASE_TAG_DOMAIN + int(instance).to_bytes(8, "little")
+        message += _state_bytes(state_digest)
+        tag = hmac.new(_check_key(key), message, hashlib.sha256).digest()[:16]
+        with self._lock:
+            self._latest[int(instance)] = (float(sigma), float(sensitivity))
+            if tag in self._tags:
+                return False
+            self._tags.add(tag)
+            return True
+
+    # -- the spend -----------------------------------------------------------------------
+    @property
+    def n_releases(self) -> int:
+        with self._lock:
+            return len(self._tags)
+
+    def composed_epsilon(self) -> float:
+        """ε at δ of every distinct release so far (dp-accounting PLD; cached per count)."""
+        return composed_epsilon(self.noise_multiplier, self.n_releases, self.delta)
+
+    def report(self) -> PrivacyReport:
+        with self._lock:
+            n = len(self._tags)
+            latest = max(self._latest.values(), default=(math.nan, math.nan))
+        return PrivacyReport(
+            epsilon=self.epsilon,
+            delta=self.delta,
+            noise_multiplier=self.noise_multiplier,
+            sigma=latest[0],
+            sensitivity=latest[1],
+            n_instances=self.n_instances,
+            n_releases=n,
+            composed_epsilon=composed_epsilon(self.noise_multiplier, n, self.delta),
+            task=self.task,
+            clip=self.clip,
+        )
+
+    # -- persistence (plain JSON types: no pickles) ----------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "epsilon": self.epsilon,
+                "delta": self.delta,
+                "task": self.task,
+                "clip": self.clip,
+                "n_instances": self.n_instances,
+                "noise_multiplier": self.noise_multiplier,
+                "release_tags": sorted(t.hex() for t in self._tags),
+                "latest": {str(r): list(v) for r, v in sorted(self._latest.items())},
+            }
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> PrivacyLedger:
+        """Restore a ledger; refuses one whose noise multiplier this version would not give."""
+        ledger = cls(
+            state["epsilon"],
+            state["delta"],
+            task=state["task"],
+            n_instances=int(state["n_instances"]),
+            clip=state["clip"],
+        )
+        if not math.isclose(ledger.noise_multiplier, float(state["noise_multiplier"])):
+            raise ValueError(
+                "stored noise multiplier differs from this version's calibration; refusing to "
+                "mix two mechanisms in one ledger"
+            )
+        ledger.noise_multiplier = float(state["noise_multiplier"])
+        ledger._tags = {bytes.fromhex(t) for t in state["release_tags"]}
+        ledger._latest = {int(r): (float(v[0]), float(v[1])) for r, v in state["latest"].items()}
+        return ledger

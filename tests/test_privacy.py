@@ -1,0 +1,264 @@
+"""QSS-DP building blocks: calibration against the accountant, keyed noise, sensitivity.
+
+The calibration is checked against dp-accounting itself (the PLD accountant it was searched
+with, and the exact analytic Gaussian mechanism); the sensitivity bound is checked on the
+statistics the real estimator stores, by changing one label and measuring the fold sums.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from forgetting.content.accumulators import (
+    REGRESSION_SCALE_BITS,
+    Accumulators,
+    quantize_residuals,
+)
+from forgetting.privacy import (
+    PrivacyLedger,
+    calibrate_noise_multiplier,
+    calibrate_sigma,
+    check_privacy_params,
+    clip_residuals,
+    composed_epsilon,
+    label_sensitivity,
+    noise_fold_sums,
+    public_state_digest,
+    standard_normal,
+)
+
+KEY = bytes(range(32))
+DELTA = 1e-5
+
+
+@pytest.fixture
+def dpa():
+    """Google's accountant (the ``privacy`` extra); the noise and bounds tests run without it."""
+    return pytest.importorskip("dp_accounting")
+
+
+# -- calibration ---------------------------------------------------------------------------
+@pytest.mark.parametrize("epsilon", [0.5, 2.0])
+def test_calibrated_sigma_is_the_accountants_smallest(dpa, epsilon):
+    sensitivity = math.sqrt(2 * 3)
+    sigma = calibrate_sigma(epsilon, DELTA, sensitivity)
+    z = sigma / sensitivity
+    # certified by the PLD accountant and by the analytic (exact) Gaussian formula ...
+    assert composed_epsilon(z, 1, DELTA) <= epsilon
+    assert dpa.get_epsilon_gaussian(z, DELTA) <= epsilon + 1e-9
+    # ... and minimal: 0.01 % less noise is no longer (ε, δ)-DP
+    assert composed_epsilon(z * (1 - 1e-4), 1, DELTA) > epsilon
+    assert dpa.get_epsilon_gaussian(z * (1 - 1e-4), DELTA) > epsilon
+    analytic = sensitivity * dpa.get_sigma_gaussian(epsilon, DELTA)
+    assert analytic <= sigma <= analytic * (1 + 1e-5)
+
+
+def test_composition_of_p_releases_matches_one_gaussian(dpa):
+    z1 = calibrate_noise_multiplier(1.0, DELTA, 1)
+    z3 = calibrate_noise_multiplier(1.0, DELTA, 3)
+    # three Gaussians with multiplier z compose to one with z/√3
+    assert z3 == pytest.approx(math.sqrt(3) * z1, rel=1e-5)
+    assert composed_epsilon(z3, 3, DELTA) <= 1.0
+    assert composed_epsilon(z3, 6, DELTA) > 1.0  # a second model state costs budget
+    assert composed_epsilon(z3, 0, DELTA) == 0.0
+    assert composed_epsilon(0.0, 1, DELTA) == math.inf
+
+
+# -- parameter checks ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": -1.0}, "epsilon"),
+        ({"epsilon": math.inf}, "epsilon"),
+        ({"epsilon": math.nan}, "epsilon"),
+        ({"epsilon": "1"}, "epsilon"),
+        ({"epsilon": None}, "epsilon"),
+        ({"delta": 0.0}, "delta"),
+        ({"delta": 1.0}, "delta"),
+        ({"delta": 2.0}, "delta"),
+        ({"delta": math.nan}, "delta"),
+        ({"task": "regression"}, "clip"),
+        ({"task": "regression", "clip": 0.0}, "clip"),
+        ({"task": "regression", "clip": math.inf}, "clip"),
+        ({"clip": 3.0}, "regression only"),
+        ({"secret_key": None}, "secret_key"),
+        ({"secret_key": "short"}, "16"),
+    ],
+)
+def test_bad_privacy_params_raise(kwargs, match):
+    params = {
+        "epsilon": 1.0,
+        "delta": DELTA,
+        "task": "classification",
+        "clip": None,
+        "secret_key": "a long enough secret",
+    }
+    params.update(kwargs)
+    epsilon, delta = params.pop("epsilon"), params.pop("delta")
+    with pytest.raises(ValueError, match=match):
+        check_privacy_params(epsilon, delta, **params)
+
+
+def test_good_privacy_params_pass():
+    check_privacy_params(1.0, DELTA, task="classification", secret_key=b"k" * 32)
+    check_privacy_params(8, 0.5, task="regression", clip=3, secret_key="s" * 16)
+
+
+# -- noise ---------------------------------------------------------------------------------
+def test_noise_is_a_deterministic_function_of_key_state_instance_and_shape():
+    z = standard_normal(KEY, b"state-a", 0, (2, 3, 16, 4))
+    assert np.array_equal(z, standard_normal(KEY, b"state-a", 0, (2, 3, 16, 4)))
+    for other in (
+        standard_normal(KEY, b"state-b", 0, (2, 3, 16, 4)),  # neighbouring state
+        standard_normal(KEY, b"state-a", 1, (2, 3, 16, 4)),  # another instance
+        standard_normal(bytes(32), b"state-a", 0, (2, 3, 16, 4)),  # another key
+        standard_normal(KEY, b"state-a", 0, (2, 3, 16, 4, 1)).reshape(z.shape),
+    ):
+        assert not np.array_equal(z, other)
+    big = standard_normal(KEY, "hex-digest", 0, (200_000,))
+    assert abs(big.mean()) < 0.01 and abs(big.std() - 1) < 0.01
+
+
+def test_neighbouring_states_do_not_cancel_noise():
+    """The subtraction attack: releases before and after one deletion must not give the row."""
+    rng = np.random.default_rng(0)
+    T = rng.normal(size=(2, 4, 64, 3))
+    row = np.zeros_like(T)
+    row[1, :, 5, :] = [1.0, -0.4, -0.6]  # one row's residual in one cell per level
+    sigma = 2.0
+    before = noise_fold_sums(T, sigma, KEY, b"digest-before", instance=0)
+    after = noise_fold_sums(T - row, sigma, KEY, b"digest-after", instance=0)
+    error = (before - after) - row  # what the attacker's estimate of the row is off by
+    assert abs(error.std() / (sigma * math.sqrt(2)) - 1) < 0.1  # fresh noise on both sides
+    assert abs(np.corrcoef((before - T).ravel(), (after - T + row).ravel())[0, 1]) < 0.1
+    # and equal states get bit-identical releases
+    again = noise_fold_sums(T.copy(), sigma, KEY, b"digest-before", instance=0)
+    assert np.array_equal(before, again)
+
+
+def test_noise_fold_sums_validates():
+    with pytest.raises(ValueError, match="fold axis"):
+        noise_fold_sums(np.zeros((3, 2)), 1.0, KEY, b"d", instance=0)
+    with pytest.raises(ValueError, match="sigma"):
+        noise_fold_sums(np.zeros((2, 2)), -1.0, KEY, b"d", instance=0)
+    with pytest.raises(ValueError, match="16 bytes"):
+        noise_fold_sums(np.zeros((2, 2)), 1.0, b"short", b"d", instance=0)
+    unchanged = noise_fold_sums(np.ones((2, 2)), 0.0, KEY, b"d", instance=0)
+    assert np.array_equal(unchanged, np.ones((2, 2)))
+
+
+def test_public_digest_is_keyed():
+    a = public_state_digest(KEY, "abc")
+    assert a == public_state_digest(KEY, "abc") != public_state_digest(bytes(32), "abc")
+    assert a != public_state_digest(KEY, "abd")
+
+
+# -- sensitivity ---------------------------------------------------------------------------
+def _one_label_flipped_models(mode: str = "exact"):
+    from forgetting import QSSClassifier
+
+    rng = np.random.default_rng(3)
+    n, d, k = 1200, 8, 4
+    centers = rng.normal(size=(k, d)) * 3
+    y = rng.integers(0, k, n)
+    X = (centers[y] + rng.normal(size=(n, d))).astype(np.float32)
+    params = dict(mode=mode, rho=0.1, n_instances=2, n_levels=3, n_centroids=8, rebuild="sync")
+    a = QSSClassifier(**params).fit(X, y)
+    outside = ~(a.engine_.rows.members(0) | a.engine_.rows.members(1))
+    i = int(np.flatnonzero(outside)[0])
+    y2 = y.copy()
+    y2[i] = (y[i] + 1) % k
+    b = QSSClassifier(**params).fit(X, y2)
+    return a, b
+
+
+def test_sensitivity_bound_holds_on_the_estimators_statistics():
+    a, b = _one_label_flipped_models()
+    for r in range(2):
+        acc_a = a.engine_.instances[r].accumulators
+        acc_b = b.engine_.instances[r].accumulators
+        assert a.engine_.instances[r].schema_digest == b.engine_.instances[r].schema_digest
+        assert np.array_equal(acc_a.counts, acc_b.counts)  # counts carry no labels
+        assert np.array_equal(acc_a.pair_counts, acc_b.pair_counts)
+        diff = (acc_a.sums - acc_b.sums).astype(np.float64) * 2.0**-acc_a.scale_bits
+        changed_folds = np.flatnonzero(np.any(diff != 0, axis=(1, 2, 3)))
+        assert changed_folds.size == 1  # the row sits in one fold
+        n_groups = acc_a.sums.shape[1]
+        assert np.count_nonzero(np.any(diff != 0, axis=3)) == n_groups  # one cell per group
+        bound = label_sensitivity("classification", n_groups, scale_bits=acc_a.scale_bits)
+        measured = float(np.linalg.norm(diff))
+        assert measured <= bound
+        assert measured == pytest.approx(math.sqrt(2 * n_groups), rel=1e-8)  # the bound is tight
+
+
+def test_regression_sensitivity_with_clipping_and_fixed_point():
+    rng = np.random.default_rng(1)
+    n, G, b, C = 500, 4, 16, 2.5
+    codes = rng.integers(0, b, size=(n, G))
+    folds = rng.integers(0, 2, size=n)
+    resid = rng.normal(scale=3.0, size=n)
+    resid[0] = -10.0  # clipped to −C: flipping it to a huge value moves it by the full 2C
+    worst = 0.0
+    for i, new in [(0, 1e3), (1, -1e3), (2, 0.3), (3, C + 1e-9)]:
+        changed = resid.copy()
+        changed[i] = new
+        sums = []
+        for r in (resid, changed):
+            acc = Accumulators.empty(G, b, 1, REGRESSION_SCALE_BITS)
+            q = quantize_residuals(clip_residuals(r, C)[:, None], REGRESSION_SCALE_BITS)
+            acc.add(codes, q, folds)
+            sums.append(acc.sums.astype(np.float64) * 2.0**-REGRESSION_SCALE_BITS)
+        worst = max(worst, float(np.linalg.norm(sums[0] - sums[1])))
+    bound = label_sensitivity("regression", G, clip=C, scale_bits=REGRESSION_SCALE_BITS)
+    assert worst <= bound
+    assert worst == pytest.approx(2 * C * math.sqrt(G), rel=1e-6)  # and it is attained
+
+
+def test_equal_states_get_equal_noise_after_forget(dpa):
+    """forget(R) and a refit without R land on one state digest, hence the same noisy bits."""
+    from forgetting import QSSClassifier
+
+    a, _ = _one_label_flipped_models()
+    outside = ~(a.engine_.rows.members(0) | a.engine_.rows.members(1))
+    drop = np.flatnonzero(outside)[:5]
+    keep = np.setdiff1d(np.arange(a.n_rows_), drop)
+    X = a.engine_.rows.X[: a.n_rows_]
+    y = a.classes_[a.engine_.rows.targets[: a.n_rows_]]
+    refit = QSSClassifier(**a.get_params()).fit(X[keep], y[keep], ids=keep.tolist())
+    a.forget(drop.tolist())
+    ledger = PrivacyLedger(1.0, DELTA, task="classification", n_instances=2)
+    released = []
+    for model in (a, refit):
+        inst = model.engine_.instances[0]
+        T = inst.accumulators.sums.astype(np.float64) * 2.0**-inst.accumulators.scale_bits
+        released.append(
+            ledger.noise_fold_sums(
+                T, key=KEY, state_digest=inst.digest(), instance=0, n_groups=T.shape[1]
+            )
+        )
+    assert np.array_equal(released[0], released[1])
+    assert ledger.n_releases == 1  # one state, released twice, counted once
+
+
+# -- ledger --------------------------------------------------------------------------------
+def test_ledger_counts_distinct_releases_and_composes(dpa):
+    ledger = PrivacyLedger(1.0, DELTA, task="classification", n_instances=2)
+    sums = np.zeros((2, 3, 8, 2))
+    for state in (b"s0", b"s0", b"s1"):
+        for r in range(2):
+            ledger.noise_fold_sums(sums, key=KEY, state_digest=state, instance=r, n_groups=3)
+    report = ledger.report()
+    assert report.n_releases == 4
+    assert report.sensitivity == pytest.approx(math.sqrt(6))
+    assert report.sigma == pytest.approx(report.noise_multiplier * math.sqrt(6))
+    assert report.epsilon == 1.0 and report.delta == DELTA
+    assert report.composed_epsilon > 1.0  # two model states
+    assert composed_epsilon(report.noise_multiplier, 2, DELTA) <= 1.0  # one model state
+    restored = PrivacyLedger.from_dict(ledger.to_dict())
+    assert restored.report() == report
+    with pytest.raises(ValueError, match="instance"):
+        ledger.noise_fold_sums(sums, key=KEY, state_digest=b"x", instance=2, n_groups=3)
