@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, String
 
 #: A finite number. Strict: ``"1.5"`` or ``true`` are type errors, not silently converted.
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-#: A row id: an integer or a non-empty string (ids are stable external keys, SPEC §5.6).
+#: A row id: an integer or a non-empty string, the caller's own stable key, kept as sent.
 RowId = StrictInt | Annotated[str, StringConstraints(strict=True, min_length=1, max_length=512)]
 #: A label: a class (integer or string) or a regression target.
 Label = StrictInt | Annotated[str, StringConstraints(strict=True, min_length=1)] | Number
