@@ -86,11 +86,11 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
         description=(
             "A QSS model whose deletions are exact and durable: once `/forget` answers, the "
             "served model is bit for bit a model trained without those rows, and the change "
-            "survives a crash. Mutations and receipt lookups need "
-            "`Authorization: Bearer <token>`"
-            + (" (receipt lookups are open)" if config.open_receipts else "")
-            + "; predictions and stats are "
-            + ("open." if config.open_reads else "authenticated too.")
+            "survives a crash. Mutations need `Authorization: Bearer <token>`; receipt "
+            "lookups "
+            + ("are open" if config.open_receipts else "need one too")
+            + "; predictions and stats "
+            + ("are open." if config.open_reads else "need one too.")
         ),
         lifespan=lifespan,
     )
