@@ -16,7 +16,8 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -35,9 +36,10 @@ from .instance import (
 from .receipts import Receipt
 from .rows import RowStore
 from .schema import SchemaConfig
+from .schema.membership import canonical_id, id_bytes, key_fingerprint, receipt_hash
 from .schema.membership import draws as keyed_draws
-from .schema.membership import key_fingerprint, receipt_hash
 from .schema.selection import schema_problem
+from .snapshots import EngineSnapshot, InstanceSnapshot
 
 STATE_FORMAT = b"forgetting-state-v1"
 
@@ -453,87 +455,91 @@ class QSSEngine:
             seconds=time.perf_counter() - started,
         )
 
-    # -- persistence support -------------------------------------------------------------
-    def export_state(self) -> dict[str, Any]:
-        """Everything needed to restore the engine (rows sliced to the live size)."""
-        self.wait_for_rebuilds()
+    # -- snapshots (the one state boundary for persistence and the store) ----------------
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the engine lock: no change, rebuild installation or prediction set-up runs
+        meanwhile. Lock order for callers that hold their own lock: theirs first, then this."""
         with self._lock:
-            n = self.rows.size
-            r = self.rows
-            return {
-                "key": self._key,
-                "ids": list(r.ids),
-                "X": r.X[:n].copy(),
-                "targets": r.targets[:n].copy(),
-                "draws": r.draws[:n].copy(),
-                "in_pool": r.in_pool[:n].copy(),
-                "serial": r.serial[:n].copy(),
-                "next_serial": r._next_serial,
-                "row_hash": r.row_hash[:n].copy(),
-                "multiset_hash": r.multiset_hash,
-                "contributions": [
-                    r.contributions(i, np.arange(n)) for i in range(self.config.n_instances)
-                ],
-                "instances": [
-                    (inst.schema, inst.accumulators, inst.schema_digest, inst.content_hash)
-                    for inst in self.instances
-                ],
-            }
+            yield
+
+    def schema_of(self, r: int) -> Any:
+        """Instance ``r``'s schema, or None while it is rebuilding."""
+        inst = self.instances[r]
+        return None if inst is None else inst.schema
+
+    def receipt_hash(self, row_id: Any) -> str:
+        """The keyed hash receipts carry for ``row_id`` (the key never leaves the engine)."""
+        return receipt_hash(self._key, id_bytes(canonical_id(row_id)))
+
+    def key_fingerprint(self) -> str:
+        return key_fingerprint(self._key)
+
+    def snapshot(
+        self, ids: Sequence | None = None, instances: Sequence[int] | None = None
+    ) -> EngineSnapshot:
+        """The primary state: rows (all, or ``ids`` in that order) and, for each instance in
+        ``instances`` (default all) that is valid, its schema and those rows' contributions.
+
+        Instances not asked for, or rebuilding, are None. Call under :meth:`locked` (or after
+        :meth:`wait_for_rebuilds`) when the snapshot must match a state digest.
+        """
+        with self._lock:
+            rows = self.rows
+            pos = np.arange(rows.size) if ids is None else rows.positions_of(list(ids))
+            wanted = range(self.config.n_instances) if instances is None else set(instances)
+            labeled = pos[rows.labeled(pos)]
+            out: list[InstanceSnapshot | None] = []
+            for r, inst in enumerate(self.instances):
+                if inst is None or r not in wanted:
+                    out.append(None)
+                    continue
+                contrib = rows.contributions(r, labeled)
+                out.append(
+                    InstanceSnapshot(inst.schema, contrib.codes.copy(), contrib.residuals.copy())
+                )
+            return EngineSnapshot(rows.snapshot(pos), out)
 
     @classmethod
-    def restore(
-        cls,
-        config: EngineConfig,
-        key: bytes,
-        rows: tuple[list, list[bytes], np.ndarray, np.ndarray, np.ndarray],
-        schemas: Sequence,
-        contributions: Sequence[tuple[np.ndarray, np.ndarray] | None],
-    ) -> QSSEngine:
-        """Rebuild an engine from stored rows and per-instance (schema, codes, residuals).
+    def from_snapshot(cls, config: EngineConfig, key: bytes, snapshot: EngineSnapshot) -> QSSEngine:
+        """Rebuild an engine from a snapshot: the one restore path.
 
-        ``rows`` is (ids, id_bytes, X, targets, in_pool). For every instance with a stored
-        schema, ``contributions`` holds the codes and residuals of the labeled rows, in row
-        order; everything derived (draws, row hashes, digests, accumulators) is recomputed,
-        so a store only needs to keep what cannot be. Instances without a schema rebuild.
+        Everything derived (draws, row hashes, contribution digests, accumulators) is
+        recomputed from the snapshot's primary data; instances without a snapshot rebuild
+        (in the background, or before returning with ``rebuild="sync"``).
         """
-        ids, id_raw, X, targets, in_pool = rows
-        engine = cls(config, key, X.shape[1], targets.dtype)
+        rows = snapshot.rows
+        engine = cls(config, key, rows.X.shape[1], rows.targets.dtype)
         with engine._lock:
+            id_raw = [id_bytes(i) for i in rows.ids]
             store = engine.rows
-            pos = store.append(ids, id_raw, X, targets, engine._draws(id_raw), in_pool=in_pool)
+            pos = store.append(
+                rows.ids, id_raw, rows.X, rows.targets, engine._draws(id_raw), rows.in_pool
+            )
             labeled = pos[store.labeled(pos)]
             missing = []
-            for r, (schema, stored) in enumerate(zip(schemas, contributions, strict=True)):
-                if schema is None:
+            for r, inst_snap in enumerate(snapshot.instances):
+                if inst_snap is None:
                     missing.append(r)
                     continue
-                contrib = Contributions.of(store.row_hash[labeled], *stored)
-                inst = empty_instance(config.schema, schema)
+                contrib = Contributions.of(
+                    store.row_hash[labeled], inst_snap.codes, inst_snap.residuals
+                )
+                inst = empty_instance(config.schema, inst_snap.schema)
                 inst.add_rows(contrib, store.folds(labeled))
                 engine.instances[r] = inst
                 store.set_instance_rows(r, labeled, contrib)
             engine._start_rebuilds(missing)
         return engine
 
-    @classmethod
-    def from_state(cls, config: EngineConfig, state: dict[str, Any], target_dtype):
-        X = state["X"]
-        engine = cls(config, state["key"], X.shape[1], target_dtype)
-        rows = engine.rows
-        n = X.shape[0]
-        rows._grow(n)
-        for name in ("X", "targets", "draws", "in_pool", "serial", "row_hash"):
-            getattr(rows, name)[:n] = state[name]
-        rows.ids = list(state["ids"])
-        rows.position = {row_id: i for i, row_id in enumerate(rows.ids)}
-        rows.size = n
-        rows._next_serial = int(state["next_serial"])
-        rows.multiset_hash = int(state["multiset_hash"])
-        rows._count(np.arange(n), +1)
-        for r, (schema, acc, digest, content_hash) in enumerate(state["instances"]):
-            engine.instances[r] = Instance(schema, acc, digest, content_hash)
-            rows.set_instance_rows(r, np.arange(n), state["contributions"][r])
-        return engine
+    # -- pickling: locks and threads are rebuilt, pending rebuilds finish first ----------
+    def __getstate__(self) -> dict[str, Any]:
+        self.wait_for_rebuilds()
+        return {"config": self.config, "key": self._key, "snapshot": self.snapshot()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        restored = QSSEngine.from_snapshot(state["config"], state["key"], state["snapshot"])
+        self.__dict__.update(restored.__dict__)
 
 
 def _instance_outputs(schema, content, X: np.ndarray) -> np.ndarray:

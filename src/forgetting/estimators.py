@@ -27,7 +27,8 @@ from .ensemble import EngineConfig, QSSEngine, canonical_params
 from .receipts import Receipt
 from .rows import UNLABELED
 from .schema import SchemaConfig
-from .schema.membership import canonical_id, derive_key, id_bytes
+from .schema.membership import canonical_id, derive_key, id_bytes, key_fingerprint
+from .snapshots import ModelSnapshot
 
 _MODES = ("exact", "label")
 _REBUILDS = ("background", "sync")
@@ -267,6 +268,29 @@ class _QSSBase(BaseEstimator):
         check_is_fitted(self, "engine_")
         return self.engine_.predict_outputs(self._check_X(X, self.n_features_in_), instance)
 
+    def snapshot(self) -> ModelSnapshot:
+        """The fitted model as plain data (see :mod:`forgetting.snapshots`), after any pending
+        rebuild has landed. The secret key is not part of it."""
+        check_is_fitted(self, "engine_")
+        engine = self.engine_
+        engine.wait_for_rebuilds()
+        with engine.locked():
+            params = self.get_params(deep=False)
+            params.pop("secret_key")
+            fitted = {
+                k: v
+                for k, v in vars(self).items()
+                if k.endswith("_") and not k.startswith("_") and k != "engine_"
+            }
+            return ModelSnapshot(
+                estimator=type(self).__name__,
+                params=params,
+                fitted=fitted,
+                key_fingerprint=engine.key_fingerprint(),
+                key_derived=self.secret_key is None,
+                engine=engine.snapshot(),
+            )
+
     def save(self, path: str | Path) -> None:
         """Write the model atomically to ``path`` (versioned, checksummed)."""
         from .persistence import save_model
@@ -476,3 +500,32 @@ def _is_unlabeled(y: np.ndarray) -> np.ndarray:
     if y.dtype.kind in "iuf":
         return y == -1
     return np.zeros(len(y), dtype=bool)
+
+
+def restore_estimator(snapshot: ModelSnapshot, *, secret_key: bytes | str | None = None):
+    """Rebuild a fitted estimator from :meth:`snapshot` output: the one restore path.
+
+    ``secret_key`` must be the key the model was fitted with (None for a derived key); a
+    wrong or missing key is refused before anything is rebuilt, because it would silently
+    move every row's D° membership.
+    """
+    classes = {"QSSClassifier": QSSClassifier, "QSSRegressor": QSSRegressor}
+    if snapshot.estimator not in classes:
+        raise ValueError(f"unknown estimator {snapshot.estimator!r} in snapshot")
+    if snapshot.key_derived and secret_key is not None:
+        raise ValueError(
+            "this model's membership key is derived from random_state; do not pass a secret_key"
+        )
+    if not snapshot.key_derived and secret_key is None:
+        raise ValueError(
+            "this model was fitted with a secret membership key; pass it as secret_key"
+        )
+    estimator = classes[snapshot.estimator](**snapshot.params, secret_key=secret_key)
+    key = derive_key(secret_key, int(estimator.random_state))
+    if key_fingerprint(key) != snapshot.key_fingerprint:
+        raise ValueError("secret_key does not match the key this model was fitted with")
+    for name, value in snapshot.fitted.items():
+        setattr(estimator, name, value)
+    n_outputs = len(estimator.classes_) if hasattr(estimator, "classes_") else 1
+    estimator.engine_ = QSSEngine.from_snapshot(estimator._config(n_outputs), key, snapshot.engine)
+    return estimator

@@ -1,37 +1,36 @@
-"""Saving and loading models: one file, versioned, checksummed, written atomically.
+"""Saving and loading models: one file, versioned, checksummed, written atomically, no pickles.
 
-Layout: ``MAGIC`` (8 bytes) | format version (u32) | payload length (u64) | SHA-256 of the
-payload (32 bytes) | payload (a pickle of plain data and the fitted schema objects). A file
-whose magic, version, length or checksum does not match is refused before anything is
-unpickled. Library versions are recorded: a model is only bit-for-bit reproducible with the
-same numpy / scikit-learn / faiss, so a mismatch is refused unless explicitly allowed.
-The file holds the membership key: treat it like any other secret, and load only files you
-wrote (unpickling runs code).
+The file is a :mod:`forgetting.io.model_format` container: ``MAGIC`` | format version |
+payload length | SHA-256 of the payload | payload (a JSON manifest plus raw numeric arrays).
+A file whose magic, version, length or checksum does not match is refused before anything is
+decoded, and decoding restores only allowlisted types from plain data, so a crafted file can
+at worst be refused: loading never runs code from it.
+
+What is saved is the estimator's :class:`~forgetting.snapshots.ModelSnapshot` (rows, schemas,
+contributions; everything derived is recomputed on load) — never the membership key. A derived
+key is recomputed from ``random_state``; a user's ``secret_key`` must be passed to
+:func:`load_model` again, unless the model was saved with ``store_key=True`` (then the file
+holds the key: protect it like the key itself). Library versions are recorded: a model is
+only bit-for-bit reproducible with the same numpy / scikit-learn / faiss, so a mismatch is
+refused unless explicitly allowed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import pickle
-import struct
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import faiss
 import numpy as np
 import sklearn
 
-from .ensemble import QSSEngine
+from .io.model_format import ModelFileError, dumps, loads
+from .snapshots import ModelSnapshot
 
-MAGIC = b"FRGTQSS\x00"
-FORMAT_VERSION = 1
-_HEADER = struct.Struct("<8sIQ32s")
+FILE_KIND = "forgetting-model-file"
 
-
-class ModelFileError(ValueError):
-    """The file is not a model this version can load (corrupt, truncated, incompatible)."""
+__all__ = ["ModelFileError", "library_versions", "load_model", "save_model"]
 
 
 def library_versions() -> dict[str, str]:
@@ -42,28 +41,24 @@ def library_versions() -> dict[str, str]:
     }
 
 
-def save_model(estimator, path: str | Path) -> None:
-    engine = estimator.engine_
-    payload = pickle.dumps(
-        {
-            "class": type(estimator).__name__,
-            "params": estimator.get_params(deep=False),
-            "fitted": {
-                k: v for k, v in vars(estimator).items() if k.endswith("_") and k != "engine_"
-            },
-            "libraries": library_versions(),
-            "n_outputs": engine.config.schema.n_outputs,
-            "engine": engine.export_state(),
-        },
-        protocol=5,
-    )
-    header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), hashlib.sha256(payload).digest())
+def save_model(estimator, path: str | Path, *, store_key: bool = False) -> None:
+    """Write ``estimator`` atomically to ``path`` (temporary file, fsync, rename, fsync dir).
+
+    The secret key is written only with ``store_key=True``.
+    """
+    snapshot = estimator.snapshot()
+    state = {
+        "class": type(estimator).__name__,
+        "libraries": library_versions(),
+        "snapshot": snapshot,
+        "secret_key": estimator.secret_key if store_key and not snapshot.key_derived else None,
+    }
+    data = dumps(state, FILE_KIND)
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            f.write(payload)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -78,34 +73,44 @@ def save_model(estimator, path: str | Path) -> None:
         os.close(dir_fd)
 
 
-def load_model(cls, path: str | Path, allow_version_mismatch: bool = False):
-    data = Path(path).read_bytes()
-    if len(data) < _HEADER.size:
-        raise ModelFileError(f"{path}: too short to be a forgetting model (truncated?)")
-    magic, version, length, checksum = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise ModelFileError(f"{path}: not a forgetting model file")
-    if version != FORMAT_VERSION:
+def load_model(
+    cls,
+    path: str | Path,
+    allow_version_mismatch: bool = False,
+    *,
+    secret_key: bytes | str | None = None,
+):
+    """Read a model written by :func:`save_model`.
+
+    Raises :class:`ModelFileError` for a damaged, foreign, incompatible or tampered file, and
+    ValueError when the model needs a secret key that is missing or wrong.
+    """
+    from .estimators import restore_estimator
+
+    state = loads(Path(path).read_bytes(), FILE_KIND, str(path))
+    if not isinstance(state, dict) or not isinstance(state.get("snapshot"), ModelSnapshot):
+        raise ModelFileError(f"{path}: the file holds no model snapshot")
+    if state.get("class") != cls.__name__:
+        found = str(state.get("class"))[:40]
+        raise ModelFileError(f"{path}: holds a {found}, not a {cls.__name__}")
+    if state.get("libraries") != library_versions() and not allow_version_mismatch:
         raise ModelFileError(
-            f"{path}: format version {version}, this library reads version {FORMAT_VERSION}"
-        )
-    payload = data[_HEADER.size :]
-    if len(payload) != length:
-        raise ModelFileError(f"{path}: expected {length} payload bytes, found {len(payload)}")
-    if hashlib.sha256(payload).digest() != checksum:
-        raise ModelFileError(f"{path}: checksum mismatch; the file is corrupted")
-    state: dict[str, Any] = pickle.loads(payload)
-    if state["class"] != cls.__name__:
-        raise ModelFileError(f"{path}: holds a {state['class']}, not a {cls.__name__}")
-    if state["libraries"] != library_versions() and not allow_version_mismatch:
-        raise ModelFileError(
-            f"{path}: written with {state['libraries']}, running {library_versions()}; "
+            f"{path}: written with {state.get('libraries')}, running {library_versions()}; "
             "bitwise exactness is only guaranteed with the same versions"
         )
-    estimator = cls(**state["params"])
-    for name, value in state["fitted"].items():
-        setattr(estimator, name, value)
-    config = estimator._config(state["n_outputs"])
-    target_dtype = state["engine"]["targets"].dtype
-    estimator.engine_ = QSSEngine.from_state(config, state["engine"], target_dtype)
-    return estimator
+    snapshot: ModelSnapshot = state["snapshot"]
+    if secret_key is None:
+        secret_key = state.get("secret_key")
+    if not snapshot.key_derived and secret_key is None:
+        raise ValueError(
+            f"{path}: this model was fitted with a secret key, which is not in the file; "
+            "pass it as secret_key"
+        )
+    try:
+        return restore_estimator(snapshot, secret_key=secret_key)
+    except ValueError as err:
+        if "key" in str(err):
+            raise ValueError(f"{path}: {err}") from None
+        raise ModelFileError(f"{path}: inconsistent model ({err})") from None
+    except (TypeError, IndexError, KeyError, AttributeError) as err:
+        raise ModelFileError(f"{path}: inconsistent model ({type(err).__name__}: {err})") from None

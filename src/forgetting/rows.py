@@ -14,6 +14,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from .content.fingerprint import MODULUS, Contributions, digest_rows, multiset_sum
+from .snapshots import RowsSnapshot
 
 UNLABELED = -1
 """Class index of a row whose label was removed (label mode); regression uses NaN."""
@@ -195,6 +196,16 @@ class RowStore:
             ):
                 field[instance] = np.zeros((self.capacity,) + values.shape[1:], dtype=values.dtype)
             field[instance][pos] = values
+
+    def snapshot(self, pos: np.ndarray | None = None) -> RowsSnapshot:
+        """Copies of the primary data of the rows at ``pos`` (default: all, in order)."""
+        pos = np.arange(self.size) if pos is None else np.asarray(pos, dtype=np.intp)
+        return RowsSnapshot(
+            ids=[self.ids[p] for p in pos.tolist()],
+            X=self.X[pos].copy(),
+            targets=self.targets[pos].copy(),
+            in_pool=self.in_pool[pos].copy(),
+        )
 
     def positions_of(self, ids: Sequence[Hashable]) -> np.ndarray:
         return np.fromiter((self.position[i] for i in ids), dtype=np.intp, count=len(ids))

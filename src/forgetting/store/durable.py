@@ -7,6 +7,16 @@ at any moment and :meth:`DurableModel.open` rebuilds the very state a fit on the
 would give: the model is a pure function of (rows, configuration), the store holds exactly
 those, and instances whose schema was not durably persisted are rebuilt on open.
 
+**Invariant** — after any ``forget``/``insert`` returns *or raises*, the live model equals a
+fit on the store's rows. A change is applied in memory, then written in one transaction; if
+the transaction fails, the in-memory model is restored from the store (:meth:`reload`) before
+the error is raised. While that reload has not succeeded, :attr:`available` is False and every
+call raises :class:`StoreError` (the service answers 503 and retries ``reload()``).
+
+Everything crosses the model boundary as snapshots (:mod:`forgetting.snapshots`): the store
+never touches the estimator's or engine's private state, and what it stores is plain data
+(:mod:`forgetting.io.model_format`: arrays + JSON, never pickles).
+
 Lock order is always DurableModel lock → engine lock. The engine calls ``on_install`` under
 its own lock when a background rebuild lands; that only wakes the persister thread, which
 then takes both locks in the usual order and writes the new schema and contributions.
@@ -14,8 +24,8 @@ then takes both locks in the usual order and writes the new schema and contribut
 
 from __future__ import annotations
 
-import json
-import pickle
+import contextlib
+import os
 import threading
 import time
 from collections.abc import Hashable, Sequence
@@ -24,120 +34,210 @@ from typing import Any
 
 import numpy as np
 
-from ..ensemble import QSSEngine
-from ..estimators import QSSClassifier, QSSRegressor
+from ..estimators import restore_estimator
+from ..io.model_format import ModelFileError, dumps, loads
 from ..persistence import library_versions
-from ..schema.membership import canonical_id, id_bytes, receipt_hash
-from .sql import SQLStore, is_postgres
+from ..schema import Schema
+from ..schema.membership import canonical_id, derive_key, id_bytes, key_fingerprint
+from ..snapshots import EngineSnapshot, InstanceSnapshot, ModelSnapshot, RowsSnapshot
+from .errors import StoreCorrupt, StoreError
+from .sql import SQLStore, _FileLock, describe, is_postgres
 
-_ESTIMATORS = {"QSSClassifier": QSSClassifier, "QSSRegressor": QSSRegressor}
+META_KIND = "forgetting-store-meta"
+SCHEMA_KIND = "forgetting-schema"
+KEY_KIND = "forgetting-secret-key"
+_RETRY_PERSIST_S = 1.0
+
+
+def labeled_mask(targets: np.ndarray) -> np.ndarray:
+    """Which snapshot targets carry a label (classification: index ≥ 0; regression: not NaN)."""
+    return ~np.isnan(targets) if targets.dtype.kind == "f" else targets >= 0
 
 
 def _decode_id(key: bytes) -> int | str:
     kind, value = key[:2], key[2:].decode("utf-8")
-    return int(value) if kind == b"i:" else value
+    if kind == b"i:":
+        number = int(value)
+        if str(number) != value:
+            raise ValueError("non-canonical integer id")
+        return number
+    if kind == b"s:":
+        return value
+    raise ValueError("unknown id type tag")
+
+
+def _corrupt(location: str, where: str, problem: Any) -> StoreCorrupt:
+    text = " ".join(str(problem).split())
+    return StoreCorrupt(
+        f"{describe(location)}: {where}: {text}; the store is damaged or was tampered with — "
+        "restore it from a backup or refit (`forgetting fit --overwrite`)"
+    )
+
+
+class _Loaded:
+    """What :func:`_load` reads from a store: the estimator and the persisted bookkeeping."""
+
+    def __init__(self, estimator, info: dict, persisted: list, next_seq: int):
+        self.estimator = estimator
+        self.info = info
+        self.persisted = persisted
+        self.next_seq = next_seq
 
 
 class DurableModel:
     """A fitted QSS estimator mirrored in a store (SQLite file path or PostgreSQL DSN)."""
 
-    def __init__(self, store: SQLStore, estimator, next_seq: int, persisted: list):
+    def __init__(self, store: SQLStore, loaded: _Loaded):
         self._store = store
-        self.estimator = estimator
-        self._next_seq = next_seq
-        self._persisted = persisted
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._closed = False
+        self._available = True
         self._persist_error: BaseException | None = None
-        estimator.engine_.on_install = lambda r: self._wake.set()
-        self._persister = threading.Thread(target=self._persist_loop, daemon=True, name="qss-db")
-        self._persister.start()
-        self._wake.set()
+        self._adopt(loaded)
+        self._persister: threading.Thread | None = None
+        if not store.read_only:
+            self._persister = threading.Thread(
+                target=self._persist_loop, daemon=True, name="qss-db"
+            )
+            self._persister.start()
+            self._wake.set()
+
+    def _adopt(self, loaded: _Loaded) -> None:
+        self.estimator = loaded.estimator
+        self._info = loaded.info
+        self._persisted = loaded.persisted
+        self._next_seq = loaded.next_seq
+        if not self._store.read_only:
+            self.estimator.engine_.on_install = lambda r: self._wake.set()
 
     # -- construction --------------------------------------------------------------------
     @classmethod
     def create(
-        cls, location: str, estimator, X, y, ids=None, *, overwrite: bool = False
+        cls,
+        location: str,
+        estimator,
+        X,
+        y,
+        ids=None,
+        *,
+        feature_names: list[str] | None = None,
+        overwrite: bool = False,
+        store_key: bool = False,
     ) -> DurableModel:
-        """Fit ``estimator`` and write a new store at ``location``."""
+        """Fit ``estimator`` and write a new store at ``location``, all or nothing.
+
+        SQLite: the store is written to a temporary file beside ``location`` in one
+        transaction and renamed into place, so a crash leaves either no store (or the old one)
+        or the complete new one. PostgreSQL: one transaction. The writer lock of ``location``
+        is taken first, so a running server makes this raise :class:`StoreBusy` before any
+        fitting. The secret key is stored only if ``store_key=True``.
+        """
         location = str(location)
-        if not is_postgres(location) and Path(location).exists() and not overwrite:
-            raise FileExistsError(f"{location} exists; pass overwrite=True to replace it")
+        if is_postgres(location):
+            store = SQLStore(location, create=True)
+            try:
+                cls._fit(estimator, X, y, ids)
+                info = cls._write_new(store, estimator, feature_names, store_key)
+            except BaseException:
+                store.close()
+                raise
+            return cls(store, cls._fresh(estimator, info))
+        path = Path(location)
+        if path.exists() and not overwrite:
+            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+        lock = _FileLock(path)
+        try:
+            _remove_partial_creations(path)
+            cls._fit(estimator, X, y, ids)
+            tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
+            scratch = SQLStore(str(tmp), create=True, lock=False)
+            try:
+                info = cls._write_new(scratch, estimator, feature_names, store_key)
+                scratch.purge_logs()
+            finally:
+                scratch.close()
+            for suffix in ("-wal", "-shm"):  # a stale log would be replayed onto the new file
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{path}{suffix}")
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+            store = SQLStore(str(path), lock=lock)
+            store.meta()
+        except BaseException:
+            lock.release()
+            _remove_partial_creations(path)
+            raise
+        return cls(store, cls._fresh(estimator, info))
+
+    @staticmethod
+    def _fit(estimator, X, y, ids) -> None:
         estimator.fit(X, y, ids)
         estimator.wait_for_rebuilds()
-        store = SQLStore(location, create=True)
+
+    @staticmethod
+    def _fresh(estimator, info: dict) -> _Loaded:
+        p = estimator.n_instances
         engine = estimator.engine_
-        meta = {
-            "class": type(estimator).__name__.encode(),
-            "params": pickle.dumps(estimator.get_params(deep=False), protocol=5),
-            "fitted": pickle.dumps(
-                {k: v for k, v in vars(estimator).items() if k.endswith("_") and k != "engine_"},
-                protocol=5,
-            ),
-            "key": engine._key,
-            "n_instances": json.dumps(estimator.n_instances).encode(),
-            "n_outputs": json.dumps(engine.config.schema.n_outputs).encode(),
-            "libraries": json.dumps(library_versions()).encode(),
-        }
-        store.create(meta, estimator.n_instances)
-        model = cls(store, estimator, 0, [None] * estimator.n_instances)
-        with model._lock, engine._lock, store.transaction() as cur:
-            model._write_all_rows(cur)
-            model._sync_instances(cur)
-        store.purge_logs()
-        return model
+        persisted = [engine.schema_of(r) for r in range(p)]
+        return _Loaded(estimator, info, persisted, estimator.n_rows_)
 
     @classmethod
-    def open(cls, location: str) -> DurableModel:
-        """Restore the model from its store (after a restart or a crash)."""
-        store = SQLStore(str(location))
-        meta = store.meta()
-        versions = json.loads(meta["libraries"])
-        if versions != library_versions():
-            raise ValueError(
-                f"store written with {versions}, running {library_versions()}: bitwise "
-                "exactness needs the same library versions"
-            )
-        estimator = _ESTIMATORS[meta["class"].decode()](**pickle.loads(meta["params"]))
-        for name, value in pickle.loads(meta["fitted"]).items():
-            setattr(estimator, name, value)
-        n_outputs = json.loads(meta["n_outputs"])
-        config = estimator._config(n_outputs)
-        records = store.load_rows()
-        schemas = store.load_schemas()
-        p = store.n_instances
-        ids = [_decode_id(bytes(r[0])) for r in records]
-        raw = [bytes(r[0]) for r in records]
-        d = estimator.n_features_in_
-        X = np.frombuffer(b"".join(bytes(r[2]) for r in records), dtype=np.float32)
-        X = X.reshape(len(records), d).copy()
-        is_clf = estimator._task == "classification"
-        targets = np.array(
-            [(-1 if is_clf else np.nan) if r[3] is None else r[3] for r in records],
-            dtype=np.int64 if is_clf else np.float64,
-        )
-        in_pool = np.array([bool(r[4]) for r in records], dtype=bool)
-        labeled = targets >= 0 if is_clf else ~np.isnan(targets)
-        contributions = []
-        for r in range(p):
-            blobs = [rec[5 + r] for rec, lab in zip(records, labeled, strict=True) if lab]
-            if schemas[r] is None or any(b is None for b in blobs):
-                schemas[r] = None
-                contributions.append(None)
-                continue
-            contributions.append(_decode_contributions(schemas[r], blobs, n_outputs))
-        engine = QSSEngine.restore(
-            config, meta["key"], (ids, raw, X, targets, in_pool), schemas, contributions
-        )
-        estimator.engine_ = engine
-        persisted = [None if engine.instances[r] is None else schemas[r] for r in range(p)]
-        return cls(store, estimator, store.max_seq() + 1, persisted)
+    def _write_new(cls, store: SQLStore, estimator, feature_names, store_key: bool) -> dict:
+        """Every table of a new store, in one transaction."""
+        snapshot = estimator.snapshot()
+        if feature_names is None and "feature_names_in_" in snapshot.fitted:
+            feature_names = [str(n) for n in snapshot.fitted["feature_names_in_"]]
+        if feature_names is not None:
+            feature_names = [str(n) for n in feature_names]
+            if len(feature_names) != snapshot.fitted["n_features_in_"]:
+                raise ValueError(
+                    f"{len(feature_names)} feature names for "
+                    f"{snapshot.fitted['n_features_in_']} features"
+                )
+        info = {
+            "estimator": snapshot.estimator,
+            "params": snapshot.params,
+            "fitted": snapshot.fitted,
+            "key_fingerprint": snapshot.key_fingerprint,
+            "key_derived": snapshot.key_derived,
+            "feature_names": feature_names,
+            "libraries": library_versions(),
+        }
+        meta = {"model": dumps(info, META_KIND)}
+        if store_key and not snapshot.key_derived:
+            meta["secret_key"] = dumps(estimator.secret_key, KEY_KIND)
+        p = len(snapshot.engine.instances)
+        with store.transaction("writing the new store") as cur:
+            store.create_tables(cur, meta, p)
+            store.insert_rows(cur, _records(snapshot.engine, 0, range(p)))
+            for r, inst in enumerate(snapshot.engine.instances):
+                store.set_schema(cur, r, None if inst is None else dumps(inst.schema, SCHEMA_KIND))
+        return info
+
+    @classmethod
+    def open(
+        cls, location: str, *, read_only: bool = False, secret_key: bytes | str | None = None
+    ) -> DurableModel:
+        """Restore the model from its store (after a restart or a crash).
+
+        ``read_only=True`` creates and modifies nothing (not even a lock file) and refuses
+        changes; a writable open takes the store's writer lock for its lifetime
+        (:class:`StoreBusy` if another writer holds it). ``secret_key`` is the key the model
+        was fitted with, unless it was stored with ``store_key=True`` or derived.
+        """
+        store = SQLStore(str(location), read_only=read_only)
+        try:
+            loaded = _load(store, secret_key)
+        except BaseException:
+            store.close()
+            raise
+        return cls(store, loaded)
 
     # -- properties ----------------------------------------------------------------------
     @property
     def task(self) -> str:
-        return self.estimator._task
+        return "classification" if hasattr(self.estimator, "classes_") else "regression"
 
     @property
     def n_features(self) -> int:
@@ -148,75 +248,110 @@ class DurableModel:
         classes = getattr(self.estimator, "classes_", None)
         return None if classes is None else classes.tolist()
 
+    @property
+    def feature_names(self) -> list[str] | None:
+        """Column names recorded at fit (None when fitted on a plain array)."""
+        names = self._info.get("feature_names")
+        return None if names is None else list(names)
+
+    @property
+    def key_is_derived(self) -> bool:
+        """True when the membership key is derived from ``random_state`` (public)."""
+        return bool(self._info["key_derived"])
+
+    @property
+    def available(self) -> bool:
+        """False while the in-memory model may differ from the store (until :meth:`reload`)."""
+        return self._available
+
+    @property
+    def read_only(self) -> bool:
+        return self._store.read_only
+
     # -- reads ---------------------------------------------------------------------------
     def predict(self, X) -> np.ndarray:
+        self._require_available()
         return self.estimator.predict(X)
 
     def predict_proba(self, X) -> np.ndarray:
+        self._require_available()
         if self.task != "classification":
             raise TypeError("predict_proba is only defined for classifiers")
         return self.estimator.predict_proba(X)
 
     def state_digest(self) -> str:
+        self._require_available()
         return self.estimator.state_digest()
 
     def receipt(self, id_hash: str) -> dict | None:
         """The latest receipt naming this keyed id hash, or None."""
-        found = self._store_call(lambda: self._store.receipts_for(id_hash))
+        with self._lock:
+            found = self._store.receipts_for(id_hash)
         return found[-1] if found else None
 
     def stats(self) -> dict:
-        engine = self.estimator.engine_
-        with engine._lock:
+        self._require_available()
+        est = self.estimator
+        engine = est.engine_
+        with engine.locked():
             instances = []
-            for r, inst in enumerate(engine.instances):
-                info: dict[str, Any] = {"instance": r, "valid": inst is not None}
-                if inst is not None:
-                    cb = inst.schema.codebook
+            for r in range(est.n_instances):
+                schema = engine.schema_of(r)
+                info: dict[str, Any] = {"instance": r, "valid": schema is not None}
+                if schema is not None:
+                    cb = schema.codebook
                     info.update(
-                        schema_rows=inst.schema.n_schema_rows,
+                        schema_rows=schema.n_schema_rows,
                         n_levels=cb.n_levels,
                         n_centroids=cb.n_centroids,
                     )
                 instances.append(info)
+            seconds = list(engine.rebuild_seconds)
             return {
                 "task": self.task,
-                "mode": self.estimator.mode,
-                "n_rows": engine.rows.size,
+                "mode": est.mode,
+                "n_rows": est.n_rows_,
                 "n_features": self.n_features,
+                "feature_names": self.feature_names,
                 "classes": self.classes,
                 "instances": instances,
                 "pending_rebuilds": engine.pending_rebuilds(),
-                "rebuilds_run": len(engine.rebuild_seconds),
-                "mean_rebuild_seconds": float(np.mean(engine.rebuild_seconds))
-                if engine.rebuild_seconds
-                else None,
+                "rebuilds_run": len(seconds),
+                "mean_rebuild_seconds": float(np.mean(seconds)) if seconds else None,
                 "state_digest": engine.state_digest(),
+                "key_is_derived": self.key_is_derived,
+                "read_only": self.read_only,
                 "backend": self._store.dialect.name,
             }
 
     def verify(self) -> dict:
-        """Refit from the stored rows alone and compare state digests (an external audit)."""
+        """Refit every instance from the stored rows alone and compare state digests.
+
+        The refit restores the store's rows with no schema at all, so every instance is
+        trained again from the rows (exactly what a fit on them does), whatever the label
+        type and whether some rows are unlabeled.
+        """
         started = time.perf_counter()
         self.wait_for_rebuilds()
         with self._lock:
             digest = self.state_digest()
-            records = self._store_call(self._store.load_rows)
-            est = self.estimator
-            X = np.frombuffer(b"".join(bytes(r[2]) for r in records), dtype=np.float32)
-            X = X.reshape(len(records), self.n_features)
-            ids = [_decode_id(bytes(r[0])) for r in records]
-            if self.task == "classification":
-                y = np.array([-1 if r[3] is None else est.classes_[int(r[3])] for r in records])
-            else:
-                y = np.array([np.nan if r[3] is None else r[3] for r in records], dtype=float)
-            fresh = type(est)(**est.get_params(deep=False)).fit(X, y, ids)
+            rows = _read_rows(self._store.location, self._info, self._store.load_rows())
+            snapshot = ModelSnapshot(
+                estimator=self._info["estimator"],
+                params=self._info["params"],
+                fitted=self._info["fitted"],
+                key_fingerprint=self._info["key_fingerprint"],
+                key_derived=self._info["key_derived"],
+                engine=EngineSnapshot(rows, [None] * self.estimator.n_instances),
+            )
+            fresh = restore_estimator(snapshot, secret_key=self.estimator.secret_key)
+            fresh.wait_for_rebuilds()
             refit = fresh.state_digest()
         return {
             "ok": refit == digest,
             "state_digest": digest,
             "refit_digest": refit,
-            "n_rows": len(records),
+            "n_rows": len(rows.ids),
             "seconds": time.perf_counter() - started,
         }
 
@@ -224,48 +359,64 @@ class DurableModel:
     def forget(self, ids: Sequence[Hashable], *, erase_inputs: bool = False) -> dict:
         """Forget rows durably; returns the receipt once the deletion is committed.
 
-        Ids already forgotten (with a receipt in the store) make the call idempotent: if no
-        requested id is still present, the stored receipt is returned with
-        ``already_forgotten=True``. Unknown ids raise KeyError and change nothing.
+        Ids already forgotten (with a forget receipt in the store; in label mode also rows
+        whose label is already gone) make the call idempotent: if no requested id is still
+        to forget, the stored receipt is returned with ``already_forgotten=True``. Unknown ids
+        raise KeyError and change nothing.
         """
         with self._lock:
-            self._raise_persist_error()
+            self._require_writable()
             est = self.estimator
             if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
                 raise TypeError("ids must be a sequence of ints or strings")
             wanted = [canonical_id(i) for i in ids]
+            if not wanted:
+                raise ValueError("no ids given")
             if len(set(wanted)) != len(wanted):
                 raise ValueError("duplicate ids in the request")
-            present = [i for i in wanted if i in est.engine_.rows.position]
-            absent = [i for i in wanted if i not in est.engine_.rows.position]
+            engine = est.engine_
+            position = engine.rows.position
+            present = [i for i in wanted if i in position]
+            candidates = [i for i in wanted if i not in position]
+            if present and est.mode == "label" and not erase_inputs:
+                targets = engine.snapshot(ids=present, instances=[]).rows.targets
+                done = ~labeled_mask(targets)
+                candidates += [i for i, d in zip(present, done, strict=True) if d]
+                present = [i for i, d in zip(present, done, strict=True) if not d]
             earlier, unknown = [], []
-            for row_id in absent:
-                found = self._store.receipts_for(receipt_hash(est.engine_._key, id_bytes(row_id)))
-                if not found or found[-1]["operation"] != "forget":
-                    unknown.append(row_id)
-                else:
+            for row_id in candidates:
+                found = self._store.receipts_for(engine.receipt_hash(row_id))
+                if found and found[-1].get("operation") == "forget":
                     earlier.append(found[-1])
+                else:
+                    unknown.append(row_id)
             if unknown:
                 raise KeyError(
-                    f"unknown ids (never inserted): {unknown[:10]}"
+                    f"unknown ids (never inserted, or with no label left): {unknown[:10]}"
                     + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
                 )
             if not present:
-                if not earlier:
-                    raise ValueError("no ids given")
+                self._store.purge_logs()  # a retry after a busy checkpoint finishes it here
                 return {**earlier[-1], "already_forgotten": True}
-            engine_before = est.engine_
+            engine_before = engine
             receipt = est.forget(present, erase_inputs=erase_inputs).to_dict()
             keys = [id_bytes(i) for i in present]
-            with est.engine_._lock, self._store.transaction() as cur:
-                if est.engine_ is not engine_before:
-                    self._rewrite(cur)
-                elif receipt["scope"] == "label":
-                    self._store.unlabel_rows(cur, keys)
-                else:
-                    self._store.delete_rows(cur, keys)
-                self._sync_instances(cur)
-                self._store.add_receipt(cur, receipt)
+            try:
+                with est.engine_.locked(), self._store.transaction("forgetting rows") as cur:
+                    if est.engine_ is not engine_before:
+                        updates = self._rewrite(cur)
+                    else:
+                        if receipt["scope"] == "label":
+                            self._store.unlabel_rows(cur, keys)
+                        else:
+                            self._store.delete_rows(cur, keys)
+                        updates = self._sync_instances(cur)
+                    self._store.add_receipt(cur, receipt)
+            except BaseException as err:
+                self._recover(err)
+                raise
+            for r, schema in updates.items():
+                self._persisted[r] = schema
             self._store.purge_logs()
             if earlier:
                 receipt["already_forgotten_ids"] = len(earlier)
@@ -274,30 +425,63 @@ class DurableModel:
     def insert(self, X, y, ids) -> dict:
         """Insert labeled rows durably; returns the receipt once committed."""
         with self._lock:
-            self._raise_persist_error()
+            self._require_writable()
             est = self.estimator
             receipt = est.insert(X, y, ids).to_dict()
+            new_ids = [canonical_id(i) for i in ids]
             engine = est.engine_
-            with engine._lock, self._store.transaction() as cur:
-                pos = engine.rows.positions_of([canonical_id(i) for i in ids])
-                self._store.insert_rows(cur, self._records(pos))
-                self._sync_instances(cur)
-                self._store.add_receipt(cur, receipt)
+            try:
+                with engine.locked(), self._store.transaction("inserting rows") as cur:
+                    current = [
+                        r
+                        for r in range(est.n_instances)
+                        if engine.schema_of(r) is not None
+                        and engine.schema_of(r) is self._persisted[r]
+                    ]
+                    snap = engine.snapshot(ids=new_ids, instances=current)
+                    self._store.insert_rows(cur, _records(snap, self._next_seq, current))
+                    updates = self._sync_instances(cur)
+                    self._store.add_receipt(cur, receipt)
+            except BaseException as err:
+                self._recover(err)
+                raise
+            self._next_seq += len(new_ids)
+            for r, schema in updates.items():
+                self._persisted[r] = schema
             return receipt
+
+    def reload(self) -> None:
+        """Rebuild the in-memory model from the store (after a store error, or to pick up
+        the store's state); :attr:`available` is True once it succeeded."""
+        with self._lock:
+            self._require_open()
+            loaded = _load(self._store, self.estimator.secret_key)
+            old = self.estimator
+            self._adopt(loaded)
+            self._available = True
+            with contextlib.suppress(Exception):
+                old.engine_.retire()
+            self._wake.set()
 
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
         """Wait until rebuilds have landed in memory *and* been written to the store."""
+        self._require_available()
         self.estimator.wait_for_rebuilds(timeout)
+        if self._store.read_only:
+            return
         with self._lock:
             self._persist_now()
-        self._raise_persist_error()
 
     def close(self) -> None:
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             self._wake.set()
-        self._persister.join(timeout=30)
-        self._store.close()
+        if self._persister is not None:
+            self._persister.join(timeout=30)
+        with self._lock:
+            self._store.close()
 
     def __enter__(self) -> DurableModel:
         return self
@@ -306,97 +490,99 @@ class DurableModel:
         self.close()
 
     # -- internals -----------------------------------------------------------------------
-    def _store_call(self, fn):
-        with self._lock:
-            return fn()
+    def _require_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"{describe(self._store.location)}: the store is closed")
 
-    def _records(self, pos: np.ndarray) -> list[tuple]:
-        """Row tuples for the store, with contributions for instances persisted as current."""
-        engine = self.estimator.engine_
-        rows = engine.rows
-        labeled = rows.labeled(pos)
-        out = []
-        for i, p in enumerate(pos):
-            target = None if not labeled[i] else float(rows.targets[p])
-            blobs = []
-            for r, inst in enumerate(engine.instances):
-                current = inst is not None and inst.schema is self._persisted[r]
-                blobs.append(
-                    rows.codes[r][p].tobytes() + rows.residuals[r][p].tobytes()
-                    if current and labeled[i]
-                    else None
-                )
-            out.append(
-                (
-                    id_bytes(rows.ids[p]),
-                    self._next_seq + i,
-                    rows.X[p].tobytes(),
-                    target,
-                    int(rows.in_pool[p]),
-                    *blobs,
-                )
+    def _require_available(self) -> None:
+        self._require_open()
+        if not self._available:
+            raise StoreError(
+                f"{describe(self._store.location)}: the model is being reloaded from the store "
+                "after a store error; retry shortly"
             )
-        self._next_seq += len(pos)
-        return out
 
-    def _write_all_rows(self, cur) -> None:
-        rows = self.estimator.engine_.rows
-        self._store.insert_rows(cur, self._records(np.arange(rows.size)))
+    def _require_writable(self) -> None:
+        self._require_available()
+        if self._store.read_only:
+            raise StoreError(
+                f"{describe(self._store.location)} was opened read-only; changes are refused"
+            )
 
-    def _rewrite(self, cur) -> None:
-        """The estimator refitted itself (a class vanished): replace everything."""
-        self._store._execute(cur, "DELETE FROM rows")
-        meta_fitted = pickle.dumps(
-            {k: v for k, v in vars(self.estimator).items() if k.endswith("_") and k != "engine_"},
-            protocol=5,
-        )
-        n_outputs = json.dumps(self.estimator.engine_.config.schema.n_outputs).encode()
-        self._store._executemany(
-            cur,
-            "UPDATE meta SET value = ? WHERE name = ?",
-            [(meta_fitted, "fitted"), (n_outputs, "n_outputs")],
-        )
-        self._persisted = [None] * len(self._persisted)
-        self.estimator.engine_.on_install = lambda r: self._wake.set()
-        self._write_all_rows(cur)
+    def _recover(self, err: BaseException) -> None:
+        """A write failed after memory changed: restore memory from the store (the truth),
+        or stay unavailable until :meth:`reload` succeeds."""
+        self._available = False
+        try:
+            self.reload()
+        except BaseException:  # noqa: BLE001 - the service keeps calling reload()
+            pass
 
-    def _sync_instances(self, cur) -> None:
-        """Write every instance whose schema differs from the persisted one (under both locks):
-        its new schema and all its contributions, or NULL if it is rebuilding."""
-        engine = self.estimator.engine_
-        rows = engine.rows
-        for r, inst in enumerate(engine.instances):
+    def _rewrite(self, cur) -> dict[int, Any]:
+        """The estimator refitted itself (a class vanished): replace rows, schemas and the
+        fitted attributes in the same transaction."""
+        est = self.estimator
+        snapshot = est.snapshot()
+        info = {**self._info, "fitted": snapshot.fitted}
+        self._store.delete_all_rows(cur)
+        self._store.set_meta(cur, "model", dumps(info, META_KIND))
+        p = est.n_instances
+        self._store.insert_rows(cur, _records(snapshot.engine, self._next_seq, range(p)))
+        updates = {}
+        for r, inst in enumerate(snapshot.engine.instances):
             schema = None if inst is None else inst.schema
-            if schema is self._persisted[r]:
-                continue
-            self._store.set_schema(cur, r, schema)
+            self._store.set_schema(cur, r, None if schema is None else dumps(schema, SCHEMA_KIND))
+            updates[r] = schema
+        self._info = info
+        self._next_seq += len(snapshot.engine.rows.ids)
+        est.engine_.on_install = lambda r: self._wake.set()
+        return updates
+
+    def _sync_instances(self, cur) -> dict[int, Any]:
+        """Write every instance whose schema differs from the persisted one (under both locks):
+        its new schema and all its contributions, or NULL if it is rebuilding. Returns the
+        new persisted schemas, to record once the transaction has committed."""
+        engine = self.estimator.engine_
+        changed = {
+            r: engine.schema_of(r)
+            for r in range(len(self._persisted))
+            if engine.schema_of(r) is not self._persisted[r]
+        }
+        if not changed:
+            return {}
+        valid = [r for r, schema in changed.items() if schema is not None]
+        snap = engine.snapshot(instances=valid) if valid else None
+        for r, schema in changed.items():
             self._store.clear_contributions(cur, r)
-            if schema is not None:
-                labeled = np.flatnonzero(rows.labeled())
-                self._store.set_contributions(
-                    cur,
-                    r,
-                    [
-                        (
-                            rows.codes[r][p].tobytes() + rows.residuals[r][p].tobytes(),
-                            id_bytes(rows.ids[p]),
-                        )
-                        for p in labeled
-                    ],
-                )
-            self._persisted[r] = schema
+            if schema is None:
+                self._store.set_schema(cur, r, None)
+                continue
+            inst = snap.instances[r]
+            self._store.set_schema(cur, r, dumps(inst.schema, SCHEMA_KIND))
+            labeled = np.flatnonzero(labeled_mask(snap.rows.targets))
+            self._store.set_contributions(
+                cur,
+                r,
+                [
+                    (_blob(inst, j), id_bytes(snap.rows.ids[p]))
+                    for j, p in enumerate(labeled.tolist())
+                ],
+            )
+            changed[r] = inst.schema
+        return changed
 
     def _persist_now(self) -> None:
         engine = self.estimator.engine_
-        with engine._lock:
+        with engine.locked():
             stale = any(
-                (None if inst is None else inst.schema) is not self._persisted[r]
-                for r, inst in enumerate(engine.instances)
+                engine.schema_of(r) is not self._persisted[r] for r in range(len(self._persisted))
             )
             if not stale:
                 return
-            with self._store.transaction() as cur:
-                self._sync_instances(cur)
+            with self._store.transaction("writing a rebuilt instance") as cur:
+                updates = self._sync_instances(cur)
+            for r, schema in updates.items():
+                self._persisted[r] = schema
 
     def _persist_loop(self) -> None:
         while True:
@@ -405,24 +591,247 @@ class DurableModel:
             with self._lock:
                 if self._closed:
                     return
+                if not self._available:
+                    continue
                 try:
                     self._persist_now()
-                except BaseException as err:  # surfaced on the next call
+                    self._persist_error = None
+                except Exception as err:  # noqa: BLE001 - retried; the store stays consistent
+                    # The store still says "rebuilding" for that instance, which a reopen
+                    # rebuilds: nothing is lost, so retry shortly instead of failing requests.
                     self._persist_error = err
+                    timer = threading.Timer(_RETRY_PERSIST_S, self._wake.set)
+                    timer.daemon = True
+                    timer.start()
 
-    def _raise_persist_error(self) -> None:
-        if self._persist_error is not None:
-            err, self._persist_error = self._persist_error, None
-            raise RuntimeError(f"writing a rebuilt instance to the store failed: {err}") from err
+
+# -- encoding rows ------------------------------------------------------------------------
+def _blob(inst: InstanceSnapshot, j: int) -> bytes:
+    """A row's contribution: its codes, then its int64 residuals (little-endian)."""
+    return inst.codes[j].tobytes() + inst.residuals[j].astype("<i8", copy=False).tobytes()
+
+
+def _records(snap: EngineSnapshot, first_seq: int, instances) -> list[tuple]:
+    """Row tuples for the store, with contributions for ``instances`` (labeled rows only)."""
+    rows = snap.rows
+    labeled = labeled_mask(rows.targets)
+    wanted = [r for r in instances if snap.instances[r] is not None]
+    index = np.cumsum(labeled) - 1  # position among the labeled rows
+    X = np.ascontiguousarray(rows.X, dtype="<f4")
+    out = []
+    for p, row_id in enumerate(rows.ids):
+        blobs: list[bytes | None] = [None] * len(snap.instances)
+        target = None
+        if labeled[p]:
+            target = float(rows.targets[p])
+            for r in wanted:
+                blobs[r] = _blob(snap.instances[r], int(index[p]))
+        out.append(
+            (
+                id_bytes(row_id),
+                first_seq + p,
+                X[p].tobytes(),
+                target,
+                int(bool(rows.in_pool[p])),
+                *blobs,
+            )
+        )
+    return out
+
+
+# -- loading ------------------------------------------------------------------------------
+def _load(store: SQLStore, secret_key: bytes | str | None) -> _Loaded:
+    """Read and check every table, then restore the estimator from the snapshot."""
+    loc = store.location
+    meta, records, bodies = store.read_all()
+    if "model" not in meta:
+        raise _corrupt(loc, "table meta", "the model entry is missing")
+    try:
+        info = loads(meta["model"], META_KIND, "model entry")
+        _check_info(info)
+    except (ModelFileError, ValueError, TypeError, KeyError) as err:
+        raise _corrupt(loc, "table meta", err) from None
+    if info["libraries"] != library_versions():
+        raise ValueError(
+            f"{describe(loc)}: written with {info['libraries']}, running {library_versions()}: "
+            "bitwise exactness needs the same library versions"
+        )
+    if secret_key is None and "secret_key" in meta:
+        try:
+            secret_key = loads(meta["secret_key"], KEY_KIND, "secret key entry")
+        except ModelFileError as err:
+            raise _corrupt(loc, "table meta", err) from None
+    _check_key(loc, info, secret_key)
+    rows = _read_rows(loc, info, records)
+    n_outputs = len(info["fitted"]["classes_"]) if "classes_" in info["fitted"] else 1
+    instances = _read_instances(loc, bodies, records, rows, n_outputs)
+    snapshot = ModelSnapshot(
+        estimator=info["estimator"],
+        params=info["params"],
+        fitted=info["fitted"],
+        key_fingerprint=info["key_fingerprint"],
+        key_derived=info["key_derived"],
+        engine=EngineSnapshot(rows, instances),
+    )
+    try:
+        estimator = restore_estimator(snapshot, secret_key=secret_key)
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as err:
+        raise _corrupt(loc, "restoring the model", f"{type(err).__name__}: {err}") from None
+    persisted = [None if inst is None else inst.schema for inst in instances]
+    engine = estimator.engine_
+    persisted = [s if engine.schema_of(r) is s else None for r, s in enumerate(persisted)]
+    next_seq = max((int(rec[1]) for rec in records), default=-1) + 1
+    return _Loaded(estimator, info, persisted, next_seq)
+
+
+def _check_info(info: Any) -> None:
+    if not isinstance(info, dict):
+        raise ValueError("the model entry is not a mapping")
+    for name, kind in (
+        ("estimator", str),
+        ("params", dict),
+        ("fitted", dict),
+        ("key_fingerprint", str),
+        ("key_derived", bool),
+        ("libraries", dict),
+    ):
+        if not isinstance(info.get(name), kind):
+            raise ValueError(f"the model entry's {name} is missing or of the wrong type")
+    fitted = info["fitted"]
+    d = fitted.get("n_features_in_")
+    if type(d) is not int or d < 1:
+        raise ValueError("the model entry's n_features_in_ is not a positive int")
+    if "classes_" in fitted and not isinstance(fitted["classes_"], np.ndarray):
+        raise ValueError("the model entry's classes_ is not an array")
+    names = info.get("feature_names")
+    if names is not None and (
+        not isinstance(names, list) or len(names) != d or not all(isinstance(n, str) for n in names)
+    ):
+        raise ValueError("the model entry's feature_names do not match the features")
+
+
+def _check_key(location: str, info: dict, secret_key: bytes | str | None) -> None:
+    """Refuse a missing or wrong key before anything is restored (it would silently move
+    every row's D° membership)."""
+    where = describe(location)
+    if info["key_derived"]:
+        if secret_key is not None:
+            raise ValueError(
+                f"{where}: this model's key is derived from random_state; do not pass a secret key"
+            )
+        return
+    if secret_key is None:
+        raise ValueError(
+            f"{where}: this model was fitted with a secret key, which is not stored; pass it "
+            "(secret_key=..., or --secret-key-file)"
+        )
+    try:
+        key = derive_key(secret_key, 0)
+    except TypeError as err:
+        raise ValueError(f"{where}: {err}") from None
+    if key_fingerprint(key) != info["key_fingerprint"]:
+        raise ValueError(
+            f"{where}: the secret key does not match the key this model was fitted with"
+        )
+
+
+def _read_rows(loc: str, info: dict, records: list[tuple]) -> RowsSnapshot:
+    """The store's rows as a snapshot, each field checked (one error line per defect)."""
+    fitted = info["fitted"]
+    d = fitted["n_features_in_"]
+    k = len(fitted["classes_"]) if "classes_" in fitted else None
+    ids, X_parts, targets, in_pool = [], [], [], []
+    for rec in records:
+        seq = rec[1]
+        try:
+            ids.append(_decode_id(bytes(rec[0])))
+            raw = bytes(rec[2])
+            if len(raw) != 4 * d:
+                raise ValueError(f"{len(raw)} feature bytes, expected {4 * d}")
+            X_parts.append(raw)
+            target = rec[3]
+            if target is None:
+                targets.append(-1 if k is not None else np.nan)
+            else:
+                value = float(target)
+                if k is not None and not (value.is_integer() and 0 <= value < k):
+                    raise ValueError(f"label index {value!r} outside 0..{k - 1}")
+                if not np.isfinite(value):
+                    raise ValueError("non-finite target")
+                targets.append(int(value) if k is not None else value)
+            if rec[4] not in (0, 1):
+                raise ValueError(f"in_pool {rec[4]!r} is not 0 or 1")
+            in_pool.append(bool(rec[4]))
+        except (ValueError, TypeError, UnicodeDecodeError, IndexError) as err:
+            raise _corrupt(loc, f"table rows, row seq {seq}", err) from None
+    X = np.frombuffer(b"".join(X_parts), dtype="<f4").reshape(len(records), d).astype(np.float32)
+    if not np.all(np.isfinite(X)):
+        raise _corrupt(loc, "table rows", "features hold NaN or infinity")
+    if len(set(ids)) != len(ids):
+        raise _corrupt(loc, "table rows", "duplicate ids")
+    target_array = np.array(targets, dtype=np.int64 if k is not None else np.float64)
+    return RowsSnapshot(ids=ids, X=X, targets=target_array, in_pool=np.array(in_pool, dtype=bool))
+
+
+def _read_instances(
+    loc: str, bodies: list, records: list[tuple], rows: RowsSnapshot, n_outputs: int
+) -> list:
+    """Each instance's schema and the labeled rows' contributions; an instance whose schema
+    or any contribution is missing is rebuilt on restore (None)."""
+    labeled = labeled_mask(rows.targets)
+    out: list[InstanceSnapshot | None] = []
+    for r, body in enumerate(bodies):
+        if body is None:
+            out.append(None)
+            continue
+        try:
+            schema = loads(body, SCHEMA_KIND, f"schema of instance {r}")
+            if not isinstance(schema, Schema):
+                raise ValueError("not a schema")
+            if schema.base_model.n_outputs != n_outputs:
+                raise ValueError("its output width does not match the model")
+        except (ModelFileError, ValueError, TypeError, AttributeError) as err:
+            raise _corrupt(loc, f"table schemas, instance {r}", err) from None
+        blobs = [rec[5 + r] for rec, lab in zip(records, labeled, strict=True) if lab]
+        if any(b is None for b in blobs):
+            out.append(None)
+            continue
+        try:
+            codes, residuals = _decode_contributions(schema, blobs, n_outputs)
+        except ValueError as err:
+            raise _corrupt(loc, f"table rows, column c{r}", err) from None
+        out.append(InstanceSnapshot(schema, codes, residuals))
+    return out
 
 
 def _decode_contributions(schema, blobs: list, n_outputs: int):
-    """Codes and residuals from stored blobs (codes bytes, then int64 residuals)."""
+    """Codes and residuals from stored blobs (codes bytes, then int64 residuals), checked."""
     cb = schema.codebook
     code_bytes = cb.n_levels * cb.code_dtype.itemsize
-    raw = b"".join(bytes(b) for b in blobs)
     width = code_bytes + 8 * n_outputs
+    raw = b"".join(bytes(b) for b in blobs)
+    if any(len(bytes(b)) != width for b in blobs):
+        raise ValueError(f"a contribution is not {width} bytes long")
     table = np.frombuffer(raw, dtype=np.uint8).reshape(len(blobs), width)
     codes = np.ascontiguousarray(table[:, :code_bytes]).view(cb.code_dtype)
-    residuals = np.ascontiguousarray(table[:, code_bytes:]).view("<i8")
-    return codes.reshape(len(blobs), cb.n_levels), residuals.reshape(len(blobs), n_outputs)
+    residuals = np.ascontiguousarray(table[:, code_bytes:]).view("<i8").astype(np.int64)
+    codes = codes.reshape(len(blobs), cb.n_levels)
+    if codes.size and int(codes.max()) >= cb.n_centroids:
+        raise ValueError(f"a cell code is ≥ {cb.n_centroids} centroids")
+    return codes, residuals.reshape(len(blobs), n_outputs)
+
+
+def _remove_partial_creations(path: Path) -> None:
+    """Delete scratch files of creations that crashed (they may hold rows later forgotten).
+    Called with the writer lock held, so no creation is running."""
+    for stale in path.parent.glob(f".{path.name}.creating-*"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
