@@ -9,20 +9,45 @@ Invariant kept by every transaction: an instance's schema is present only if eve
 row has its contribution under that schema and none of its D° rows was removed since. A
 deletion or insertion that touches D°_r clears schema r in the same transaction; a landed
 rebuild writes the schema and all contributions in one transaction.
+
+Safety rules enforced here:
+
+* **One writer.** A writable connection holds an exclusive lock for its lifetime: an
+  ``flock`` on ``<file>.lock`` beside a SQLite file, ``pg_try_advisory_lock`` on PostgreSQL.
+  A second writer gets :class:`StoreBusy` naming the holder, instead of silently writing
+  behind a running server's back.
+* **Read-only opens change nothing**: SQLite is opened with ``mode=ro`` (``immutable=1`` in a
+  read-only directory, where no writer can exist), PostgreSQL with read-only transactions;
+  no lock is taken and no file is created.
+* **Every failure is a store error**: driver exceptions become :class:`StoreError` (retry),
+  :class:`StoreBusy` (lock held) or :class:`StoreCorrupt` (unreadable contents), each with one
+  line saying what to do.
+* **No code from data**: structured values are written with :mod:`forgetting.io.model_format`
+  (arrays + JSON, allowlisted types), never pickled.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
-import pickle
+import os
 import sqlite3
+import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-FORMAT = "forgetting-store-v1"
+from .errors import StoreBusy, StoreCorrupt, StoreError
+
+FORMAT = "forgetting-store-v2"
+"""v1 stores held pickles; they are refused (opening one could run code)."""
+BUSY_TIMEOUT_S = 5.0
+"""How long a statement waits for a lock held by another connection before failing."""
+CHECKPOINT_TRIES = 3
+TABLES = ("meta", "rows", "schemas", "receipts", "receipt_ids")
 
 
 @dataclass(frozen=True)
@@ -46,104 +71,377 @@ def is_postgres(location: str) -> bool:
     return location.startswith(("postgresql://", "postgres://"))
 
 
+def describe(location: str) -> str:
+    """The location for messages: a DSN without its password."""
+    if not is_postgres(location):
+        return location
+    head, sep, tail = location.partition("@")
+    if not sep:
+        return location
+    scheme, _, creds = head.partition("://")
+    return f"{scheme}://{creds.split(':')[0]}@{tail}"
+
+
+def _driver_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [sqlite3.Error, OSError]
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None:
+        errors.append(psycopg.Error)
+    return tuple(errors)
+
+
+def store_error(location: str, err: BaseException, doing: str) -> StoreError:
+    """Translate a driver or OS error into the store error a caller can act on."""
+    where = describe(location)
+    text = " ".join(str(err).split()) or type(err).__name__
+    low = text.lower()
+    if "locked" in low or "busy" in low or "could not obtain lock" in low:
+        return StoreBusy(
+            f"{where}: {doing} failed because another connection holds a lock ({text}); "
+            "nothing was changed, retry later"
+        )
+    if "malformed" in low or "not a database" in low or "file is not a database" in low:
+        return StoreCorrupt(
+            f"{where}: the database file is damaged ({text}); restore it from a backup "
+            "or refit with `forgetting fit --overwrite`"
+        )
+    if "disk is full" in low or "no space" in low or "disk full" in low:
+        return StoreError(
+            f"{where}: {doing} failed, the disk is full ({text}); nothing was acknowledged, "
+            "free space and retry"
+        )
+    return StoreError(f"{where}: {doing} failed ({text}); nothing was acknowledged, retry")
+
+
+class _FileLock:
+    """An exclusive ``flock`` on ``<db>.lock`` (released by the kernel if the process dies).
+
+    The holder writes its pid and command line into the file so the next writer's error can
+    say who holds it.
+    """
+
+    def __init__(self, db_path: Path) -> None:
+        import fcntl
+
+        self.path = db_path.with_name(db_path.name + ".lock")
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as err:
+            raise store_error(str(db_path), err, "taking the writer lock") from err
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._holder()
+            os.close(self._fd)
+            raise StoreBusy(
+                f"{db_path} is in use by another writer ({holder}); stop it, or open "
+                "read-only for inspect/verify"
+            ) from None
+        except OSError as err:
+            os.close(self._fd)
+            raise store_error(str(db_path), err, "taking the writer lock") from err
+        me = f"pid {os.getpid()}: {' '.join(sys.argv)[:200]}".encode(errors="replace")
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, me, 0)
+
+    def _holder(self) -> str:
+        try:
+            text = os.pread(self._fd, 300, 0).decode(errors="replace").strip()
+        except OSError:
+            text = ""
+        return text or "unknown process"
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = -1
+
+
 class SQLStore:
     """A connection to one model's tables, with the operations DurableModel needs."""
 
-    def __init__(self, location: str, create: bool = False):
+    def __init__(
+        self,
+        location: str,
+        *,
+        create: bool = False,
+        read_only: bool = False,
+        lock: bool | _FileLock = True,
+    ):
+        """``lock``: take the writer lock (True), adopt one already taken (a ``_FileLock``),
+        or none (False: a scratch file that the caller's lock on another path covers)."""
         self.location = location
+        self.read_only = read_only
+        self.n_instances = 0
+        self._lock: _FileLock | None = None
+        self._pg_lock_conn: Any = None
+        self._conn: Any = None
         if is_postgres(location):
-            import psycopg
-
-            self.dialect = POSTGRES
-            self._conn = psycopg.connect(location, autocommit=False)
+            self._open_postgres()
         else:
-            path = Path(location)
-            if not create and not path.exists():
-                raise FileNotFoundError(f"no store at {location}; create one with `fit`")
-            self.dialect = SQLITE
-            self._conn = sqlite3.connect(location, isolation_level=None, check_same_thread=False)
+            self._open_sqlite(Path(location), create, lock)
+
+    # -- connecting ----------------------------------------------------------------------
+    def _open_sqlite(self, path: Path, create: bool, lock: bool | _FileLock) -> None:
+        self.dialect = SQLITE
+        if not create:
+            if not path.exists():
+                raise FileNotFoundError(f"no store at {path}; create one with `forgetting fit`")
+            if path.is_file() and path.stat().st_size == 0:
+                raise StoreCorrupt(
+                    f"{path} is an empty file, not a forgetting store; create one with "
+                    "`forgetting fit`"
+                )
+        try:
+            if self.read_only:
+                uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+                directory = path.resolve().parent
+                wal = path.with_name(path.name + "-wal")
+                if not os.access(directory, os.W_OK) and not wal.exists():
+                    uri += "&immutable=1"  # nobody can be writing here: no -shm needed
+                self._conn = sqlite3.connect(
+                    uri, uri=True, isolation_level=None, check_same_thread=False
+                )
+                self._conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+                return
+            if isinstance(lock, _FileLock):
+                self._lock = lock
+            elif lock:
+                self._lock = _FileLock(path)
+            self._conn = sqlite3.connect(
+                str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+            )
             for pragma in ("journal_mode=WAL", "synchronous=FULL", "secure_delete=ON"):
                 self._conn.execute(f"PRAGMA {pragma}")
-        self.n_instances = 0
+        except sqlite3.Error as err:
+            self.close()
+            raise store_error(str(path), err, "opening the store") from err
+
+    def _open_postgres(self) -> None:
+        import psycopg
+
+        self.dialect = POSTGRES
+        options = "-c default_transaction_read_only=on" if self.read_only else ""
+        try:
+            self._conn = psycopg.connect(
+                self.location,
+                autocommit=False,
+                options=options,
+                application_name=f"forgetting pid {os.getpid()}",
+            )
+            if not self.read_only:
+                self._take_advisory_lock(psycopg)
+        except psycopg.Error as err:
+            self.close()
+            raise store_error(self.location, err, "opening the store") from err
+
+    def _advisory_key(self, cur) -> int:
+        cur.execute("SELECT current_database(), current_schema()")
+        db, schema = cur.fetchone()
+        digest = hashlib.blake2b(f"forgetting-store:{db}:{schema}".encode(), digest_size=8)
+        return int.from_bytes(digest.digest(), "big", signed=True)
+
+    def _take_advisory_lock(self, psycopg) -> None:
+        """A session-level advisory lock on its own autocommit connection (held until close)."""
+        conn = psycopg.connect(
+            self.location, autocommit=True, application_name=f"forgetting pid {os.getpid()}"
+        )
+        self._pg_lock_conn = conn
+        with conn.cursor() as cur:
+            key = self._advisory_key(cur)
+            cur.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+            if cur.fetchone()[0]:
+                return
+            cur.execute(
+                "SELECT a.pid, a.application_name, a.client_addr FROM pg_locks l "
+                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+                "AND l.granted AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
+                (key & 0xFFFFFFFFFFFFFFFF,),
+            )
+            found = cur.fetchone()
+        holder = "unknown session" if found is None else f"backend {found[0]}: {found[1]}"
+        raise StoreBusy(
+            f"{describe(self.location)} is in use by another writer ({holder}); stop it, or "
+            "open read-only for inspect/verify"
+        )
 
     # -- plumbing ------------------------------------------------------------------------
-    def _execute(self, cur, statement: str, params: Sequence = ()) -> Any:
+    def execute(self, cur, statement: str, params: Sequence = ()) -> Any:
         return cur.execute(self.dialect.sql(statement), params)
 
-    def _executemany(self, cur, statement: str, rows: list) -> None:
+    def executemany(self, cur, statement: str, rows: list) -> None:
         if rows:
             cur.executemany(self.dialect.sql(statement), rows)
 
-    @contextmanager
-    def transaction(self) -> Iterator[Any]:
-        """One atomic, durable unit: committed (and fsynced) on exit, rolled back on error."""
-        cur = self._conn.cursor()
-        if self.dialect is SQLITE:
-            cur.execute("BEGIN IMMEDIATE")
+    @contextlib.contextmanager
+    def transaction(self, doing: str = "writing to the store") -> Iterator[Any]:
+        """One atomic, durable unit: committed (and fsynced) on exit, rolled back on error.
+
+        Driver errors become :class:`StoreError` (or a subclass); nothing of the transaction
+        is then in the store.
+        """
+        if self.read_only:
+            raise StoreError(f"{describe(self.location)} was opened read-only; {doing} refused")
+        errors = _driver_errors()
         try:
+            cur = self._conn.cursor()
+        except errors as err:
+            raise store_error(self.location, err, doing) from err
+        try:
+            if self.dialect is SQLITE:
+                cur.execute("BEGIN IMMEDIATE")
             yield cur
-        except BaseException:
-            self._conn.rollback()
-            raise
-        else:
             self._conn.commit()
+        except BaseException as err:
+            with contextlib.suppress(*errors):
+                self._conn.rollback()
+            if isinstance(err, errors):
+                raise store_error(self.location, err, doing) from err
+            raise
         finally:
-            cur.close()
+            with contextlib.suppress(*errors):
+                cur.close()
+
+    @contextlib.contextmanager
+    def reading(self, doing: str = "reading the store") -> Iterator[Any]:
+        """A cursor for reads; driver errors become store errors."""
+        errors = _driver_errors()
+        cur = None
+        try:
+            cur = self._conn.cursor()
+            yield cur
+        except errors as err:
+            raise store_error(self.location, err, doing) from err
+        finally:
+            with contextlib.suppress(*errors):
+                if cur is not None:
+                    cur.close()
+                if self.dialect is POSTGRES:
+                    self._conn.rollback()
 
     def purge_logs(self) -> None:
-        """Drop old page images that may still hold removed rows (SQLite's WAL)."""
-        if self.dialect is SQLITE:
-            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        """Drop old page images that may still hold removed rows (SQLite's WAL).
+
+        ``wal_checkpoint(TRUNCATE)`` reports ``busy`` when a reader still uses the log; the
+        old images are then still on disk, so that is an error, not a success.
+        """
+        if self.dialect is not SQLITE or self.read_only:
+            return
+        try:
+            for _ in range(CHECKPOINT_TRIES):
+                busy, _log, _done = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    return
+        except sqlite3.Error as err:
+            raise store_error(self.location, err, "purging the write-ahead log") from err
+        raise StoreBusy(
+            f"{self.location}: the change is committed, but a reader still holds the "
+            "write-ahead log that contains the old rows; retry the same request to finish "
+            "purging it"
+        )
 
     def close(self) -> None:
-        self._conn.close()
+        for conn in (self._conn, self._pg_lock_conn):
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+        self._conn = self._pg_lock_conn = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     # -- creation ------------------------------------------------------------------------
-    def create(self, meta: dict[str, bytes], n_instances: int) -> None:
+    def create_tables(self, cur, meta: dict[str, bytes], n_instances: int) -> None:
+        """Replace any previous tables (inside the caller's transaction)."""
         d = self.dialect
         self.n_instances = n_instances
         contrib = ", ".join(f"c{r} {d.blob}" for r in range(n_instances))
-        with self.transaction() as cur:
-            for table in ("receipt_ids", "receipts", "schemas", "rows", "meta"):
-                self._execute(cur, f"DROP TABLE IF EXISTS {table}")
-            self._execute(cur, f"CREATE TABLE meta (name TEXT PRIMARY KEY, value {d.blob})")
-            self._execute(
-                cur,
-                f"CREATE TABLE rows (id_key {d.blob} PRIMARY KEY, seq BIGINT NOT NULL, "
-                f"features {d.blob} NOT NULL, target {d.real}, in_pool INTEGER NOT NULL, "
-                f"{contrib})",
-            )
-            self._execute(cur, "CREATE INDEX rows_seq ON rows (seq)")
-            self._execute(
-                cur, f"CREATE TABLE schemas (instance INTEGER PRIMARY KEY, body {d.blob})"
-            )
-            self._execute(cur, f"CREATE TABLE receipts (seq {d.serial_pk}, body TEXT NOT NULL)")
-            self._execute(cur, "CREATE TABLE receipt_ids (id_hash TEXT NOT NULL, seq BIGINT)")
-            self._execute(cur, "CREATE INDEX receipt_ids_hash ON receipt_ids (id_hash)")
-            self._executemany(
-                cur,
-                "INSERT INTO meta (name, value) VALUES (?, ?)",
-                [("format", FORMAT.encode()), *meta.items()],
-            )
-            self._executemany(
-                cur,
-                "INSERT INTO schemas (instance, body) VALUES (?, NULL)",
-                [(r,) for r in range(n_instances)],
-            )
+        for table in reversed(TABLES):
+            self.execute(cur, f"DROP TABLE IF EXISTS {table}")
+        self.execute(cur, f"CREATE TABLE meta (name TEXT PRIMARY KEY, value {d.blob})")
+        self.execute(
+            cur,
+            f"CREATE TABLE rows (id_key {d.blob} PRIMARY KEY, seq BIGINT NOT NULL, "
+            f"features {d.blob} NOT NULL, target {d.real}, in_pool INTEGER NOT NULL, "
+            f"{contrib})",
+        )
+        self.execute(cur, "CREATE INDEX rows_seq ON rows (seq)")
+        self.execute(cur, f"CREATE TABLE schemas (instance INTEGER PRIMARY KEY, body {d.blob})")
+        self.execute(cur, f"CREATE TABLE receipts (seq {d.serial_pk}, body TEXT NOT NULL)")
+        self.execute(cur, "CREATE TABLE receipt_ids (id_hash TEXT NOT NULL, seq BIGINT)")
+        self.execute(cur, "CREATE INDEX receipt_ids_hash ON receipt_ids (id_hash)")
+        self.executemany(
+            cur,
+            "INSERT INTO meta (name, value) VALUES (?, ?)",
+            [("format", FORMAT.encode()), ("n_instances", str(n_instances).encode())]
+            + list(meta.items()),
+        )
+        self.executemany(
+            cur,
+            "INSERT INTO schemas (instance, body) VALUES (?, NULL)",
+            [(r,) for r in range(n_instances)],
+        )
 
-    def meta(self) -> dict[str, bytes]:
-        cur = self._conn.cursor()
+    def set_meta(self, cur, name: str, value: bytes) -> None:
+        self.execute(cur, "UPDATE meta SET value = ? WHERE name = ?", (value, name))
+
+    def read_all(self) -> tuple[dict[str, bytes], list[tuple], list[bytes | None]]:
+        """Meta, rows (by seq) and schema bodies, read in one transaction: a consistent view
+        even while another process writes (read-only opens)."""
+        with self.reading("reading the store") as cur:
+            if self.dialect is SQLITE:
+                cur.execute("BEGIN")
+            else:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            try:
+                meta = self.meta(cur)
+                records = self.load_rows(cur)
+                bodies = self.load_schema_bodies(cur)
+            finally:
+                if self.dialect is SQLITE:
+                    with contextlib.suppress(sqlite3.Error):
+                        cur.execute("COMMIT")
+        return meta, records, bodies
+
+    def meta(self, cur=None) -> dict[str, bytes]:
+        where = describe(self.location)
         try:
-            rows = self._execute(cur, "SELECT name, value FROM meta").fetchall()
-        except Exception as err:
-            raise ValueError(f"{self.location} is not a forgetting store: {err}") from err
-        finally:
-            cur.close()
-        self._conn.rollback() if self.dialect is POSTGRES else None
-        meta = {name: bytes(value) for name, value in rows}
-        if meta.get("format") != FORMAT.encode():
-            raise ValueError(f"{self.location}: unknown store format {meta.get('format')!r}")
-        self.n_instances = int(json.loads(meta["n_instances"]))
+            if cur is None:
+                with self.reading() as own:
+                    rows = self.execute(own, "SELECT name, value FROM meta").fetchall()
+            else:
+                rows = self.execute(cur, "SELECT name, value FROM meta").fetchall()
+        except StoreCorrupt:
+            raise
+        except (StoreError, *_driver_errors()) as err:
+            if "no such table" in str(err) or "does not exist" in str(err):
+                raise StoreCorrupt(
+                    f"{where} is not a forgetting store (no meta table); create one with "
+                    "`forgetting fit`"
+                ) from None
+            if isinstance(err, StoreError):
+                raise
+            raise store_error(self.location, err, "reading the store") from err
+        try:
+            meta = {str(name): bytes(value) for name, value in rows}
+        except (TypeError, ValueError) as err:
+            raise StoreCorrupt(f"{where}: table meta holds a non-bytes value ({err})") from None
+        found = meta.get("format")
+        if found != FORMAT.encode():
+            hint = (
+                " (a v1 store, which held pickles and is refused because opening it could "
+                "run code: refit with `forgetting fit --overwrite`)"
+                if found == b"forgetting-store-v1"
+                else "; it is damaged or not a forgetting store"
+            )
+            raise StoreCorrupt(f"{where}: unknown store format {found!r:.60}{hint}")
+        try:
+            self.n_instances = int(meta["n_instances"])
+            if not 1 <= self.n_instances <= 1024:
+                raise ValueError(self.n_instances)
+        except (KeyError, ValueError) as err:
+            raise StoreCorrupt(f"{where}: table meta has a bad n_instances ({err})") from None
         return meta
 
     # -- rows ----------------------------------------------------------------------------
@@ -151,101 +449,102 @@ class SQLStore:
         """rows: (id_key, seq, features bytes, target or None, in_pool, *contrib blobs)."""
         cols = ", ".join(f"c{r}" for r in range(self.n_instances))
         marks = ", ".join("?" for _ in range(5 + self.n_instances))
-        self._executemany(
+        self.executemany(
             cur,
             f"INSERT INTO rows (id_key, seq, features, target, in_pool, {cols}) VALUES ({marks})",
             rows,
         )
 
     def delete_rows(self, cur, id_keys: Sequence[bytes]) -> None:
-        self._executemany(cur, "DELETE FROM rows WHERE id_key = ?", [(k,) for k in id_keys])
+        self.executemany(cur, "DELETE FROM rows WHERE id_key = ?", [(k,) for k in id_keys])
+
+    def delete_all_rows(self, cur) -> None:
+        self.execute(cur, "DELETE FROM rows")
 
     def unlabel_rows(self, cur, id_keys: Sequence[bytes]) -> None:
         cols = ", ".join(f"c{r} = NULL" for r in range(self.n_instances))
-        self._executemany(
+        self.executemany(
             cur, f"UPDATE rows SET target = NULL, {cols} WHERE id_key = ?", [(k,) for k in id_keys]
         )
 
     def set_contributions(self, cur, instance: int, items: list[tuple[bytes, bytes]]) -> None:
         """items: (blob, id_key); a blob of None clears the contribution."""
-        self._executemany(cur, f"UPDATE rows SET c{instance} = ? WHERE id_key = ?", items)
+        self.executemany(cur, f"UPDATE rows SET c{instance} = ? WHERE id_key = ?", items)
 
     def clear_contributions(self, cur, instance: int) -> None:
-        self._execute(cur, f"UPDATE rows SET c{instance} = NULL")
+        self.execute(cur, f"UPDATE rows SET c{instance} = NULL")
 
-    def load_rows(self) -> list[tuple]:
+    def load_rows(self, cur=None) -> list[tuple]:
         cols = ", ".join(f"c{r}" for r in range(self.n_instances))
-        cur = self._conn.cursor()
-        try:
-            return self._execute(
-                cur, f"SELECT id_key, seq, features, target, in_pool, {cols} FROM rows ORDER BY seq"
-            ).fetchall()
-        finally:
-            cur.close()
-            if self.dialect is POSTGRES:
-                self._conn.rollback()
+        query = f"SELECT id_key, seq, features, target, in_pool, {cols} FROM rows ORDER BY seq"
+        if cur is not None:
+            return self.execute(cur, query).fetchall()
+        with self.reading("reading the rows") as own:
+            return self.execute(own, query).fetchall()
 
     def max_seq(self) -> int:
-        cur = self._conn.cursor()
+        with self.reading() as cur:
+            value = self.execute(cur, "SELECT MAX(seq) FROM rows").fetchone()[0]
         try:
-            value = self._execute(cur, "SELECT MAX(seq) FROM rows").fetchone()[0]
-        finally:
-            cur.close()
-            if self.dialect is POSTGRES:
-                self._conn.rollback()
-        return -1 if value is None else int(value)
+            return -1 if value is None else int(value)
+        except (TypeError, ValueError):
+            raise StoreCorrupt(f"{describe(self.location)}: table rows has a bad seq") from None
 
     # -- schemas -------------------------------------------------------------------------
-    def set_schema(self, cur, instance: int, schema: Any | None) -> None:
-        body = None if schema is None else pickle.dumps(schema, protocol=5)
-        self._execute(cur, "UPDATE schemas SET body = ? WHERE instance = ?", (body, instance))
+    def set_schema(self, cur, instance: int, body: bytes | None) -> None:
+        self.execute(cur, "UPDATE schemas SET body = ? WHERE instance = ?", (body, instance))
 
-    def load_schemas(self) -> list[Any | None]:
-        cur = self._conn.cursor()
-        try:
-            rows = self._execute(cur, "SELECT instance, body FROM schemas ORDER BY instance")
-            out = [None if body is None else pickle.loads(bytes(body)) for _, body in rows]
-        finally:
-            cur.close()
-            if self.dialect is POSTGRES:
-                self._conn.rollback()
-        return out
+    def load_schema_bodies(self, cur) -> list[bytes | None]:
+        """The encoded schema of every instance (None while it is being rebuilt)."""
+        rows = self.execute(cur, "SELECT instance, body FROM schemas ORDER BY instance")
+        rows = rows.fetchall()
+        where = describe(self.location)
+        if [r for r, _ in rows] != list(range(self.n_instances)):
+            raise StoreCorrupt(
+                f"{where}: table schemas does not list instances 0..{self.n_instances - 1}; "
+                "the store is damaged — restore a backup or refit"
+            )
+        return [None if body is None else bytes(body) for _, body in rows]
 
     # -- receipts ------------------------------------------------------------------------
     def add_receipt(self, cur, receipt: dict) -> None:
         body = json.dumps(receipt, sort_keys=True)
         if self.dialect is POSTGRES:
-            seq = self._execute(
+            seq = self.execute(
                 cur, "INSERT INTO receipts (body) VALUES (?) RETURNING seq", (body,)
             ).fetchone()[0]
         else:
-            seq = self._execute(cur, "INSERT INTO receipts (body) VALUES (?)", (body,)).lastrowid
-        self._executemany(
+            seq = self.execute(cur, "INSERT INTO receipts (body) VALUES (?)", (body,)).lastrowid
+        self.executemany(
             cur,
             "INSERT INTO receipt_ids (id_hash, seq) VALUES (?, ?)",
             [(h, seq) for h in receipt["id_hashes"]],
         )
 
     def receipts_for(self, id_hash: str) -> list[dict]:
-        cur = self._conn.cursor()
-        try:
-            rows = self._execute(
+        with self.reading("reading receipts") as cur:
+            rows = self.execute(
                 cur,
                 "SELECT r.body FROM receipt_ids i JOIN receipts r ON r.seq = i.seq "
                 "WHERE i.id_hash = ? ORDER BY r.seq",
                 (id_hash,),
             ).fetchall()
-        finally:
-            cur.close()
-            if self.dialect is POSTGRES:
-                self._conn.rollback()
-        return [json.loads(body) for (body,) in rows]
+        out = []
+        for (body,) in rows:
+            try:
+                receipt = json.loads(body)
+                if not isinstance(receipt, dict):
+                    raise ValueError("not an object")
+            except (TypeError, ValueError) as err:
+                raise StoreCorrupt(
+                    f"{describe(self.location)}: table receipts holds an unreadable receipt "
+                    f"({err}); the store is damaged"
+                ) from None
+            out.append(receipt)
+        return out
 
     def count(self, table: str) -> int:
-        cur = self._conn.cursor()
-        try:
-            return int(self._execute(cur, f"SELECT COUNT(*) FROM {table}").fetchone()[0])
-        finally:
-            cur.close()
-            if self.dialect is POSTGRES:
-                self._conn.rollback()
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}")
+        with self.reading() as cur:
+            return int(self.execute(cur, f"SELECT COUNT(*) FROM {table}").fetchone()[0])
