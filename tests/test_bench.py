@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
+import pytest
+
 from forgetting.bench.core import main
 
 
@@ -19,8 +22,24 @@ def test_core_benchmark_harness_on_tiny_data(tmp_path, capsys):
         (row,) = list(csv.DictReader(f))
     assert row["exact_vs_refit"] == "True"
     assert float(row["forget_p50_ms"]) > 0
+    # the fast-path cost includes the first prediction after the forget
+    assert float(row["t_fast_p50_ms"]) >= float(row["forget_p50_ms"])
+    rho, p, q = float(row["rho"]), int(row["p"]), float(row["q_rebuild"])
+    assert q == pytest.approx(1 - (1 - rho) ** p)
+    assert int(row["d0_hits"]) >= 1 and float(row["t_rebuild_s"]) > 0  # hits confirmed by receipts
+    t_fast, t_rebuild = float(row["t_fast_p50_ms"]), float(row["t_rebuild_s"]) * 1e3
+    assert float(row["expected_ms"]) == pytest.approx((1 - q) * t_fast + q * t_rebuild, rel=1e-3)
+    assert float(row["sisa_shard_retrain_s"]) > 0 and float(row["retrain_s"]) > 0
     with open(tmp_path / "tiny-accuracy.csv") as f:
         models = {r["model"]: float(r["test_accuracy"]) for r in csv.DictReader(f)}
     assert set(models) == {"g-only", "QSS-E", "QSS-L", "SISA (5 shards)"}
     assert models["QSS-E"] >= models["g-only"]
     assert "Deletion" in capsys.readouterr().out
+
+
+def test_array_bytes_counts_each_array_once():
+    from forgetting.bench.costs import array_bytes
+
+    a = np.zeros(100, dtype=np.int64)
+    assert array_bytes({"x": a, "y": [a, (a,)]}) == 800
+    assert array_bytes([a, np.zeros(3, dtype=np.float32)]) == 812

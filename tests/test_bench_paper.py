@@ -62,6 +62,8 @@ def test_quick_run_writes_every_table_and_figure(tmp_path, capsys):
     for row in tables["deletion_cost"]:
         assert float(row["t_fast_ms"]) > 0 and float(row["t_rebuild_s"]) > 0
         assert float(row["speedup"]) > 0
+        assert float(row["t_fast_ms"]) >= float(row["forget_ms"])  # includes the predict
+        assert float(row["retrain_s"]) > 0 and float(row["speedup_vs_retrain"]) > 0
     assert {r["b"] for r in tables["width_vs_depth"]} == {"16", "64"}
     assert len(tables["targets"]) == 4
     assert "How to read this" in md and "Accuracy" in capsys.readouterr().out

@@ -75,7 +75,10 @@ def rho_sweep_figure(rows: list[dict], path: Path, command: str) -> bool:
     ax.axhline(-2.0, color="grey", lw=0.8, ls=":", label="−2 pp")
     ax.axvline(1.0, color="grey", lw=0.8, ls=":")
     ax.set_xscale("log")
-    ax.set_xlabel("expected-cost speedup over SISA  [SISA retrain / ((1−ρ)·t_fast + ρ·t_rebuild)]")
+    ax.set_xlabel(
+        "expected-cost speedup over SISA  [SISA shard retrain / ((1−q)·t_fast + q·t_rebuild), "
+        "q = 1−(1−ρ)^p]"
+    )
     ax.set_ylabel("test accuracy − SISA's (pp)")
     ax.set_title("ρ sweep (labels: ρ): accuracy gap vs deletion speedup, seed 0")
     ax.grid(True, which="both", alpha=0.3)

@@ -14,9 +14,10 @@ the same process, one after the other, and writes every table with the command t
    D° (QSS) and the shards (SISA); the test split and any training subsample are fixed. Rows:
    g-only (QSS with α = 0), QSS-E, QSS-L, SISA (5 shards, logistic/ridge regression — the
    family of g), exact ridge. Regression reports Pearson r and RMSE.
-2. **Deletion cost** (the paper's Table 6): t_fast (median single-id forget outside every D°),
-   t_rebuild (a measured background rebuild after a D° hit), the expected cost
-   (1−ρ)·t_fast + ρ·t_rebuild, SISA's per-deletion retrain, and the speedup.
+2. **Deletion cost** (the paper's Table 6): t_fast (median single-id forget outside every D°
+   *with* the first predict after it), t_rebuild (a measured background rebuild after a D°
+   hit), the expected cost (1−q)·t_fast + q·t_rebuild with q = 1−(1−ρ)^p, SISA's
+   per-deletion retrain and QSS's own fit (both measured in the run), and the speedups.
 3. **Exactness**: 100 random deletions in 5 batches (3 of them forced into D°), wait for
    rebuilds, refit without the rows; ``numpy.array_equal`` of test predictions and equal
    state digests. Always measured, never assumed.

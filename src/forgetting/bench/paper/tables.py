@@ -190,10 +190,10 @@ RUN_COLUMNS = [
     "fit_s",
 ]  # fmt: skip
 DELETION_COLUMNS = [
-    "dataset", "mode", "scope", "n_train", "rho", "p", "b", "l", "t_fast_ms", "t_fast_p99_ms",
-    "d0_call_ms", "blocking_ms", "speedup_blocking", "t_rebuild_s", "build_at_fit_s",
-    "expected_ms", "sisa_s", "speedup", "expected_p_rebuilds_ms", "speedup_p_rebuilds",
-    "ridge_forget_ms", "rounds", "load_1min",
+    "dataset", "mode", "scope", "n_train", "rho", "p", "q_rebuild", "b", "l", "forget_ms",
+    "t_fast_ms", "t_fast_p99_ms", "d0_call_ms", "t_rebuild_s", "build_at_fit_s", "expected_ms",
+    "retrain_s", "speedup_vs_retrain", "sisa_s", "speedup", "blocking_ms",
+    "speedup_blocking_vs_blocking_sisa", "ridge_forget_ms", "rounds", "load_1min",
 ]  # fmt: skip
 EXACT_COLUMNS = [
     "dataset", "mode", "scope", "deleted", "batches", "d0_rows", "instance_rebuilds",
