@@ -435,3 +435,115 @@ def test_openapi_documents_503():
     paths = client.get("/openapi.json").json()["paths"]
     for path, method in (("/predict", "post"), ("/forget", "post"), ("/stats", "get")):
         assert "503" in paths[path][method]["responses"], path
+
+
+# -- end to end with the real DurableModel --------------------------------------------------
+
+
+@pytest.fixture
+def real_store(tmp_path, monkeypatch):
+    """A SQLite store (FAST parameters, string ids u0..u239) whose lock waits are short."""
+    from conftest import FAST, classification_data
+
+    from forgetting import QSSClassifier
+    from forgetting.store import sql
+    from forgetting.store.durable import DurableModel
+
+    monkeypatch.setattr(sql, "BUSY_TIMEOUT_S", 0.2)
+    X, y = classification_data()
+    path = tmp_path / "served.db"
+    model = DurableModel.create(
+        str(path), QSSClassifier(**FAST), X, y, [f"u{i}" for i in range(len(y))]
+    )
+    model.wait_for_rebuilds()
+    yield model, path, X
+    model.close()
+
+
+def hold_write_lock(path):
+    """Another connection holding SQLite's write lock (as a second writer would)."""
+    import sqlite3
+
+    intruder = sqlite3.connect(str(path), isolation_level=None, timeout=10)
+    intruder.execute("BEGIN IMMEDIATE")
+    return intruder
+
+
+def test_real_store_lock_contention_is_a_503_and_memory_stays_with_the_store(real_store):
+    """Issue: a forget failing on a locked store answered 500 yet removed the row from memory
+    (the retry said 404; a restart brought the row back). Insert was the mirror image."""
+    from forgetting.store.durable import DurableModel
+
+    model, path, X = real_store
+    client = TestClient(create_app(model, ServiceConfig(tokens=(TOKEN,))))
+    digest, n = model.state_digest(), model.stats()["n_rows"]
+
+    intruder = hold_write_lock(path)
+    r = client.post("/forget", json={"ids": ["u100"]}, headers=AUTH)
+    assert r.status_code == 503 and r.headers["retry-after"] == "2", r.text
+    assert r.json()["detail"].startswith("another writer holds the store")
+    stats = client.get("/stats").json()
+    assert (stats["n_rows"], stats["state_digest"]) == (n, digest)
+    intruder.execute("ROLLBACK")
+    intruder.close()
+    r = client.post("/forget", json={"ids": ["u100"]}, headers=AUTH)
+    assert r.status_code == 200 and r.json()["n_rows"] == 1, r.text
+
+    intruder = hold_write_lock(path)
+    row = {"X": [X[0].tolist()], "y": [0], "ids": ["fresh"]}
+    assert client.post("/insert", json=row, headers=AUTH).status_code == 503
+    assert client.get("/stats").json()["n_rows"] == n - 1
+    intruder.execute("ROLLBACK")
+    intruder.close()
+    r = client.post("/insert", json=row, headers=AUTH)
+    assert r.status_code == 200, r.text
+
+    served = client.post("/predict", json={"X": X[:20].tolist()}).json()
+    model.wait_for_rebuilds()
+    digest = model.state_digest()
+    with DurableModel.open(str(path), read_only=True) as reopened:
+        assert reopened.state_digest() == digest
+        assert reopened.stats()["n_rows"] == n
+        assert np.array_equal(np.array(served["probabilities"]), reopened.predict_proba(X[:20]))
+
+
+def test_real_store_failed_reload_means_503_until_the_background_reload_lands(
+    real_store, monkeypatch
+):
+    """When the store cannot even be read back after a failed write, the model is
+    unavailable: every request is a 503 until the app's background reload succeeds."""
+    from forgetting.store import durable
+
+    model, path, X = real_store
+    app = create_app(model, ServiceConfig(tokens=(TOKEN,)))
+    client = TestClient(app)
+    digest, n = model.state_digest(), model.stats()["n_rows"]
+    real_load, calls, release = durable._load, [], threading.Event()
+
+    def flaky_load(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= 2:  # the reload inside the failed forget, then the first retry
+            raise StoreError("disk I/O error while reading the store")
+        assert release.wait(10)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(durable, "_load", flaky_load)
+    intruder = hold_write_lock(path)
+    r = client.post("/forget", json={"ids": ["u7"]}, headers=AUTH)
+    intruder.execute("ROLLBACK")
+    intruder.close()
+    assert r.status_code == 503 and not model.available, r.text
+    wait_for(lambda: len(calls) == 3)  # the background reload, retried after a failure
+    for method, path_, body in (
+        ("POST", "/predict", {"X": X[:2].tolist()}),
+        ("GET", "/stats", None),
+        ("GET", "/health", None),
+        ("POST", "/forget", {"ids": ["u8"]}),
+    ):
+        r = client.request(method, path_, json=body, headers=AUTH)
+        assert r.status_code == 503 and "reloading" in r.json()["detail"], (path_, r.text)
+    release.set()
+    wait_for(lambda: model.available and not app.state.recovery.reloading)
+    stats = client.get("/stats").json()
+    assert (stats["n_rows"], stats["state_digest"]) == (n, digest)
+    assert client.post("/forget", json={"ids": ["u7"]}, headers=AUTH).status_code == 200
