@@ -547,3 +547,25 @@ def test_real_store_failed_reload_means_503_until_the_background_reload_lands(
     stats = client.get("/stats").json()
     assert (stats["n_rows"], stats["state_digest"]) == (n, digest)
     assert client.post("/forget", json={"ids": ["u7"]}, headers=AUTH).status_code == 200
+
+
+def test_real_store_receipt_reads_follow_the_membership_key(real_store, tmp_path):
+    from conftest import FAST, classification_data
+
+    from forgetting import QSSClassifier
+    from forgetting.store.durable import DurableModel
+
+    derived, _, _ = real_store
+    assert derived.key_is_derived
+    with pytest.raises(ConfigError, match="secret membership key"):
+        create_app(derived, ServiceConfig(tokens=(TOKEN,), open_receipts=True))
+    X, y = classification_data(n=120)
+    estimator = QSSClassifier(**FAST, secret_key=b"a secret key of 32 bytes, really")
+    with DurableModel.create(
+        str(tmp_path / "secret.db"), estimator, X, y, [f"s{i}" for i in range(len(y))]
+    ) as secret:
+        assert not secret.key_is_derived
+        client = TestClient(create_app(secret, ServiceConfig(tokens=(TOKEN,), open_receipts=True)))
+        receipt = client.post("/forget", json={"ids": ["s5"]}, headers=AUTH).json()
+        found = client.get(f"/receipts/{receipt['id_hashes'][0]}")
+        assert found.status_code == 200 and found.json()["state_digest"] == receipt["state_digest"]
