@@ -140,3 +140,26 @@ def test_unlearning_audit_exact_vs_fake_forgetting():
     )
     assert fake.after.auc > 0.99
     assert fake.identical_to_refit is False
+
+
+def test_cli_runs_lira_and_the_unlearning_audit(tmp_path, capsys):
+    import argparse
+
+    from forgetting.audit import lira_command
+
+    parser = argparse.ArgumentParser()
+    lira_command.configure(parser)
+    args = parser.parse_args(
+        "--dataset digits --model retrain --n-shadow 4 --pool 60 --background 200 --forget 10 "
+        f"--bootstrap 20 --quiet --json {tmp_path / 'out.json'}".split()
+    )
+    assert lira_command.run(args) == 0
+    text = capsys.readouterr().out
+    assert "online" in text and "R after forget vs unseen" in text
+    import json
+
+    figures = json.loads((tmp_path / "out.json").read_text())
+    assert {row["attack"] for row in figures["attacks"]} == {"online", "offline"}
+    assert all(row["identical to refit"] for row in figures["unlearning"])
+    bad = parser.parse_args("--dataset digits --model qss-dp --pool 60 --quiet".split())
+    assert lira_command.run(bad) == 2  # no epsilon: a clear error, no traceback

@@ -135,7 +135,13 @@ def balanced_membership(n_shadow: int, n_pool: int, rng: np.random.Generator) ->
     return keep
 
 
-def _training_set(X, y, keep_row, background):
+def training_set(
+    X: np.ndarray,
+    y: np.ndarray,
+    keep_row: np.ndarray,
+    background: tuple[np.ndarray, np.ndarray] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(X, y, ids) of the pool rows in ``keep_row`` plus the background (ids N, N+1, …)."""
     ids = np.flatnonzero(keep_row)
     Xs, ys = X[ids], y[ids]
     if background is not None:
@@ -171,7 +177,7 @@ def train_shadows(
 
         steps = tqdm(steps, desc=desc, unit="model", leave=False)
     for s in steps:
-        model = fit_model(factory, *_training_set(X, y, keep[s], background))
+        model = fit_model(factory, *training_set(X, y, keep[s], background))
         phi[s] = model_phi(model, X, y)
     return ShadowSet(phi=phi, keep=keep)
 
@@ -441,7 +447,7 @@ def unlearning_audit(
         rows["R"].append(forget)
         rows["K"].append(kept)
         rows["U"].append(unseen)
-        model = fit_model(factory, *_training_set(X, y, member, background))
+        model = fit_model(factory, *training_set(X, y, member, background))
         score = lira_scores(model_phi(model, X, y), gaussians, online=True)
         parts["R0"].append(score[forget])
         parts["U0"].append(score[unseen])
@@ -456,7 +462,7 @@ def unlearning_audit(
         if check_refit:
             keep_rows = member.copy()
             keep_rows[forget] = False
-            refit = fit_model(factory, *_training_set(X, y, keep_rows, background))
+            refit = fit_model(factory, *training_set(X, y, keep_rows, background))
             identical.append(bool(np.array_equal(proba_after, refit.predict_proba(X))))
 
     def attack(pos_key: str, neg_key: str) -> AttackResult:
@@ -478,14 +484,34 @@ def unlearning_audit(
 
 
 # -- figure ----------------------------------------------------------------------------------
-def roc_figure(curves: dict[str, AttackResult], path: Any, title: str, command: str) -> None:
-    """Log-log ROC curves (the paper's presentation: low FPR is where leaks show)."""
+def pyplot() -> Any:
+    """pyplot on the Agg backend (no display), imported only when a figure is drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: Any, command: str) -> None:
+    """Write ``fig`` to ``path`` with the command that made it in the footer, then close it."""
+    import textwrap
     from pathlib import Path
 
-    from ..bench.plots import _pyplot, _save
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    text = "\n".join(textwrap.wrap(f"Command: {command}", 110))
+    fig.text(0.01, 0.005, text, fontsize=6, family="monospace", va="bottom", ha="left")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 5.0))
+
+def roc_figure(curves: dict[str, AttackResult], path: Any, title: str, command: str) -> None:
+    """Log-log ROC curves (the paper's presentation: low FPR is where leaks show)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 5.2))
     floor = 1e-4
     for name, res in curves.items():
         ax.plot(
@@ -503,4 +529,4 @@ def roc_figure(curves: dict[str, AttackResult], path: Any, title: str, command: 
     ax.set_ylabel("true positive rate")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
-    _save(fig, Path(path), command)
+    save_figure(fig, path, command)
