@@ -61,13 +61,14 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
         raise ConfigError(
             "open receipt reads need a secret membership key: with a key derived from "
             "random_state anyone can compute an id's hash and learn whether and when it was "
-            "forgotten; fit the store with a secret key, or keep receipt reads behind a token"
+            "forgotten; fit the store with a secret key (`forgetting fit --secret-key-file`), "
+            "or keep receipt reads behind a token"
         )
     if derived:
         log.warning(
             "the membership key is derived from random_state (public): anyone can compute "
             "an id's hash and D° membership; receipts need a token. Fit with a secret key "
-            "to keep them private."
+            "(`forgetting fit --secret-key-file`) to keep them private."
         )
 
     mutation_lock = threading.Lock()
