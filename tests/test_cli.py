@@ -19,7 +19,7 @@ from conftest import FAST, classification_data, regression_data
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting import cli as cli_module
-from forgetting.cli import build_parser, main, parse_id, redact
+from forgetting.cli import build_parser, main, redact
 
 COMMANDS = ["fit", "predict", "forget", "insert", "inspect", "verify", "serve"]
 FAST_ARGS = ["--rho", "0.25", "--n-levels", "2", "--n-centroids", "8", "--rebuild", "sync"]
@@ -278,7 +278,7 @@ def test_errors_exit_with_codes_and_change_nothing(tmp_path, capsys, fitted):
         (["fit", "--data", data, "--store", tmp_path / "n.db", "--feature-cols", "f0,zz"], 2, "zz"),
         (["fit", "--data", data, "--store", tmp_path / "n.db", "--rho", "2"], 2, "(0, 1]"),
         (["inspect", "--store", tmp_path / "absent.db"], 2, "forgetting fit"),
-        (["predict", "--store", store, "--data", data, "--feature-cols", "f0,f1"], 2, "6"),
+        (["predict", "--store", store, "--data", data, "--feature-cols", "f0,f1"], 2, "f0,f1,f2"),
         (["insert", "--store", store, "--data", data], 1, "already present"),
         (["serve", "--store", store], 2, "FORGETTING_TOKENS"),
         (["nonsense"], 2, "invalid choice"),
@@ -357,12 +357,365 @@ def test_serve_builds_the_app_from_tokens(tmp_path, capsys, fitted, monkeypatch)
     }
 
 
-def test_id_rule_and_redaction():
-    assert parse_id("42") == 42 and parse_id("-7") == -7
-    assert parse_id("042") == "042" and parse_id("u1") == "u1" and parse_id(" 5 ") == 5
-    assert parse_id(np.int64(3)) == 3 and parse_id(3.0) == 3
-    with pytest.raises(cli_module.CLIError):
-        parse_id(2.5)
+def test_redaction():
     assert redact("postgresql://app:s3cret@db:5432/x") == "postgresql://app:***@db:5432/x"
     assert redact("/var/lib/model.db") == "/var/lib/model.db"
     assert build_parser().prog == "forgetting"
+
+
+# -- ids are never rewritten (issue 9.4) ----------------------------------------------------
+
+
+def _one_error_line(err):
+    """The one line saying what went wrong: the last one on stderr (after any progress
+    lines), and the only error line."""
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0] == err.strip().splitlines()[-1], err
+    assert "Traceback" not in err, err
+    return errors[0]
+
+
+def test_forget_takes_ids_exactly_as_written(tmp_path, capsys):
+    """`--ids " u5 "` is the id " u5 ": it deletes that row, never u5 (the old CLI stripped it
+    and deleted u5, while the Python API and HTTP keep " u5 " as an id of its own)."""
+    X, y = classification_data()
+    ids = [f"u{i}" for i in range(len(y))]
+    ids[6] = " u5 "
+    data = tmp_path / "d.csv"
+    write_csv(data, X, y, ids)
+    store = tmp_path / "s.db"
+    code, _, err = run(capsys, "fit", "--data", data, "--store", store, *FAST_ARGS)
+    assert code == 0, err
+
+    code, out, err = run(capsys, "forget", "--store", store, "--ids", " u5 ", "--json")
+    assert code == 0, err and json.loads(out)["n_rows"] == 1
+    keep = np.array([i != " u5 " for i in ids])
+    refit = QSSClassifier(**FAST).fit(X[keep], y[keep], [i for i in ids if i != " u5 "])
+    assert _digest(capsys, store) == refit.state_digest()  # u5 is still there
+
+    id_file = tmp_path / "ids.txt"
+    id_file.write_text("# padded: not u5\n u5\n")
+    code, _, err = run(capsys, "forget", "--store", store, "--ids-file", id_file)
+    assert code == 1 and "u5" in _one_error_line(err)
+    assert _digest(capsys, store) == refit.state_digest()
+
+
+def test_padded_id_cannot_delete_the_unpadded_row(capsys, fitted):
+    _, store = fitted
+    before = _digest(capsys, store)
+    for argv in (["--ids", " 5 "], ["--ids", "5 "], ["--ids", "05"], ["--ids", "4,,5"]):
+        code, _, err = run(capsys, "forget", "--store", store, *argv)
+        assert code in (1, 2), (argv, err)
+        _one_error_line(err)
+    assert _digest(capsys, store) == before
+    code, _, err = run(capsys, "forget", "--store", store, "--ids", "5")
+    assert code == 0, err and _digest(capsys, store) != before
+
+
+def test_id_type_str_reaches_string_ids_that_look_like_integers(tmp_path, capsys):
+    X, y = classification_data()
+    data = tmp_path / "d.csv"
+    write_csv(data, X, y, [str(i) for i in range(len(y))])
+    store = tmp_path / "s.db"
+    code, _, err = run(
+        capsys, "fit", "--data", data, "--store", store, "--id-type", "str", *FAST_ARGS
+    )
+    assert code == 0, err
+    code, _, err = run(capsys, "forget", "--store", store, "--ids", "7")  # the integer 7
+    assert code == 1, err
+    code, out, err = run(capsys, "forget", "--store", store, "--ids", "7", "--id-type", "str")
+    assert code == 0, err
+    keep = np.arange(len(y)) != 7
+    refit = QSSClassifier(**FAST).fit(X[keep], y[keep], [str(i) for i in np.flatnonzero(keep)])
+    assert _digest(capsys, store) == refit.state_digest()
+
+
+# -- columns by name, bad cells named (issue 9.5) --------------------------------------------
+
+
+def write_columns(path, columns):
+    """A CSV from {name: values}, in the dict's order."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(list(columns))
+        writer.writerows(zip(*columns.values(), strict=True))
+
+
+def _columns(X, y, ids, order=None):
+    cols = {"id": list(ids), "label": list(y)}
+    cols.update({f"f{j}": [repr(v) for v in X[:, j].tolist()] for j in range(X.shape[1])})
+    return {name: cols[name] for name in (order or cols)}
+
+
+def test_fit_refuses_a_bad_cell_instead_of_dropping_its_column(tmp_path, capsys):
+    X, y = classification_data()
+    cols = _columns(X, y, range(len(y)))
+    cols["f2"][10] = "n/a"
+    write_columns(tmp_path / "d.csv", cols)
+    store = tmp_path / "s.db"
+    code, _, err = run(capsys, "fit", "--data", tmp_path / "d.csv", "--store", store, *FAST_ARGS)
+    line = _one_error_line(err)
+    assert code == 1 and "line 12" in line and "column 'f2'" in line and "'n/a'" in line
+    assert not store.exists()
+
+
+def test_insert_and_predict_select_the_recorded_columns_by_name(tmp_path, capsys):
+    X, y = classification_data()
+    ids = list(range(len(y)))
+    write_columns(tmp_path / "fit.csv", _columns(X[:200], y[:200], ids[:200]))
+    store = tmp_path / "s.db"
+    code, _, err = run(capsys, "fit", "--data", tmp_path / "fit.csv", "--store", store, *FAST_ARGS)
+    assert code == 0, err
+    before = _digest(capsys, store)
+
+    # Another column order, plus a column the model never saw with a bad cell in it.
+    order = ["f5", "label", "f3", "id", "f1", "f0", "f4", "f2"]
+    later = _columns(X[200:], y[200:], ids[200:], order)
+    later["junk"] = ["x"] * 39 + ["1"]
+    write_columns(tmp_path / "more.csv", later)
+    missing = {k: v for k, v in later.items() if k != "f3"}
+    write_columns(tmp_path / "missing.csv", missing)
+    code, _, err = run(capsys, "insert", "--store", store, "--data", tmp_path / "missing.csv")
+    assert code == 2 and "f3" in _one_error_line(err)
+    assert _digest(capsys, store) == before
+
+    code, _, err = run(capsys, "insert", "--store", store, "--data", tmp_path / "more.csv")
+    assert code == 0, err
+    assert "ignored: junk" in err
+    refit = QSSClassifier(**FAST).fit(X, y, ids)
+    assert _digest(capsys, store) == refit.state_digest()
+
+    code, out, err = run(capsys, "predict", "--store", store, "--data", tmp_path / "more.csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(out.splitlines()))
+    assert [int(r["prediction"]) for r in rows] == refit.predict(X[200:]).tolist()
+
+
+# -- the membership key (issue 9.3) -----------------------------------------------------------
+
+
+def test_fit_warns_once_when_the_key_is_derived(tmp_path, capsys, fitted):
+    data, _ = fitted
+    code, _, err = run(capsys, "fit", "--data", data, "--store", tmp_path / "a.db", *FAST_ARGS)
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert code == 0 and len(warnings) == 1
+    assert "random_state=0" in warnings[0] and "--secret-key-file" in warnings[0]
+
+    key = tmp_path / "key"
+    key.write_text("a secret membership key\n")
+    code, _, err = run(
+        capsys, "fit", "--data", data, "--store", tmp_path / "b.db", "--secret-key-file", key,
+        *FAST_ARGS,
+    )  # fmt: skip
+    assert code == 0 and "warning" not in err
+    code, _, err = run(
+        capsys, "fit", "--data", data, "--store", tmp_path / "c.db", "--store-key", *FAST_ARGS
+    )
+    assert code == 2 and "--secret-key-file" in _one_error_line(err)
+
+
+def test_a_secret_key_is_passed_to_the_store_and_kept_only_on_request(tmp_path, capsys, fitted):
+    data, _ = fitted
+    key = tmp_path / "key"
+    key.write_text("a secret membership key\n")
+    kept, apart = tmp_path / "kept.db", tmp_path / "apart.db"
+    for store, extra in ((kept, ["--store-key"]), (apart, [])):
+        code, _, err = run(
+            capsys, "fit", "--data", data, "--store", store, "--secret-key-file", key,
+            *extra, *FAST_ARGS,
+        )  # fmt: skip
+        assert code == 0, err
+    assert key.read_bytes().strip() not in apart.read_bytes()
+    code, _, err = run(capsys, "forget", "--store", apart, "--ids", "3")
+    assert code == 1
+    _one_error_line(err)
+    code, _, err = run(capsys, "forget", "--store", apart, "--ids", "3", "--secret-key-file", key)
+    assert code == 0, err
+    code, _, err = run(capsys, "forget", "--store", kept, "--ids", "3")
+    assert code == 0, err
+
+
+# -- read-only commands, one writer (issue 9.2) -----------------------------------------------
+
+
+def _listing(folder):
+    return {
+        p.name: (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes()) for p in folder.iterdir()
+    }
+
+
+def test_inspect_on_a_missing_or_empty_file_creates_nothing(tmp_path, capsys):
+    code, _, err = run(capsys, "inspect", "--store", tmp_path / "absent.db")
+    assert code == 2 and "forgetting fit" in _one_error_line(err)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "empty.db").write_bytes(b"")
+    before = _listing(tmp_path)
+    for command in ("inspect", "verify"):
+        code, _, err = run(capsys, command, "--store", tmp_path / "empty.db")
+        assert code == 1
+        _one_error_line(err)
+        assert _listing(tmp_path) == before
+
+
+def test_read_only_commands_change_no_file(tmp_path, capsys, fitted):
+    """inspect/verify/predict neither write the store nor take its writer lock. (SQLite itself
+    may leave an empty -wal and its -shm index beside a WAL database that a reader opened:
+    those hold no data and are not compared.)"""
+    data, store = fitted
+
+    def files():
+        listing = _listing(store.parent)
+        wal = listing.pop(store.name + "-wal", (0,))
+        assert wal[0] == 0, "a read-only command wrote to the WAL"
+        listing.pop(store.name + "-shm", None)
+        return listing
+
+    before = files()
+    for argv in (
+        ["inspect", "--store", store],
+        ["verify", "--store", store],
+        ["predict", "--store", store, "--data", data],
+    ):
+        code, _, err = run(capsys, *argv)
+        assert code == 0, (argv, err)
+    assert files() == before
+
+
+def test_a_second_writer_is_refused_with_one_line(capsys, fitted):
+    """A running writer (what `forgetting serve` is) holds the store: CLI mutations get one
+    clear line and change nothing; read-only commands still work beside it."""
+    from forgetting.store.durable import DurableModel
+
+    data, store = fitted
+    with DurableModel.open(str(store)) as server:
+        digest = server.state_digest()
+        for argv in (
+            ["forget", "--store", store, "--ids", "3"],
+            ["insert", "--store", store, "--data", data],
+            ["fit", "--data", data, "--store", store, "--overwrite", *FAST_ARGS],
+        ):
+            code, _, err = run(capsys, *argv)
+            assert code == 1 and "busy" in _one_error_line(err), (argv, err)
+        code, out, err = run(capsys, "inspect", "--store", store, "--json")
+        assert code == 0, err and json.loads(out)["state_digest"] == digest
+    code, _, err = run(capsys, "forget", "--store", store, "--ids", "3")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    "error, fragment",
+    [
+        ("StoreCorrupt", "damaged or not a forgetting store"),
+        ("StoreError", "not acknowledged"),
+        ("StoreBusy", "busy"),
+    ],
+)
+def test_store_errors_are_one_line(capsys, fitted, monkeypatch, error, fragment):
+    from forgetting.store import errors
+    from forgetting.store.durable import DurableModel
+
+    _, store = fitted
+
+    def refuse(*args, **kwargs):
+        raise getattr(errors, error)("table rows:\nrow 3 fails its check")
+
+    monkeypatch.setattr(DurableModel, "open", refuse)
+    for command in ("inspect", "verify"):
+        code, _, err = run(capsys, command, "--store", store)
+        assert code == 1 and fragment in _one_error_line(err)
+
+
+# -- defaults come from the estimators (issue 8.5) --------------------------------------------
+
+
+def test_fit_options_default_to_the_estimators_own(capsys):
+    args = build_parser().parse_args(["fit", "--data", "d.csv", "--store", "s.db"])
+    assert not any(hasattr(args, name) for name in cli_module.ESTIMATOR_OPTIONS)
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    defaults = QSSClassifier().get_params()
+    assert defaults == QSSRegressor().get_params()  # else the help shows both
+    for name in ("rho", "n_instances", "mode", "rebuild", "random_state"):
+        assert f"Default {defaults[name]}" in out, name
+
+
+# -- bench and audit commands ------------------------------------------------------------------
+
+
+@pytest.fixture
+def plugins(tmp_path, monkeypatch):
+    """Benchmark and audit modules in a temporary folder on the packages' paths: one that
+    works, one whose dependency is missing; plus a name listed but absent."""
+    import forgetting.audit
+    import forgetting.bench
+
+    (tmp_path / "fakebench.py").write_text(
+        '"""A fake benchmark for the CLI tests."""\n'
+        "CALLS = []\n"
+        "def main(argv=None):\n"
+        "    CALLS.append(argv)\n"
+        "    return 3\n"
+    )
+    (tmp_path / "brokenbench.py").write_text(
+        '"""Needs a package that is not installed."""\nimport not_installed_pkg_xyz\n'
+    )
+    (tmp_path / "fake_command.py").write_text(
+        '"""A fake audit for the CLI tests."""\n'
+        "def configure(parser):\n"
+        "    parser.add_argument('--n', type=int, required=True, help='the exit code')\n"
+        "def run(args):\n"
+        "    return args.n\n"
+    )
+    (tmp_path / "broken_command.py").write_text(
+        '"""A broken audit."""\nimport not_installed_pkg_xyz\n'
+    )
+    for package in (forgetting.bench, forgetting.audit):
+        monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
+    monkeypatch.setattr(
+        cli_module, "BENCHMARKS", ("paper", "fakebench", "brokenbench", "absentbench")
+    )
+    monkeypatch.setattr(
+        cli_module,
+        "AUDITS",
+        {name: f"forgetting.audit.{name}_command" for name in ("fake", "broken", "absent")},
+    )
+    yield
+    for name in ("bench.fakebench", "bench.brokenbench", "audit.fake_command"):
+        sys.modules.pop(f"forgetting.{name}", None)
+
+
+def test_bench_runs_the_named_module_and_offers_only_existing_ones(capsys, plugins):
+    code, _, _ = run(capsys, "bench", "fakebench", "--n", "5")
+    assert code == 3 and sys.modules["forgetting.bench.fakebench"].CALLS == [["--n", "5"]]
+    code, _, err = run(capsys, "bench", "absentbench")
+    assert code == 2 and "not available" in _one_error_line(err)
+    code, _, err = run(capsys, "bench", "nonsense")
+    assert code == 2 and "fakebench" in _one_error_line(err)
+    code, _, err = run(capsys, "bench", "brokenbench")
+    assert code == 1 and "pip install not_installed_pkg_xyz" in _one_error_line(err)
+    assert cli_module.available_benchmarks() == ["paper", "fakebench", "brokenbench"]
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    out = capsys.readouterr().out
+    assert "A fake benchmark for the CLI tests." in out and "absentbench" not in out
+    assert "Without NAME" in out and "--datasets" in out  # the paper benchmark's options
+
+
+def test_audit_configures_and_runs_only_the_chosen_module(capsys, plugins):
+    code, _, err = run(capsys, "audit", "fake", "--n", "4")
+    assert code == 4, err
+    assert "forgetting.audit.broken_command" not in sys.modules
+    code, _, err = run(capsys, "audit", "broken")
+    assert code == 1 and "pip install not_installed_pkg_xyz" in _one_error_line(err)
+    with pytest.raises(SystemExit) as stop:
+        main(["audit", "--help"])
+    out = capsys.readouterr().out
+    assert stop.value.code == 0 and "A fake audit for the CLI tests." in out
+    assert "absent" not in out
+    with pytest.raises(SystemExit):
+        main(["audit", "fake", "--help"])
+    assert "the exit code" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "fakebench" in capsys.readouterr().out

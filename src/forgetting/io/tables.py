@@ -291,7 +291,7 @@ def id_column(
     for row, value in enumerate(values):
         try:
             ids.append(_id_value(value, id_type, text_type))
-        except (TableError, TypeError) as err:
+        except (ValueError, TypeError) as err:  # TableError, or canonical_id refusing it
             raise TableError(f"{table.at(row, column)}: {err}") from None
     return ids
 
