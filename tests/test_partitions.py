@@ -1,0 +1,96 @@
+"""Flat partitions: D°-only structure, cells that are a pure function of each row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from forgetting.schema.partitions import ThresholdPartition, choose_depth, to_grid
+from forgetting.schema.partitions.hyperplanes import fit_hyperplanes
+from forgetting.schema.partitions.trees import fit_trees
+from forgetting.schema.preprocess import l2_normalize
+
+
+def _features(n: int, d: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return l2_normalize(rng.standard_normal((n, d)) * rng.uniform(0.1, 3.0, d))
+
+
+FITS = [
+    ("trees/none", lambda Z, s: fit_trees(Z, 16, 6, s, "none")),
+    ("trees/pca", lambda Z, s: fit_trees(Z, 16, 6, s, "pca", n_components=8)),
+    ("hyperplanes/standardize", lambda Z, s: fit_hyperplanes(Z, 16, 6, s, "standardize")),
+    ("hyperplanes/pca", lambda Z, s: fit_hyperplanes(Z, 16, 6, s, "pca", n_components=8)),
+]
+
+
+@pytest.mark.parametrize("name,fit", FITS, ids=[f[0] for f in FITS])
+def test_cells_are_a_pure_function_of_the_row(name, fit) -> None:
+    """Codes of a row are the same alone, in any batch, in any order and in float32 copies
+    (the exact-projection design: no BLAS summation order can move a row across a cut)."""
+    Z = _features(3000, 40)
+    part = fit(Z[:60], 1)
+    whole = part.cells(Z)
+    assert whole.shape == (3000, 16) and whole.max() < part.n_cells
+    singles = np.vstack([part.cells(Z[i : i + 1]) for i in range(0, 3000, 37)])
+    assert np.array_equal(singles, whole[::37])
+    perm = np.random.default_rng(2).permutation(3000)
+    assert np.array_equal(part.cells(Z[perm]), whole[perm])
+    assert np.array_equal(part.cells(np.asfortranarray(Z)), whole)
+
+
+@pytest.mark.parametrize("name,fit", FITS, ids=[f[0] for f in FITS])
+def test_structure_depends_on_d0_and_seed_only(name, fit) -> None:
+    Z = _features(500, 30, seed=3)
+    a, b = fit(Z[:50], 7), fit(Z[:50].copy(), 7)
+    assert np.array_equal(a.cells(Z), b.cells(Z))
+    c = fit(Z[:50], 8)
+    assert not np.array_equal(a.cells(Z), c.cells(Z))
+
+
+@pytest.mark.parametrize("name,fit", FITS, ids=[f[0] for f in FITS])
+def test_cells_spread_the_rows(name, fit) -> None:
+    """Thresholds drawn at D° rows cut through the data: most tables use many cells."""
+    Z = _features(4000, 30, seed=4)
+    cells = fit(Z[:80], 5).cells(Z)
+    used = [len(np.unique(cells[:, t])) for t in range(cells.shape[1])]
+    assert np.median(used) >= 16
+
+
+def test_projection_is_exact_integer_arithmetic() -> None:
+    """The projected grid values equal an int64 (Python-exact) evaluation of the same map."""
+    Z = _features(200, 50, seed=5)
+    part = fit_hyperplanes(Z[:40], 4, 5, 0, "standardize")
+    stage = part.stage2
+    Xg = to_grid(Z).astype(np.int64)
+    W = stage.weights.astype(np.int64)
+    exact = (Xg - stage.center.astype(np.int64)) @ W.T
+    assert np.array_equal(
+        part.project(Z),
+        np.clip(np.rint(np.ldexp(exact.astype(np.float64), -stage.shift)), -(2.0**21), 2.0**21),
+    )
+
+
+def test_rows_far_outside_d0_are_clipped_not_wrong() -> None:
+    Z = _features(100, 20, seed=6)
+    part = fit_hyperplanes(Z[:30], 8, 4, 0, "pca", n_components=5)
+    far = np.full((3, 20), 1e6)
+    cells = part.cells(far)
+    assert cells.shape == (3, 8) and np.array_equal(cells[0], cells[1])
+
+
+def test_choose_depth_uses_d0_and_rho_only() -> None:
+    assert choose_depth(300, 0.005, 16) == 11  # 60 000 expected rows / 16 → 3750 → 2^11
+    assert choose_depth(300, 0.005, 1) == 14  # capped
+    assert choose_depth(2, 0.5, 16) == 1
+
+
+def test_partition_is_plain_data() -> None:
+    """Frozen dataclass of arrays and ints (the model file codec stores it without pickle)."""
+    part = fit_trees(_features(50, 10), 4, 3, 0, "pca", n_components=4)
+    assert isinstance(part, ThresholdPartition)
+    with pytest.raises(AttributeError):
+        part.features = None  # type: ignore[misc]
+    for value in (part.features, part.thresholds, part.stage1.weights, part.stage1.center):
+        assert isinstance(value, np.ndarray)
+    assert isinstance(part.stage1.shift, int)
