@@ -107,11 +107,12 @@ class ViTClassifier:
         if images.shape[2] != images.shape[3]:
             raise ValueError(f"images must be square, got {tuple(images.shape[2:])}")
         vit = replace(self.vit, image_size=images.shape[2], channels=images.shape[1])
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         with deterministic_torch(self.train.seed, self.train.n_threads) as gen:
             net = TinyViT(vit)
             run_epochs(net, images, labels, self.train.epochs, self.train.lr, self.train, gen)
         self.fit_seconds_ = time.perf_counter() - started
+        self.fit_cpu_seconds_ = time.process_time() - cpu  # robust to other jobs' load
         self.vit = vit
         self.net_ = net
         return self
