@@ -15,7 +15,7 @@ from typing import Any
 MATPLOTLIB_INSTALL = "pip install matplotlib==3.11.2"
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     """pyplot on the Agg backend, or an ImportError that names the install command."""
     try:
         import matplotlib
@@ -29,14 +29,14 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path, command: str) -> None:
+def save_figure(fig: Any, path: Path, command: str) -> None:
     """Lay out, stamp the command that made the figure at its foot, write the PNG, close."""
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     text = "\n".join(textwrap.wrap(f"Command: {command}", 150))
     fig.text(0.01, 0.005, text, fontsize=6.5, family="monospace", va="bottom", ha="left")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
+    pyplot().close(fig)
 
 
 def rho_sweep_figure(rows: list[dict], path: Path, command: str) -> bool:
@@ -48,7 +48,7 @@ def rho_sweep_figure(rows: list[dict], path: Path, command: str) -> bool:
     rows = [r for r in rows if "accuracy" in r]
     if not rows:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 6))
     datasets = sorted({r["dataset"] for r in rows})
     colors = plt.get_cmap("tab10")
@@ -83,7 +83,7 @@ def rho_sweep_figure(rows: list[dict], path: Path, command: str) -> bool:
     ax.set_title("ρ sweep (labels: ρ): accuracy gap vs deletion speedup, seed 0")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="best")
-    _save(fig, path, command)
+    save_figure(fig, path, command)
     return True
 
 
@@ -92,7 +92,7 @@ def width_depth_figure(grid: list[dict], purity: list[dict], path: Path, command
     level-1 purity of every dataset's main models. Returns False when both inputs are empty."""
     if not grid and not purity:
         return False
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 5))
     colors = plt.get_cmap("tab10")
     ax_acc, ax_pur, ax_bar = axes
@@ -148,5 +148,5 @@ def width_depth_figure(grid: list[dict], purity: list[dict], path: Path, command
     ax_bar.set_title("level-1 purity of the main models (seed 0)")
     if purity:
         ax_bar.legend(fontsize=7, loc="lower right")
-    _save(fig, path, command)
+    save_figure(fig, path, command)
     return True

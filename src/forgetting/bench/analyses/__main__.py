@@ -1,0 +1,5 @@
+"""``python -m forgetting.bench.analyses``: regenerate the paper's analyses."""
+
+from . import main
+
+raise SystemExit(main())
