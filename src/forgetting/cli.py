@@ -93,8 +93,8 @@ def _usage(message: str) -> CLIError:
 
 
 def redact(location: str) -> str:
-    """A store location fit for printing: a DSN's password is replaced by ``***``."""
-    return re.sub(r"^(postgres(?:ql)?://[^:/@]*:)[^@]*@", r"\1***@", location)
+    """Text fit for printing: every DSN's password in it is replaced by ``***``."""
+    return re.sub(r"(postgres(?:ql)?://[^:/@\s]*:)[^@\s]*@", r"\1***@", location)
 
 
 def _is_dsn(location: str) -> bool:
@@ -630,11 +630,13 @@ def _entry(module: Any, name: str) -> Callable[..., Any]:
     return entry
 
 
-def _menu(kind: str, names: list[str], module_of: Callable[[str], str]) -> str:
+def _bench_menu(names: list[str]) -> str:
     if not names:
-        return f"no {kind} are available in this installation"
+        return "  (none in this installation)"
     width = max(len(name) for name in names)
-    return "\n".join(f"  {name.ljust(width)}  {_summary(module_of(name))}" for name in names)
+    return "\n".join(
+        f"  {name.ljust(width)}  {_summary(f'forgetting.bench.{name}')}" for name in names
+    )
 
 
 def run_bench(argv: list[str]) -> int:
@@ -653,7 +655,7 @@ def run_bench(argv: list[str]) -> int:
             print(
                 "usage: forgetting bench [NAME] [OPTIONS]\n\nRun `forgetting bench NAME "
                 "--help` for a benchmark's options. Benchmarks in this installation:\n"
-                + _menu("benchmarks", names, lambda n: f"forgetting.bench.{n}")
+                + _bench_menu(names)
                 + "\n\nWithout NAME, `forgetting bench` runs the paper benchmark "
                 "(`forgetting bench paper`); its options follow.\n"
             )
@@ -670,10 +672,9 @@ def run_audit(argv: list[str]) -> int:
     names = available_audits()
     parser = argparse.ArgumentParser(
         prog="forgetting audit",
-        description="Audits that attack or check a model rather than build it. "
-        "Audits in this installation:\n" + _menu("audits", names, AUDITS.__getitem__),
+        description="Audits that attack or check a model rather than build it; the ones in "
+        "this installation are listed below (an audit whose module is absent is not offered).",
         epilog="Run `forgetting audit NAME --help` for an audit's options.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="audit", metavar="AUDIT", required=True)
     for name in names:
@@ -1065,12 +1066,16 @@ def _one_line(text: Any) -> str:
     return " ".join(str(text).split())
 
 
+#: The commands that change a store (the others open it read-only).
+_WRITERS = ("fit", "forget", "insert", "serve")
+
+
 def _run(command: str, call: Callable[[], int], store: str | None = None) -> int:
     """Run a command, turning every expected error into one line on stderr and an exit code."""
     where = redact(store) if store else "the store"
 
     def fail(message: Any, code: int) -> int:
-        print(f"forgetting {command}: error: {_one_line(message)}", file=sys.stderr)
+        print(f"forgetting {command}: error: {redact(_one_line(message))}", file=sys.stderr)
         return code
 
     try:
@@ -1088,9 +1093,10 @@ def _run(command: str, call: Callable[[], int], store: str | None = None) -> int
             1,
         )
     except StoreCorrupt as err:
-        return fail(f"{where} is damaged or not a forgetting store: {err}", 1)
+        return fail(f"unreadable store: {err}", 1)
     except StoreError as err:
-        return fail(f"{err}; the change was not acknowledged (retry later)", 1)
+        unacknowledged = "the change was not acknowledged; " if command in _WRITERS else ""
+        return fail(f"{err}; {unacknowledged}retry later", 1)
     except KeyError as err:
         message = err.args[0] if err.args else "unknown key"
         return fail(f"{message}; nothing was changed", 1)
@@ -1111,7 +1117,7 @@ def _run(command: str, call: Callable[[], int], store: str | None = None) -> int
     except Exception as err:
         if _database_error(err):
             return fail(
-                f"database error ({type(err).__name__}): {redact(str(err))}; is {where!r} a "
+                f"database error ({type(err).__name__}): {err}; is {where!r} a "
                 "forgetting store, and reachable?",
                 1,
             )
