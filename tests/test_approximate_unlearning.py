@@ -111,3 +111,24 @@ def test_qss_avg_gap_is_zero_measured(data, mode):
     s = score_model(model.predict_proba, model.classes_, *splits)
     o = score_model(oracle.predict_proba, oracle.classes_, *splits)
     assert avg_gap(s, o) == 0.0
+
+
+def test_benchmark_runs_end_to_end(tmp_path):
+    """`python -m forgetting.bench.munkey` on a tiny setting: tables written, QSS gap 0.00."""
+    import csv
+
+    from forgetting.bench.munkey import main
+
+    argv = ["--datasets", "digits", "--seeds", "0", "--fractions", "0.1", "--n-train", "120",
+            "--n-test", "60", "--n-retain-eval", "40", "--epochs", "1", "--width", "16",
+            "--depth", "1", "--k", "2", "--qss-rho", "0.3", "--memory-sizes", "100",
+            "--out-dir", str(tmp_path), "--no-plot"]  # fmt: skip
+    assert main(argv) == 0
+    text = (tmp_path / "munkey.md").read_text()
+    assert "python -m forgetting.bench.munkey --datasets digits" in text
+    with open(tmp_path / "munkey-per_seed.csv") as f:
+        rows = {r["method"]: r for r in csv.DictReader(f)}
+    assert float(rows["QSS-E"]["avg_gap"]) == 0.0 and float(rows["QSS-L"]["avg_gap"]) == 0.0
+    assert float(rows["Retrain (oracle)"]["avg_gap"]) == 0.0
+    assert float(rows["MUNKEY (ensemble)"]["forget_seconds"]) < 0.1
+    assert (tmp_path / "munkey-aggregation_ablation.csv").exists()

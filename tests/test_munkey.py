@@ -206,3 +206,30 @@ def test_key_memory_delete_is_swap_with_last():
     assert torch.equal(memory.keys[1], keys[3]) and not memory._keys[3].any()
     _, slots = memory.search(keys[1:2], 10)  # the deleted key itself as the query
     assert sorted(memory.ids[s] for s in slots[0].tolist()) == ["a", "c", "d"]
+
+
+class _PixelKeys:
+    """A frozen custom key encoder: the flattened image itself."""
+
+    learned = False
+
+    def transform(self, images):
+        return np.asarray(images, dtype=np.float32).reshape(len(images), -1) + 1e-3
+
+
+def test_pluggable_encoder_and_its_persistence(tmp_path, data):
+    X, y, Xt, _ = data
+    model = MUNKEYClassifier(**TINY, encoder=_PixelKeys()).fit(X, y)
+    assert model.retrieve(X[:1], k=1) == [[0]]
+    path = tmp_path / "m.munkey"
+    model.save(path)
+    with pytest.raises(ModelFileError, match="custom key encoder"):
+        MUNKEYClassifier.load(path)
+    loaded = MUNKEYClassifier.load(path, encoder=_PixelKeys())
+    assert np.array_equal(loaded.predict_proba(Xt), model.predict_proba(Xt))
+
+    class Learned(_PixelKeys):
+        learned = True
+
+    with pytest.raises(ValueError, match="frozen"):
+        MUNKEYClassifier(**TINY, encoder=Learned()).fit(X, y)
