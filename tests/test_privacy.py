@@ -262,3 +262,16 @@ def test_ledger_counts_distinct_releases_and_composes(dpa):
     assert restored.report() == report
     with pytest.raises(ValueError, match="instance"):
         ledger.noise_fold_sums(sums, key=KEY, state_digest=b"x", instance=2, n_groups=3)
+
+
+def test_ledger_refuses_to_reinsert_forgotten_ids(dpa):
+    """forget(i) then insert(i, x_i, guess) would replay the old state iff the guess is right."""
+    ledger = PrivacyLedger(1.0, DELTA, task="classification")
+    ledger.check_insert(KEY, [b"row-7"])  # never forgotten: fine
+    ledger.record_forgotten(KEY, [b"row-7", b"row-9"])
+    with pytest.raises(ValueError, match="forgotten earlier"):
+        ledger.check_insert(KEY, [b"row-1", b"row-7"])
+    ledger.check_insert(bytes(32), [b"row-7"])  # tags are keyed
+    restored = PrivacyLedger.from_dict(ledger.to_dict())
+    with pytest.raises(ValueError, match="forgotten earlier"):
+        restored.check_insert(KEY, [b"row-9"])

@@ -36,12 +36,18 @@ Integration surface (what the estimators call)
 
    ``noise_key`` is the engine's secret 32-byte key (the ledger and the noise derive their own
    domain-separated HMAC keys from it); ``inst.digest()`` commits to the instance's integer
-   state. Counts n and pair counts N are used as they are.
-5. ``model.privacy_`` returns ``ledger.report()`` (:class:`PrivacyReport`: ``epsilon``,
+   state *and its row ids* (a digest of the statistics' values alone would let a row replaced
+   by a copy with a guessed label replay an earlier state). Counts n and pair counts N are
+   used as they are.
+5. After every successful ``forget`` call ``ledger.record_forgotten(noise_key, id_raw)``, and
+   before every ``insert`` call ``ledger.check_insert(noise_key, id_raw)`` (ValueError if an id
+   was forgotten before: re-inserting it with a guessed label would replay the old state, and
+   its identical release, exactly when the guess is right).
+6. ``model.privacy_`` returns ``ledger.report()`` (:class:`PrivacyReport`: ``epsilon``,
    ``delta``, ``sigma``, ``sensitivity``, ``noise_multiplier``, ``n_releases``,
    ``composed_epsilon``, ``guarantee``). ``ledger.to_dict()`` / ``PrivacyLedger.from_dict``
    persist it as plain JSON types.
-6. In ``mode="dp"`` publish only keyed digests (``public_state_digest(key, digest)``) in
+7. In ``mode="dp"`` publish only keyed digests (``public_state_digest(key, digest)``) in
    ``state_digest()`` and receipts: the plain digest is an unkeyed function of the labels.
 
 Lower-level pieces: :func:`calibrate_sigma`, :func:`composed_epsilon`,

@@ -13,6 +13,13 @@ The ledger is deliberately *not* part of the state digest: the model is history 
 its privacy spend is not (two models with equal states may have spent different budgets).
 It stores no raw state digests — those are unkeyed functions of the labels — only keyed
 16-byte tags, enough to count distinct releases.
+
+Replays. Equal states get equal noise, so the transcript reveals which releases are of equal
+states. That is harmless as long as the *pattern* of equal states is the same in neighbouring
+worlds — and it is, except in one case: forget a row, then insert a row with the same id and
+input and a guessed label. The new state equals the old one exactly when the guess is right,
+and the identical release would confirm it (ε = ∞). The ledger therefore remembers keyed tags
+of forgotten ids and :meth:`PrivacyLedger.check_insert` refuses to re-insert them.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import hashlib
 import hmac
 import math
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,6 +39,7 @@ from .noise import _check_key, _state_bytes, noise_fold_sums
 from .sensitivity import TASKS, check_clip, label_sensitivity
 
 RELEASE_TAG_DOMAIN = b"qss-dp-release"
+FORGOTTEN_TAG_DOMAIN = b"qss-dp-forgotten-id"
 
 GUARANTEE = (
     "(epsilon, delta)-label-DP per model state for the labels of rows outside every schema "
@@ -118,8 +127,9 @@ class PrivacyLedger:
     """The calibrated mechanism of one QSS-DP model and the record of what it released.
 
     Create it once per ``fit`` (after :func:`check_privacy_params`); call
-    :meth:`noise_fold_sums` wherever an instance's content is materialized; expose
-    :meth:`report` as ``model.privacy_``. Thread-safe.
+    :meth:`noise_fold_sums` wherever an instance's content is materialized,
+    :meth:`record_forgotten` after every forget and :meth:`check_insert` before every insert;
+    expose :meth:`report` as ``model.privacy_``. Thread-safe.
     """
 
     def __init__(
@@ -148,6 +158,7 @@ class PrivacyLedger:
         self._lock = threading.Lock()
         self._tags: set[bytes] = set()
         self._latest: dict[int, tuple[float, float]] = {}
+        self._forgotten: set[bytes] = set()
 
     # -- the mechanism --------------------------------------------------------------------
     def sensitivity(self, n_groups: int, scale_bits: int | None = None) -> float:
@@ -193,6 +204,30 @@ class PrivacyLedger:
             self._tags.add(tag)
             return True
 
+    # -- replays --------------------------------------------------------------------------
+    @staticmethod
+    def _id_tag(key: bytes, row_id: bytes) -> bytes:
+        message = FORGOTTEN_TAG_DOMAIN + len(row_id).to_bytes(8, "little") + bytes(row_id)
+        return hmac.new(_check_key(key), message, hashlib.sha256).digest()[:16]
+
+    def record_forgotten(self, key: bytes, id_bytes: Sequence[bytes]) -> None:
+        """Remember (keyed tags of) forgotten ids; call after a forget succeeds."""
+        tags = {self._id_tag(key, b) for b in id_bytes}
+        with self._lock:
+            self._forgotten |= tags
+
+    def check_insert(self, key: bytes, id_bytes: Sequence[bytes]) -> None:
+        """Refuse ids forgotten earlier: re-inserting one with a guessed label would recreate
+        an earlier state exactly when the guess is right (see the module docstring)."""
+        with self._lock:
+            again = [i for i, b in enumerate(id_bytes) if self._id_tag(key, b) in self._forgotten]
+        if again:
+            raise ValueError(
+                f"{len(again)} of these ids were forgotten earlier; in mode='dp' a forgotten id "
+                "cannot be inserted again (an identical release would confirm a guessed label). "
+                "Use a new id."
+            )
+
     # -- the spend -----------------------------------------------------------------------
     @property
     def n_releases(self) -> int:
@@ -232,6 +267,7 @@ class PrivacyLedger:
                 "noise_multiplier": self.noise_multiplier,
                 "release_tags": sorted(t.hex() for t in self._tags),
                 "latest": {str(r): list(v) for r, v in sorted(self._latest.items())},
+                "forgotten_tags": sorted(t.hex() for t in self._forgotten),
             }
 
     @classmethod
@@ -252,4 +288,5 @@ class PrivacyLedger:
         ledger.noise_multiplier = float(state["noise_multiplier"])
         ledger._tags = {bytes.fromhex(t) for t in state["release_tags"]}
         ledger._latest = {int(r): (float(v[0]), float(v[1])) for r, v in state["latest"].items()}
+        ledger._forgotten = {bytes.fromhex(t) for t in state.get("forgotten_tags", [])}
         return ledger
