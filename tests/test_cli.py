@@ -721,3 +721,13 @@ def test_audit_configures_and_runs_only_the_chosen_module(capsys, plugins):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "fakebench" in capsys.readouterr().out
+
+
+def test_serve_refuses_open_receipts_under_a_derived_key(tmp_path, capsys, fitted, monkeypatch):
+    import uvicorn
+
+    _, store = fitted
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("must not serve"))
+    monkeypatch.setenv("FORGETTING_TOKENS", TOKEN)
+    code, _, err = run(capsys, "serve", "--store", store, "--open-receipts")
+    assert code == 2 and "secret" in _one_error_line(err)

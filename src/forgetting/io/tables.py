@@ -388,11 +388,10 @@ def numeric_column(table: Table, name: str) -> np.ndarray:
             f"{table.path}: array {name!r} is {array.ndim}-D; name it alone to use it as the "
             "feature matrix"
         )
-    if array.dtype.kind not in "biuf":
+    if array.dtype.kind not in "biuf":  # strings, or objects (Parquet nulls, mixed values)
         for row, value in enumerate(array):
             if not isinstance(value, int | float | np.number) or isinstance(value, bool):
                 raise _bad_cell(table, name, row, value)
-        array = array.astype(np.float64)
     out = array.astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(out))
     if bad.size:
