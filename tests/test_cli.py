@@ -731,3 +731,23 @@ def test_serve_refuses_open_receipts_under_a_derived_key(tmp_path, capsys, fitte
     monkeypatch.setenv("FORGETTING_TOKENS", TOKEN)
     code, _, err = run(capsys, "serve", "--store", store, "--open-receipts")
     assert code == 2 and "secret" in _one_error_line(err)
+
+
+def test_a_store_without_recorded_names_is_matched_by_width(tmp_path, capsys):
+    """Stores made from Python without feature_names: columns are taken by position, as
+    before, and a different width is refused."""
+    from forgetting.store.durable import DurableModel
+
+    X, y = classification_data()
+    ids = list(range(len(y)))
+    store = tmp_path / "py.db"
+    DurableModel.create(str(store), QSSClassifier(**FAST), X, y, ids).close()
+    write_csv(tmp_path / "d.csv", X, y, ids)
+    code, out, err = run(capsys, "predict", "--store", store, "--data", tmp_path / "d.csv")
+    assert code == 0, err
+    expected = QSSClassifier(**FAST).fit(X, y, ids).predict(X)
+    assert [int(r["prediction"]) for r in csv.DictReader(out.splitlines())] == expected.tolist()
+    code, _, err = run(
+        capsys, "predict", "--store", store, "--data", tmp_path / "d.csv", "--feature-cols", "f0"
+    )
+    assert code == 2 and "fitted with 6" in _one_error_line(err)
