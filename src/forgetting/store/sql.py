@@ -47,6 +47,9 @@ FORMAT = "forgetting-store-v2"
 BUSY_TIMEOUT_S = 5.0
 """How long a statement waits for a lock held by another connection before failing."""
 CHECKPOINT_TRIES = 3
+SQLITE_PRAGMAS = ["journal_mode=WAL", "synchronous=FULL", "secure_delete=ON"]
+"""Set on every writable SQLite connection (tests append e.g. ``max_page_count`` to simulate a
+full disk)."""
 TABLES = ("meta", "rows", "schemas", "receipts", "receipt_ids")
 
 
@@ -95,12 +98,12 @@ def store_error(location: str, err: BaseException, doing: str) -> StoreError:
     where = describe(location)
     text = " ".join(str(err).split()) or type(err).__name__
     low = text.lower()
-    if "locked" in low or "busy" in low or "could not obtain lock" in low:
+    if any(w in low for w in ("locked", "busy", "could not obtain lock", "lock timeout")):
         return StoreBusy(
             f"{where}: {doing} failed because another connection holds a lock ({text}); "
             "nothing was changed, retry later"
         )
-    if "malformed" in low or "not a database" in low or "file is not a database" in low:
+    if any(w in low for w in ("malformed", "not a database", "could not decode", "datatype")):
         return StoreCorrupt(
             f"{where}: the database file is damaged ({text}); restore it from a backup "
             "or refit with `forgetting fit --overwrite`"
@@ -195,16 +198,8 @@ class SQLStore:
                 )
         try:
             if self.read_only:
-                uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-                directory = path.resolve().parent
-                wal = path.with_name(path.name + "-wal")
-                if not os.access(directory, os.W_OK) and not wal.exists():
-                    uri += "&immutable=1"  # nobody can be writing here: no -shm needed
-                self._conn = sqlite3.connect(
-                    uri, uri=True, isolation_level=None, check_same_thread=False
-                )
-                self._conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-                return
+                self._path = path
+                return  # a connection per read: see _read_only_connection
             if isinstance(lock, _FileLock):
                 self._lock = lock
             elif lock:
@@ -212,7 +207,7 @@ class SQLStore:
             self._conn = sqlite3.connect(
                 str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
             )
-            for pragma in ("journal_mode=WAL", "synchronous=FULL", "secure_delete=ON"):
+            for pragma in SQLITE_PRAGMAS:
                 self._conn.execute(f"PRAGMA {pragma}")
         except sqlite3.Error as err:
             self.close()
@@ -222,7 +217,10 @@ class SQLStore:
         import psycopg
 
         self.dialect = POSTGRES
-        options = "-c default_transaction_read_only=on" if self.read_only else ""
+        # A statement waits for another session's lock as long as SQLite would, then fails.
+        options = f"-c lock_timeout={int(BUSY_TIMEOUT_S * 1000)}"
+        if self.read_only:
+            options += " -c default_transaction_read_only=on"
         try:
             self._conn = psycopg.connect(
                 self.location,
@@ -303,19 +301,73 @@ class SQLStore:
             with contextlib.suppress(*errors):
                 cur.close()
 
-    @contextlib.contextmanager
-    def reading(self, doing: str = "reading the store") -> Iterator[Any]:
-        """A cursor for reads; driver errors become store errors."""
+    def _read_only_connection(self, force_ro: bool) -> tuple[sqlite3.Connection, Any]:
+        """A connection that creates no file; returns it and a fingerprint of the files, or
+        None when the fingerprint need not be checked.
+
+        ``mode=ro`` alone would create ``-wal``/``-shm`` files beside a WAL database (and fail
+        in a read-only directory). When no log exists no writer has the file open, so
+        ``immutable=1`` reads the file as it is; :meth:`_read` then checks that no writer
+        appeared meanwhile (a log file would exist) and otherwise reads again with
+        ``mode=ro``, which is safe once the writer's log files exist.
+        """
+        path = self._path
+        wal = path.with_name(path.name + "-wal")
+        uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+        fingerprint = None
+        if not force_ro and not wal.exists():
+            fingerprint = self._files_fingerprint()
+            uri += "&immutable=1"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        return conn, fingerprint
+
+    def _files_fingerprint(self) -> tuple:
+        path = self._path
+        wal = path.with_name(path.name + "-wal")
+        st = path.stat()
+        return (st.st_ino, st.st_size, st.st_mtime_ns, wal.exists())
+
+    def _read(self, fn, doing: str = "reading the store") -> Any:
+        """Run ``fn(cursor)`` in one read transaction (a consistent view even while another
+        process writes); driver errors become store errors."""
         errors = _driver_errors()
+        if self.dialect is SQLITE and self.read_only:
+            for attempt in range(2):
+                try:
+                    conn, fingerprint = self._read_only_connection(force_ro=attempt > 0)
+                except (*errors,) as err:
+                    raise store_error(self.location, err, doing) from err
+                try:
+                    cur = conn.cursor()
+                    cur.execute("BEGIN")
+                    out = fn(cur)
+                    cur.execute("COMMIT")
+                except errors as err:
+                    raise store_error(self.location, err, doing) from err
+                finally:
+                    conn.close()
+                if fingerprint is None or fingerprint == self._files_fingerprint():
+                    return out
+            return out
         cur = None
         try:
             cur = self._conn.cursor()
-            yield cur
+            if self.dialect is SQLITE:
+                cur.execute("BEGIN")
+            else:
+                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            out = fn(cur)
+            if self.dialect is SQLITE:
+                cur.execute("COMMIT")
+            return out
         except errors as err:
             raise store_error(self.location, err, doing) from err
         finally:
             with contextlib.suppress(*errors):
                 if cur is not None:
+                    if self.dialect is SQLITE and self._conn.in_transaction:
+                        cur.execute("ROLLBACK")
                     cur.close()
                 if self.dialect is POSTGRES:
                     self._conn.rollback()
@@ -389,29 +441,21 @@ class SQLStore:
     def read_all(self) -> tuple[dict[str, bytes], list[tuple], list[bytes | None]]:
         """Meta, rows (by seq) and schema bodies, read in one transaction: a consistent view
         even while another process writes (read-only opens)."""
-        with self.reading("reading the store") as cur:
-            if self.dialect is SQLITE:
-                cur.execute("BEGIN")
-            else:
-                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            try:
-                meta = self.meta(cur)
-                records = self.load_rows(cur)
-                bodies = self.load_schema_bodies(cur)
-            finally:
-                if self.dialect is SQLITE:
-                    with contextlib.suppress(sqlite3.Error):
-                        cur.execute("COMMIT")
-        return meta, records, bodies
+
+        def read(cur) -> tuple:
+            meta = self.meta(cur)
+            return meta, self.load_rows(cur), self.load_schema_bodies(cur)
+
+        return self._read(read)
 
     def meta(self, cur=None) -> dict[str, bytes]:
         where = describe(self.location)
         try:
+            query = "SELECT name, value FROM meta"
             if cur is None:
-                with self.reading() as own:
-                    rows = self.execute(own, "SELECT name, value FROM meta").fetchall()
+                rows = self._read(lambda own: self.execute(own, query).fetchall())
             else:
-                rows = self.execute(cur, "SELECT name, value FROM meta").fetchall()
+                rows = self.execute(cur, query).fetchall()
         except StoreCorrupt:
             raise
         except (StoreError, *_driver_errors()) as err:
@@ -479,16 +523,7 @@ class SQLStore:
         query = f"SELECT id_key, seq, features, target, in_pool, {cols} FROM rows ORDER BY seq"
         if cur is not None:
             return self.execute(cur, query).fetchall()
-        with self.reading("reading the rows") as own:
-            return self.execute(own, query).fetchall()
-
-    def max_seq(self) -> int:
-        with self.reading() as cur:
-            value = self.execute(cur, "SELECT MAX(seq) FROM rows").fetchone()[0]
-        try:
-            return -1 if value is None else int(value)
-        except (TypeError, ValueError):
-            raise StoreCorrupt(f"{describe(self.location)}: table rows has a bad seq") from None
+        return self._read(lambda own: self.execute(own, query).fetchall(), "reading the rows")
 
     # -- schemas -------------------------------------------------------------------------
     def set_schema(self, cur, instance: int, body: bytes | None) -> None:
@@ -522,13 +557,13 @@ class SQLStore:
         )
 
     def receipts_for(self, id_hash: str) -> list[dict]:
-        with self.reading("reading receipts") as cur:
-            rows = self.execute(
-                cur,
-                "SELECT r.body FROM receipt_ids i JOIN receipts r ON r.seq = i.seq "
-                "WHERE i.id_hash = ? ORDER BY r.seq",
-                (id_hash,),
-            ).fetchall()
+        query = (
+            "SELECT r.body FROM receipt_ids i JOIN receipts r ON r.seq = i.seq "
+            "WHERE i.id_hash = ? ORDER BY r.seq"
+        )
+        rows = self._read(
+            lambda cur: self.execute(cur, query, (id_hash,)).fetchall(), "reading receipts"
+        )
         out = []
         for (body,) in rows:
             try:
@@ -546,5 +581,5 @@ class SQLStore:
     def count(self, table: str) -> int:
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}")
-        with self.reading() as cur:
-            return int(self.execute(cur, f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        query = f"SELECT COUNT(*) FROM {table}"
+        return int(self._read(lambda cur: self.execute(cur, query).fetchone()[0]))
