@@ -17,6 +17,7 @@ from forgetting.content.accumulators import (
     Accumulators,
     quantize_residuals,
 )
+from forgetting.content.materialize import build_content
 from forgetting.privacy import (
     PrivacyLedger,
     calibrate_noise_multiplier,
@@ -219,7 +220,8 @@ def test_regression_sensitivity_with_clipping_and_fixed_point():
 
 
 def test_equal_states_get_equal_noise_after_forget(dpa):
-    """forget(R) and a refit without R land on one state digest, hence the same noisy bits."""
+    """forget(R) and a refit without R land on one state digest, hence the same noisy sums and
+    the same noisy content (means, α), bit for bit."""
     from forgetting import QSSClassifier
 
     a, _ = _one_label_flipped_models()
@@ -231,16 +233,17 @@ def test_equal_states_get_equal_noise_after_forget(dpa):
     refit = QSSClassifier(**a.get_params()).fit(X[keep], y[keep], ids=keep.tolist())
     a.forget(drop.tolist())
     ledger = PrivacyLedger(1.0, DELTA, task="classification", n_instances=2)
-    released = []
+    contents = []
     for model in (a, refit):
         inst = model.engine_.instances[0]
-        T = inst.accumulators.sums.astype(np.float64) * 2.0**-inst.accumulators.scale_bits
-        released.append(
-            ledger.noise_fold_sums(
-                T, key=KEY, state_digest=inst.digest(), instance=0, n_groups=T.shape[1]
-            )
+        noisy = inst.accumulators.copy()
+        noisy.sums = ledger.noisy_fixed_point(
+            noisy.sums, noisy.scale_bits, key=KEY, state_digest=inst.digest(), instance=0
         )
-    assert np.array_equal(released[0], released[1])
+        assert not np.array_equal(noisy.sums, inst.accumulators.sums)
+        contents.append(build_content(noisy, "auto", "auto"))
+    assert np.array_equal(contents[0].means, contents[1].means)
+    assert contents[0].alpha == contents[1].alpha
     assert ledger.n_releases == 1  # one state, released twice, counted once
 
 
@@ -275,3 +278,19 @@ def test_ledger_refuses_to_reinsert_forgotten_ids(dpa):
     restored = PrivacyLedger.from_dict(ledger.to_dict())
     with pytest.raises(ValueError, match="forgotten earlier"):
         restored.check_insert(KEY, [b"row-9"])
+
+
+def test_noisy_fixed_point_rounds_and_zeroes_empty_cells(dpa):
+    ledger = PrivacyLedger(2.0, DELTA, task="classification")
+    sums = np.zeros((2, 2, 4, 3), dtype=np.int64)
+    counts = np.ones((2, 2, 4), dtype=np.int64)
+    counts[1, 0, 2] = 0
+    noisy = ledger.noisy_fixed_point(
+        sums, 32, key=KEY, state_digest=b"s", instance=0, counts=counts
+    )
+    assert noisy.dtype == np.int64
+    assert np.all(noisy[1, 0, 2] == 0) and np.count_nonzero(noisy) == noisy.size - 3
+    sigma = ledger.report().sigma
+    assert np.std(noisy / 2.0**32) == pytest.approx(sigma, rel=0.5)
+    with pytest.raises(ValueError, match="integer"):
+        ledger.noisy_fixed_point(sums.astype(float), 32, key=KEY, state_digest=b"s", instance=0)

@@ -25,20 +25,26 @@ Integration surface (what the estimators call)
 3. Regression residuals: ``clip_residuals(y − g(x), clip)`` *before* ``quantize_residuals``
    (in D°-standardized units, where ``MAX_ABS_RESIDUAL`` already applies).
 4. Where instance r's content is materialized (``Instance.content_for`` → ``build_content``),
-   noise the float fold sums and build everything — both folds' cross-fitting *and* the
-   full-data means, which use T_A + T_B of the noisy folds — from them::
+   noise the fold sums and build everything from them — both folds' α/λ cross-fitting *and*
+   the full-data means (which use T_A + T_B of the noisy folds). Simplest, with no change to
+   ``build_content``: noise in fixed point and materialize a noisy copy::
 
-       T = acc.sums.astype(np.float64) * np.ldexp(1.0, -acc.scale_bits)   # (2, G, b, k)
-       T_noisy = ledger.noise_fold_sums(
-           T, key=noise_key, state_digest=inst.digest(), instance=r,
-           n_groups=G, scale_bits=acc.scale_bits,
+       noisy = inst.accumulators.copy()
+       noisy.sums = ledger.noisy_fixed_point(
+           noisy.sums, noisy.scale_bits, key=noise_key, state_digest=inst.digest(), instance=r,
+           counts=noisy.counts,  # optional: zero the (public) empty cells
        )
+       inst.content = build_content(noisy, alpha, shrinkage)
 
-   ``noise_key`` is the engine's secret 32-byte key (the ledger and the noise derive their own
+   (or ``ledger.noise_fold_sums(T_float, key=..., state_digest=..., instance=r, n_groups=G,
+   scale_bits=...)`` for float sums; G = ``sums.shape[1]``, levels or tables). The same works
+   for flat tables (copy, replace ``sums``, ``rebuild_totals()``). ``noise_key`` is the
+   engine's secret 32-byte key (the ledger and the noise derive their own
    domain-separated HMAC keys from it); ``inst.digest()`` commits to the instance's integer
    state *and its row ids* (a digest of the statistics' values alone would let a row replaced
    by a copy with a guessed label replay an earlier state). Counts n and pair counts N are
-   used as they are.
+   used as they are. Never keep the noisy copy as the live accumulators: deletions subtract
+   from the exact integers.
 5. After every successful ``forget`` call ``ledger.record_forgotten(noise_key, id_raw)``, and
    before every ``insert`` call ``ledger.check_insert(noise_key, id_raw)`` (ValueError if an id
    was forgotten before: re-inserting it with a guessed label would replay the old state, and

@@ -190,6 +190,45 @@ class PrivacyLedger:
         self.record(key, state_digest, int(instance), sigma, sensitivity)
         return noisy
 
+    def noisy_fixed_point(
+        self,
+        sums: np.ndarray,
+        scale_bits: int,
+        *,
+        key: bytes,
+        state_digest: bytes | str,
+        instance: int,
+        counts: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """:meth:`noise_fold_sums` for integer fold sums (2, G, cells, k) in fixed point
+        (``value · 2^scale_bits``), rounded back to int64 in the same fixed point.
+
+        Rounding a DP output is post-processing, so the result can replace the sums of a copy
+        of the accumulators and be materialized by the unchanged exact-mode code
+        (``acc_noisy = acc.copy(); acc_noisy.sums = ledger.noisy_fixed_point(...)``).
+        G is read from axis 1. With ``counts`` (2, G, cells), cells holding no row are set to
+        0 after noising — post-processing on public counts, which keeps pure noise out of the
+        means of empty cells.
+        """
+        sums = np.asarray(sums)
+        if sums.dtype.kind not in "iu":
+            raise ValueError("noisy_fixed_point takes the integer fixed-point sums")
+        scale = math.ldexp(1.0, int(scale_bits))
+        noisy = self.noise_fold_sums(
+            sums.astype(np.float64) / scale,
+            key=key,
+            state_digest=state_digest,
+            instance=instance,
+            n_groups=int(sums.shape[1]),
+            scale_bits=scale_bits,
+        )
+        fixed = np.rint(noisy * scale)
+        if counts is not None:
+            fixed[np.asarray(counts) == 0] = 0.0
+        if not np.all(np.abs(fixed) < 2.0**62):
+            raise OverflowError("noise this large does not fit the fixed-point sums; raise ε")
+        return fixed.astype(np.int64)
+
     def record(
         self, key: bytes, state_digest: bytes | str, instance: int, sigma: float, sensitivity: float
     ) -> bool:
