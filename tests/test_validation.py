@@ -75,14 +75,32 @@ def test_forgetting_twice_is_a_key_error(fitted):
     _unchanged(model, X, digest, proba)
 
 
-def test_too_few_rows_left_for_a_schema_is_refused(fitted):
-    model, X, y = fitted
+def test_too_few_rows_left_for_a_schema_is_refused():
+    """With the minimum D° size switched off (min_schema_rows=0, D° = draws below ρ only),
+    forgetting every D° row of an instance leaves it nothing to train on: refused."""
+    X, y = classification_data()
+    model = QSSClassifier(**FAST, min_schema_rows=0).fit(X, y, [f"id{i}" for i in range(len(y))])
     members = model.engine_.rows.members(0)
     victims = [model.engine_.rows.ids[i] for i in np.flatnonzero(members)]
     digest, proba = model.state_digest(), model.predict_proba(X)
     with pytest.raises(ValueError, match="too few rows"):
         model.forget(victims)
     _unchanged(model, X, digest, proba)
+
+
+def test_forgetting_a_whole_schema_subset_refills_it_exactly(fitted):
+    """By default D° keeps a minimum size: forgetting all of D°_0 moves the next-lowest draws
+    in, and the result is still bitwise the refit's."""
+    model, X, y = fitted
+    members = model.engine_.rows.members(0)
+    victims = [model.engine_.rows.ids[i] for i in np.flatnonzero(members)]
+    model.forget(victims)
+    model.wait_for_rebuilds()
+    gone = set(victims)
+    keep = [i for i in range(len(y)) if f"id{i}" not in gone]
+    refit = QSSClassifier(**FAST).fit(X[keep], y[keep], [f"id{i}" for i in keep])
+    assert np.array_equal(model.predict_proba(X), refit.predict_proba(X))
+    assert model.state_digest() == refit.state_digest()
 
 
 def test_forgetting_all_but_one_class_is_refused(fitted):
@@ -102,7 +120,8 @@ def test_forgetting_all_but_one_class_is_refused(fitted):
         (np.ones((10, 3)), np.zeros(10), None, ValueError),
         (np.ones((10, 3)), np.arange(10) % 2, list(range(9)) + [0], ValueError),
         (np.full((10, 3), np.nan), np.arange(10) % 2, None, ValueError),
-        ([["a", "b"]] * 10, np.arange(10) % 2, None, TypeError),
+        # numpy's own error for text that is not a number (scikit-learn's convention)
+        ([["a", "b"]] * 10, np.arange(10) % 2, None, ValueError),
     ],
 )
 def test_bad_fit_input(X, y, ids, error):
@@ -114,7 +133,7 @@ def test_refit_failure_keeps_the_previous_model(fitted):
     model, X, y = fitted
     digest = model.state_digest()
     with pytest.raises(ValueError, match="too few rows"):
-        model.set_params(rho=0.001).fit(X, y)
+        model.set_params(rho=0.001, min_schema_rows=0).fit(X, y)
     model.set_params(rho=FAST["rho"])
     assert model.state_digest() == digest
 

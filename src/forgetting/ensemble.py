@@ -33,6 +33,7 @@ from .instance import (
     empty_instance,
     schema_rows,
 )
+from .labels import unlabeled_value
 from .receipts import Receipt
 from .rows import RowStore
 from .schema import SchemaConfig
@@ -72,7 +73,7 @@ class QSSEngine:
         self.config = config
         self._key = key
         p = config.n_instances
-        self.rows = RowStore(n_features, p, config.schema.rho, target_dtype)
+        self.rows = RowStore(n_features, p, config.schema.membership, target_dtype)
         self.instances: list[Instance | None] = [None] * p
         self._generation = [0] * p
         self._threads: list[threading.Thread | None] = [None] * p
@@ -101,7 +102,9 @@ class QSSEngine:
         )
 
     def _problem(self, data: RowData, instance: int) -> str | None:
-        members, pool = schema_rows(data, instance, self.config.schema.rho, self.config.label_mode)
+        members, pool = schema_rows(
+            data, instance, self.config.schema.membership, self.config.label_mode
+        )
         n_codebook = len(members) if pool is None else len(pool)
         problem = schema_problem(len(members), n_codebook, self.config.schema.n_centroids)
         return None if problem is None else f"instance {instance}: {problem}"
@@ -123,7 +126,7 @@ class QSSEngine:
             candidate = RowStore(
                 self.rows.n_features,
                 self.config.n_instances,
-                self.config.schema.rho,
+                self.config.schema.membership,
                 self.rows.target_dtype,
             )
             candidate.append(ids, id_bytes, X, targets, draws, in_pool=self.config.label_mode)
@@ -161,6 +164,27 @@ class QSSEngine:
             self.on_install(r)
 
     # -- queries -------------------------------------------------------------------------
+    @property
+    def n_rows(self) -> int:
+        return self.rows.size
+
+    def has_id(self, row_id) -> bool:
+        return row_id in self.rows.position
+
+    def ids(self) -> list:
+        with self._lock:
+            return list(self.rows.ids)
+
+    def effective_rho(self) -> float:
+        """Mean over instances of |D°_r| / labeled rows (see RowStore.effective_rho)."""
+        with self._lock:
+            return float(np.mean(self.rows.effective_rho()))
+
+    def class_counts_without(self, ids: Sequence) -> np.ndarray:
+        """Labeled rows per class if the rows ``ids`` lost their labels (classification)."""
+        with self._lock:
+            return self.rows.class_counts_without(self.rows.positions_of(ids))
+
     def valid_instances(self) -> list[int]:
         return [r for r, inst in enumerate(self.instances) if inst is not None]
 
@@ -234,10 +258,7 @@ class QSSEngine:
         """Instances whose schema depends on any of the rows at ``pos``."""
         if pool_changes and np.any(self.rows.in_pool[pos]):
             return list(range(self.config.n_instances))
-        draws = self.rows.draws[pos, : self.config.n_instances]
-        labeled = self.rows.labeled(pos)
-        in_schema = labeled[:, None] & (draws < self.config.schema.rho)
-        return [int(r) for r in np.flatnonzero(in_schema.any(axis=0))]
+        return [int(r) for r in np.flatnonzero(self.rows.in_schema(pos).any(axis=0))]
 
     def _check_after_removal(self, pos: np.ndarray, hit: list[int], label_only: bool) -> None:
         if not hit:
@@ -247,7 +268,7 @@ class QSSEngine:
         keep[pos] = False
         targets = data.targets.copy()
         if label_only:
-            targets[pos] = np.nan if targets.dtype.kind == "f" else -1
+            targets[pos] = unlabeled_value(targets.dtype)
             keep[:] = True
         after = RowData(
             data.X[keep],
@@ -361,8 +382,8 @@ class QSSEngine:
         present_before = (len(order) > 0) & (sorted_serials[at] == current)
         added = np.flatnonzero(~present_before)
         removed = np.flatnonzero(~np.isin(data.serial, current))
-        rho = self.config.schema.rho
-        stale = np.any(data.members(r, rho)[removed]) or np.any(rows.members(r)[added])
+        rule = self.config.schema.membership
+        stale = np.any(data.members(r, rule)[removed]) or np.any(rows.members(r)[added])
         if self.config.label_mode:
             stale = stale or np.any(data.in_pool[removed]) or np.any(rows.in_pool[added])
         if stale:
@@ -453,6 +474,7 @@ class QSSEngine:
             state_digest=self.state_digest(),
             timestamp=datetime.now(UTC).isoformat(timespec="microseconds"),
             seconds=time.perf_counter() - started,
+            effective_rho=float(np.mean(self.rows.effective_rho())),
         )
 
     # -- snapshots (the one state boundary for persistence and the store) ----------------

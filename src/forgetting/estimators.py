@@ -1,37 +1,53 @@
 """scikit-learn estimators that forget: QSSClassifier and QSSRegressor.
 
-The public surface validates everything at the edge — features, labels, ids, parameters —
-before any state changes, so a bad request raises and leaves the model exactly as it was. The
-state itself lives in a :class:`~forgetting.ensemble.QSSEngine`.
+The public surface validates everything at the edge — parameters (``_parameter_constraints``,
+checked once at the start of ``fit``), features (scikit-learn's ``validate_data``), labels and
+ids — before any state changes, so a bad request raises and leaves the model exactly as it
+was. The state itself lives in a :class:`~forgetting.ensemble.QSSEngine`; the estimator keeps
+only what scikit-learn expects of a fitted estimator (``classes_``, ``n_features_in_``,
+``feature_names_in_``) and hands the rest out through :meth:`snapshot`.
 
 Guarantee (``mode="exact"``): after ``fit(D)`` and ``forget(R)`` and once
 ``wait_for_rebuilds()`` returns, predictions and ``state_digest()`` are bit-for-bit those of
 ``fit(D \\ R)`` with the same parameters. In ``mode="label"`` the codebook is trained on all
 inputs, so ``forget`` removes a row's *label* exactly (≡ refitting with that label set to
 unlabeled) but its input keeps shaping the codebook; erasing inputs needs
-``forget(ids, erase_inputs=True)``, which rebuilds every instance.
+``forget(ids, erase_inputs=True)``, which rebuilds every instance. See docs/design.md.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Hashable, Sequence
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from .ensemble import EngineConfig, QSSEngine, canonical_params
+from .ids import normalize_ids
+from .labels import UNLABELED, is_labeled
 from .receipts import Receipt
-from .rows import UNLABELED
 from .schema import SchemaConfig
-from .schema.membership import canonical_id, derive_key, id_bytes, key_fingerprint
+from .schema.membership import derive_key, id_bytes, key_fingerprint
 from .snapshots import ModelSnapshot
 
-_MODES = ("exact", "label")
-_REBUILDS = ("background", "sync")
+MIN_SCHEMA_ROWS = 50
+"""``min_schema_rows="auto"``: D° keeps at least max(50, 5 · classes) labeled rows."""
+MIN_SCHEMA_ROWS_PER_CLASS = 5
+
+
+def _no_bools(**values: Any) -> None:
+    """bool is an int subclass: ``rho=True`` would pass a numeric interval check."""
+    for name, value in values.items():
+        if isinstance(value, bool | np.bool_):
+            raise ValueError(f"{name} must be a number, got the bool {value!r}")
 
 
 class _QSSBase(BaseEstimator):
@@ -39,12 +55,30 @@ class _QSSBase(BaseEstimator):
 
     _task: str
 
+    _parameter_constraints: dict = {
+        "mode": [StrOptions({"exact", "label"})],
+        "rho": [Interval(Real, 0.0, 1.0, closed="right")],
+        "n_instances": [Interval(Integral, 1, None, closed="left")],
+        "min_schema_rows": [StrOptions({"auto"}), Interval(Integral, 0, None, closed="left")],
+        "n_levels": [None, Interval(Integral, 1, 16, closed="both")],
+        "n_centroids": [None, Interval(Integral, 2, 65536, closed="both")],
+        "alpha": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
+        "shrinkage": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
+        "base_model": [StrOptions({"auto"}), HasMethods(["fit", "predict"])],
+        "lda": [StrOptions({"auto"}), "boolean"],
+        "rebuild": [StrOptions({"background", "sync"})],
+        "random_state": [Interval(Integral, None, None, closed="neither")],
+        "secret_key": [None, bytes, str],
+        "encoder": "no_validation",  # checked in _check_params: None or a learned encoder
+    }
+
     def __init__(
         self,
         *,
         mode: str = "exact",
         rho: float = 0.005,
         n_instances: int = 3,
+        min_schema_rows: int | str = "auto",
         n_levels: int | None = None,
         n_centroids: int | None = None,
         alpha: float | str = "auto",
@@ -59,6 +93,7 @@ class _QSSBase(BaseEstimator):
         self.mode = mode
         self.rho = rho
         self.n_instances = n_instances
+        self.min_schema_rows = min_schema_rows
         self.n_levels = n_levels
         self.n_centroids = n_centroids
         self.alpha = alpha
@@ -71,103 +106,92 @@ class _QSSBase(BaseEstimator):
         self.encoder = encoder
 
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:
-        """The usual repr, with ``secret_key`` masked: the key must never reach a log."""
-        key = self.secret_key
-        if key is None:
+        """The usual repr, with ``secret_key`` masked: the key must never reach a log.
+
+        The mask goes on a shallow copy, so a concurrent ``fit`` never sees it.
+        """
+        if self.secret_key is None:
             return super().__repr__(N_CHAR_MAX)
-        try:
-            self.secret_key = "***"
-            return super().__repr__(N_CHAR_MAX)
-        finally:
-            self.secret_key = key
+        masked = copy.copy(self)
+        masked.secret_key = "***"
+        return BaseEstimator.__repr__(masked, N_CHAR_MAX)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = False
+        tags.non_deterministic = False
+        return tags
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "engine_")
 
     # -- validation at the edge ----------------------------------------------------------
     def _check_params(self) -> None:
-        if self.mode not in _MODES:
-            raise ValueError(f"mode must be one of {_MODES}, got {self.mode!r}")
-        if self.rebuild not in _REBUILDS:
-            raise ValueError(f"rebuild must be one of {_REBUILDS}, got {self.rebuild!r}")
-        if not (isinstance(self.rho, float | int) and 0.0 < float(self.rho) <= 1.0):
-            raise ValueError(f"rho must be in (0, 1], got {self.rho!r}")
-        if not (isinstance(self.n_instances, int | np.integer) and self.n_instances >= 1):
-            raise ValueError(f"n_instances must be a positive int, got {self.n_instances!r}")
-        if self.n_levels is not None and not (
-            isinstance(self.n_levels, int | np.integer) and 1 <= self.n_levels <= 16
-        ):
-            raise ValueError(f"n_levels must be None or an int in 1..16, got {self.n_levels!r}")
+        self._validate_params()
+        _no_bools(
+            rho=self.rho,
+            n_instances=self.n_instances,
+            min_schema_rows=self.min_schema_rows,
+            n_levels=self.n_levels,
+            n_centroids=self.n_centroids,
+            alpha=self.alpha,
+            shrinkage=self.shrinkage,
+            random_state=self.random_state,
+        )
         b = self.n_centroids
-        if b is not None and not (
-            isinstance(b, int | np.integer) and 2 <= b <= 65536 and (b & (b - 1)) == 0
-        ):
-            raise ValueError(f"n_centroids must be None or a power of two in 2..65536, got {b!r}")
+        if b is not None and (b & (b - 1)) != 0:
+            raise ValueError(f"n_centroids must be None or a power of two, got {b!r}")
         for name in ("alpha", "shrinkage"):
             value = getattr(self, name)
-            if value != "auto" and not (
-                isinstance(value, float | int) and np.isfinite(value) and value >= 0
-            ):
+            if value != "auto" and not np.isfinite(value):
                 raise ValueError(f"{name} must be 'auto' or a finite number ≥ 0, got {value!r}")
-        if self.lda not in ("auto", True, False):
-            raise ValueError(f"lda must be 'auto', True or False, got {self.lda!r}")
         if self.encoder is not None and not getattr(self.encoder, "learned", False):
             raise ValueError(
                 "encoder must be a learned encoder (learned=True), trained on D° per instance; "
                 "apply frozen encoders (e.g. MiniLMEncoder) to X before fit"
             )
-        if not isinstance(self.random_state, int | np.integer):
-            raise ValueError(
-                "random_state must be an int: the model must be reproducible for its "
-                "exactness guarantee"
-            )
+
+    def _validate_X(self, X: Any, *, reset: bool) -> np.ndarray:
+        """Dense, finite, float32 features (the precision rows are stored and hashed in)."""
+        X = validate_data(
+            self, X, reset=reset, dtype=np.float64, ensure_min_samples=1, ensure_all_finite=True
+        )
+        X32 = X.astype(np.float32)
+        if not np.all(np.isfinite(X32)):
+            raise ValueError("X has values beyond float32 range")
+        return np.ascontiguousarray(X32)
 
     def _check_X(self, X: Any, n_features: int | None = None) -> np.ndarray:
-        try:
-            X = np.asarray(X, dtype=np.float64)
-        except (TypeError, ValueError) as err:
-            raise TypeError(f"X must be numeric: {err}") from err
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D (rows × features), got shape {X.shape}")
-        if X.shape[0] == 0:
-            raise ValueError("X has no rows")
-        if X.shape[1] == 0:
-            raise ValueError("X has no features")
-        if n_features is not None and X.shape[1] != n_features:
-            raise ValueError(f"X has {X.shape[1]} features, the model was fitted with {n_features}")
-        if not np.all(np.isfinite(X)):
-            raise ValueError("X contains NaN or infinity")
-        X = X.astype(np.float32)
-        if not np.all(np.isfinite(X)):
-            raise ValueError("X has values beyond float32 range")
-        return np.ascontiguousarray(X)
+        """Features for a fitted model (predict, insert): validated against the fit."""
+        check_is_fitted(self)
+        return self._validate_X(X, reset=False)
 
     @staticmethod
     def _check_ids(ids: Any, n: int | None, *, allow_range: bool = False):
-        if ids is None:
-            if not allow_range:
-                raise ValueError("ids are required")
-            ids = range(n)
-        if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
-            raise TypeError("ids must be a sequence of ints or strings")
-        ids = [canonical_id(i) for i in ids]
-        if n is not None and len(ids) != n:
-            raise ValueError(f"got {len(ids)} ids for {n} rows")
-        if not ids:
+        if ids is None and not allow_range:
+            raise ValueError("ids are required")
+        id_list = normalize_ids(ids, n)
+        if not id_list:
             raise ValueError("no ids given")
-        if len(set(ids)) != len(ids):
-            seen, dupes = set(), []
-            for i in ids:
-                if i in seen:
-                    dupes.append(i)
-                seen.add(i)
-            raise ValueError(f"duplicate ids: {dupes[:5]}")
-        return ids, [id_bytes(i) for i in ids]
+        return id_list, [id_bytes(i) for i in id_list]
+
+    def _min_schema_rows(self, n_outputs: int) -> int:
+        if self.min_schema_rows == "auto":
+            k = n_outputs if self._task == "classification" else 1
+            return max(MIN_SCHEMA_ROWS, MIN_SCHEMA_ROWS_PER_CLASS * k)
+        return int(self.min_schema_rows)
 
     def _config(self, n_outputs: int) -> EngineConfig:
+        """Resolve the parameters once into the configuration the engine and schemas own."""
         params = self.get_params(deep=False)
         params.pop("secret_key")
+        params.pop("rebuild")  # when a rebuild runs, not what the state is
         schema = SchemaConfig(
             task=self._task,
             n_outputs=n_outputs,
             rho=float(self.rho),
+            min_schema_rows=self._min_schema_rows(n_outputs),
             n_levels=None if self.n_levels is None else int(self.n_levels),
             n_centroids=None if self.n_centroids is None else int(self.n_centroids),
             lda=self.lda,
@@ -187,7 +211,6 @@ class _QSSBase(BaseEstimator):
 
     # -- the unlearning surface ----------------------------------------------------------
     def _fit_engine(self, ids, X, targets, n_outputs: int):
-        self._check_params()
         id_list, id_raw = self._check_ids(ids, X.shape[0], allow_range=True)
         key = derive_key(self.secret_key, int(self.random_state))
         engine = QSSEngine(self._config(n_outputs), key, X.shape[1], targets.dtype)
@@ -196,8 +219,19 @@ class _QSSBase(BaseEstimator):
         if old is not None:
             old.retire()
         self.engine_ = engine
-        self.n_features_in_ = X.shape[1]
         return self
+
+    def _fit_atomically(self, fit) -> Any:
+        """Run ``fit``; if it raises, put every fitted attribute back as it was."""
+        saved = {k: v for k, v in vars(self).items() if k.endswith("_")}
+        try:
+            return fit()
+        except BaseException:
+            for k in [k for k in vars(self) if k.endswith("_")]:
+                delattr(self, k)
+            for k, v in saved.items():
+                setattr(self, k, v)
+            raise
 
     def forget(self, ids: Sequence[Hashable], *, erase_inputs: bool = False) -> Receipt:
         """Forget rows by id and return a :class:`~forgetting.receipts.Receipt`.
@@ -208,12 +242,12 @@ class _QSSBase(BaseEstimator):
         rebuilds every instance. Unknown ids raise KeyError, duplicates ValueError; on any
         error nothing changes.
         """
-        check_is_fitted(self, "engine_")
+        check_is_fitted(self)
         if erase_inputs and self.mode != "label":
             raise ValueError("erase_inputs applies to mode='label'; exact mode always erases")
         id_list, id_raw = self._check_ids(ids, None)
         engine = self.engine_
-        missing = [i for i in id_list if i not in engine.rows.position]
+        missing = [i for i in id_list if not engine.has_id(i)]
         if missing:
             raise KeyError(
                 f"unknown ids (never inserted, or already forgotten): {missing[:5]}"
@@ -230,48 +264,58 @@ class _QSSBase(BaseEstimator):
         In exact mode the result equals a fit on all rows. In label mode new inputs are encoded
         with the existing codebook but do not join its training pool.
         """
-        check_is_fitted(self, "engine_")
-        X = self._check_X(X, self.n_features_in_)
+        X = self._check_X(X)
         targets = self._encode_targets(y, X.shape[0])
         id_list, id_raw = self._check_ids(ids, X.shape[0])
-        known = [i for i in id_list if i in self.engine_.rows.position]
+        known = [i for i in id_list if self.engine_.has_id(i)]
         if known:
             raise ValueError(f"ids already present: {known[:5]}; forget them first")
         return self.engine_.insert(id_list, id_raw, X, targets)
 
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
         """Block until every background rebuild has landed (or raise its error)."""
-        check_is_fitted(self, "engine_")
+        check_is_fitted(self)
         self.engine_.wait_for_rebuilds(timeout)
 
     def state_digest(self) -> str:
         """SHA-256 (hex) of the canonical schema + content state."""
-        check_is_fitted(self, "engine_")
+        check_is_fitted(self)
         return self.engine_.state_digest()
 
     def audit_content(self) -> bool:
         """Recompute the accumulators from the stored rows and check they match, bit for bit."""
-        check_is_fitted(self, "engine_")
+        check_is_fitted(self)
         return self.engine_.audit_content()
 
     @property
     def n_rows_(self) -> int:
-        check_is_fitted(self, "engine_")
-        return self.engine_.rows.size
+        """Rows currently held."""
+        check_is_fitted(self)
+        return self.engine_.n_rows
 
     @property
     def ids_(self) -> list:
-        check_is_fitted(self, "engine_")
-        return list(self.engine_.rows.ids)
+        """Ids of the rows currently held, in storage order."""
+        check_is_fitted(self)
+        return self.engine_.ids()
+
+    @property
+    def effective_rho_(self) -> float:
+        """Mean over instances of |D°_r| / labeled rows: the probability that forgetting a
+        random row hits an instance's D° (ρ on large data; more while D° keeps its minimum
+        of ``min_schema_rows`` rows). Receipts carry it too."""
+        check_is_fitted(self)
+        return self.engine_.effective_rho()
 
     def _outputs(self, X: Any, instance: int | None = None) -> np.ndarray:
-        check_is_fitted(self, "engine_")
-        return self.engine_.predict_outputs(self._check_X(X, self.n_features_in_), instance)
+        X = self._check_X(X)
+        return self.engine_.predict_outputs(X, instance)
 
+    # -- snapshots and files ---------------------------------------------------------------
     def snapshot(self) -> ModelSnapshot:
         """The fitted model as plain data (see :mod:`forgetting.snapshots`), after any pending
         rebuild has landed. The secret key is not part of it."""
-        check_is_fitted(self, "engine_")
+        check_is_fitted(self)
         engine = self.engine_
         engine.wait_for_rebuilds()
         with engine.locked():
@@ -291,15 +335,25 @@ class _QSSBase(BaseEstimator):
                 engine=engine.snapshot(),
             )
 
-    def save(self, path: str | Path) -> None:
-        """Write the model atomically to ``path`` (versioned, checksummed)."""
+    def save(self, path: str | Path, *, store_key: bool = False) -> None:
+        """Write the model atomically to ``path`` (arrays + JSON, checksummed; no pickles).
+
+        A secret ``secret_key`` is not written unless ``store_key=True``: pass it to
+        :meth:`load` instead.
+        """
         from .persistence import save_model
 
-        check_is_fitted(self, "engine_")
-        save_model(self, path)
+        check_is_fitted(self)
+        save_model(self, path, store_key=store_key)
 
     @classmethod
-    def load(cls, path: str | Path, *, allow_version_mismatch: bool = False):
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        allow_version_mismatch: bool = False,
+        secret_key: bytes | str | None = None,
+    ):
         """Read a model written by :meth:`save`; refuses corrupted or incompatible files.
 
         Raises :class:`~forgetting.persistence.ModelFileError` (a ValueError) for a file that
@@ -308,7 +362,7 @@ class _QSSBase(BaseEstimator):
         """
         from .persistence import load_model
 
-        return load_model(cls, path, allow_version_mismatch)
+        return load_model(cls, path, allow_version_mismatch, secret_key=secret_key)
 
 
 class QSSClassifier(ClassifierMixin, _QSSBase):
@@ -323,6 +377,10 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         Fraction of rows (by keyed hash) in each instance's schema subset D°.
     n_instances : int
         p redundant instances; a request blocks only if all p are rebuilding.
+    min_schema_rows : int or "auto"
+        D° keeps at least this many labeled rows (the lowest keyed draws), so small data sets
+        fit; "auto" is max(50, 5 · classes). D° stays a function of the set of rows, so
+        exactness holds; the price is a higher ``effective_rho_`` on small data.
     n_levels, n_centroids : int or None
         ℓ and b of the residual quantizer; None chooses from D° alone.
     alpha : float or "auto"
@@ -340,12 +398,28 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         Seeds and (unless ``secret_key`` is set) the membership key: a reproducible model.
     secret_key : bytes, str or None
         Key of the keyed hash that decides D°; set it in production so nobody can aim
-        deletions at D°. Never shown in ``repr``.
+        deletions at D°. Never shown in ``repr``, never written to files unless asked.
     encoder : learned encoder or None
         An encoder f learned from data (``learned = True``, e.g.
         :class:`forgetting.encoders.LightGBMLeafContrib`). It is part of the schema: each
         instance trains its own copy on D° only and retrains it on rebuild, so exactness
         holds. Frozen encoders (identity, MiniLM) are applied to ``X`` before ``fit``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.datasets import load_digits
+    >>> from forgetting import QSSClassifier
+    >>> X, y = load_digits(return_X_y=True)
+    >>> model = QSSClassifier(rho=0.05, rebuild="sync").fit(X, y, ids=range(len(y)))
+    >>> receipt = model.forget([3, 14, 15])
+    >>> refit = QSSClassifier(rho=0.05).fit(
+    ...     np.delete(X, [3, 14, 15], axis=0), np.delete(y, [3, 14, 15]),
+    ...     ids=[i for i in range(len(y)) if i not in (3, 14, 15)])
+    >>> bool(np.array_equal(model.predict_proba(X), refit.predict_proba(X)))
+    True
+    >>> model.state_digest() == refit.state_digest()
+    True
     """
 
     _task = "classification"
@@ -354,47 +428,51 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         """Fit on rows ``X`` with labels ``y`` and unique ``ids`` (default ``range(n)``).
 
         In label mode, ``y == -1`` marks unlabeled rows (scikit-learn's semi-supervised
-        convention): they shape the codebook only.
+        convention, numeric labels only): they shape the codebook only.
         """
-        X = self._check_X(X)
-        y = self._check_y(y, X.shape[0])
-        labeled = np.ones(len(y), dtype=bool)
-        if self.mode == "label":
-            labeled = ~_is_unlabeled(y)
-        if labeled.sum() == 0:
-            raise ValueError("no labeled rows")
-        classes = np.unique(y[labeled])
-        if classes.size < 2:
-            raise ValueError(f"need at least 2 classes, got {classes.tolist()}")
-        targets = np.full(len(y), UNLABELED, dtype=np.int64)
-        targets[labeled] = np.searchsorted(classes, y[labeled])
-        previous = getattr(self, "classes_", None)
-        self.classes_ = classes
-        try:
-            return self._fit_engine(ids, X, targets, classes.size)
-        except BaseException:
-            if previous is None:
-                del self.classes_
-            else:
-                self.classes_ = previous
-            raise
+        self._check_params()
 
-    @staticmethod
-    def _check_y(y: Any, n: int) -> np.ndarray:
-        y = np.asarray(y)
-        if y.ndim != 1:
-            raise ValueError(f"y must be 1-D, got shape {y.shape}")
+        def run():
+            X_valid = self._validate_X(X, reset=True)
+            y_valid = self._check_y(y, X_valid.shape[0])
+            labeled = np.ones(len(y_valid), dtype=bool)
+            if self.mode == "label":
+                labeled = ~_user_unlabeled(y_valid)
+            if labeled.sum() == 0:
+                raise ValueError("no labeled rows")
+            classes = np.unique(y_valid[labeled])
+            targets = np.full(len(y_valid), UNLABELED, dtype=np.int64)
+            targets[labeled] = np.searchsorted(classes, y_valid[labeled])
+            return self._fit_indices(X_valid, targets, classes, ids)
+
+        return self._fit_atomically(run)
+
+    def _fit_indices(self, X: np.ndarray, targets: np.ndarray, classes: np.ndarray, ids):
+        """Fit on validated rows whose labels are already class indices (UNLABELED = none)."""
+        if classes.size < 2:
+            raise ValueError(
+                f"need at least 2 classes, got 1 class ({classes.tolist()}): a classifier "
+                "cannot be fitted on one class"
+            )
+        self.classes_ = classes
+        return self._fit_engine(ids, X, targets, classes.size)
+
+    def _check_y(self, y: Any, n: int) -> np.ndarray:
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        y = column_or_1d(y, warn=True)
         if len(y) != n:
-            raise ValueError(f"X has {n} rows but y has {len(y)}")
-        if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
-            raise ValueError("y contains NaN or infinity")
-        if y.dtype.kind not in "biuUSO" and not (y.dtype.kind == "f" and np.all(y == np.round(y))):
-            raise ValueError("classification labels must be integers or strings")
+            raise ValueError(
+                f"Found input variables with inconsistent numbers of samples: [{n}, {len(y)}]"
+            )
+        check_classification_targets(y)
         return y
 
     def _encode_targets(self, y: Any, n: int) -> np.ndarray:
         y = self._check_y(y, n)
-        if self.mode == "label" and np.any(_is_unlabeled(y)):
+        if self.mode == "label" and np.any(_user_unlabeled(y)):
             raise ValueError("insert needs labeled rows (y == -1 is only meaningful in fit)")
         idx = np.searchsorted(self.classes_, y)
         idx = idx.clip(max=len(self.classes_) - 1)
@@ -413,33 +491,39 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         outputs: every instance is rebuilt on the remaining rows (synchronously).
         """
         engine = self.engine_
-        rows = engine.rows
-        pos = rows.positions_of(id_list)
-        lost = rows.class_counts_without(pos)
-        if not np.any(lost == 0):
+        remaining = engine.class_counts_without(id_list)
+        if not np.any(remaining == 0):
             return engine.forget(id_list, id_raw, erase_inputs)
-        if np.count_nonzero(lost) < 2:
+        if np.count_nonzero(remaining) < 2:
             raise ValueError(
                 "forgetting these rows would leave fewer than 2 classes; no classifier can be "
                 "fitted on what remains"
             )
-        return self._refit_without(id_list, id_raw, pos, erase_inputs)
+        return self._refit_without(id_list, id_raw, erase_inputs)
 
-    def _refit_without(self, id_list, id_raw, pos, erase_inputs: bool) -> Receipt:
+    def _refit_without(self, id_list, id_raw, erase_inputs: bool) -> Receipt:
+        """Refit on what remains, with the classes that remain (string or integer labels)."""
         started = time.perf_counter()
         self.engine_.wait_for_rebuilds()
-        rows = self.engine_.rows
-        n = rows.size
-        targets = rows.targets[:n].copy()
-        keep = np.ones(n, dtype=bool)
+        rows = self.engine_.snapshot().rows
+        gone = set(id_list)
+        targets = rows.targets.copy()
         label_only = self.mode == "label" and not erase_inputs
+        hit = np.fromiter((i in gone for i in rows.ids), dtype=bool, count=len(rows.ids))
+        keep = np.ones(len(rows.ids), dtype=bool)
         if label_only:
-            targets[pos] = UNLABELED
+            targets[hit] = UNLABELED
         else:
-            keep[pos] = False
-        labels = np.where(targets >= 0, self.classes_[targets.clip(min=0)], UNLABELED)
+            keep = ~hit
+        targets = targets[keep]
+        present = np.unique(targets[is_labeled(targets)])
+        remap = np.full(len(self.classes_), UNLABELED, dtype=np.int64)
+        remap[present] = np.arange(present.size)
+        new_targets = np.where(is_labeled(targets), remap[targets.clip(min=0)], UNLABELED)
+        classes = self.classes_[present]
         ids = [row_id for row_id, k in zip(rows.ids, keep, strict=True) if k]
-        self.fit(rows.X[:n][keep].copy(), labels[keep], ids)
+        X = rows.X[keep]
+        self._fit_atomically(lambda: self._fit_indices(X, new_targets, classes, ids))
         return self.engine_.receipt(
             "forget",
             "label" if label_only else "instance",
@@ -456,35 +540,65 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         return out / total
 
     def predict(self, X: Any) -> np.ndarray:
-        return self.classes_[np.argmax(self._outputs(X), axis=1)]
+        """The class with the largest output (ties: the first class in ``classes_``)."""
+        out = self._outputs(X)
+        return self.classes_[np.argmax(out, axis=1)]
 
 
 class QSSRegressor(RegressorMixin, _QSSBase):
     """Exact-unlearning regressor (k = 1): g on D° plus quantized residual statistics.
 
-    Same parameters as :class:`QSSClassifier`. In label mode, ``y = NaN`` marks unlabeled
-    rows in ``fit``. Targets are standardized with D°'s mean and scale inside the schema.
+    Same parameters as :class:`QSSClassifier` ("auto" ``min_schema_rows`` is 50). In label
+    mode, ``y = NaN`` marks unlabeled rows in ``fit``. Targets are standardized with D°'s mean
+    and scale inside the schema.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.datasets import load_diabetes
+    >>> from forgetting import QSSRegressor
+    >>> X, y = load_diabetes(return_X_y=True)
+    >>> model = QSSRegressor(rho=0.2, rebuild="sync").fit(X, y)
+    >>> model.forget([0, 1]).scope
+    'instance'
+    >>> refit = QSSRegressor(rho=0.2).fit(X[2:], y[2:], ids=range(2, len(y)))
+    >>> bool(np.array_equal(model.predict(X), refit.predict(X)))
+    True
     """
 
     _task = "regression"
 
     def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None) -> QSSRegressor:
-        X = self._check_X(X)
-        y = self._check_y(y, X.shape[0], allow_nan=self.mode == "label")
-        if np.all(np.isnan(y)):
-            raise ValueError("no labeled rows")
-        return self._fit_engine(ids, X, y, 1)
+        self._check_params()
 
-    @staticmethod
-    def _check_y(y: Any, n: int, allow_nan: bool) -> np.ndarray:
+        def run():
+            X_valid = self._validate_X(X, reset=True)
+            y_valid = self._check_y(y, X_valid.shape[0], allow_nan=self.mode == "label")
+            n_labeled = int(np.count_nonzero(~np.isnan(y_valid)))
+            if n_labeled < 2:
+                raise ValueError(
+                    f"got n_samples={n_labeled} labeled row(s); a regressor needs at least 2"
+                )
+            return self._fit_engine(ids, X_valid, y_valid, 1)
+
+        return self._fit_atomically(run)
+
+    def _check_y(self, y: Any, n: int, allow_nan: bool) -> np.ndarray:
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        y = column_or_1d(y, warn=True)
+        if np.iscomplexobj(y):
+            raise ValueError("Complex data not supported: regression targets must be real")
         try:
             y = np.asarray(y, dtype=np.float64)
         except (TypeError, ValueError) as err:
-            raise TypeError(f"regression targets must be numeric: {err}") from err
-        if y.ndim != 1:
-            raise ValueError(f"y must be 1-D, got shape {y.shape}")
+            raise ValueError(f"regression targets must be numeric: {err}") from err
         if len(y) != n:
-            raise ValueError(f"X has {n} rows but y has {len(y)}")
+            raise ValueError(
+                f"Found input variables with inconsistent numbers of samples: [{n}, {len(y)}]"
+            )
         if np.any(np.isinf(y)) or (not allow_nan and np.any(np.isnan(y))):
             raise ValueError("y contains NaN or infinity")
         return y
@@ -496,7 +610,8 @@ class QSSRegressor(RegressorMixin, _QSSBase):
         return self._outputs(X)[:, 0]
 
 
-def _is_unlabeled(y: np.ndarray) -> np.ndarray:
+def _user_unlabeled(y: np.ndarray) -> np.ndarray:
+    """Label mode's marker in user labels: -1 (numeric labels only)."""
     if y.dtype.kind in "iuf":
         return y == -1
     return np.zeros(len(y), dtype=bool)

@@ -20,7 +20,9 @@ from .content.accumulators import (
 )
 from .content.fingerprint import MODULUS, Contributions, multiset_sum
 from .content.materialize import Content, build_content
+from .labels import is_labeled
 from .schema import Schema, SchemaConfig, train_schema
+from .schema.membership import MembershipRule
 
 
 @dataclass
@@ -36,11 +38,11 @@ class RowData:
 
     @property
     def labeled(self) -> np.ndarray:
-        t = self.targets
-        return ~np.isnan(t) if t.dtype.kind == "f" else t >= 0
+        return is_labeled(self.targets)
 
-    def members(self, instance: int, rho: float) -> np.ndarray:
-        return self.labeled & (self.draws[:, instance] < rho)
+    def members(self, instance: int, rule: MembershipRule) -> np.ndarray:
+        """D°_r of these rows: a function of this set of rows alone."""
+        return rule.members(self.draws[:, instance], self.labeled)
 
     @property
     def folds(self) -> np.ndarray:
@@ -96,9 +98,9 @@ def contributions_for(
     return Contributions.of(row_hashes, codes, quantize_residuals(target - g, scale_bits))
 
 
-def schema_rows(data: RowData, instance: int, rho: float, label_mode: bool):
+def schema_rows(data: RowData, instance: int, rule: MembershipRule, label_mode: bool):
     """D°_r and the codebook pool, each in canonical order (sorted by the keyed draw)."""
-    members = np.flatnonzero(data.members(instance, rho))
+    members = np.flatnonzero(data.members(instance, rule))
     members = members[np.argsort(data.draws[members, instance], kind="stable")]
     pool = None
     if label_mode:
@@ -112,7 +114,7 @@ def build_instance(
 ) -> tuple[Instance, np.ndarray, Contributions]:
     """Train instance ``instance`` on ``data``; returns it with the positions and the
     contributions of the labeled rows it accumulated."""
-    members, pool = schema_rows(data, instance, config.rho, label_mode)
+    members, pool = schema_rows(data, instance, config.membership, label_mode)
     schema = train_schema(
         config,
         data.X[members],

@@ -14,7 +14,8 @@ class Receipt:
     subset D° held one of the rows: each of those was rebuilt (``rebuild="sync"``) or is
     rebuilding (``rebuild_started``). ``scope`` says what was removed: ``"instance"`` (rows
     erased entirely) or ``"label"`` (label mode: supervision removed, inputs still shape
-    the codebook). ``state_digest`` is the model's digest right after the call; while a
+    the codebook). ``effective_rho`` is the D°-hit probability per instance after the call.
+    ``state_digest`` is the model's digest right after the call; while a
     background rebuild is pending it differs from a refit's until the rebuild lands.
     """
 
@@ -27,6 +28,9 @@ class Receipt:
     state_digest: str
     timestamp: str
     seconds: float
+    effective_rho: float = 0.0
+    """Mean over instances of |D°_r| / labeled rows after the call: the probability that
+    forgetting one more random row hits an instance's D° (ρ, or more on small data)."""
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (tuples become lists)."""

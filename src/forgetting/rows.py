@@ -14,16 +14,21 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from .content.fingerprint import MODULUS, Contributions, digest_rows, multiset_sum
+from .labels import is_labeled, unlabeled_value
+from .schema.membership import MembershipRule
 from .snapshots import RowsSnapshot
-
-UNLABELED = -1
-"""Class index of a row whose label was removed (label mode); regression uses NaN."""
 
 
 class RowStore:
-    def __init__(self, n_features: int, n_instances: int, rho: float, target_dtype: np.dtype):
+    def __init__(
+        self,
+        n_features: int,
+        n_instances: int,
+        membership: MembershipRule,
+        target_dtype: np.dtype,
+    ):
         self.n_features = n_features
-        self.rho = rho
+        self.membership = membership
         self.n_instances = n_instances
         self.target_dtype = np.dtype(target_dtype)
         self.size = 0
@@ -36,6 +41,11 @@ class RowStore:
         self.codes: list[np.ndarray | None] = [None] * n_instances
         self.residuals: list[np.ndarray | None] = [None] * n_instances
         self.digests: list[np.ndarray | None] = [None] * n_instances
+        self.thresholds = np.zeros(n_instances, dtype=np.float64)
+        """Per instance, rows of D°_r draw below this (see :class:`MembershipRule`)."""
+        self._member_counts = np.zeros(n_instances, dtype=np.int64)
+        self._n_labeled = 0
+        self._refresh_thresholds(range(n_instances))
 
     def _alloc(self, capacity: int) -> None:
         self.X = np.zeros((capacity, self.n_features), dtype=np.float32)
@@ -55,12 +65,36 @@ class RowStore:
     # -- derived views -------------------------------------------------------------------
     def labeled(self, pos: np.ndarray | None = None) -> np.ndarray:
         """Mask of labeled rows (all rows, or those at ``pos``)."""
-        t = self.targets[: self.size] if pos is None else self.targets[pos]
-        return ~np.isnan(t) if t.dtype.kind == "f" else t != UNLABELED
+        return is_labeled(self.targets[: self.size] if pos is None else self.targets[pos])
 
     def members(self, instance: int) -> np.ndarray:
-        """Rows in D°_r: labeled rows whose keyed draw for instance r is below ρ (mask)."""
-        return self.labeled() & (self.draws[: self.size, instance] < self.rho)
+        """Rows in D°_r: labeled rows whose keyed draw for instance r is below its threshold."""
+        return self.labeled() & (self.draws[: self.size, instance] < self.thresholds[instance])
+
+    def in_schema(self, pos: np.ndarray) -> np.ndarray:
+        """(len(pos), p) mask: is the row at ``pos`` in D°_r under the current thresholds."""
+        draws = self.draws[pos, : self.n_instances]
+        return self.labeled(pos)[:, None] & (draws < self.thresholds)
+
+    def effective_rho(self) -> np.ndarray:
+        """|D°_r| / labeled rows per instance: the probability that deleting a random labeled
+        row hits D°_r (ρ on large data, more when D° keeps its minimum size)."""
+        if self._n_labeled == 0:
+            return np.zeros(self.n_instances)
+        return self._member_counts / self._n_labeled
+
+    def _refresh_thresholds(self, instances) -> None:
+        """Recompute the thresholds (and member counts) of ``instances``: O(n) each, and only
+        needed when a change touched their D° — which starts a rebuild anyway."""
+        labeled = self.labeled()
+        for r in instances:
+            draws = self.draws[: self.size, r][labeled]
+            self.thresholds[r] = self.membership.threshold(draws)
+            self._member_counts[r] = np.count_nonzero(draws < self.thresholds[r])
+
+    def _touched(self, pos: np.ndarray) -> np.ndarray:
+        """Instances whose D° holds one of the rows at ``pos`` (current thresholds)."""
+        return np.flatnonzero(self.in_schema(pos).any(axis=0))
 
     def folds(self, pos: np.ndarray | None = None) -> np.ndarray:
         """Fold (0 or 1) of every row, or of the rows at ``pos``: a keyed-hash bit."""
@@ -106,8 +140,11 @@ class RowStore:
             self.position[row_id] = self.size + i
         self.ids.extend(ids)
         self.size += n
+        self._n_labeled += int(np.count_nonzero(self.labeled(pos)))
         self._count(pos, +1)
         self._set_row_hash(pos, id_bytes)
+        # Only rows landing below a threshold can move it (see MembershipRule).
+        self._refresh_thresholds(self._touched(pos))
         return pos
 
     def _count(self, pos: np.ndarray, sign: int) -> None:
@@ -140,6 +177,8 @@ class RowStore:
     def remove(self, pos: np.ndarray) -> None:
         """Remove rows at ``pos``: holes are filled by surviving tail rows, freed slots zeroed."""
         pos = np.unique(np.asarray(pos, dtype=np.intp))
+        touched = self._touched(pos)
+        self._n_labeled -= int(np.count_nonzero(self.labeled(pos)))
         self._count(pos, -1)
         self._unhash(pos)
         for p in pos:
@@ -161,12 +200,15 @@ class RowStore:
             self.position[moved] = hole
         del self.ids[new_size:]
         self.size = new_size
+        self._refresh_thresholds(touched)
 
     def unlabel(self, pos: np.ndarray, id_bytes: Sequence[bytes]) -> None:
         """Remove the rows' labels (label mode): new serials, residuals and codes zeroed."""
+        touched = self._touched(pos)
+        self._n_labeled -= int(np.count_nonzero(self.labeled(pos)))
         self._count(pos, -1)
         self._unhash(pos)
-        self.targets[pos] = np.nan if self.target_dtype.kind == "f" else UNLABELED
+        self.targets[pos] = unlabeled_value(self.target_dtype)
         self.serial[pos] = np.arange(self._next_serial, self._next_serial + len(pos))
         self._next_serial += len(pos)
         for field in self._instance_fields():
@@ -174,6 +216,7 @@ class RowStore:
                 if a is not None:
                     a[pos] = 0
         self._set_row_hash(pos, id_bytes)
+        self._refresh_thresholds(touched)
 
     def _instance_fields(self) -> tuple[list, list, list]:
         return (self.codes, self.residuals, self.digests)

@@ -17,7 +17,6 @@ so they behave identically:
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from numbers import Integral
 from typing import Any
@@ -25,66 +24,9 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-RowId = int | str
+from ..ids import RowId, listing, normalize_ids
 
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 _MASK64 = (1 << 64) - 1
-_MAX_LISTED = 10
-
-
-def _listing(items: Sequence[Any]) -> str:
-    """Render at most ``_MAX_LISTED`` items for an error message, with a count of the rest."""
-    shown = ", ".join(repr(v) for v in items[:_MAX_LISTED])
-    extra = len(items) - _MAX_LISTED
-    return f"[{shown}{f', ... ({extra} more)' if extra > 0 else ''}]"
-
-
-def _normalize_one(value: Any) -> RowId:
-    # bool is an int subclass; True == 1 would silently alias row 1, so refuse it.
-    if isinstance(value, bool | np.bool_):
-        raise TypeError(f"ids must be ints or strings, got bool {value!r}")
-    if isinstance(value, str):  # includes np.str_
-        return str(value)
-    if isinstance(value, Integral):  # includes numpy integers
-        iv = int(value)
-        if not _INT64_MIN <= iv <= _INT64_MAX:
-            raise ValueError(f"integer ids must fit in int64, got {iv}")
-        return iv
-    raise TypeError(f"ids must be ints or strings, got {type(value).__name__} {value!r}")
-
-
-def normalize_ids(ids: Iterable[Any] | None, n: int | None = None) -> list[RowId]:
-    """Return ``ids`` as a list of unique plain ``int``/``str`` values.
-
-    ``ids=None`` means ``range(n)`` (only allowed when ``n`` is given).  A bare
-    string or integer is rejected rather than iterated, because ``forget("abc")``
-    meaning ``forget(["a", "b", "c"])`` would be a nasty surprise.  When ``n`` is
-    given the length must match.  Duplicates raise ``ValueError``.
-    """
-    if ids is None:
-        if n is None:
-            raise ValueError("ids must be given")
-        return list(range(n))
-    if isinstance(ids, str | bytes | Integral):
-        raise TypeError(f"ids must be a sequence of ids, not a single {type(ids).__name__}")
-    if isinstance(ids, np.ndarray):
-        if ids.ndim != 1:
-            raise ValueError(f"ids must be one-dimensional, got shape {ids.shape}")
-        if ids.dtype.kind in "iu":
-            out = ids.tolist()  # fast path: already plain ints
-            if ids.dtype.kind == "u" and out and max(out) > _INT64_MAX:
-                raise ValueError("integer ids must fit in int64")
-        else:
-            out = [_normalize_one(v) for v in ids.tolist()]
-    else:
-        out = [_normalize_one(v) for v in ids]
-    if n is not None and len(out) != n:
-        raise ValueError(f"ids has {len(out)} entries but X has {n} rows")
-    if len(set(out)) != len(out):
-        dups = [v for v, c in Counter(out).items() if c > 1]
-        raise ValueError(f"ids must be unique; duplicated: {_listing(dups)}")
-    return out
 
 
 def check_forget_request(ids: Iterable[Any], known: dict[RowId, Any]) -> list[RowId]:
@@ -99,7 +41,7 @@ def check_forget_request(ids: Iterable[Any], known: dict[RowId, Any]) -> list[Ro
         raise ValueError("forget() needs at least one id")
     unknown = [i for i in req if i not in known]
     if unknown:
-        raise KeyError(f"unknown ids (not in the model): {_listing(unknown)}")
+        raise KeyError(f"unknown ids (not in the model): {listing(unknown)}")
     return req
 
 
@@ -108,7 +50,7 @@ def check_new_ids(ids: Iterable[Any], n: int, known: dict[RowId, Any]) -> list[R
     new = normalize_ids(ids, n)
     clash = [i for i in new if i in known]
     if clash:
-        raise ValueError(f"ids already present in the model: {_listing(clash)}")
+        raise ValueError(f"ids already present in the model: {listing(clash)}")
     return new
 
 
@@ -266,8 +208,8 @@ def check_known_labels(y: np.ndarray, classes: np.ndarray) -> None:
     unseen = np.setdiff1d(np.unique(y), classes)
     if unseen.size:
         raise ValueError(
-            f"labels not seen during fit: {_listing(unseen.tolist())}; "
-            f"known classes are {_listing(classes.tolist())}"
+            f"labels not seen during fit: {listing(unseen.tolist())}; "
+            f"known classes are {listing(classes.tolist())}"
         )
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from .._rowwise import rowwise
 from .base_model import BaseModel, fit_base_model
 from .codebook import Codebook, train_codebook
+from .membership import MembershipRule
 from .preprocess import Preprocessor, fit_preprocessor
 from .selection import choose_lda, choose_n_centroids, choose_n_levels
 
@@ -28,6 +29,8 @@ class SchemaConfig:
     task: str
     n_outputs: int
     rho: float
+    min_schema_rows: int
+    """D° holds at least this many labeled rows (see :class:`.membership.MembershipRule`)."""
     n_levels: int | None
     n_centroids: int | None
     lda: bool | str
@@ -35,6 +38,10 @@ class SchemaConfig:
     encoder: Any = None
     """A *learned* encoder f (``fit(X, y, seed)``, ``transform(X)``), trained on D° only, or
     None for features used as given."""
+
+    @property
+    def membership(self) -> MembershipRule:
+        return MembershipRule(self.rho, self.min_schema_rows)
 
 
 @dataclass(frozen=True)

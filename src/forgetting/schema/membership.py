@@ -10,10 +10,12 @@ to force rebuilds (the paper's denial-of-service concern).
 from __future__ import annotations
 
 import hashlib
-import numbers
 from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
+
+from ..ids import normalize_id
 
 _KEY_BYTES = 32
 _DIGEST_BYTES_PER_DRAW = 8
@@ -21,24 +23,19 @@ _TWO_64 = float(2**64)
 
 
 def id_bytes(row_id: Hashable) -> bytes:
-    """Canonical, type-tagged bytes of an external row id (ints and strings only).
+    """Canonical, type-tagged bytes of an external row id (see :mod:`forgetting.ids`).
 
-    ``1`` and ``"1"`` are different ids; numpy integers are the same id as Python ints;
-    bools and floats are refused because their equality semantics invite silent collisions.
+    ``1`` and ``"1"`` are different ids; numpy integers are the same id as Python ints.
     """
-    if isinstance(row_id, bool | np.bool_):
-        raise TypeError(f"row ids must be ints or strings, got bool {row_id!r}")
-    if isinstance(row_id, numbers.Integral):
-        return b"i:" + str(int(row_id)).encode()
-    if isinstance(row_id, str):
-        return b"s:" + row_id.encode("utf-8")
-    raise TypeError(f"row ids must be ints or strings, got {type(row_id).__name__} {row_id!r}")
+    row_id = normalize_id(row_id)
+    if isinstance(row_id, int):
+        return b"i:" + str(row_id).encode()
+    return b"s:" + row_id.encode("utf-8")
 
 
 def canonical_id(row_id: Hashable) -> int | str:
-    """The Python value we store for an id (numpy ints become ints), after validation."""
-    id_bytes(row_id)
-    return int(row_id) if isinstance(row_id, numbers.Integral) else row_id
+    """The Python value stored for an id (see :func:`forgetting.ids.normalize_id`)."""
+    return normalize_id(row_id)
 
 
 def derive_key(secret_key: bytes | str | None, random_state: int) -> bytes:
@@ -57,6 +54,38 @@ def derive_key(secret_key: bytes | str | None, random_state: int) -> bytes:
     else:
         raise TypeError("secret_key must be bytes, str or None")
     return hashlib.sha256(material).digest()
+
+
+@dataclass(frozen=True)
+class MembershipRule:
+    """Who is in D°_r: labeled rows whose keyed draw for instance r is below a threshold.
+
+    The threshold is ρ — unless fewer than ``min_rows`` labeled rows draw below ρ, in which
+    case it rises just far enough to take the ``min_rows`` lowest draws (all labeled rows when
+    there are fewer). So a schema always has rows enough for g, LDA and the partition, on any
+    data size, and D° stays a pure function of the *set* of rows: the ``min_rows`` lowest
+    draws of a set do not depend on how the set was reached. A change to rows outside D°
+    (draw at or above the threshold) leaves the threshold and so D° unchanged, so only
+    deletions of D° rows — and insertions that land in D° — force a rebuild, as before. The
+    price on small data is a higher *effective* ρ (|D°|/n), the probability that a deletion
+    hits D°: models report it.
+    """
+
+    rho: float
+    min_rows: int
+
+    def threshold(self, labeled_draws: np.ndarray) -> float:
+        """The membership threshold for the draws of one instance's labeled rows."""
+        if self.min_rows <= 0 or np.count_nonzero(labeled_draws < self.rho) >= self.min_rows:
+            return self.rho
+        if labeled_draws.size <= self.min_rows:
+            return np.inf
+        kth = np.partition(labeled_draws, self.min_rows - 1)[self.min_rows - 1]
+        return max(self.rho, float(np.nextafter(kth, np.inf)))
+
+    def members(self, draws: np.ndarray, labeled: np.ndarray) -> np.ndarray:
+        """Mask of D° rows given one instance's draws and the labeled mask of the same rows."""
+        return labeled & (draws < self.threshold(draws[labeled]))
 
 
 def key_fingerprint(key: bytes) -> str:

@@ -45,5 +45,11 @@ def fit_preprocessor(X: np.ndarray, y: np.ndarray | None, use_lda: bool) -> Prep
     Z = l2_normalize(X)
     n_components = int(min(np.unique(y).size - 1, Z.shape[1]))
     lda = LinearDiscriminantAnalysis(solver="eigen", shrinkage="auto", n_components=n_components)
-    lda.fit(Z, y)
+    try:
+        lda.fit(Z, y)
+    except np.linalg.LinAlgError:
+        # The within-class scatter is singular (e.g. one feature: L2 normalization maps every
+        # row to ±1, constant within classes). No projection can be estimated; φ is then the
+        # plain normalization — still a function of D° alone.
+        return Preprocessor(lda=None)
     return Preprocessor(lda=lda)
