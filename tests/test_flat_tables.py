@@ -91,8 +91,11 @@ def test_fixed_alpha_and_shrinkage() -> None:
     codes, res, folds = _rows(1000, seed=8)
     t = _fresh(codes, res, folds)
     assert t.choose(0.5, 8.0) == (0.5, 8.0)
-    with pytest.raises(ValueError, match="grid"):
-        t.choose("auto", 3.0)
+    assert t.choose(0.5, 3.0) == (0.5, 3.0)
+    alpha, lam = t.choose("auto", 3.0)  # off the grid: recomputed from every cell
+    assert lam == 3.0 and alpha >= 0.0
+    t.set_probes(codes[:40], folds[:40])
+    assert t.choose("auto", 3.0) == t.copy().choose("auto", 3.0)
 
 
 def test_probe_sums_follow_any_history() -> None:

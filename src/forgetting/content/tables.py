@@ -68,6 +68,9 @@ class FlatTables:
     probe_cells: np.ndarray | None = None
     probe_folds: np.ndarray | None = None
     probe_sums: np.ndarray | None = None
+    _probe_index: tuple[np.ndarray, np.ndarray] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @classmethod
     def empty(
@@ -166,6 +169,7 @@ class FlatTables:
             probe_codes, dtype=np.int64
         )
         self.probe_folds = np.asarray(probe_folds, dtype=np.int64)
+        self._probe_index = None
         m = len(self.probe_folds)
         self.probe_sums = np.zeros((len(self.grid), m, self.n_outputs), dtype=np.int64)
         p = np.repeat(np.arange(m), T)
@@ -178,11 +182,20 @@ class FlatTables:
         lives in one of the fold-qualified cells ``touched_flat``."""
         if self.probe_cells is None or len(self.probe_folds) == 0:
             return np.zeros(0, np.intp), np.zeros(0, np.int64)
-        T, C = self.n_tables, self.n_cells
-        qualified = (1 - self.probe_folds)[:, None] * (T * C) + self.probe_cells
-        hit = np.isin(qualified, touched_flat)
-        p, t = np.nonzero(hit)
-        return p, qualified[p, t]
+        if self._probe_index is None:
+            T, C = self.n_tables, self.n_cells
+            qualified = ((1 - self.probe_folds)[:, None] * (T * C) + self.probe_cells).ravel()
+            order = np.argsort(qualified, kind="stable")
+            self._probe_index = (qualified[order], order // T)
+        keys, probe_of = self._probe_index
+        lo = np.searchsorted(keys, touched_flat, side="left")
+        hi = np.searchsorted(keys, touched_flat, side="right")
+        sizes = hi - lo
+        total = int(sizes.sum())
+        # the concatenation of the ranges lo[j]..hi[j], vectorized
+        starts = np.repeat(lo - np.cumsum(sizes) + sizes, sizes)
+        entries = starts + np.arange(total)
+        return probe_of[entries], keys[entries]
 
     def _probe_terms(self, p: np.ndarray, qualified: np.ndarray) -> np.ndarray:
         """Fixed-point fold means (G, len, k) of fold-qualified cells (element-wise, exact)."""
@@ -255,10 +268,15 @@ class FlatTables:
         With probes (:meth:`set_probes`) the loss is that of the tables' average (exact cross
         term, square term estimated on the probes); without, the per-table loss.
         """
-        if shrinkage == "auto":
-            options = list(range(len(self.grid)))
-        else:
-            options = [self._grid_index(float(shrinkage))]
+        if shrinkage != "auto" and float(shrinkage) not in self.grid:
+            if alpha != "auto":
+                return float(alpha), float(shrinkage)
+            return self._alpha_off_grid(float(shrinkage)), float(shrinkage)
+        options = (
+            list(range(len(self.grid)))
+            if shrinkage == "auto"
+            else [self.grid.index(float(shrinkage))]
+        )
         scale = np.ldexp(1.0, -loss_bits(self.scale_bits)) / self.n_tables
         best = (-np.inf, 0.0, self.grid[options[0]])
         for g in options:
@@ -275,16 +293,34 @@ class FlatTables:
                 best = (gain, a, self.grid[g])
         return best[1], best[2]
 
-    def _grid_index(self, lam: float) -> int:
-        if lam not in self.grid:
-            raise ValueError(f"shrinkage {lam} is not on this content's grid {self.grid}")
-        return self.grid.index(lam)
+    def _alpha_off_grid(self, lam: float) -> float:
+        """α for a shrinkage the totals are not kept for: recomputed from every cell (O(T·C),
+        a deterministic function of the integers like everything else)."""
+        other = FlatTables.empty(
+            self.n_tables, self.n_cells, self.n_outputs, self.scale_bits, (lam,)
+        )
+        other.sums, other.counts = self.sums, self.counts
+        other.rebuild_totals()
+        if self.probe_cells is not None:
+            other.set_probes(
+                self.probe_cells - np.arange(self.n_tables) * self.n_cells, self.probe_folds
+            )
+        return other.choose("auto", lam)[0]
 
     # -- serving ----------------------------------------------------------------------------
     def correction(self, codes: np.ndarray, shrinkage: float) -> np.ndarray:
         """(1/T) Σ_t μ_t[c_t(x)] for rows with cell ``codes`` (n, T); exact in any batch."""
+        codes = np.asarray(codes)
+        out = np.empty((codes.shape[0], self.n_outputs), dtype=np.float64)
+        for start in range(0, codes.shape[0], _SERVE_CHUNK):
+            out[start : start + _SERVE_CHUNK] = self._correction(
+                codes[start : start + _SERVE_CHUNK], shrinkage
+            )
+        return out
+
+    def _correction(self, codes: np.ndarray, shrinkage: float) -> np.ndarray:
         T, C = self.n_tables, self.n_cells
-        cell = np.arange(T, dtype=np.int64)[None, :] * C + np.asarray(codes, dtype=np.int64)
+        cell = np.arange(T, dtype=np.int64)[None, :] * C + codes.astype(np.int64)
         flat_sums = self.sums.reshape(2, T * C, -1)
         flat_counts = self.counts.reshape(2, T * C)
         S = flat_sums[0][cell] + flat_sums[1][cell]  # (n, T, k) exact int64
@@ -331,6 +367,7 @@ class FlatTables:
 
 
 _SPARSE_MIN_ENTRIES = 1 << 15
+_SERVE_CHUNK = 2048
 
 
 def _scatter_rows(target: np.ndarray, flat: np.ndarray, values: np.ndarray, T: int) -> None:
@@ -351,3 +388,24 @@ def _scatter_rows(target: np.ndarray, flat: np.ndarray, values: np.ndarray, T: i
         shape=(n, target.shape[0]),
     )
     target += np.asarray(A.T @ values)
+
+
+@dataclass(frozen=True)
+class FlatContent:
+    """What a prediction needs from flat tables: (α, λ) chosen from the exact totals, and the
+    tables themselves (read at prediction time: nothing is materialized)."""
+
+    tables: FlatTables
+    alpha: float
+    shrinkage: float
+
+    def correction(self, codes: np.ndarray) -> np.ndarray:
+        return self.alpha * self.tables.correction(codes, self.shrinkage)
+
+
+def build_flat_content(
+    tables: FlatTables, alpha: float | str, shrinkage: float | str
+) -> FlatContent:
+    """O(|grid|) after any change: the totals are maintained per cell, exactly."""
+    a, lam = tables.choose(alpha, shrinkage)
+    return FlatContent(tables, a, lam)

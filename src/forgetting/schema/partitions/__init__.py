@@ -202,12 +202,52 @@ def choose_depth(n_schema: int, rho: float, rows_per_cell: float, max_depth: int
 
 
 __all__ = [
+    "KINDS",
     "ExactLinear",
     "Partition",
     "ThresholdPartition",
     "choose_depth",
     "fit_linear",
+    "fit_partition",
+    "partition_depth",
     "pca_directions",
     "random_thresholds",
     "to_grid",
 ]
+
+
+# --------------------------------------------------------------------------- defaults
+
+KINDS = ("trees", "hyperplanes")
+N_TABLES = 64
+"""Tables per instance: accuracy still rose from 32 to 64 in bench.partitions; each table
+costs a cell update per deletion and 2·k int64 per cell of memory."""
+ROWS_PER_CELL = 2.0
+"""Expected rows per cell setting the depth (deep, sparse tables with shrinkage won on every
+validation split measured; see benchmarks/results/partitions.md)."""
+MAX_DEPTH = 12
+MAX_TABLE_ENTRIES = 1 << 22
+"""T · 2^D · k stays below this (≤ 64 MiB of int64 sums for both folds per instance)."""
+PROJECTION = {"trees": "none", "hyperplanes": "standardize"}
+
+
+def partition_depth(n_schema: int, rho: float, n_tables: int, n_outputs: int) -> int:
+    """Depth from D° and ρ (:func:`choose_depth`), capped by :data:`MAX_DEPTH` and memory."""
+    depth = choose_depth(n_schema, rho, ROWS_PER_CELL, MAX_DEPTH)
+    budget = MAX_TABLE_ENTRIES // max(n_tables * n_outputs, 1)
+    return int(max(1, min(depth, budget.bit_length() - 1)))
+
+
+def fit_partition(
+    kind: str, Z_fit: np.ndarray, n_schema: int, rho: float, n_outputs: int, seed: int
+) -> ThresholdPartition:
+    """The default flat partition of ``kind`` drawn from the rows ``Z_fit`` (D°, or label
+    mode's pool); its shape depends on D°'s size, ρ and k only."""
+    from .hyperplanes import fit_hyperplanes
+    from .trees import fit_trees
+
+    if kind not in KINDS:
+        raise ValueError(f"partition must be one of {KINDS}, got {kind!r}")
+    depth = partition_depth(n_schema, rho, N_TABLES, n_outputs)
+    fit = fit_trees if kind == "trees" else fit_hyperplanes
+    return fit(Z_fit, N_TABLES, depth, seed, PROJECTION[kind])
