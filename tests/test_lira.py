@@ -151,7 +151,7 @@ def test_cli_runs_lira_and_the_unlearning_audit(tmp_path, capsys):
     lira_command.configure(parser)
     args = parser.parse_args(
         "--dataset digits --model retrain --n-shadow 4 --pool 60 --background 200 --forget 10 "
-        f"--bootstrap 20 --quiet --json {tmp_path / 'out.json'}".split()
+        f"--bootstrap 20 --targets 1 --quiet --json {tmp_path / 'out.json'}".split()
     )
     assert lira_command.run(args) == 0
     text = capsys.readouterr().out
