@@ -144,3 +144,114 @@ def test_label_forget_purges_label_and_residuals(tmp_path):
     assert rows.targets[p] == -1
     for r in range(model.n_instances):
         assert not rows.residuals[r][p].any()
+
+
+# -- the pickle-free format ---------------------------------------------------------------
+def test_a_model_file_holds_no_pickle_and_no_key(tmp_path):
+    """Nothing in the file is a pickle (no protocol-2+ pickle header), and neither a derived
+    nor a user key is written unless asked."""
+    X, y = classification_data()
+    for secret in (None, "a user secret key, 32 bytes long!"):
+        model = QSSClassifier(**FAST, secret_key=secret).fit(X, y)
+        path = tmp_path / "m.qss"
+        model.save(path)
+        blob = path.read_bytes()
+        assert b"\x80\x04\x95" not in blob and b"\x80\x05\x95" not in blob
+        assert b"secret key" not in blob
+        assert model.engine_.snapshot().rows.X.tobytes() in blob  # arrays are stored raw
+
+
+def test_a_secret_key_must_be_given_again_and_must_match(tmp_path):
+    X, y = classification_data()
+    key = "a user secret key, 32 bytes long!"
+    model = QSSClassifier(**FAST, secret_key=key).fit(X, y)
+    path = tmp_path / "m.qss"
+    model.save(path)
+    with pytest.raises(ValueError, match="secret key"):
+        persistence.load_model(QSSClassifier, path)
+    with pytest.raises(ValueError, match="does not match"):
+        persistence.load_model(QSSClassifier, path, secret_key="another key")
+    loaded = persistence.load_model(QSSClassifier, path, secret_key=key)
+    assert_same_model(model, loaded, X)
+    persistence.save_model(model, path, store_key=True)  # asked for: the file holds the key
+    assert key.encode() in path.read_bytes()
+    assert_same_model(model, persistence.load_model(QSSClassifier, path), X)
+
+
+@pytest.mark.parametrize("mode", ["exact", "label"])
+def test_string_labels_round_trip_bitwise(tmp_path, mode):
+    X, y = classification_data()
+    labels = np.array(["cat", "dog", "eel"], dtype=object)[y]
+    ids = [f"u{i}" for i in range(len(y))]
+    model = QSSClassifier(**FAST, mode=mode).fit(X, labels, ids)
+    model.forget(ids[:7])
+    model.save(tmp_path / "m.qss")
+    loaded = QSSClassifier.load(tmp_path / "m.qss")
+    assert_same_model(model, loaded, X)
+    assert loaded.classes_.tolist() == ["cat", "dog", "eel"]
+    assert set(loaded.predict(X)) <= {"cat", "dog", "eel"}
+
+
+def test_learned_lightgbm_encoder_round_trips_bitwise(tmp_path):
+    from forgetting.encoders import LightGBMLeafContrib
+
+    X, y = classification_data()
+    model = QSSClassifier(**FAST, encoder=LightGBMLeafContrib(n_estimators=4, n_classes=3))
+    model.fit(X, y)
+    model.save(tmp_path / "m.qss")
+    assert_same_model(model, QSSClassifier.load(tmp_path / "m.qss"), X)
+
+
+def test_user_estimators_outside_the_allowlist_are_refused_until_registered(tmp_path):
+    from sklearn.naive_bayes import GaussianNB
+
+    from forgetting.io import model_format
+
+    X, y = classification_data()
+    model = QSSClassifier(**FAST, base_model=GaussianNB()).fit(X, y)
+    with pytest.raises(TypeError, match="register_object"):
+        model.save(tmp_path / "m.qss")
+    assert not (tmp_path / "m.qss").exists()
+    model_format.register_object(GaussianNB)  # the user trusts it, on both sides
+    model.save(tmp_path / "m.qss")
+    assert_same_model(model, QSSClassifier.load(tmp_path / "m.qss"), X)
+
+
+def test_the_codec_registry_takes_a_frozen_dataclass_in_one_line():
+    from dataclasses import dataclass
+
+    from forgetting.io import model_format
+
+    @dataclass(frozen=True)
+    class Cells:
+        thresholds: np.ndarray
+        depth: int
+        names: tuple
+
+    model_format.register_dataclass(Cells, "tests.Cells")
+    value = Cells(np.arange(6, dtype=np.float32).reshape(2, 3).T, 3, ("a", 1))
+    back = model_format.loads(model_format.dumps({"p": [value, None]}, "t"), "t")["p"][0]
+    assert back.depth == 3 and back.names == ("a", 1)
+    assert back.thresholds.dtype == np.float32 and back.thresholds.flags.f_contiguous
+    assert np.array_equal(back.thresholds, value.thresholds)
+    with pytest.raises(ModelFileError, match="kind"):
+        model_format.loads(model_format.dumps(value, "t"), "other kind")
+
+
+def test_values_keep_their_exact_types_and_bits():
+    from forgetting.io import model_format
+
+    value = {
+        1: (np.float64(0.1), 0.1, float("nan"), float("-inf"), np.int32(-3), True, None),
+        "s": [b"\x00\xff", np.array(["ab", "c"]), np.array([1.5, np.nan], dtype=">f8")],
+        "o": np.array(["x", 3], dtype=object),
+    }
+    back = model_format.loads(model_format.dumps(value, "t"), "t")
+    first = back[1]
+    assert type(first[0]) is np.float64 and first[0] == value[1][0]
+    assert type(first[1]) is float and np.isnan(first[2]) and first[3] == float("-inf")
+    assert type(first[4]) is np.int32 and first[5] is True and first[6] is None
+    assert back["s"][0] == b"\x00\xff" and back["s"][1].dtype == np.dtype("<U2")
+    assert back["s"][2].dtype == np.dtype(">f8")
+    assert back["s"][2].tobytes() == value["s"][2].tobytes()
+    assert back["o"].dtype == object and back["o"].tolist() == ["x", 3]

@@ -17,6 +17,7 @@ from conftest import FAST, classification_data, regression_data, schema_ids
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting.store import DurableModel
+from forgetting.store.errors import StoreError
 
 BG = {**FAST, "rebuild": "background"}
 
@@ -269,3 +270,114 @@ def test_sigkill_of_the_server_loses_no_acknowledged_change(tmp_path, backend):
         trials += 1
     assert trials >= min(n_trials, 10), f"only {trials} trials ran in the time bound"
     assert mid_stream >= trials // 5, f"only {mid_stream}/{trials} kills landed mid-stream"
+
+
+# -- labels, keys, names, read-only opens --------------------------------------------------
+@pytest.mark.parametrize("mode", ["exact", "label"])
+def test_string_labels_through_the_store(db, mode):
+    """String classes survive the store; an unlabeled row is never stored as a class (such
+    as the string '-1'), and a forget that empties a class refits and rewrites the store."""
+    X, y = classification_data(k=3)
+    labels = np.array(["ant", "bee", "cow"], dtype=object)[y]
+    if mode == "label":
+        labels = labels.astype("<U3")
+    ids = _ids(len(y))
+    model = DurableModel.create(db, QSSClassifier(**FAST, mode=mode), X, labels, ids)
+    model.forget(ids[:5])
+    model.insert(X[:2], labels[:2], ["n-1", "n-2"])
+    cows = [i for i, lab in zip(ids, labels, strict=True) if lab == "cow" and i not in ids[:5]]
+    cows += [f"n-{j + 1}" for j in range(2) if labels[j] == "cow"]
+    model.forget(cows)  # the last "cow" rows: a fit without them has two classes
+    assert model.classes == ["ant", "bee"] or mode == "label"
+    digest = model.state_digest()
+    model.close()
+    with DurableModel.open(db) as reopened:
+        reopened.wait_for_rebuilds()
+        assert reopened.state_digest() == digest
+        assert "-1" not in reopened.classes and -1 not in reopened.classes
+        assert set(reopened.predict(X)) <= {"ant", "bee", "cow"}
+        assert reopened.verify()["ok"]
+
+
+def test_label_mode_forget_retries_return_the_stored_receipt(db):
+    X, y = classification_data()
+    ids = _ids(len(y))
+    model = DurableModel.create(db, QSSClassifier(**FAST, mode="label"), X, y, ids)
+    first = model.forget(ids[7:9])
+    again = model.forget(ids[7:9])
+    assert again["already_forgotten"] and again["id_hashes"] == first["id_hashes"]
+    partly = model.forget([ids[8], ids[9]])  # one done, one new: only the new one is forgotten
+    assert partly["n_rows"] == 1 and partly["already_forgotten_ids"] == 1
+    erased = model.forget([ids[7]], erase_inputs=True)  # erasing inputs is a new operation
+    assert erased["scope"] == "instance"
+    model.close()
+
+
+def test_a_secret_key_is_not_stored_unless_asked(db, tmp_path):
+    X, y = classification_data()
+    key = "store-secret-key-0123456789abcdef"
+    model = DurableModel.create(db, QSSClassifier(**FAST, secret_key=key), X, y, _ids(len(y)))
+    assert not model.key_is_derived
+    digest = model.state_digest()
+    model.close()
+    if not db.startswith("postgresql://"):
+        assert key.encode() not in Path(db).read_bytes()
+    with pytest.raises(ValueError, match="secret key"):
+        DurableModel.open(db)
+    with pytest.raises(ValueError, match="does not match"):
+        DurableModel.open(db, secret_key="wrong")
+    with DurableModel.open(db, secret_key=key) as reopened:
+        assert reopened.state_digest() == digest
+    kept = DurableModel.create(
+        db, QSSClassifier(**FAST, secret_key=key), X, y, _ids(len(y)), overwrite=True,
+        store_key=True,
+    )  # fmt: skip
+    kept.close()
+    with DurableModel.open(db) as reopened:  # the key came from the store, as asked
+        assert reopened.state_digest() == digest
+
+
+def test_feature_names_are_recorded(db):
+    X, y = classification_data(d=4)
+    model = DurableModel.create(
+        db, QSSClassifier(**FAST), X, y, _ids(len(y)), feature_names=["a", "b", "c", "d"]
+    )
+    assert model.feature_names == ["a", "b", "c", "d"] and model.key_is_derived
+    model.close()
+    with DurableModel.open(db, read_only=True) as reopened:
+        assert reopened.feature_names == ["a", "b", "c", "d"]
+        assert reopened.stats()["feature_names"] == ["a", "b", "c", "d"]
+    with pytest.raises(ValueError, match="feature names"):
+        DurableModel.create(
+            db, QSSClassifier(**FAST), X, y, _ids(len(y)), feature_names=["a"], overwrite=True
+        )
+
+
+def test_feature_names_default_to_the_dataframe_columns(sqlite_db):
+    pd = pytest.importorskip("pandas")
+    X, y = classification_data(d=5)
+    frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(5)])
+    with DurableModel.create(sqlite_db, QSSClassifier(**FAST), frame, y) as model:
+        assert model.feature_names == [f"x{j}" for j in range(5)]
+
+
+def test_a_read_only_open_sees_receipts_and_refuses_writes(db):
+    X, y = classification_data()
+    ids = _ids(len(y))
+    model = DurableModel.create(db, QSSClassifier(**FAST), X, y, ids)
+    receipt = model.forget(ids[:1])
+    with DurableModel.open(db, read_only=True) as reader:  # beside the running writer
+        assert reader.receipt(receipt["id_hashes"][0])["operation"] == "forget"
+        assert reader.read_only and reader.stats()["read_only"]
+        with pytest.raises(StoreError, match="read-only"):
+            reader.forget(ids[1:2])
+    model.close()
+
+
+def test_a_fit_that_fails_leaves_no_store(tmp_path):
+    X, y = classification_data()
+    path = tmp_path / "model.db"
+    with pytest.raises(ValueError):
+        DurableModel.create(str(path), QSSClassifier(**FAST), X, y[:-1])
+    assert not path.exists()
+    assert [p.name for p in tmp_path.iterdir()] in ([], ["model.db.lock"])
