@@ -34,6 +34,7 @@ from .instance import (
     schema_rows,
 )
 from .labels import unlabeled_value
+from .privacy import PrivacyLedger, public_state_digest
 from .receipts import Receipt
 from .rows import RowStore
 from .schema import SchemaConfig
@@ -56,10 +57,17 @@ class EngineConfig:
     random_state: int
     public_params: str
     """Canonical JSON of the estimator parameters that define the state (no secrets)."""
+    epsilon: float | None = None
+    delta: float | None = None
+    """mode="dp": the (ε, δ) of each release (see forgetting.privacy)."""
 
     @property
     def label_mode(self) -> bool:
         return self.mode == "label"
+
+    @property
+    def private(self) -> bool:
+        return self.mode == "dp"
 
 
 class RebuildError(RuntimeError):
@@ -78,6 +86,16 @@ class QSSEngine:
         self._generation = [0] * p
         self._threads: list[threading.Thread | None] = [None] * p
         self._errors: list[BaseException | None] = [None] * p
+        self.privacy: PrivacyLedger | None = None
+        """mode="dp": the calibrated mechanism and the record of releases."""
+        if config.private:
+            self.privacy = PrivacyLedger(
+                config.epsilon,
+                config.delta,
+                task=config.schema.task,
+                n_instances=p,
+                clip=config.schema.residual_clip,
+            )
         self.rebuild_seconds: list[float] = []
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -219,15 +237,33 @@ class QSSEngine:
                 if self.instances[instance] is None:
                     raise RuntimeError(f"instance {instance} is rebuilding")
                 serving = [self.instances[instance]]
-            parts = [
-                (inst.schema, inst.content_for(self.config.alpha, self.config.shrinkage))
-                for inst in serving
-            ]
+            parts = [(inst.schema, self._content(inst)) for inst in serving]
         total = None
         for schema, content in parts:
             out = _instance_outputs(schema, content, X)
             total = out if total is None else total + out
         return total / len(parts)
+
+    def _content(self, inst: Instance):
+        """The instance's served content; in mode="dp" materialized from noised fold sums."""
+        if self.privacy is None:
+            return inst.content_for(self.config.alpha, self.config.shrinkage)
+        r = self.instances.index(inst)
+        ledger, key = self.privacy, self._key
+
+        def privatize(acc):
+            noisy = acc.copy()
+            noisy.sums = ledger.noisy_fixed_point(
+                acc.sums,
+                acc.scale_bits,
+                key=key,
+                state_digest=inst.digest(),
+                instance=r,
+                counts=acc.counts,
+            )
+            return noisy
+
+        return inst.content_for(self.config.alpha, self.config.shrinkage, privatize)
 
     # -- forget --------------------------------------------------------------------------
     def forget(self, ids: Sequence, id_bytes: Sequence[bytes], erase_inputs: bool) -> Receipt:
@@ -249,6 +285,8 @@ class QSSEngine:
                 self.rows.unlabel(pos, id_bytes)
             else:
                 self.rows.remove(pos)
+            if self.privacy is not None:
+                self.privacy.record_forgotten(self._key, id_bytes)
             self._start_rebuilds(hit)
             return self.receipt(
                 "forget", "label" if label_only else "instance", id_bytes, hit, started
@@ -293,6 +331,8 @@ class QSSEngine:
     def insert(self, ids, id_bytes, X, targets) -> Receipt:
         started = time.perf_counter()
         with self._lock:
+            if self.privacy is not None:
+                self.privacy.check_insert(self._key, id_bytes)
             draws = self._draws(id_bytes)
             pos = self.rows.append(ids, id_bytes, X, targets, draws)
             hit = self._hits(pos, pool_changes=False)
@@ -435,6 +475,9 @@ class QSSEngine:
             h.update(self.rows.multiset_hash.to_bytes(32, "little"))
             for inst in self.instances:
                 h.update(b"invalid" if inst is None else inst.digest())
+            if self.privacy is not None:
+                # The plain digest is an unkeyed function of the labels: publish a keyed one.
+                return public_state_digest(self._key, h.hexdigest())
             return h.hexdigest()
 
     def audit_content(self) -> bool:
@@ -520,7 +563,8 @@ class QSSEngine:
                 out.append(
                     InstanceSnapshot(inst.schema, contrib.codes.copy(), contrib.residuals.copy())
                 )
-            return EngineSnapshot(rows.snapshot(pos), out)
+            privacy = None if self.privacy is None else self.privacy.to_dict()
+            return EngineSnapshot(rows.snapshot(pos), out, privacy)
 
     @classmethod
     def from_snapshot(cls, config: EngineConfig, key: bytes, snapshot: EngineSnapshot) -> QSSEngine:
@@ -551,6 +595,8 @@ class QSSEngine:
                 inst.add_rows(contrib, store.folds(labeled))
                 engine.instances[r] = inst
                 store.set_instance_rows(r, labeled, contrib)
+            if snapshot.privacy is not None:
+                engine.privacy = PrivacyLedger.from_dict(snapshot.privacy)
             engine._start_rebuilds(missing)
         return engine
 

@@ -33,6 +33,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 from .ensemble import EngineConfig, QSSEngine, canonical_params
 from .ids import normalize_ids
 from .labels import UNLABELED, is_labeled
+from .privacy import PrivacyReport, check_privacy_params
 from .receipts import Receipt
 from .schema import SchemaConfig
 from .schema.membership import derive_key, id_bytes, key_fingerprint
@@ -56,7 +57,7 @@ class _QSSBase(BaseEstimator):
     _task: str
 
     _parameter_constraints: dict = {
-        "mode": [StrOptions({"exact", "label"})],
+        "mode": [StrOptions({"exact", "label", "dp"})],
         "rho": [Interval(Real, 0.0, 1.0, closed="right")],
         "n_instances": [Interval(Integral, 1, None, closed="left")],
         "min_schema_rows": [StrOptions({"auto"}), Interval(Integral, 0, None, closed="left")],
@@ -70,6 +71,9 @@ class _QSSBase(BaseEstimator):
         "random_state": [Interval(Integral, None, None, closed="neither")],
         "secret_key": [None, bytes, str],
         "encoder": "no_validation",  # checked in _check_params: None or a learned encoder
+        "epsilon": [None, Interval(Real, 0.0, None, closed="neither")],
+        "delta": [None, Interval(Real, 0.0, 1.0, closed="neither")],
+        "clip": [None, Interval(Real, 0.0, None, closed="neither")],
     }
 
     def __init__(
@@ -89,6 +93,9 @@ class _QSSBase(BaseEstimator):
         random_state: int = 0,
         secret_key: bytes | str | None = None,
         encoder: Any = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        clip: float | None = None,
     ):
         self.mode = mode
         self.rho = rho
@@ -104,6 +111,9 @@ class _QSSBase(BaseEstimator):
         self.random_state = random_state
         self.secret_key = secret_key
         self.encoder = encoder
+        self.epsilon = epsilon
+        self.delta = delta
+        self.clip = clip
 
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:
         """The usual repr, with ``secret_key`` masked: the key must never reach a log.
@@ -146,6 +156,16 @@ class _QSSBase(BaseEstimator):
             value = getattr(self, name)
             if value != "auto" and not np.isfinite(value):
                 raise ValueError(f"{name} must be 'auto' or a finite number ≥ 0, got {value!r}")
+        if self.mode == "dp":
+            check_privacy_params(
+                self.epsilon,
+                self.delta,
+                task=self._task,
+                clip=self.clip,
+                secret_key=self.secret_key,
+            )
+        elif any(v is not None for v in (self.epsilon, self.delta, self.clip)):
+            raise ValueError("epsilon, delta and clip apply to mode='dp' only")
         if self.encoder is not None and not getattr(self.encoder, "learned", False):
             raise ValueError(
                 "encoder must be a learned encoder (learned=True), trained on D° per instance; "
@@ -197,6 +217,7 @@ class _QSSBase(BaseEstimator):
             lda=self.lda,
             base_model=self.base_model,
             encoder=self.encoder,
+            residual_clip=None if self.clip is None else float(self.clip),
         )
         return EngineConfig(
             schema=schema,
@@ -207,6 +228,8 @@ class _QSSBase(BaseEstimator):
             rebuild=self.rebuild,
             random_state=int(self.random_state),
             public_params=canonical_params({**params, "task": self._task, "n_outputs": n_outputs}),
+            epsilon=None if self.epsilon is None else float(self.epsilon),
+            delta=None if self.delta is None else float(self.delta),
         )
 
     # -- the unlearning surface ----------------------------------------------------------
@@ -307,6 +330,17 @@ class _QSSBase(BaseEstimator):
         check_is_fitted(self)
         return self.engine_.effective_rho()
 
+    @property
+    def privacy_(self) -> PrivacyReport:
+        """mode="dp": ε, δ, σ, sensitivity, the number of distinct releases so far and the
+        ε they compose to (see docs/privacy.md). Each release is (ε, δ)-label-DP on its own;
+        a stream of releases around deletions composes."""
+        check_is_fitted(self)
+        ledger = self.engine_.privacy
+        if ledger is None:
+            raise AttributeError("privacy_ is defined for mode='dp' only")
+        return ledger.report()
+
     def _outputs(self, X: Any, instance: int | None = None) -> np.ndarray:
         X = self._check_X(X)
         return self.engine_.predict_outputs(X, instance)
@@ -370,9 +404,12 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
 
     Parameters
     ----------
-    mode : {"exact", "label"}
+    mode : {"exact", "label", "dp"}
         "exact" (QSS-E): the whole schema depends on D° only, ``forget`` erases rows exactly.
         "label" (QSS-L): the codebook is trained on all inputs; ``forget`` erases labels.
+        "dp" (QSS-DP): exact mode whose released statistics carry keyed Gaussian noise for
+        (``epsilon``, ``delta``)-label-DP of the rows outside D°; needs ``secret_key``.
+        Still exact: ``forget`` equals a refit bit for bit (docs/privacy.md).
     rho : float
         Fraction of rows (by keyed hash) in each instance's schema subset D°.
     n_instances : int
@@ -404,6 +441,12 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         :class:`forgetting.encoders.LightGBMLeafContrib`). It is part of the schema: each
         instance trains its own copy on D° only and retrains it on rebuild, so exactness
         holds. Frozen encoders (identity, MiniLM) are applied to ``X`` before ``fit``.
+    epsilon, delta : float or None
+        mode="dp": the privacy of each release (ε > 0, 0 < δ < 1); ``privacy_`` reports it
+        and its composition over releases.
+    clip : float or None
+        mode="dp", regressor only: residuals (in D°-standardized units) are clipped to ±clip,
+        which bounds one label's influence.
 
     Examples
     --------

@@ -21,6 +21,7 @@ from .content.accumulators import (
 from .content.fingerprint import MODULUS, Contributions, multiset_sum
 from .content.materialize import Content, build_content
 from .labels import is_labeled
+from .privacy import clip_residuals
 from .schema import Schema, SchemaConfig, train_schema
 from .schema.membership import MembershipRule
 
@@ -71,10 +72,15 @@ class Instance:
         """Schema digest and content fingerprint together."""
         return self.schema_digest + self.content_hash.to_bytes(32, "little")
 
-    def content_for(self, alpha, shrinkage) -> Content:
-        """The materialized content, computed once per change of the statistics."""
+    def content_for(self, alpha, shrinkage, privatize=None) -> Content:
+        """The materialized content, computed once per change of the statistics.
+
+        ``privatize`` (mode="dp") maps the exact accumulators to a noised copy that is
+        materialized instead; the live integers stay exact so deletions keep subtracting.
+        """
         if self.content is None:
-            self.content = build_content(self.accumulators, alpha, shrinkage)
+            acc = self.accumulators if privatize is None else privatize(self.accumulators)
+            self.content = build_content(acc, alpha, shrinkage)
         return self.content
 
 
@@ -95,7 +101,10 @@ def contributions_for(
     else:
         target = ((np.asarray(targets, np.float64) - base.y_mean) / base.y_scale)[:, None]
         scale_bits = REGRESSION_SCALE_BITS
-    return Contributions.of(row_hashes, codes, quantize_residuals(target - g, scale_bits))
+    residuals = target - g
+    if schema.residual_clip is not None:
+        residuals = clip_residuals(residuals, schema.residual_clip)
+    return Contributions.of(row_hashes, codes, quantize_residuals(residuals, scale_bits))
 
 
 def schema_rows(data: RowData, instance: int, rule: MembershipRule, label_mode: bool):

@@ -53,6 +53,8 @@ class EngineSnapshot:
     rows: RowsSnapshot
     instances: list[InstanceSnapshot | None]
     """One entry per instance; None = the instance is rebuilt on restore."""
+    privacy: dict[str, Any] | None = None
+    """mode="dp": the privacy ledger (``PrivacyLedger.to_dict()``: plain JSON types)."""
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ class SchemaConfig:
     encoder: Any = None
     """A *learned* encoder f (``fit(X, y, seed)``, ``transform(X)``), trained on D° only, or
     None for features used as given."""
+    residual_clip: float | None = None
+    """mode="dp", regression: residuals (in D°-standardized units) are clipped to ±this."""
 
     @property
     def membership(self) -> MembershipRule:
@@ -51,6 +53,8 @@ class Schema:
     codebook: Codebook
     n_schema_rows: int
     encoder: Any = None
+    residual_clip: float | None = None
+    """Regression residuals are clipped to ±this before quantization (mode="dp")."""
 
     def features(self, X: np.ndarray) -> np.ndarray:
         """φ(f(x)) for raw rows, in canonical blocks (row-wise bits never depend on the batch)."""
@@ -76,6 +80,8 @@ class Schema:
         _hash_value(h, self.base_model)
         _hash_value(h, self.codebook.centroids)
         h.update(str(self.n_schema_rows).encode())
+        if self.residual_clip is not None:
+            h.update(repr(("residual_clip", float(self.residual_clip))).encode())
         return h.digest()
 
 
@@ -146,5 +152,10 @@ def train_schema(
     n_levels = config.n_levels or choose_n_levels(n_centroids)
     codebook = train_codebook(Z_codebook, n_levels, n_centroids, seed)
     return Schema(
-        preprocessor=pre, base_model=g, codebook=codebook, n_schema_rows=n_schema, encoder=encoder
+        preprocessor=pre,
+        base_model=g,
+        codebook=codebook,
+        n_schema_rows=n_schema,
+        encoder=encoder,
+        residual_clip=config.residual_clip,
     )

@@ -1,0 +1,95 @@
+"""mode="dp" on the estimators: exact under forget, releases accounted, bad settings refused.
+
+The mechanism itself (calibration against dp-accounting, noise determinism and neighbour
+independence, the sensitivity bound) is tested in tests/test_privacy.py.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from conftest import classification_data, regression_data
+
+from forgetting import QSSClassifier, QSSRegressor
+
+KEY = b"a secret of at least sixteen bytes"
+DP = dict(mode="dp", epsilon=2.0, delta=1e-5, secret_key=KEY, rho=0.25, rebuild="sync")
+
+
+def _refit_equal(cls, params, X, y, ids, gone):
+    model = cls(**params).fit(X, y, ids)
+    model.predict(X)
+    model.forget(gone)
+    keep = [i for i, row_id in enumerate(ids) if row_id not in set(gone)]
+    refit = cls(**params).fit(X[keep], y[keep], [ids[i] for i in keep])
+    out = model.predict_proba(X) if hasattr(model, "predict_proba") else model.predict(X)
+    ref = refit.predict_proba(X) if hasattr(refit, "predict_proba") else refit.predict(X)
+    assert np.array_equal(out, ref)
+    assert model.state_digest() == refit.state_digest()
+    return model
+
+
+def test_classifier_forget_equals_refit_bitwise():
+    X, y = classification_data()
+    ids = list(range(len(y)))
+    model = _refit_equal(QSSClassifier, DP, X, y, ids, [3, 7, 11])
+    report = model.privacy_
+    assert report.epsilon == 2.0 and report.delta == 1e-5 and report.sigma > 0
+    # Two model states were served (before and after the forget), p = 3 instances each.
+    assert report.n_releases == 6
+    assert report.composed_epsilon > report.epsilon
+
+
+def test_regressor_needs_a_clip_and_forget_equals_refit():
+    X, y = regression_data()
+    with pytest.raises(ValueError, match="clip"):
+        QSSRegressor(**DP).fit(X, y)
+    _refit_equal(QSSRegressor, {**DP, "clip": 3.0}, X, y, list(range(len(y))), [0, 5])
+
+
+def test_noise_is_fresh_for_each_state():
+    """The released means move by far more than one row's exact contribution: the noise of
+    the state after a deletion is not the noise of the state before."""
+    X, y = classification_data()
+    model = QSSClassifier(**DP).fit(X, y)
+    exact = QSSClassifier(**{**DP, "mode": "exact", "epsilon": None, "delta": None}).fit(X, y)
+    before = model.predict_proba(X) - exact.predict_proba(X)
+    victim = next(i for i in range(len(y)) if not model.forget([i]).rebuild_started)
+    exact.forget([victim])
+    after = model.predict_proba(X) - exact.predict_proba(X)
+    assert not np.allclose(before, after, atol=1e-3)
+
+
+def test_forgotten_ids_cannot_be_reinserted_and_state_survives_pickle():
+    X, y = classification_data()
+    model = QSSClassifier(**DP).fit(X, y)
+    model.forget([4])
+    with pytest.raises(ValueError, match="forgotten earlier"):
+        model.insert(X[4:5], y[4:5], [4])
+    twin = pickle.loads(pickle.dumps(model))
+    assert np.array_equal(twin.predict_proba(X), model.predict_proba(X))
+    assert twin.privacy_.n_releases == model.privacy_.n_releases
+    with pytest.raises(ValueError, match="forgotten earlier"):
+        twin.insert(X[4:5], y[4:5], [4])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"epsilon": 0.0},
+        {"epsilon": -1.0},
+        {"delta": 0.0},
+        {"delta": 1.5},
+        {"secret_key": None},
+        {"clip": 1.0},  # a classifier's residuals are bounded already
+        {"mode": "exact"},  # epsilon/delta without mode="dp"
+    ],
+)
+def test_impossible_settings_are_refused_before_fitting(bad):
+    X, y = classification_data()
+    model = QSSClassifier(**{**DP, **bad})
+    with pytest.raises(ValueError):
+        model.fit(X, y)
+    assert not hasattr(model, "engine_")
