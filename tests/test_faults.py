@@ -579,9 +579,22 @@ def _crash_child(location: str, op: str, point: str, ack: str) -> None:
         model.insert(X[:3], y[:3], ["new-a", "new-b", "new-c"])
         acknowledge("insert")
     else:
+        import threading
+
+        from forgetting import ensemble
+
+        release = threading.Event()
+        build = ensemble.build_instance
+
+        def gated(*args, **kwargs):  # the rebuild waits until the kill point is armed
+            release.wait(timeout=60)
+            return build(*args, **kwargs)
+
+        ensemble.build_instance = gated
         model.forget(schema_ids(model.estimator, 0)[:1])  # starts a background rebuild
         acknowledge("forget")
         _arm(point)  # armed after the forget: the kill lands in the rebuild's persistence
+        release.set()
         model.wait_for_rebuilds()
         acknowledge("rebuild")
     model.close()

@@ -116,6 +116,12 @@ def store_error(location: str, err: BaseException, doing: str) -> StoreError:
     return StoreError(f"{where}: {doing} failed ({text}); nothing was acknowledged, retry")
 
 
+def _application_name() -> str:
+    """Who we are, for another writer's StoreBusy message (PostgreSQL keeps 63 bytes)."""
+    args = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv[:3]))
+    return f"forgetting pid {os.getpid()}: {args}"[:63]
+
+
 class _FileLock:
     """An exclusive ``flock`` on ``<db>.lock`` (released by the kernel if the process dies).
 
@@ -226,7 +232,7 @@ class SQLStore:
                 self.location,
                 autocommit=False,
                 options=options,
-                application_name=f"forgetting pid {os.getpid()}",
+                application_name=_application_name(),
             )
             if not self.read_only:
                 self._take_advisory_lock(psycopg)
@@ -242,9 +248,7 @@ class SQLStore:
 
     def _take_advisory_lock(self, psycopg) -> None:
         """A session-level advisory lock on its own autocommit connection (held until close)."""
-        conn = psycopg.connect(
-            self.location, autocommit=True, application_name=f"forgetting pid {os.getpid()}"
-        )
+        conn = psycopg.connect(self.location, autocommit=True, application_name=_application_name())
         self._pg_lock_conn = conn
         with conn.cursor() as cur:
             key = self._advisory_key(cur)
@@ -255,7 +259,7 @@ class SQLStore:
                 "SELECT a.pid, a.application_name, a.client_addr FROM pg_locks l "
                 "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
                 "AND l.granted AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
-                (key & 0xFFFFFFFFFFFFFFFF,),
+                (key,),  # the shift wraps into the same signed bigint
             )
             found = cur.fetchone()
         holder = "unknown session" if found is None else f"backend {found[0]}: {found[1]}"
