@@ -1,0 +1,191 @@
+"""The store commands: ``fit`` writes a new store; ``predict``, ``inspect`` and ``verify`` read
+one (read-only); ``forget`` and ``insert`` change one (the store's one writer for the moment).
+
+Each ``cmd_*`` takes the parsed arguments and returns the exit code; it reads its inputs through
+:mod:`.inputs`, calls :class:`~forgetting.store.durable.DurableModel` and prints through
+:mod:`.render`. Failures are raised, never printed here: :func:`.errors.run_command` turns them
+into one line and an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..io import tables
+from .errors import is_dsn, redact, usage
+from .estimator import ESTIMATOR_OPTIONS, estimator_class
+from .inputs import durable_class, fit_features, model_features, open_store, read_ids_arg
+from .inputs import secret_key as read_secret_key
+from .render import note, print_json, progress, render_stats, report_receipt
+
+#: Rows per predict call: bounded memory and a progress bar that moves.
+PREDICT_CHUNK = 4096
+
+
+def derived_key_warning(random_state: Any) -> str:
+    """What a store fitted without ``--secret-key-file`` exposes, and what to do about it."""
+    return (
+        "warning: no --secret-key-file, so the D° membership key is derived from "
+        f"random_state={random_state!r}, which is not secret: anyone can tell which ids fall "
+        "in D° (and aim deletions at them to force rebuilds) and compute any id's receipt "
+        "hash (so open receipt reads reveal whether and when it was forgotten); pass "
+        "--secret-key-file FILE in production"
+    )
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    estimator_cls = estimator_class(args.task)
+    params = {name: getattr(args, name) for name in ESTIMATOR_OPTIONS if hasattr(args, name)}
+    key = read_secret_key(args)
+    if key is not None:
+        params["secret_key"] = key
+    elif args.store_key:
+        raise usage("--store-key stores the key of --secret-key-file: give that file too")
+    if not is_dsn(args.store) and Path(args.store).exists() and not args.overwrite:
+        raise usage(f"{args.store!r} exists: pass --overwrite to replace it, or another --store")
+    table = tables.read_table(args.data)
+    ids = tables.id_column(table, args.id_col, id_type=args.id_type)
+    y = tables.label_column(table, args.label_col, task=args.task)
+    features = fit_features(args, table)
+    tables.check_rows(table, ids=ids, labels=y, features=features.matrix)
+    if features.skipped:
+        note(
+            f"left out column(s) with no numbers in them: {', '.join(features.skipped)} "
+            "(name the features with --feature-cols, or embed text with --text-col)"
+        )
+    estimator = estimator_cls(**params)
+    if key is None:
+        print(derived_key_warning(estimator.get_params()["random_state"]), file=sys.stderr)
+    X = features.matrix
+    shown = (
+        ", ".join(features.columns)
+        if len(features.columns) <= 8
+        else (f"{len(features.columns)} columns")
+    )
+    print(
+        f"fitting {estimator_cls.__name__} on {X.shape[0]} rows x {X.shape[1]} features "
+        f"from {shown} ...",
+        file=sys.stderr,
+    )
+    started = time.perf_counter()
+    store = durable_class().create(
+        args.store,
+        estimator,
+        X,
+        y,
+        ids,
+        overwrite=args.overwrite,
+        store_key=args.store_key,
+        feature_names=features.names,
+    )
+    with store as model:
+        stats = model.stats()
+    print(
+        f"wrote {redact(args.store)}: {stats.get('n_rows')} rows, "
+        f"{len(stats.get('instances', []))} instances, in {time.perf_counter() - started:.2f} s"
+    )
+    print(f"feature columns: {','.join(features.columns)}")
+    print(f"state digest: {stats.get('state_digest')}")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    table = tables.read_table(args.data)
+    ids = tables.id_column(table, args.id_col, id_type=args.id_type, required=False)
+    with open_store(args, read_only=True) as model:
+        X = model_features(args, table, model)
+        tables.check_rows(table, ids=ids, features=X)
+        classification = model.task == "classification"
+        labels, probas = [], []
+        for start in progress(range(0, len(X), PREDICT_CHUNK), desc="predicting", unit="chunk"):
+            chunk = X[start : start + PREDICT_CHUNK]
+            labels.append(np.asarray(model.predict(chunk)))
+            if classification and not args.no_proba:
+                probas.append(np.asarray(model.predict_proba(chunk)))
+        classes = model.classes
+    predictions = np.concatenate(labels) if labels else np.empty(0)
+    header = (["id"] if ids is not None else []) + ["prediction"]
+    if probas:
+        header += [f"proba_{c}" for c in classes or []]
+    out_handle = open(args.out, "w", newline="") if args.out else sys.stdout  # noqa: SIM115
+    try:
+        writer = csv.writer(out_handle)
+        writer.writerow(header)
+        proba = np.concatenate(probas) if probas else None
+        for i, label in enumerate(predictions.tolist()):
+            row = ([ids[i]] if ids is not None else []) + [label]
+            if proba is not None:
+                row += [repr(float(p)) for p in proba[i]]
+            writer.writerow(row)
+    finally:
+        if args.out:
+            out_handle.close()
+    if args.out:
+        print(f"wrote {len(predictions)} predictions to {args.out}", file=sys.stderr)
+    return 0
+
+
+def settle(model: Any, no_wait: bool) -> None:
+    """Let background rebuilds land and reach the store before the process exits.
+
+    The change itself is already durable; a rebuild that dies with the process would only be
+    redone by the next ``open``, so waiting here makes the next command fast.
+    """
+    if no_wait:
+        return
+    if model.stats().get("pending_rebuilds"):
+        print("waiting for background rebuilds to land in the store ...", file=sys.stderr)
+    model.wait_for_rebuilds()
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    ids = read_ids_arg(args)
+    with open_store(args, read_only=False) as model:
+        receipt = model.forget(ids, erase_inputs=args.erase_inputs)
+        settle(model, args.no_wait)
+    report_receipt(receipt, args.json)
+    return 0
+
+
+def cmd_insert(args: argparse.Namespace) -> int:
+    table = tables.read_table(args.data)
+    ids = tables.id_column(table, args.id_col, id_type=args.id_type)
+    with open_store(args, read_only=False) as model:
+        y = tables.label_column(table, args.label_col, task=model.task)
+        X = model_features(args, table, model)
+        tables.check_rows(table, ids=ids, labels=y, features=X)
+        receipt = model.insert(X, y, ids)
+        settle(model, args.no_wait)
+    report_receipt(receipt, args.json)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    with open_store(args, read_only=True) as model:
+        stats = model.stats()
+    if args.json:
+        print_json(stats)
+    else:
+        print(render_stats(stats, args.store))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    with open_store(args, read_only=True) as model:
+        print("refitting from the stored rows to compare digests ...", file=sys.stderr)
+        result = model.verify()
+    if args.json:
+        print_json(result)
+    else:
+        verdict = "OK: identical" if result["ok"] else "MISMATCH"
+        print(f"{verdict} ({result.get('seconds', float('nan')):.2f} s)")
+        print(f"  state digest: {result['state_digest']}")
+        print(f"  refit digest: {result['refit_digest']}")
+    return 0 if result["ok"] else 1

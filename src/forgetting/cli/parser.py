@@ -1,0 +1,367 @@
+"""The argparse tree of ``forgetting``: every command, option and help text.
+
+Only definitions live here: each command's ``func`` is in :mod:`.commands` or :mod:`.serve`,
+and ``bench``/``audit`` are listed for ``forgetting --help`` but parsed by their own modules
+(:mod:`.plugins`). Estimator options default to ``argparse.SUPPRESS`` so that an option left
+out is not passed and the estimator's own default applies; the help shows that default, read
+from the estimator (:func:`.estimator.estimator_defaults`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..io import tables
+from .commands import cmd_fit, cmd_forget, cmd_insert, cmd_inspect, cmd_predict, cmd_verify
+from .estimator import estimator_defaults
+from .plugins import available_audits, available_benchmarks
+from .serve import cmd_serve
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value} must be in (0, 1]")
+    return value
+
+
+_NO_WAIT_HELP = (
+    "exit as soon as the change is committed, without waiting for background rebuilds to "
+    "land (the next command that opens the store then redoes them)"
+)
+_STORE_HELP = "the store: a SQLite file path, or a postgresql://user:pass@host/db DSN"
+_KEY_HELP = (
+    "file holding the secret membership key, if the store was fitted with one and does not "
+    "keep it (see `fit --store-key`)"
+)
+_ID_TYPE_HELP = (
+    "how id text becomes ids, always exactly as written (never stripped): auto (default) "
+    "makes a canonical decimal integer (42, -7; not 042) an integer id and anything else a "
+    "string id; str makes every id a string (to reach the string id '42'); int requires "
+    "integers. Typed Parquet/NPZ id columns keep their type under auto"
+)
+
+
+def _add_store(parser: argparse.ArgumentParser, *, key: bool = True) -> None:
+    parser.add_argument("--store", required=True, metavar="PATH_OR_DSN", help=_STORE_HELP)
+    if key:
+        parser.add_argument("--secret-key-file", metavar="FILE", help=_KEY_HELP)
+
+
+def _add_columns(
+    parser: argparse.ArgumentParser,
+    id_help: str,
+    label_help: str = "column of labels/targets (default: label; NPZ: y)",
+    feature_help: str = "feature columns, comma separated (default: every column but the id "
+    "and label ones, leaving out columns with no number in them; NPZ: the 2-D array X). "
+    "A feature column's cells must all be finite numbers",
+    text_help: str = "a text column to embed with all-MiniLM-L6-v2 instead of numeric "
+    "features (needs pip install 'forgetting[text]')",
+) -> None:
+    group = parser.add_argument_group(
+        "columns",
+        "CSV/TSV (header row), Parquet or NPZ. In an NPZ the 'columns' are its arrays: the "
+        "features may be one 2-D array (default X), labels default to y, ids to ids. An empty "
+        "or non-numeric cell in a feature column is an error naming its line and column.",
+    )
+    group.add_argument("--data", required=True, metavar="FILE", help="the data file")
+    group.add_argument("--id-col", metavar="NAME", help=id_help)
+    group.add_argument("--id-type", choices=tables.ID_TYPES, default="auto", help=_ID_TYPE_HELP)
+    group.add_argument("--label-col", metavar="NAME", help=label_help)
+    group.add_argument("--feature-cols", metavar="A,B,...", help=feature_help)
+    group.add_argument("--text-col", metavar="NAME", help=text_help)
+
+
+_BY_NAME = (
+    "default: the columns recorded at fit, selected by name (column order does not matter; "
+    "a missing one is an error; columns the model does not use are ignored and listed). "
+    "If given, it must name the recorded columns"
+)
+
+
+def _add_fit(sub: Any) -> None:
+    defaults = estimator_defaults()
+    fit = sub.add_parser(
+        "fit",
+        help="fit a model on a data file and write a new store",
+        description="Fit a QSS classifier or regressor on a CSV, Parquet or NPZ file and write "
+        "it to a new store, recording the names of the feature columns (predict and insert "
+        "select them by name). Every row needs a stable id (--id-col): forget addresses rows "
+        "by it. Estimator options left out take the estimator's own defaults (shown below). "
+        "Without --secret-key-file a warning says what a derived key exposes.",
+    )
+    _add_columns(fit, id_help="column of unique row ids (default: id; NPZ: ids)")
+    _add_store(fit, key=False)
+    fit.add_argument("--overwrite", action="store_true", help="replace an existing store file")
+    est = fit.add_argument_group("estimator (defaults: the estimator's own)")
+    est.add_argument(
+        "--task",
+        choices=("classification", "regression"),
+        default="classification",
+        help="QSSClassifier (classification, the default) or QSSRegressor (regression)",
+    )
+    keep = argparse.SUPPRESS  # left out: the estimator's default applies
+    est.add_argument(
+        "--mode",
+        choices=("exact", "label"),
+        default=keep,
+        help="exact: forget erases rows exactly; label: forget erases labels exactly, inputs "
+        f"still shaped the codebook (more accurate). Default {defaults['mode']}",
+    )
+    est.add_argument(
+        "--rho",
+        type=_fraction,
+        default=keep,
+        help="fraction of rows in each instance's schema subset D°; a deletion hitting it "
+        f"costs a rebuild. Default {defaults['rho']}",
+    )
+    est.add_argument(
+        "--n-instances",
+        type=_positive_int,
+        default=keep,
+        help="redundant instances p: requests block only if all p rebuild. "
+        f"Default {defaults['n_instances']}",
+    )
+    est.add_argument(
+        "--n-levels",
+        type=_positive_int,
+        default=keep,
+        help=f"codebook levels. Default {defaults['n_levels']}",
+    )
+    est.add_argument(
+        "--n-centroids",
+        type=_positive_int,
+        default=keep,
+        help=f"centroids per level, a power of 2. Default {defaults['n_centroids']}",
+    )
+    est.add_argument(
+        "--rebuild",
+        choices=("background", "sync"),
+        default=keep,
+        help=f"rebuild in the background or before forget returns. Default {defaults['rebuild']}",
+    )
+    est.add_argument(
+        "--random-state",
+        type=int,
+        default=keep,
+        help=f"seed; also derives the membership key when no secret key is given. "
+        f"Default {defaults['random_state']}",
+    )
+    est.add_argument(
+        "--secret-key-file",
+        metavar="FILE",
+        help="file holding the secret membership key (recommended in production: without it "
+        "the key is derived from --random-state, so anyone can aim deletions at the schema "
+        "subset and compute the receipt hash of any id). The store keeps the key only with "
+        "--store-key; without it, pass the same file to every later command",
+    )
+    est.add_argument(
+        "--store-key",
+        action="store_true",
+        help="keep the secret key in the store, so later commands need no --secret-key-file "
+        "(anyone who can read the store can then read the key)",
+    )
+    fit.set_defaults(func=cmd_fit)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forgetting",
+        description=(
+            "Exact machine unlearning with a durable store. `fit` a model from a data file "
+            "into a store, `predict` with it, `forget` rows by id (exact: the model equals "
+            "one trained without them, and the deletion survives crashes), `insert` rows, "
+            "`inspect` and `verify` the store, or `serve` it over HTTP; `bench` and `audit` "
+            "run the benchmarks and audits."
+        ),
+        epilog="Run `forgetting COMMAND --help` for a command's options. Exit codes: 0 ok, "
+        "1 failure (refused data, unknown ids, verify mismatch, another writer holds the "
+        "store, a damaged store, database error), 2 usage error.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_fit(sub)
+
+    predict = sub.add_parser(
+        "predict",
+        help="predict the rows of a data file (read-only)",
+        description="Predict every row of a data file; writes CSV with the id (when the data "
+        "has an id column), the prediction and, for classifiers, one proba_<class> column per "
+        "class. Opens the store read-only: it never changes a file and runs beside a writer.",
+    )
+    _add_store(predict)
+    _add_columns(
+        predict,
+        id_help="id column copied to the output (default: id)",
+        label_help="label column, if the file has one: never used as a feature (default: label)",
+        feature_help=_BY_NAME,
+        text_help="default: the text column recorded at fit",
+    )
+    predict.add_argument("--out", metavar="CSV", help="output file (default: standard output)")
+    predict.add_argument(
+        "--no-proba", action="store_true", help="classifiers: only the predicted class"
+    )
+    predict.set_defaults(func=cmd_predict)
+
+    forget = sub.add_parser(
+        "forget",
+        help="forget rows by id (exact, durable), printing the receipt",
+        description="Forget rows by id. When this returns, the deletion is committed to the "
+        "store and the model equals one trained without the rows. Ids are taken exactly as "
+        "written (never stripped): a canonical decimal integer is an integer id, anything "
+        "else a string id (--id-type str forces strings). Forgetting ids already forgotten "
+        "prints their stored receipt; unknown ids fail and change nothing. Refused while "
+        "another writer (e.g. `forgetting serve`) holds the store: send it the request.",
+    )
+    _add_store(forget)
+    forget.add_argument(
+        "--ids", metavar="A,B,C", help="comma-separated ids, each exactly as written"
+    )
+    forget.add_argument(
+        "--ids-file",
+        metavar="FILE",
+        help="file with one id per line, exactly as written (empty lines are skipped, lines "
+        "starting with # are comments); ids holding commas need this",
+    )
+    forget.add_argument("--id-type", choices=tables.ID_TYPES, default="auto", help=_ID_TYPE_HELP)
+    forget.add_argument(
+        "--erase-inputs",
+        action="store_true",
+        help="label mode only: also erase the rows' inputs (rebuilds every instance)",
+    )
+    forget.add_argument("--json", action="store_true", help="print the receipt as JSON")
+    forget.add_argument("--no-wait", action="store_true", help=_NO_WAIT_HELP)
+    forget.set_defaults(func=cmd_forget)
+
+    insert = sub.add_parser(
+        "insert",
+        help="add labeled rows from a data file",
+        description="Learn new labeled rows (new unique ids) from a data file; its feature "
+        "columns are matched by name to those recorded at fit. Refused while another writer "
+        "(e.g. `forgetting serve`) holds the store.",
+    )
+    _add_store(insert)
+    _add_columns(
+        insert,
+        id_help="column of new unique row ids (default: id)",
+        feature_help=_BY_NAME,
+        text_help="default: the text column recorded at fit",
+    )
+    insert.add_argument("--json", action="store_true", help="print the receipt as JSON")
+    insert.add_argument("--no-wait", action="store_true", help=_NO_WAIT_HELP)
+    insert.set_defaults(func=cmd_insert)
+
+    for name, func, help_, description, json_help in (
+        (
+            "inspect",
+            cmd_inspect,
+            "show rows, instances, validity and rebuild statistics (read-only)",
+            "Show what the store holds: rows, task and mode, each instance's validity and "
+            "schema size, rebuild counts and the state digest. Opens the store read-only: "
+            "it never creates or changes a file and runs beside a writer.",
+            "print the statistics as JSON",
+        ),
+        (
+            "verify",
+            cmd_verify,
+            "refit from the stored rows and compare state digests (read-only; exit 0 only "
+            "if equal)",
+            "Audit: fit a fresh model on the rows in the store and compare its state digest "
+            "with the stored model's. Exit code 0 only if they are identical. Opens the store "
+            "read-only: it never creates or changes a file.",
+            "print the result as JSON",
+        ),
+    ):
+        read_only = sub.add_parser(name, help=help_, description=description)
+        _add_store(read_only)
+        read_only.add_argument("--json", action="store_true", help=json_help)
+        read_only.set_defaults(func=func)
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve the store over HTTP (FastAPI; docs at /docs)",
+        description="Serve the store over HTTP: POST /predict, /forget, /insert; GET "
+        "/receipts/{id_hash}, /stats, /health; OpenAPI docs at /docs. Mutations need "
+        "'Authorization: Bearer <token>' with a token from --token-file and/or the "
+        "FORGETTING_TOKENS environment variable (comma separated, 16+ characters each). "
+        "The server is the store's one writer while it runs: CLI forget/insert are refused.",
+    )
+    _add_store(serve)
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    serve.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
+    serve.add_argument(
+        "--token-file", metavar="FILE", help="file of bearer tokens (one per line or commas)"
+    )
+    reads = serve.add_mutually_exclusive_group()
+    reads.add_argument(
+        "--open-reads",
+        dest="open_reads",
+        action="store_true",
+        default=True,
+        help="predict and stats need no token (default)",
+    )
+    reads.add_argument(
+        "--closed-reads",
+        dest="open_reads",
+        action="store_false",
+        help="predict and stats need a token too",
+    )
+    serve.add_argument(
+        "--open-receipts",
+        action="store_true",
+        help="GET /receipts/{id_hash} answers without a token (by default it needs one); "
+        "refused for a store whose membership key is derived from random_state, since "
+        "anyone could then compute an id's hash and learn whether and when it was forgotten",
+    )
+    serve.add_argument(
+        "--max-batch",
+        type=_positive_int,
+        default=10_000,
+        help="most rows or ids per request (default 10000); larger requests get 413",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=("critical", "error", "warning", "info", "debug"),
+        default="info",
+        help="server log level (default info)",
+    )
+    serve.set_defaults(func=cmd_serve)
+
+    # Listed for `forgetting --help`; main() hands `bench ...` and `audit ...` to run_bench and
+    # run_audit, whose modules own their options (`forgetting bench NAME --help`).
+    benches = ", ".join(available_benchmarks()) or "none in this installation"
+    sub.add_parser(
+        "bench",
+        help=f"run a benchmark: forgetting bench NAME [OPTIONS] ({benches}); without NAME, "
+        "the paper benchmark (`forgetting bench --help` lists them)",
+        add_help=False,
+    )
+    audits = ", ".join(available_audits()) or "none in this installation"
+    sub.add_parser(
+        "audit",
+        help=f"run an audit: forgetting audit NAME [OPTIONS] ({audits})",
+        add_help=False,
+    )
+    return parser

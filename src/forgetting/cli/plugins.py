@@ -1,0 +1,150 @@
+"""``forgetting bench NAME`` and ``forgetting audit NAME``: registries of modules that own their
+options, offered only when the module exists in this installation.
+
+A benchmark is ``forgetting.bench.NAME`` with ``main(argv) -> int``; an audit is a module with
+``configure(parser)`` and ``run(args) -> int``. Only the chosen module is imported, so another
+one's missing dependency never matters, and menus read each module's docstring from its source
+rather than importing it.
+
+The registries are published as ``forgetting.cli.BENCHMARKS`` and ``forgetting.cli.AUDITS``
+and read from there each time (:func:`_registry`), so a name added or removed there (a
+downstream package, a test) is what ``bench``, ``audit`` and ``--help`` offer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import CLIError, install_hint, usage
+
+#: ``forgetting bench NAME``: the benchmark modules ``forgetting.bench.NAME`` (each with
+#: ``main(argv) -> int``), offered only when the module exists in this installation.
+BENCHMARKS = ("core", "paper", "analyses", "partitions", "privacy", "munkey", "durability")
+
+#: ``forgetting audit NAME``: modules with ``configure(parser)`` and ``run(args) -> int``.
+AUDITS = {
+    "lira": "forgetting.audit.lira_command",
+    "durability": "forgetting.audit.durability_command",
+}
+
+
+def _registry(name: str) -> Any:
+    """The registry ``name`` (``BENCHMARKS`` or ``AUDITS``) as ``forgetting.cli`` publishes it
+    now (see the module docstring); this module's value until the package is imported."""
+    package = sys.modules.get(__package__ or "")
+    return getattr(package, name, globals()[name])
+
+
+def _module_exists(name: str) -> bool:
+    """Whether ``name`` is importable in this installation, without importing it (a
+    half-built or absent module is simply not offered)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _summary(name: str) -> str:
+    """The first line of a module's docstring, read from its source without importing it
+    (importing would pull in the module's heavy dependencies just to print a menu)."""
+    spec = importlib.util.find_spec(name)
+    try:
+        source = Path(spec.origin).read_text(encoding="utf-8")  # type: ignore[union-attr,arg-type]
+        doc = ast.get_docstring(ast.parse(source)) or ""
+    except (OSError, SyntaxError, TypeError, ValueError):
+        doc = ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def available_benchmarks() -> list[str]:
+    """The names of :data:`BENCHMARKS` whose module exists here."""
+    return [name for name in _registry("BENCHMARKS") if _module_exists(f"forgetting.bench.{name}")]
+
+
+def available_audits() -> list[str]:
+    """The names of :data:`AUDITS` whose module exists here."""
+    return [name for name, module in _registry("AUDITS").items() if _module_exists(module)]
+
+
+def _import_command(module_name: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as err:
+        raise CLIError(f"{module_name} needs {err.name or err}; {install_hint(err)}") from None
+
+
+def _entry(module: Any, name: str) -> Callable[..., Any]:
+    """A command module's entry point, or one line saying it lacks it (a half-built module)."""
+    entry = getattr(module, name, None)
+    if not callable(entry):
+        raise CLIError(f"{module.__name__} has no {name}() entry point: it is not finished")
+    return entry
+
+
+def _bench_menu(names: list[str]) -> str:
+    if not names:
+        return "  (none in this installation)"
+    width = max(len(name) for name in names)
+    return "\n".join(
+        f"  {name.ljust(width)}  {_summary(f'forgetting.bench.{name}')}" for name in names
+    )
+
+
+def run_bench(argv: list[str]) -> int:
+    """``forgetting bench [NAME] [ARGS...]``: ``forgetting.bench.NAME.main(ARGS)``; without a
+    NAME (nothing, or options first) the paper benchmark, as before."""
+    names = available_benchmarks()
+    if argv and not argv[0].startswith("-"):
+        name, rest = argv[0], argv[1:]
+        if name not in names:
+            known = ", ".join(names) or "none"
+            listed = name in _registry("BENCHMARKS")
+            state = "is not available in this installation" if listed else "unknown"
+            raise usage(f"benchmark {name!r}: {state}; available: {known}")
+    else:
+        name, rest = "paper", argv
+        if any(a in ("-h", "--help") for a in rest):
+            print(
+                "usage: forgetting bench [NAME] [OPTIONS]\n\nRun `forgetting bench NAME "
+                "--help` for a benchmark's options. Benchmarks in this installation:\n"
+                + _bench_menu(names)
+                + "\n\nWithout NAME, `forgetting bench` runs the paper benchmark "
+                "(`forgetting bench paper`); its options follow.\n"
+            )
+        if "paper" not in names:
+            raise usage("the paper benchmark is not available; name one: " + ", ".join(names))
+    entry = _entry(_import_command(f"forgetting.bench.{name}"), "main")
+    return int(entry(rest) or 0)
+
+
+def run_audit(argv: list[str]) -> int:
+    """``forgetting audit NAME ...``: the module of NAME configures its own options
+    (``configure(parser)``) and runs them (``run(args) -> int``); only the chosen one is
+    imported, so another audit's missing dependency never matters."""
+    audits = _registry("AUDITS")
+    names = available_audits()
+    parser = argparse.ArgumentParser(
+        prog="forgetting audit",
+        description="Audits that attack or check a model rather than build it; the ones in "
+        "this installation are listed below (an audit whose module is absent is not offered).",
+        epilog="Run `forgetting audit NAME --help` for an audit's options.",
+    )
+    sub = parser.add_subparsers(dest="audit", metavar="AUDIT", required=True)
+    for name in names:
+        summary = _summary(audits[name])
+        audit = sub.add_parser(name, help=summary, description=summary)
+        if argv[:1] == [name]:
+            module = _import_command(audits[name])
+            _entry(module, "configure")(audit)
+            audit.set_defaults(run=_entry(module, "run"))
+    if not names:
+        raise usage("no audits are available in this installation")
+    args = parser.parse_args(argv)
+    return int(args.run(args) or 0)

@@ -1,0 +1,54 @@
+"""``forgetting serve``: the store over HTTP (:mod:`forgetting.service`), with uvicorn.
+
+Its own module because it is the one command with optional dependencies of its own (FastAPI,
+uvicorn), imported only when it runs: every other command works without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import CLIError, redact, usage
+from .inputs import open_store
+from .render import note
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..service import ConfigError, ServiceConfig, create_app
+    except ImportError as err:
+        raise CLIError(
+            f"`serve` needs FastAPI and uvicorn ({err}); install them: "
+            "pip install 'forgetting[service]'"
+        ) from None
+    try:
+        config = ServiceConfig.load(
+            token_file=args.token_file,
+            open_reads=args.open_reads,
+            max_batch=args.max_batch,
+            open_receipts=args.open_receipts,
+        )
+    except ConfigError as err:
+        raise usage(str(err)) from None
+    if not config.tokens:
+        raise usage(
+            "no bearer token configured: pass --token-file FILE or set FORGETTING_TOKENS "
+            "(comma separated); without one nobody could forget anything"
+        )
+    with open_store(args, read_only=False) as model:
+        try:
+            app = create_app(model, config)
+        except ConfigError as err:
+            raise usage(str(err)) from None
+        if args.host not in ("127.0.0.1", "localhost", "::1"):
+            note(f"listening on {args.host}, beyond this machine; put TLS in front of it")
+        print(
+            f"serving {redact(args.store)} on http://{args.host}:{args.port} "
+            f"(docs at /docs; {config!r})",
+            file=sys.stderr,
+        )
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
