@@ -76,6 +76,9 @@ def test_logit_confidence_handles_missing_classes_and_extremes():
     assert phi[0] == pytest.approx(np.log(9.0))
     assert phi[1] == pytest.approx(np.log(1e-12))  # p_y = 0, clipped
     assert phi[2] == pytest.approx(np.log(1e-12))  # class 1 unknown to the model
+    with pytest.warns(RuntimeWarning, match="no valid predicted distribution"):
+        phi = logit_confidence(np.array([[np.nan, np.nan], [0.0, 0.0]]), [0, 1], np.array([0, 1]))
+    assert np.allclose(phi, 0.0)  # uniform over two classes: log(0.5 / 0.5)
 
 
 def test_balanced_membership_and_metrics():

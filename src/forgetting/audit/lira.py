@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,8 +60,19 @@ def logit_confidence(proba: np.ndarray, model_classes: Sequence, y: np.ndarray) 
     ``model_classes`` are the model's ``classes_`` (the columns of ``proba``); a true label
     the model never saw (a shadow whose half missed a rare class) has p_y = 0.
     """
-    proba = np.asarray(proba, dtype=np.float64)
+    proba = np.array(proba, dtype=np.float64)
     classes = np.asarray(model_classes)
+    bad = ~np.all(np.isfinite(proba), axis=1) | ~(proba.sum(axis=1) > 0)
+    if np.any(bad):
+        # A model that returns no distribution for a row (NaN, or all zeros) tells the
+        # attacker nothing about it: score it as uniform, and say so.
+        warnings.warn(
+            f"{int(bad.sum())} rows had no valid predicted distribution (NaN or all zero); "
+            "scored as uniform",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        proba[bad] = 1.0 / proba.shape[1]
     order = np.argsort(classes)
     pos = np.searchsorted(classes[order], y)
     pos = np.clip(pos, 0, len(classes) - 1)

@@ -36,7 +36,7 @@ from ..audit.lira_command import AuditData, audit_model, load_audit_data, result
 from .report import write_results
 
 NAME = "privacy"
-DEFAULT_LIRA_DATASETS = "adult=500+2500,mnist=400+800"
+DEFAULT_LIRA_DATASETS = "adult=1000+2000,mnist=500+1000"
 """NAME=POOL+BACKGROUND: audited rows (each shadow trains on half) and rows every model gets."""
 DEFAULT_MODELS = "qss-e,qss-l,sisa,retrain"
 DEFAULT_DP_EPSILONS = "1,8"
@@ -295,7 +295,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=DEFAULT_DP_EPSILONS,
         help="ε values of QSS-DP to attack, if mode='dp' exists (default %(default)s)",
     )
-    parser.add_argument("--n-shadow", type=int, default=16, help="shadow models (default 16)")
+    parser.add_argument("--n-shadow", type=int, default=32, help="shadow models (default 32)")
     parser.add_argument(
         "--forget", type=int, default=100, help="rows each audit target forgets (default 100)"
     )
