@@ -294,3 +294,41 @@ def test_noisy_fixed_point_rounds_and_zeroes_empty_cells(dpa):
     assert np.std(noisy / 2.0**32) == pytest.approx(sigma, rel=0.5)
     with pytest.raises(ValueError, match="integer"):
         ledger.noisy_fixed_point(sums.astype(float), 32, key=KEY, state_digest=b"s", instance=0)
+
+
+def test_flat_tables_sensitivity_and_noisy_copy(dpa):
+    """A flat partition (T tables, one cell each per row): the same bound with G = T, and a
+    noised copy of the tables serves through the unchanged flat-content code."""
+    from forgetting.content.accumulators import CLASSIFICATION_SCALE_BITS as BITS
+    from forgetting.content.tables import FlatTables, build_flat_content
+
+    rng = np.random.default_rng(5)
+    n, T, C, k = 400, 6, 32, 3
+    codes = rng.integers(0, C, size=(n, T))
+    folds = rng.integers(0, 2, size=n)
+    g = rng.dirichlet(np.ones(k), size=n)
+    y = rng.integers(0, k, n)
+
+    def tables(labels):
+        t = FlatTables.empty(T, C, k, BITS)
+        t.add(codes, quantize_residuals(np.eye(k)[labels] - g, BITS), folds)
+        return t
+
+    y2 = y.copy()
+    y2[7] = (y[7] + 1) % k
+    a, b = tables(y), tables(y2)
+    diff = (a.sums - b.sums).astype(np.float64) * 2.0**-BITS
+    assert np.array_equal(a.counts, b.counts)
+    bound = label_sensitivity("classification", T, scale_bits=BITS)
+    assert np.linalg.norm(diff) <= bound
+    assert np.linalg.norm(diff) == pytest.approx(math.sqrt(2 * T), rel=1e-8)
+
+    ledger = PrivacyLedger(1.0, DELTA, task="classification")
+    noisy = a.copy()
+    noisy.sums = ledger.noisy_fixed_point(
+        a.sums, BITS, key=KEY, state_digest=b"flat", instance=0, counts=a.counts
+    )
+    noisy.rebuild_totals()
+    content = build_flat_content(noisy, "auto", "auto")
+    assert np.all(np.isfinite(content.correction(codes[:10])))
+    assert ledger.report().sensitivity == pytest.approx(bound)
