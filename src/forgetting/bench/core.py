@@ -224,9 +224,9 @@ def accuracy_rows(name: str, rho: float, n_train: int | None) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.core") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m forgetting.bench.core",
+        prog=prog,
         description="What a deletion costs the caller (forget + first predict, D° hits with "
         "their rebuilds, the expected cost at the rebuild rate 1 − (1 − ρ)^p) at growing n, "
         "against a full retrain and a SISA shard retrain measured in the same run; fit, "
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         "(– when the partition is not an RQ codebook)."
     )
     argv = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python -m forgetting.bench.core", *argv])
+    command = " ".join([prog, *argv])
     md = write_results(Path(args.out), args.name, command, tables, notes)
     print(md.read_text())
     return 0

@@ -27,16 +27,20 @@ figures to ``--out`` as ``<name>-<analysis>.*``, each with the command that made
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib
 import sys
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tqdm import tqdm
 
 from ..report import markdown_table
 from .common import Settings
+
+INDEX_COLUMNS = ["analysis", "tables", "figure", "seconds", "date", "command"]
 
 ANALYSES = ("instability", "scheduling", "variance", "retention", "memory", "sensitivity")
 
@@ -89,21 +93,47 @@ def main(
                 "analysis": name,
                 "tables": result["md"].name,
                 "figure": result["png"].name if result.get("png") else "–",
-                "seconds": time.perf_counter() - started,
+                "seconds": round(time.perf_counter() - started, 1),
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "command": settings.command,
+                "scaled": "; ".join(s for s in settings.scaled if s.startswith(name)),
             }
         )
+    print(write_index(settings, index).read_text())
+    return 0
+
+
+def write_index(settings: Settings, index: list[dict]) -> Path:
+    """``<name>.md`` + ``<name>-index.csv``: one row per analysis with the command that last
+    produced it. Rows of analyses not run this time are kept from the previous index, so a run
+    with ``--only`` updates its rows without dropping the others'."""
+    csv_path = settings.out / f"{settings.prefix}-index.csv"
+    rows = {r["analysis"]: r for r in index}
+    if csv_path.is_file():
+        with open(csv_path, newline="") as f:
+            for old in csv.DictReader(f):
+                if old.get("analysis") in ANALYSES and old["analysis"] not in rows:
+                    rows[old["analysis"]] = old
+    ordered = [rows[a] for a in ANALYSES if a in rows]
+    settings.out.mkdir(parents=True, exist_ok=True)
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*INDEX_COLUMNS, "scaled"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(ordered)
+    scaled = [f"**{r['analysis']}**: {r['scaled']}" for r in ordered if r.get("scaled")]
     lines = [
-        f"# {args.name}",
+        f"# {settings.prefix}",
         "",
-        f"Command: `{settings.command}`",
+        "The QSS paper's analyses on our data. Regenerate all of them with "
+        "`python -m forgetting.bench.analyses`; each row names the command that last wrote its "
+        "files (the files repeat it).",
         "",
-        markdown_table(index, ["analysis", "tables", "figure", "seconds"]),
+        markdown_table(ordered, ["analysis", "tables", "figure", "seconds", "date", "command"]),
         "",
-        "**Scaled down from the paper's setting** (2 shared CPU cores; each file says more): "
-        + ("; ".join(settings.scaled) if settings.scaled else "nothing"),
+        "Scaled down from the paper's setting (2 shared CPU cores): "
+        + ("; ".join(scaled) if scaled else "nothing"),
         "",
     ]
-    path = settings.out / f"{args.name}.md"
-    path.write_text("\n".join(lines))
-    print(path.read_text())
-    return 0
+    md = settings.out / f"{settings.prefix}.md"
+    md.write_text("\n".join(lines))
+    return md

@@ -349,7 +349,7 @@ def run(settings: Settings) -> dict[str, Any]:
     """Measure flip rates (2-D and embeddings) and draw the 2-D picture."""
     quick = settings.quick
     n_del_2d = 5 if quick else 30
-    seeds = 1 if quick else max(settings.seeds, 10)
+    seeds = 1 if quick else max(settings.seeds, 5)
     rng = np.random.default_rng(0)
     trials, pic = [], {}
     for seed in tqdm(range(seeds), desc="instability: 2-D", leave=False):
