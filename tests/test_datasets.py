@@ -57,7 +57,7 @@ def _blosc():
 
 
 def test_available_datasets() -> None:
-    assert set(fd.available_datasets()) == set(ALL) | {"adult", "diamonds", "sentiment"}
+    assert set(fd.available_datasets()) == set(ALL) | {"adult", "diamonds", "letter", "sentiment"}
     installed = fd.available_datasets(installed_only=True)
     assert {"digits", "diabetes"} <= set(installed) <= set(fd.available_datasets())
 
