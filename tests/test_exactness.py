@@ -1,4 +1,4 @@
-"""History independence: fit(D); forget(R) ≡ fit(D \\ R), bit for bit (SPEC §5.1)."""
+"""History independence: fit(D); forget(R) ≡ fit(D \\ R), bit for bit (design.md §5.1)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Rows are addressed by stable external ids; positions are an internal detail (a removed row's
 slot is filled by the last row). Every field of a removed row is overwritten, so the object
-keeps no residue of it (SPEC §5.7). Each row also gets a *serial* that changes whenever its
+keeps no residue of it (design.md §5.7). Each row also gets a *serial* that changes whenever its
 content changes; background rebuilds use serials to reconcile the rows they trained on with
 the rows present when they finish.
 """

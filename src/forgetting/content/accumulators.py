@@ -1,4 +1,4 @@
-"""Integer sufficient statistics T, n, N (SPEC §2), split in two folds.
+"""Integer sufficient statistics T, n, N (design.md §2), split in two folds.
 
 Float sums are not exact under subtraction, so residuals are quantized to fixed point once per
 row and summed as int64: adding then subtracting a row restores the very same integers, and

@@ -1,10 +1,10 @@
 """From integer statistics to cell means μ, and α/λ chosen from the statistics alone.
 
-Materialization is boosting over levels without touching rows (SPEC §2):
+Materialization is boosting over levels without touching rows (design.md §2):
 S_m = T_m − Σ_{q<m} N_{q,m}ᵀ μ_q and μ_m = S_m / (n_m + λ). It is a deterministic float
 function of the integer state, so equal states give equal bits.
 
-α and λ must not be tuned on D• rows (SPEC §5.4), and tuning them on D° in-sample is biased
+α and λ must not be tuned on D• rows (design.md §5.4), and tuning them on D° in-sample is biased
 because g was fitted there. Instead they are cross-fitted on the two folds of the statistics:
 μ from fold A is scored on the rows of fold B (and vice versa), and both the score's numerator
 Σ_B ⟨r, m_A(x)⟩ and denominator Σ_B ‖m_A(x)‖² are linear in fold B's T, n and N — so the

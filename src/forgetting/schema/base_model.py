@@ -17,7 +17,7 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 MLP_THRESHOLD = 5000
-"""At n° ≥ this many schema rows the "auto" base model is a one-hidden-layer MLP (SPEC §1)."""
+"""At n° ≥ this many schema rows the "auto" base model is a one-hidden-layer MLP (design.md §1)."""
 
 
 def make_base_model(spec: Any, task: str, n_schema: int, seed: int):

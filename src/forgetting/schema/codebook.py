@@ -1,7 +1,7 @@
 """The residual-quantization codebook: trained by faiss, applied by a deterministic encoder.
 
 Training uses faiss's ResidualQuantizer (ℓ levels of k-means on the running residual). faiss
-gives different codebooks for different OpenMP thread counts (SPEC §5.5), so training runs
+gives different codebooks for different OpenMP thread counts (design.md §5.5), so training runs
 with one thread under a lock.
 
 Encoding is greedy nearest-centroid per level — the rule faiss applies with beam size 1 — but

@@ -1,7 +1,7 @@
 """Keyed-hash identities of rows: who is in D°, which fold, what a row looks like.
 
 Membership of a row in an instance's schema subset D°_r must not depend on any other row
-(SPEC §5.3): removing row j may never move row i in or out of D°_r, otherwise a deletion of a
+(design.md §5.3): removing row j may never move row i in or out of D°_r, otherwise a deletion of a
 D• row would silently change the schema and break exactness. A keyed PRF of (instance, id)
 gives exactly that, and because the key is secret an outsider cannot pick ids that land in D°
 to force rebuilds (the paper's denial-of-service concern).

@@ -1,6 +1,6 @@
 """The preprocessing φ: L2 normalization, optionally augmented with an LDA projection.
 
-φ(x) = norm([norm(f(x)); W_LDA norm(f(x))]) (SPEC §2). LDA is fitted on D° labels only, so it
+φ(x) = norm([norm(f(x)); W_LDA norm(f(x))]) (design.md §2). LDA is fitted on D° labels only, so it
 is part of the frozen schema. Normalizing puts every row on the unit sphere, which keeps the
 codebook's distances well scaled whatever the encoder's output scale.
 """

@@ -1,4 +1,4 @@
-"""Choosing ℓ, b and whether to use LDA from D° alone (SPEC §5.4).
+"""Choosing ℓ, b and whether to use LDA from D° alone (design.md §5.4).
 
 These choices shape the accumulators, so they may only depend on the schema rows and the
 configuration. The expected number of rows n ≈ n°/ρ is a function of D° and ρ, not of D•,
