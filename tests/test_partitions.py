@@ -178,3 +178,123 @@ def test_letter_dataset_when_installed() -> None:
     assert ds.X_train.shape == (500, 16) and ds.X_test.shape == (4000, 16)
     assert ds.n_classes == 26 and 0.0 <= ds.X_train.min() and ds.X_train.max() <= 1.0
     assert np.bincount(ds.y_test, minlength=26).min() > 100
+
+
+# -- flat partitions inside the estimators: forget ≡ refit, bit for bit ---------------------
+FLAT = dict(rho=0.25, n_instances=3, rebuild="sync", random_state=0)
+
+
+def _refit_without(cls, params, X, y, ids, removed):
+    removed = set(removed)
+    keep = [i for i, row_id in enumerate(ids) if row_id not in removed]
+    return cls(**params).fit(X[keep], y[keep], [ids[i] for i in keep])
+
+
+@pytest.mark.parametrize(
+    "task,partition",
+    [("classification", "trees"), ("classification", "hyperplanes"), ("regression", "trees")],
+)
+def test_flat_forget_equals_refit_including_d0_hits(task, partition) -> None:
+    from conftest import assert_same_model, classification_data, outside_all_schemas, schema_ids
+
+    from forgetting import QSSClassifier, QSSRegressor
+
+    if task == "classification":
+        cls, (X, y) = QSSClassifier, classification_data(n=300, k=4)
+    else:
+        from conftest import regression_data
+
+        cls, (X, y) = QSSRegressor, regression_data(n=300)
+    params = {**FLAT, "partition": partition}
+    ids = [f"r{i}" for i in range(len(y))]
+    model = cls(**params).fit(X, y, ids)
+    assert model.engine_.instances[0].schema.partition is not None
+    outside = outside_all_schemas(model)
+    removed = outside[:1]
+    assert model.forget(removed).instances_hit == ()
+    assert_same_model(model, _refit_without(cls, params, X, y, ids, removed), X)
+    more = sorted(set(outside[1:40:3] + schema_ids(model, 0)[:1] + schema_ids(model, 2)[:2]))
+    receipt = model.forget(more)
+    assert set(receipt.instances_hit) >= {0, 2}
+    removed = removed + more
+    assert_same_model(model, _refit_without(cls, params, X, y, ids, removed), X)
+    assert model.audit_content()
+
+
+@pytest.mark.parametrize("partition", ["trees", "hyperplanes"])
+def test_flat_insert_equals_fit_on_all_rows(partition) -> None:
+    from conftest import assert_same_model, classification_data
+
+    from forgetting import QSSClassifier
+
+    X, y = classification_data(n=300, k=3, seed=1)
+    ids = list(range(300))
+    params = {**FLAT, "partition": partition}
+    model = QSSClassifier(**params).fit(X[:200], y[:200], ids[:200])
+    model.insert(X[200:260], y[200:260], ids[200:260])
+    model.insert(X[260:], y[260:], ids[260:])
+    assert_same_model(model, QSSClassifier(**params).fit(X, y, ids), X)
+
+
+def test_flat_label_mode_forget_equals_fit_with_labels_removed() -> None:
+    from conftest import assert_same_model, classification_data, schema_ids
+
+    from forgetting import QSSClassifier
+
+    X, y = classification_data(n=300, k=3, seed=2)
+    params = {**FLAT, "mode": "label", "partition": "trees"}
+    model = QSSClassifier(**params).fit(X, y)
+    removed = sorted(set(range(0, 300, 7)) | set(schema_ids(model, 1)[:2]))
+    assert model.forget(removed).scope == "label"
+    y_prime = y.copy()
+    y_prime[removed] = -1
+    assert_same_model(model, QSSClassifier(**params).fit(X, y_prime), X)
+
+
+def test_flat_background_rebuilds_land_on_the_refit() -> None:
+    from conftest import assert_same_model, classification_data, schema_ids
+
+    from forgetting import QSSClassifier
+
+    X, y = classification_data(n=300, k=3, seed=3)
+    ids = list(range(300))
+    params = {**FLAT, "partition": "trees", "rebuild": "background"}
+    model = QSSClassifier(**params).fit(X, y, ids)
+    removed = schema_ids(model, 0)[:1] + [i for i in range(150, 170)]
+    model.forget(sorted(set(removed)))
+    model.predict(X[:5])  # served by the valid instances meanwhile
+    model.wait_for_rebuilds()
+    ref = _refit_without(QSSClassifier, {**params, "rebuild": "sync"}, X, y, ids, removed)
+    assert np.array_equal(model.predict_proba(X), ref.predict_proba(X))
+    model_sync = _refit_without(QSSClassifier, params, X, y, ids, removed)
+    model_sync.wait_for_rebuilds()
+    assert_same_model(model, model_sync, X)
+
+
+def test_flat_save_load_then_forget(tmp_path) -> None:
+    from conftest import assert_same_model, classification_data
+
+    from forgetting import QSSClassifier
+
+    X, y = classification_data(n=300, k=3, seed=4)
+    ids = list(range(300))
+    params = {**FLAT, "partition": "hyperplanes"}
+    model = QSSClassifier(**params).fit(X, y, ids)
+    model.save(tmp_path / "m.qss")
+    loaded = QSSClassifier.load(tmp_path / "m.qss")
+    assert_same_model(model, loaded, X)
+    removed = list(range(0, 300, 9))
+    loaded.forget(removed)
+    assert_same_model(loaded, _refit_without(QSSClassifier, params, X, y, ids, removed), X)
+
+
+def test_flat_partition_parameter_is_validated() -> None:
+    from conftest import classification_data
+
+    from forgetting import QSSClassifier
+
+    X, y = classification_data(n=120)
+    with pytest.raises(ValueError, match="partition"):
+        QSSClassifier(partition="kmeans").fit(X, y)
+    with pytest.raises(ValueError, match="rq"):
+        QSSClassifier(partition="trees", n_centroids=8).fit(X, y)

@@ -2,7 +2,7 @@
 
 Every instance accumulates every row; instance r's schema is trained on its own D°_r. A
 deletion subtracts the row from every instance whose D°_r does not hold it and invalidates the
-others (SPEC §4). Invalid instances rebuild from a snapshot of the rows, in a background
+others (design.md §4). Invalid instances rebuild from a snapshot of the rows, in a background
 thread or synchronously; when a background rebuild finishes it reconciles with the rows
 present *now* (serials tell which rows changed meanwhile): rows removed or added since the
 snapshot are subtracted or added, and if any of them belongs to the new D°_r the rebuild
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .content.fingerprint import Contributions, multiset_sum
+from .content.tables import FlatContent
 from .instance import (
     Instance,
     RowData,
@@ -237,11 +238,18 @@ class QSSEngine:
                 if self.instances[instance] is None:
                     raise RuntimeError(f"instance {instance} is rebuilding")
                 serving = [self.instances[instance]]
-            parts = [(inst.schema, self._content(inst)) for inst in serving]
+            parts = [(inst, inst.schema, self._content(inst)) for inst in serving]
+        # φ, g and the cells depend on the (immutable) schema only: computed without the lock
+        encoded = [schema.transform(X) for _, schema, _ in parts]
         total = None
-        for schema, content in parts:
-            out = _instance_outputs(schema, content, X)
-            total = out if total is None else total + out
+        with self._lock:
+            # Flat tables are read in place (nothing is materialized), so their cells are
+            # gathered under the lock, with the (α, λ) of the very state they hold.
+            for (inst, schema, content), (codes, g) in zip(parts, encoded, strict=True):
+                if isinstance(content, FlatContent):
+                    content = self._content(inst)
+                out = _combine(schema, content, codes, g)
+                total = out if total is None else total + out
         return total / len(parts)
 
     def _content(self, inst: Instance):
@@ -490,12 +498,7 @@ class QSSEngine:
                 if inst is None:
                     continue
                 contrib = self._contributions(inst, labeled)
-                fresh = type(inst.accumulators).empty(
-                    inst.schema.codebook.n_levels,
-                    inst.schema.codebook.n_centroids,
-                    inst.accumulators.sums.shape[-1],
-                    inst.accumulators.scale_bits,
-                )
+                fresh = empty_instance(self.config.schema, inst.schema).accumulators
                 fresh.add(contrib.codes, contrib.residuals, folds)
                 if not fresh.equals(inst.accumulators):
                     return False
@@ -611,11 +614,18 @@ class QSSEngine:
 
 
 def _instance_outputs(schema, content, X: np.ndarray) -> np.ndarray:
-    codes, g = schema.transform(X)
-    correction = np.zeros_like(g)
-    for m in range(codes.shape[1]):
-        correction += content.means[m][codes[:, m].astype(np.intp)]
-    out = g + content.alpha * correction
+    return _combine(schema, content, *schema.transform(X))
+
+
+def _combine(schema, content, codes: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """g(x) + α·correction(cells) in the target's units, from a row's codes and g(x)."""
+    if isinstance(content, FlatContent):
+        out = g + content.correction(codes)
+    else:
+        correction = np.zeros_like(g)
+        for m in range(codes.shape[1]):
+            correction += content.means[m][codes[:, m].astype(np.intp)]
+        out = g + content.alpha * correction
     base = schema.base_model
     if base.task == "regression":
         out = out * base.y_scale + base.y_mean

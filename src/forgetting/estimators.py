@@ -63,6 +63,7 @@ class _QSSBase(BaseEstimator):
         "min_schema_rows": [StrOptions({"auto"}), Interval(Integral, 0, None, closed="left")],
         "n_levels": [None, Interval(Integral, 1, 16, closed="both")],
         "n_centroids": [None, Interval(Integral, 2, 65536, closed="both")],
+        "partition": [StrOptions({"rq", "trees", "hyperplanes"})],
         "alpha": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
         "shrinkage": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
         "base_model": [StrOptions({"auto"}), HasMethods(["fit", "predict"])],
@@ -85,6 +86,7 @@ class _QSSBase(BaseEstimator):
         min_schema_rows: int | str = "auto",
         n_levels: int | None = None,
         n_centroids: int | None = None,
+        partition: str = "rq",
         alpha: float | str = "auto",
         shrinkage: float | str = "auto",
         base_model: Any = "auto",
@@ -103,6 +105,7 @@ class _QSSBase(BaseEstimator):
         self.min_schema_rows = min_schema_rows
         self.n_levels = n_levels
         self.n_centroids = n_centroids
+        self.partition = partition
         self.alpha = alpha
         self.shrinkage = shrinkage
         self.base_model = base_model
@@ -149,6 +152,10 @@ class _QSSBase(BaseEstimator):
             shrinkage=self.shrinkage,
             random_state=self.random_state,
         )
+        if self.partition != "rq" and (self.n_levels is not None or self.n_centroids is not None):
+            raise ValueError("n_levels and n_centroids shape partition='rq' only")
+        if self.partition != "rq" and self.mode == "dp":
+            raise ValueError("mode='dp' needs partition='rq'")
         b = self.n_centroids
         if b is not None and (b & (b - 1)) != 0:
             raise ValueError(f"n_centroids must be None or a power of two, got {b!r}")
@@ -218,6 +225,7 @@ class _QSSBase(BaseEstimator):
             base_model=self.base_model,
             encoder=self.encoder,
             residual_clip=None if self.clip is None else float(self.clip),
+            partition=self.partition,
         )
         return EngineConfig(
             schema=schema,
@@ -420,6 +428,13 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         exactness holds; the price is a higher ``effective_rho_`` on small data.
     n_levels, n_centroids : int or None
         ℓ and b of the residual quantizer; None chooses from D° alone.
+    partition : {"rq", "trees", "hyperplanes"}
+        How rows are cut into cells. "rq": the paper's residual-quantization codebook (k-means
+        on D° in exact mode). "trees": 64 random oblivious trees whose thresholds are values of
+        random D° rows; "hyperplanes": 64 random hyperplane hashes of D°-standardized
+        features. The flat partitions need few D° rows, are far more accurate in exact mode
+        on many classes, and a forget touches only one cell per table: nothing is
+        re-materialized before the next prediction. See docs/partitions.md.
     alpha : float or "auto"
         Weight of the quantized correction; "auto" cross-fits it on the statistics' two folds.
     shrinkage : float or "auto"

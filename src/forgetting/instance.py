@@ -20,6 +20,7 @@ from .content.accumulators import (
 )
 from .content.fingerprint import MODULUS, Contributions, multiset_sum
 from .content.materialize import Content, build_content
+from .content.tables import FlatContent, FlatTables, build_flat_content
 from .labels import is_labeled
 from .privacy import clip_residuals
 from .schema import Schema, SchemaConfig, train_schema
@@ -53,10 +54,10 @@ class RowData:
 @dataclass
 class Instance:
     schema: Schema
-    accumulators: Accumulators
+    accumulators: Accumulators | FlatTables
     schema_digest: bytes
     content_hash: int
-    content: Content | None = field(default=None)
+    content: Content | FlatContent | None = field(default=None)
 
     def add_rows(self, contrib: Contributions, folds: np.ndarray) -> None:
         self.accumulators.add(contrib.codes, contrib.residuals, folds)
@@ -79,6 +80,12 @@ class Instance:
         materialized instead; the live integers stay exact so deletions keep subtracting.
         """
         if self.content is None:
+            if isinstance(self.accumulators, FlatTables):
+                if privatize is not None:
+                    raise ValueError("mode='dp' needs partition='rq'")
+                # no materialization: (α, λ) from exact totals, the cells read when serving
+                self.content = build_flat_content(self.accumulators, alpha, shrinkage)
+                return self.content
             acc = self.accumulators if privatize is None else privatize(self.accumulators)
             self.content = build_content(acc, alpha, shrinkage)
         return self.content
@@ -130,6 +137,7 @@ def build_instance(
         data.targets[members],
         None if pool is None else data.X[pool],
         instance_seed(random_state, instance),
+        schema_folds=data.folds[members],
     )
     labeled = np.flatnonzero(data.labeled)
     contrib = contributions_for(
@@ -145,6 +153,12 @@ def empty_instance(config: SchemaConfig, schema: Schema) -> Instance:
     scale_bits = (
         CLASSIFICATION_SCALE_BITS if config.task == "classification" else REGRESSION_SCALE_BITS
     )
+    if schema.partition is not None:
+        tables = FlatTables.empty(
+            schema.partition.n_tables, schema.partition.n_cells, config.n_outputs, scale_bits
+        )
+        tables.set_probes(schema.probe_codes, schema.probe_folds)
+        return Instance(schema, tables, schema.digest(), 0)
     acc = Accumulators.empty(
         schema.codebook.n_levels, schema.codebook.n_centroids, config.n_outputs, scale_bits
     )

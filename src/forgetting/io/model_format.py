@@ -400,6 +400,7 @@ def _register_defaults() -> None:
     from ..schema import Schema
     from ..schema.base_model import BaseModel
     from ..schema.codebook import Codebook
+    from ..schema.partitions import ExactLinear, ThresholdPartition
     from ..schema.preprocess import Preprocessor
 
     for cls in (
@@ -411,6 +412,8 @@ def _register_defaults() -> None:
         BaseModel,
         Codebook,
         Preprocessor,
+        ThresholdPartition,
+        ExactLinear,
     ):
         register_dataclass(cls, f"forgetting.{cls.__qualname__}")
     for cls in (

@@ -1,4 +1,7 @@
-"""The frozen schema of one QSS instance: φ, g and the codebook, trained on D°_r only.
+"""The frozen schema of one QSS instance: φ, g and the partition, trained on D°_r only.
+
+The partition is the paper's RQ codebook (``partition="rq"``) or a flat partition of many
+random tables (``"trees"``, ``"hyperplanes"``; see :mod:`.partitions`).
 
 Everything here is a pure function of (schema rows, configuration, seed); it is replaced, never
 mutated, when the instance rebuilds.
@@ -18,6 +21,7 @@ from .._rowwise import rowwise
 from .base_model import BaseModel, fit_base_model
 from .codebook import Codebook, train_codebook
 from .membership import MembershipRule
+from .partitions import ThresholdPartition, fit_partition
 from .preprocess import Preprocessor, fit_preprocessor
 from .selection import choose_lda, choose_n_centroids, choose_n_levels
 
@@ -40,6 +44,9 @@ class SchemaConfig:
     None for features used as given."""
     residual_clip: float | None = None
     """mode="dp", regression: residuals (in D°-standardized units) are clipped to ±this."""
+    partition: str = "rq"
+    """How rows are cut into cells: "rq" (the paper's residual codebook) or a flat partition
+    ("trees", "hyperplanes"), see :mod:`.partitions`."""
 
     @property
     def membership(self) -> MembershipRule:
@@ -50,11 +57,17 @@ class SchemaConfig:
 class Schema:
     preprocessor: Preprocessor
     base_model: BaseModel
-    codebook: Codebook
+    codebook: Codebook | None
     n_schema_rows: int
     encoder: Any = None
     residual_clip: float | None = None
     """Regression residuals are clipped to ±this before quantization (mode="dp")."""
+    partition: ThresholdPartition | None = None
+    """A flat partition, used instead of the codebook (which is then None)."""
+    probe_codes: np.ndarray | None = None
+    """Flat partitions: the cells (n°, T) and statistic folds (n°,) of the D° rows, on which
+    the content estimates the square term of its α cross-fit (see content.tables)."""
+    probe_folds: np.ndarray | None = None
 
     def features(self, X: np.ndarray) -> np.ndarray:
         """φ(f(x)) for raw rows, in canonical blocks (row-wise bits never depend on the batch)."""
@@ -69,7 +82,8 @@ class Schema:
         in any batch; the codes are exact (see :mod:`.codebook`) and need no such care.
         """
         Z = self.features(X)
-        return self.codebook.encode(Z), rowwise(self.base_model.predict, Z)
+        codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
+        return codes, rowwise(self.base_model.predict, Z)
 
     def digest(self) -> bytes:
         """SHA-256 over the schema's learned parameters, in a canonical order."""
@@ -78,7 +92,11 @@ class Schema:
             h.update(pickle.dumps(self.encoder, protocol=5))
         _hash_value(h, self.preprocessor.lda)
         _hash_value(h, self.base_model)
-        _hash_value(h, self.codebook.centroids)
+        if self.partition is None:
+            _hash_value(h, self.codebook.centroids)
+        else:
+            h.update(b"flat-partition")
+            _hash_value(h, (self.partition, self.probe_codes, self.probe_folds))
         h.update(str(self.n_schema_rows).encode())
         if self.residual_clip is not None:
             h.update(repr(("residual_clip", float(self.residual_clip))).encode())
@@ -120,11 +138,14 @@ def train_schema(
     y_schema: np.ndarray,
     X_codebook: np.ndarray | None,
     seed: int,
+    schema_folds: np.ndarray | None = None,
 ) -> Schema:
     """Train φ, g and the codebook for one instance.
 
     ``X_schema``/``y_schema`` are D°_r in canonical order. ``X_codebook`` is the codebook's
     training pool in label mode (all inputs), or None in exact mode (the codebook sees D°_r).
+    A flat partition (``config.partition``) is drawn from the same rows; ``schema_folds`` are
+    D°_r's statistic folds, kept with its cells as the content's probes.
     """
     n_schema = X_schema.shape[0]
     encoder = None
@@ -146,6 +167,22 @@ def train_schema(
     Z_schema = rowwise(pre.transform, X_schema)
     g = fit_base_model(config.base_model, config.task, Z_schema, y_schema, config.n_outputs, seed)
     Z_codebook = Z_schema if X_codebook is None else rowwise(pre.transform, X_codebook)
+    if config.partition != "rq":
+        partition = fit_partition(
+            config.partition, Z_codebook, n_schema, config.rho, config.n_outputs, seed
+        )
+        folds = np.zeros(n_schema, np.int64) if schema_folds is None else schema_folds
+        return Schema(
+            preprocessor=pre,
+            base_model=g,
+            codebook=None,
+            n_schema_rows=n_schema,
+            encoder=encoder,
+            residual_clip=config.residual_clip,
+            partition=partition,
+            probe_codes=partition.cells(Z_schema),
+            probe_folds=np.asarray(folds, dtype=np.int64),
+        )
     n_centroids = config.n_centroids or choose_n_centroids(
         Z_codebook.shape[0], n_schema, config.rho
     )
