@@ -169,7 +169,29 @@ def _small_store(location: str, **params) -> DurableModel:
     )
 
 
-# (name, statement, params (marker-dependent ones filled in), sqlite only, trigger)
+@pytest.fixture(scope="module")
+def forgotten_template(tmp_path_factory):
+    """A SQLite store with one forget receipt, copied per test (a fit per test is slow)."""
+    path = tmp_path_factory.mktemp("forgotten") / "model.db"
+    model = _small_store(str(path))
+    receipt = model.forget(_ids(200)[150:151])
+    model.close()
+    return path, receipt
+
+
+def _store_with_a_receipt(location: str, forgotten_template) -> dict:
+    """A store at ``location`` holding rows, schemas and one receipt; returns the receipt."""
+    if location.startswith("postgresql://"):
+        model = _small_store(location)
+        receipt = model.forget(_ids(200)[150:151])
+        model.close()
+        return receipt
+    path, receipt = forgotten_template
+    shutil.copy(path, location)
+    return receipt
+
+
+# (name, statement, params (marker-dependent ones filled in), sqlite only)
 def _field_attacks(payload: bytes, text_payload: str) -> list[tuple]:
     return [
         ("meta.model", "UPDATE meta SET value = ? WHERE name = 'model'", (payload,), False),
@@ -190,7 +212,7 @@ _FIELDS = [a[0] for a in _field_attacks(b"", "")]
 
 
 @pytest.mark.parametrize("field", _FIELDS)
-def test_crafted_pickles_in_every_store_field_run_nothing(db, tmp_path, field):
+def test_crafted_pickles_in_every_store_field_run_nothing(db, tmp_path, forgotten_template, field):
     marker = tmp_path / "pwned"
     attacks = {
         a[0]: a
@@ -199,9 +221,7 @@ def test_crafted_pickles_in_every_store_field_run_nothing(db, tmp_path, field):
     _, statement, params, sqlite_only = attacks[field]
     if sqlite_only and db.startswith("postgresql://"):
         pytest.skip("PostgreSQL's typed columns refuse bytes here already")
-    model = _small_store(db)
-    receipt = model.forget(_ids(200)[150:151])
-    model.close()
+    receipt = _store_with_a_receipt(db, forgotten_template)
     _execute(db, statement, params)
     with pytest.raises(StoreCorrupt) as info:
         with DurableModel.open(db, read_only=True) as opened:
@@ -255,13 +275,11 @@ _TAMPERS = [
 
 
 @pytest.mark.parametrize("case", [t[0] for t in _TAMPERS])
-def test_tampered_bytes_in_every_table_give_one_error_line(tmp_path, case):
+def test_tampered_bytes_in_every_table_give_one_error_line(tmp_path, forgotten_template, case):
     """SQLite (bytewise SQL functions); the PostgreSQL path shares the same checks above."""
     db = str(tmp_path / "model.db")
     _, statement, expected = next(t for t in _TAMPERS if t[0] == case)
-    model = _small_store(db)
-    receipt = model.forget(_ids(200)[150:151])
-    model.close()
+    receipt = _store_with_a_receipt(db, forgotten_template)
     _execute(db, statement)
     with pytest.raises(StoreCorrupt) as info:
         with DurableModel.open(db) as opened:
