@@ -20,6 +20,7 @@ from forgetting.store import DurableModel
 from forgetting.store.errors import StoreError
 
 BG = {**FAST, "rebuild": "background"}
+FLAT = dict(rho=0.25, n_instances=3, rebuild="background", random_state=0)
 
 
 def _ids(n):
@@ -54,6 +55,8 @@ def sqlite_db(tmp_path):
         (QSSClassifier, classification_data, BG),
         (QSSClassifier, classification_data, {**FAST, "mode": "label"}),
         (QSSRegressor, regression_data, BG),
+        (QSSClassifier, classification_data, {**FLAT, "partition": "hyperplanes"}),
+        (QSSRegressor, regression_data, {**FLAT, "partition": "trees"}),
     ],
 )
 def test_reopen_is_bitwise_and_equals_refit_on_stored_rows(db, cls, data, params):

@@ -299,11 +299,13 @@ class DurableModel:
                 schema = engine.schema_of(r)
                 info: dict[str, Any] = {"instance": r, "valid": schema is not None}
                 if schema is not None:
-                    cb = schema.codebook
+                    _, n_codes, n_cells = _code_layout(schema)
+                    flat = getattr(schema, "partition", None) is not None
                     info.update(
                         schema_rows=schema.n_schema_rows,
-                        n_levels=cb.n_levels,
-                        n_centroids=cb.n_centroids,
+                        partition="flat" if flat else "rq",
+                        n_levels=n_codes,
+                        n_centroids=n_cells,
                     )
                 instances.append(info)
             seconds = list(engine.rebuild_seconds)
@@ -798,26 +800,36 @@ def _read_instances(
             continue
         try:
             codes, residuals = _decode_contributions(schema, blobs, n_outputs)
-        except ValueError as err:
+        except (ValueError, AttributeError, TypeError) as err:
             raise _corrupt(loc, f"table rows, column c{r}", err) from None
         out.append(InstanceSnapshot(schema, codes, residuals))
     return out
 
 
+def _code_layout(schema) -> tuple[np.dtype, int, int]:
+    """(code dtype, codes per row, number of cells) of a schema's partition: the paper's RQ
+    codebook, or a flat partition of many tables."""
+    if getattr(schema, "partition", None) is not None:
+        part = schema.partition
+        return np.dtype(part.cell_dtype), part.n_tables, part.n_cells
+    cb = schema.codebook
+    return np.dtype(cb.code_dtype), cb.n_levels, cb.n_centroids
+
+
 def _decode_contributions(schema, blobs: list, n_outputs: int):
     """Codes and residuals from stored blobs (codes bytes, then int64 residuals), checked."""
-    cb = schema.codebook
-    code_bytes = cb.n_levels * cb.code_dtype.itemsize
+    code_dtype, n_codes, n_cells = _code_layout(schema)
+    code_bytes = n_codes * code_dtype.itemsize
     width = code_bytes + 8 * n_outputs
     raw = b"".join(bytes(b) for b in blobs)
     if any(len(bytes(b)) != width for b in blobs):
         raise ValueError(f"a contribution is not {width} bytes long")
     table = np.frombuffer(raw, dtype=np.uint8).reshape(len(blobs), width)
-    codes = np.ascontiguousarray(table[:, :code_bytes]).view(cb.code_dtype)
+    codes = np.ascontiguousarray(table[:, :code_bytes]).view(code_dtype)
     residuals = np.ascontiguousarray(table[:, code_bytes:]).view("<i8").astype(np.int64)
-    codes = codes.reshape(len(blobs), cb.n_levels)
-    if codes.size and int(codes.max()) >= cb.n_centroids:
-        raise ValueError(f"a cell code is ≥ {cb.n_centroids} centroids")
+    codes = codes.reshape(len(blobs), n_codes)
+    if codes.size and int(codes.max()) >= n_cells:
+        raise ValueError(f"a cell code is ≥ {n_cells}, the number of cells")
     return codes, residuals.reshape(len(blobs), n_outputs)
 
 
