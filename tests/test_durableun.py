@@ -171,3 +171,20 @@ def test_bench_quick_writes_tables_and_plot(tmp_path):
     assert (tmp_path / "durability-pareto.png").stat().st_size > 0
     per_seed = (tmp_path / "durability-per_seed.csv").read_text().splitlines()
     assert per_seed[0].startswith("method,seed") and len(per_seed) == 1 + 4
+
+
+def test_audit_durability_command_lm_quick(capsys):
+    import argparse
+
+    from forgetting.audit import durability_command
+
+    parser = argparse.ArgumentParser()
+    durability_command.configure(parser)
+    args = parser.parse_args(["--system", "lm", "--quick", "--methods", "GradDiff"])
+    rc = durability_command.run(args)
+    out = capsys.readouterr().out
+    assert rc in (0, 1)
+    assert "fine-tuned" in out and "oracle" in out and "GradDiff" in out
+    assert "P = {bf16, int8, int4}" in out
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--system", "nope"])

@@ -169,3 +169,17 @@ def test_simulators_match_real_cpu_quantizers_bit_for_bit():
     for r in rows:
         assert r["bit_equal"] is True and r["codes_equal"] is True, r
         assert r["max_abs_diff"] == 0.0
+
+
+def test_quantize_arrays_reaches_torch_modules_weight_only():
+    torch.manual_seed(0)
+    holder = {"net": torch.nn.Linear(6, 3), "table": torch.randn(4, 6)}
+    w, b, t = (
+        holder["net"].weight.detach().clone(),
+        holder["net"].bias.detach().clone(),
+        holder["table"].clone(),
+    )
+    assert quantize_arrays_(holder, "int4", min_ndim=2) == 2
+    assert torch.equal(holder["net"].weight, fake_quant(w, "int4"))
+    assert torch.equal(holder["net"].bias, b)  # 1-D: left in full precision
+    assert torch.equal(holder["table"], fake_quant(t, "int4"))

@@ -7,6 +7,9 @@ Three modes (see docs/durability.md):
   models at each precision, and report FA (accuracy on the forgotten rows), RA, FA of the refit
   oracle and whether the quantized predictions are identical. The certificate is on
   FA − FA_oracle ≤ ε (default 0: exact unlearning must leave no excess at any precision).
+* ``--system vision``: the approximate vision baselines (NegGrad+, Amnesiac, SCRUB, SSD) on a
+  small ViT and MUNKEY after key deletion, each against its oracle (retrain / MUNKEY refit),
+  weights and MUNKEY's memory quantized; certificate on FA − FA_oracle ≤ ε (default 0.05).
 * ``--system lm``: the DurableUn LM setting for one seed (``--quick`` for a tiny model):
   unlearn with ``--methods`` and audit the LoRA adapters at fp32/BF16/INT8/INT4.
 * ``--validate``: the simulators against real CPU quantizers (torch, torchao, bitsandbytes).
@@ -28,10 +31,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the command's options to ``parser``."""
     parser.add_argument(
         "--system",
-        choices=("qss", "lm"),
+        choices=("qss", "vision", "lm"),
         default="qss",
-        help="qss: QSSClassifier forget vs refit; lm: the DurableUn LoRA LM setting",
+        help="qss: QSSClassifier forget vs refit; vision: the approximate ViT baselines and "
+        "MUNKEY vs their oracles; lm: the DurableUn LoRA LM setting",
     )
+    parser.add_argument("--epochs", type=int, default=15, help="vision: ViT / MUNKEY epochs")
     parser.add_argument("--dataset", default="digits", help="dataset of the QSS audit")
     parser.add_argument(
         "--forget-fraction", type=float, default=0.1, help="share of rows (QSS) forgotten"
@@ -90,6 +95,19 @@ def run(args: argparse.Namespace) -> int:
         )
         print(note)
         return 0 if "PASS" in note else 1
+
+    if args.system == "vision":
+        from ..bench.durability import vision_rows
+
+        eps = 0.05 if args.epsilon is None else args.epsilon
+        rows, note = vision_rows(args.dataset, args.forget_fraction, args.seed, args.epochs, eps)
+        if rows:
+            _print_table(
+                rows,
+                ["model", "precision", "FA", "FA_oracle", "excess_FA", "RA", "in_P"],
+            )
+        print(note)
+        return 0 if rows and "FAIL" not in note else 1
 
     import torch
 

@@ -214,10 +214,12 @@ def quantize_array(a: np.ndarray, precision: str) -> np.ndarray:
     return fake_quant(torch.from_numpy(np.ascontiguousarray(a)), precision).numpy()
 
 
-def quantize_arrays_(obj: Any, precision: str, min_size: int = 2) -> int:
-    """Quantize, in place, every floating numpy array of ≥ ``min_size`` elements reachable
-    from ``obj`` through attributes, dataclass fields, dicts, lists and tuples. Returns how
-    many arrays it changed in place.
+def quantize_arrays_(obj: Any, precision: str, min_size: int = 2, min_ndim: int = 1) -> int:
+    """Quantize, in place, every floating numpy array and torch tensor (parameters, buffers,
+    memory tables) of ≥ ``min_size`` elements and ≥ ``min_ndim`` dimensions reachable from
+    ``obj`` through attributes, dataclass fields, dicts, lists and tuples. Returns how many it
+    changed in place. ``min_ndim=2`` is weight-only PTQ (matrices and tables; biases and norm
+    gains stay in full precision).
 
     Why everything: "what prediction uses" differs per model (QSS: base-model coefficients,
     codebook centroids, materialized cell means; scikit-learn: ``coef_``, ``coefs_``...), and
@@ -233,15 +235,26 @@ def quantize_arrays_(obj: Any, precision: str, min_size: int = 2) -> int:
         if depth > 40 or id(x) in seen:
             return
         seen.add(id(x))
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point() and x.numel() >= min_size and x.dim() >= min_ndim:
+                with torch.no_grad():
+                    x.copy_(fake_quant(x, precision))
+                count += 1
+            return
         if isinstance(x, np.ndarray):
-            if x.dtype.kind == "f" and x.size >= min_size and x.flags.writeable:
+            if (
+                x.dtype.kind == "f"
+                and x.size >= min_size
+                and x.ndim >= min_ndim
+                and x.flags.writeable
+            ):
                 np.copyto(x, quantize_array(x, precision))
                 count += 1
             elif x.dtype == object:
                 for item in x.ravel():
                     visit(item, depth + 1)
             return
-        if isinstance(x, str | bytes | int | float | bool | type(None) | torch.Tensor):
+        if isinstance(x, str | bytes | int | float | bool | type(None)):
             return
         if isinstance(x, Mapping):
             for v in x.values():
@@ -370,26 +383,28 @@ def audit_estimator(
     certificate: Sequence[str] = ("fp32", *PAPER_PRECISIONS),
     epsilon: float = 0.0,
     oracle: Any = None,
+    min_ndim: int = 1,
 ) -> tuple[DurabilityReport, dict[str, bool]]:
     """Audit a fitted numpy model (anything with ``predict``): FA = accuracy on the forgotten
     rows, RA = accuracy on retained rows, after :func:`quantize_arrays_` on a fresh copy
     (``copy_model(model)``) per precision. With ``oracle`` (the model refit without the rows)
     it is quantized the same way; the certificate is on FA − FA_oracle and the second return
     value says, per precision, whether the quantized model's predictions on forget + retain
-    rows equal the quantized oracle's exactly."""
+    rows equal the quantized oracle's exactly. ``min_ndim`` as in :func:`quantize_arrays_`
+    (2 for torch models: weight-only PTQ)."""
     X_all = np.concatenate([X_forget, X_retain])
     nf = len(X_forget)
     results, ref, equal = [], {}, {}
     for p in precisions:
         q = copy_model(model)
-        quantize_arrays_(q, p)
+        quantize_arrays_(q, p, min_ndim=min_ndim)
         pred = np.asarray(q.predict(X_all))
         fa = float(np.mean(pred[:nf] == y_forget)) if nf else float("nan")
         ra = float(np.mean(pred[nf:] == y_retain)) if len(X_retain) else float("nan")
         results.append(PrecisionResult(p, fa, ra))
         if oracle is not None:
             qo = copy_model(oracle)
-            quantize_arrays_(qo, p)
+            quantize_arrays_(qo, p, min_ndim=min_ndim)
             pred_o = np.asarray(qo.predict(X_all))
             ref[p] = float(np.mean(pred_o[:nf] == y_forget)) if nf else float("nan")
             equal[p] = bool(np.array_equal(pred, pred_o))

@@ -56,8 +56,9 @@ from ..durableun.experiment import (
 from ..durableun.methods import METHODS, UnlearnConfig
 from .report import write_results
 
+DEFAULT_METHODS = ",".join((*METHODS, "SAF-fp32stop"))
 DEFAULT_ALPHAS = "0,0.25,0.5,1,1.5,2,3,4,6,8,12,16"
-METHOD_LR = 3e-4
+METHOD_LR = 1e-4
 """Adam step size of every unlearning method on the adapters (one value for all, fixed in
 advance: the stopping rule, not the step size, decides how far each method goes)."""
 TRILEMMA = {"FA": 0.05, "RA": 0.50, "Q-INT4": 0.05}
@@ -89,7 +90,10 @@ def lm_runs(
                 bar.update()
             for m in methods:
                 t0 = time.perf_counter()
-                report, info = run_method(prep, replace(ucfg, method=m))
+                mcfg = replace(ucfg, method=m)
+                if m == "SAF-fp32stop":
+                    mcfg = replace(ucfg, method="SAF", stop_on_quant=False)
+                report, info = run_method(prep, mcfg)
                 rows.append(
                     report_row(
                         m,
@@ -233,6 +237,90 @@ def qss_rows(
     return rows, note
 
 
+VISION_METHODS = ("neggrad_plus", "amnesiac", "scrub", "ssd")
+"""The approximate vision baselines of the MUNKEY issue (forgetting.baselines.approximate)."""
+
+
+def vision_rows(
+    dataset: str, forget_fraction: float, seed: int, epochs: int, epsilon: float
+) -> tuple[list[dict], str]:
+    """The audit on the vision unlearning baselines and MUNKEY (small ViTs on 8×8 or 28×28
+    images): each model's float tensors (weights; MUNKEY's key memory too) quantized, FA on the
+    forgotten rows against the oracle quantized the same way (plain ViT: retrain on the retain
+    rows; MUNKEY: MUNKEY refit on them). Certificate on FA − FA_oracle ≤ ``epsilon``."""
+    import copy
+
+    from ..baselines.approximate import TrainConfig, ViTClassifier, unlearn
+    from ..datasets import DatasetUnavailableError, load_dataset
+    from ..munkey import MUNKEYClassifier, ViTConfig
+
+    try:
+        ds = load_dataset(dataset)
+    except DatasetUnavailableError as err:
+        return [], f"vision audit skipped: {err}"
+    side = int(round(np.sqrt(ds.X_train.shape[1])))
+    X = np.asarray(ds.X_train, dtype=np.float32).reshape(-1, side, side)
+    X = X / max(1.0, float(X.max()))
+    y = np.asarray(ds.y_train)
+    patch = 7 if side % 7 == 0 else 4
+    rng = np.random.default_rng(seed)
+    f = np.sort(rng.choice(len(X), max(1, int(forget_fraction * len(X))), replace=False))
+    r = np.setdiff1d(np.arange(len(X)), f)
+    vit_cfg = ViTConfig(
+        image_size=side, patch=patch, width=64, depth=3, heads=4, n_classes=ds.n_classes
+    )
+    train = TrainConfig(epochs=epochs, seed=seed)
+    vit = ViTClassifier(vit_cfg, train, ds.n_classes).fit(X, y)
+    oracle = unlearn("retrain", vit, (X[f], y[f]), (X[r], y[r]))
+    precisions = ("fp32", "bf16", "int8", "int4", "nf4")
+    cert = ("fp32", *PAPER_PRECISIONS)
+    rows: list[dict] = []
+    verdicts = []
+
+    def add(name: str, model: Any, ref: Any) -> None:
+        report, equal = audit_estimator(
+            model,
+            copy.deepcopy,
+            X[f],
+            y[f],
+            X[r],
+            y[r],
+            precisions=precisions,
+            certificate=cert,
+            epsilon=epsilon,
+            oracle=ref,
+            min_ndim=2,
+        )
+        verdicts.append(f"{name} {'PASS' if report.passed else 'FAIL'}")
+        for row in report.rows():
+            rows.append(
+                dict(
+                    row,
+                    model=name,
+                    dataset=dataset,
+                    excess_FA=row["FA"] - row["FA_oracle"],
+                    predictions_equal_oracle=equal[row["precision"]],
+                )
+            )
+
+    add("ViT original (no unlearning)", vit, oracle)
+    for method in tqdm(VISION_METHODS, desc="vision baselines", file=sys.stderr):
+        add(method, unlearn(method, vit, (X[f], y[f]), (X[r], y[r])), oracle)
+    ids = [f"{dataset}-{i}" for i in range(len(y))]
+    mk_params = dict(width=64, depth=3, patch=patch, epochs=epochs, random_state=seed)
+    mk = MUNKEYClassifier(**mk_params).fit(X, y, ids)
+    mk.forget([ids[i] for i in f])
+    mk_oracle = MUNKEYClassifier(**mk_params).fit(X[r], y[r], [ids[i] for i in r])
+    add("MUNKEY (key deletion)", mk, mk_oracle)
+    note = (
+        f"vision audit on {dataset} ({len(f)} of {len(X)} training rows forgotten, seed "
+        f"{seed}, {epochs} epochs; weights and MUNKEY's memory quantized, weight-only: "
+        f"≥ 2-D tensors); certificate FA − FA_oracle ≤ {epsilon} at fp32/BF16/INT8/INT4: "
+        + ", ".join(verdicts)
+    )
+    return rows, note
+
+
 def pareto_plot(rows: list[dict], sweep: list[dict], path: Path, command: str) -> None:
     import matplotlib
 
@@ -242,7 +330,7 @@ def pareto_plot(rows: list[dict], sweep: list[dict], path: Path, command: str) -
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     ax = axes[0]
     runs = [r for r in rows if r["method"] not in ("fine-tuned",)]
-    markers = dict(zip(["oracle", *METHODS], "*ovs^DPX", strict=True))
+    markers = dict(zip(["oracle", *METHODS, "SAF-fp32stop"], "*ovs^DPXd", strict=True))
     sc = None
     for name in dict.fromkeys(r["method"] for r in runs):
         rs = [r for r in runs if r["method"] == name]
@@ -272,7 +360,7 @@ def pareto_plot(rows: list[dict], sweep: list[dict], path: Path, command: str) -
     ax.set_xlabel("Q-INT4: forget accuracy with INT4 adapters")
     ax.set_ylabel("RA (fp32 adapters)")
     ax.set_title("FA vs RA vs Q-INT4 (colour: FA at fp32)")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper right", ncols=2)
     if sc is not None:
         fig.colorbar(sc, ax=ax, label="FA (fp32)")
     ax = axes[1]
@@ -304,8 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (adapters + unlearning)")
     p.add_argument(
         "--methods",
-        default=",".join(METHODS),
-        help=f"comma-separated unlearning methods (of {', '.join(METHODS)})",
+        default=DEFAULT_METHODS,
+        help=f"comma-separated unlearning methods (of {', '.join(METHODS)}, and SAF-fp32stop: "
+        "SAF stopped by the baselines' fp32-only rule)",
     )
     p.add_argument("--alphas", default=DEFAULT_ALPHAS, help="SAF α values of the sweep ('' skips)")
     p.add_argument("--alpha", type=float, default=3.0, help="SAF α in the method table (paper: 3)")
@@ -313,6 +402,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=400, help="unlearning step budget")
     p.add_argument("--epsilon", type=float, default=0.05, help="certificate threshold ε")
     p.add_argument("--qss-dataset", default="digits", help="dataset of the QSS audit ('' skips it)")
+    p.add_argument(
+        "--vision-dataset",
+        default="digits",
+        help="dataset of the vision-baseline + MUNKEY audit ('' skips it)",
+    )
+    p.add_argument("--vision-epochs", type=int, default=15, help="ViT / MUNKEY training epochs")
     p.add_argument(
         "--quick",
         action="store_true",
@@ -336,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     cfg = ExperimentConfig(epsilon=args.epsilon)
     methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in methods if m not in (*METHODS, "SAF-fp32stop")]
+    if unknown:
+        build_parser().error(f"unknown methods {unknown}")
     alphas = [float(a) for a in args.alphas.split(",") if a]
     seeds = list(range(args.seeds))
     ucfg = UnlearnConfig(lr=args.lr, max_steps=args.max_steps, alpha=args.alpha)
@@ -344,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = ExperimentConfig.tiny(epsilon=args.epsilon)
         seeds, methods, alphas = (
             [0],
-            methods[:2] if args.methods != ",".join(METHODS) else ["GradDiff", "SAF"],
+            methods[:2] if args.methods != DEFAULT_METHODS else ["GradDiff", "SAF"],
             alphas[:2],
         )
         ucfg = replace(ucfg, max_steps=min(args.max_steps, 20))
@@ -353,6 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     tri = trilemma(rows + sweep)
     validation = validation_rows(prep)
     qss, qss_note = qss_rows(qss_dataset, 0.1, 0) if qss_dataset else ([], "QSS audit skipped")
+    vision, vision_note = (
+        vision_rows(args.vision_dataset, 0.1, 0, args.vision_epochs, args.epsilon)
+        if args.vision_dataset and not args.quick
+        else ([], "vision audit skipped")
+    )
     out = Path(args.out)
     precision_cols = [f"{k}_{p}" for p in ("fp32", *PAPER_PRECISIONS) for k in ("FA", "RA")]
     tables = {
@@ -387,9 +490,23 @@ def main(argv: list[str] | None = None) -> int:
             qss,
             ["model", "dataset", "precision", "FA", "FA_oracle", "RA", "predictions_equal_oracle"],
         ),
+        "Vision baselines and MUNKEY: unlearned vs oracle, both quantized": (
+            vision,
+            [
+                "model",
+                "dataset",
+                "precision",
+                "FA",
+                "FA_oracle",
+                "excess_FA",
+                "RA",
+                "in_P",
+                "predictions_equal_oracle",
+            ],
+        ),
     }
     elapsed = time.perf_counter() - t_start
-    notes = _notes(cfg, ucfg, seeds, args, tri, qss_note, elapsed)
+    notes = _notes(cfg, ucfg, seeds, args, tri, qss_note + ". " + vision_note, elapsed)
     md = write_results(out, "durability", command, tables, notes)
     if sweep or rows:
         pareto_plot(rows, sweep, out / "durability-pareto.png", command)
@@ -410,9 +527,14 @@ def _notes(cfg, ucfg, seeds, args, tri, qss_note, elapsed) -> str:
             f"{cfg.lora_rank} on every linear layer; pretrain {cfg.pretrain_steps} / fine-tune "
             f"{cfg.finetune_steps} steps. The paper: LLaMA-3-8B, TOFU's 200 authors, 3 corpora.",
             f"* Unlearning: Adam lr {ucfg.lr} on the adapters, ≤ {ucfg.max_steps} steps, stopped "
-            "when FA = 0 at the precisions its loss trains (fp32; SAF: fp32 and INT4-STE), checked "
-            f"every {ucfg.eval_every} steps. SAF: α = {ucfg.alpha} (sweep: seed 0), warm-up "
-            f"{ucfg.warmup} steps, λ(α) = λ·(1 + α), λ = {ucfg.lam}. Seeds {seeds}.",
+            f"as soon as FA ≤ {ucfg.stop_fa} at the precisions its loss trains (fp32; SAF: fp32 "
+            f"and INT4-STE; SAF-fp32stop: fp32 only), checked every {ucfg.eval_every} step(s). "
+            f"SAF: α = {ucfg.alpha} (sweep: seed 0), warm-up {ucfg.warmup} steps, "
+            f"λ(α) = λ·(1 + α), λ = {ucfg.lam}; NPO β = {ucfg.beta}; SalUn mask "
+            f"{ucfg.salun_fraction:.0%}; RMU layer {ucfg.rmu_layer}, c = {ucfg.rmu_coeff} × mean "
+            f"norm, retain weight {ucfg.rmu_alpha} (RMU's c and weight were raised from 2/10, "
+            "which did not converge in the budget, choosing by fp32 RA on seed 0; everything "
+            f"else fixed in advance). Seeds {seeds}.",
             f"* Certificate: FA ≤ ε = {args.epsilon} with the adapters at BF16, INT8 and INT4 "
             "(P of the paper). FA = exact match of the greedy answer (+ <eos>).",
             f"* Trilemma: {n_all} of {len(tri)} runs reach FA ≤ 0.05, RA ≥ 0.50 and Q-INT4 ≤ 0.05 "

@@ -55,8 +55,8 @@ class UnlearnConfig:
     quant: str = "int4"
     salun_fraction: float = 0.5
     rmu_layer: int = 0
-    rmu_coeff: float = 2.0
-    rmu_alpha: float = 10.0
+    rmu_coeff: float = 3.0
+    rmu_alpha: float = 5.0
     stop_on_quant: bool = True
     """SAF only: its stopping rule also checks FA of the INT4-STE model (the term its loss
     trains). False gives the baselines' rule (fp32 only) — the ablation that shows what the loss
