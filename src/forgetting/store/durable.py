@@ -36,6 +36,7 @@ import numpy as np
 
 from ..estimators import restore_estimator
 from ..io.model_format import ModelFileError, dumps, loads
+from ..labels import UNLABELED, is_labeled
 from ..persistence import library_versions
 from ..schema import Schema
 from ..schema.membership import canonical_id, derive_key, id_bytes, key_fingerprint
@@ -47,11 +48,6 @@ META_KIND = "forgetting-store-meta"
 SCHEMA_KIND = "forgetting-schema"
 KEY_KIND = "forgetting-secret-key"
 _RETRY_PERSIST_S = 1.0
-
-
-def labeled_mask(targets: np.ndarray) -> np.ndarray:
-    """Which snapshot targets carry a label (classification: index ≥ 0; regression: not NaN)."""
-    return ~np.isnan(targets) if targets.dtype.kind == "f" else targets >= 0
 
 
 def _decode_id(key: bytes) -> int | str:
@@ -382,7 +378,7 @@ class DurableModel:
             candidates = [i for i in wanted if i not in position]
             if present and est.mode == "label" and not erase_inputs:
                 targets = engine.snapshot(ids=present, instances=[]).rows.targets
-                done = ~labeled_mask(targets)
+                done = ~is_labeled(targets)
                 candidates += [i for i, d in zip(present, done, strict=True) if d]
                 present = [i for i, d in zip(present, done, strict=True) if not d]
             earlier, unknown = [], []
@@ -561,7 +557,7 @@ class DurableModel:
                 continue
             inst = snap.instances[r]
             self._store.set_schema(cur, r, dumps(inst.schema, SCHEMA_KIND))
-            labeled = np.flatnonzero(labeled_mask(snap.rows.targets))
+            labeled = np.flatnonzero(is_labeled(snap.rows.targets))
             self._store.set_contributions(
                 cur,
                 r,
@@ -616,7 +612,7 @@ def _blob(inst: InstanceSnapshot, j: int) -> bytes:
 def _records(snap: EngineSnapshot, first_seq: int, instances) -> list[tuple]:
     """Row tuples for the store, with contributions for ``instances`` (labeled rows only)."""
     rows = snap.rows
-    labeled = labeled_mask(rows.targets)
+    labeled = is_labeled(rows.targets)
     wanted = [r for r in instances if snap.instances[r] is not None]
     index = np.cumsum(labeled) - 1  # position among the labeled rows
     X = np.ascontiguousarray(rows.X, dtype="<f4")
@@ -753,7 +749,7 @@ def _read_rows(loc: str, info: dict, records: list[tuple]) -> RowsSnapshot:
             X_parts.append(raw)
             target = rec[3]
             if target is None:
-                targets.append(-1 if k is not None else np.nan)
+                targets.append(UNLABELED if k is not None else np.nan)
             else:
                 value = float(target)
                 if k is not None and not (value.is_integer() and 0 <= value < k):
@@ -780,7 +776,7 @@ def _read_instances(
 ) -> list:
     """Each instance's schema and the labeled rows' contributions; an instance whose schema
     or any contribution is missing is rebuilt on restore (None)."""
-    labeled = labeled_mask(rows.targets)
+    labeled = is_labeled(rows.targets)
     out: list[InstanceSnapshot | None] = []
     for r, body in enumerate(bodies):
         if body is None:
