@@ -166,3 +166,23 @@ def test_cli_runs_lira_and_the_unlearning_audit(tmp_path, capsys):
     assert all(row["identical to refit"] for row in figures["unlearning"])
     bad = parser.parse_args("--dataset digits --model qss-dp --pool 60 --quiet".split())
     assert lira_command.run(bad) == 2  # no epsilon: a clear error, no traceback
+
+
+def test_label_mode_forget_equals_refit_with_labels_removed():
+    """QSS-L forgets labels only: the audit compares it with a fit where R is unlabeled."""
+    from forgetting import QSSClassifier
+
+    rng = np.random.default_rng(4)
+    centers = rng.normal(size=(3, 6)) * 3
+    y = rng.integers(0, 3, 240)
+    X = centers[y] + rng.normal(size=(240, 6))
+    bg_y = rng.integers(0, 3, 300)
+    bg = (centers[bg_y] + rng.normal(size=(300, 6)), bg_y)
+    factory = lambda: QSSClassifier(  # noqa: E731
+        mode="label", rho=0.2, n_instances=1, n_levels=2, n_centroids=8, rebuild="sync"
+    )
+    shadows = run_lira(factory, X, y, n_shadow=4, background=bg, n_boot=20).shadows
+    audit = unlearning_audit(
+        factory, X, y, shadows, n_forget=20, n_targets=1, background=bg, unlabeled=-1, n_boot=20
+    )
+    assert audit.identical_to_refit is True and audit.refit == "R unlabeled"

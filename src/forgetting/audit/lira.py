@@ -413,8 +413,9 @@ class UnlearningAudit:
     retained: AttackResult
     """Rows kept after the forget vs U, on the same forgetting model (the attack still works)."""
     identical_to_refit: bool | None
-    """Whether the forgetting model's predictions on the pool equal a refit without R bit for
-    bit (None: not checked)."""
+    """Whether the forgetting model's predictions on the pool equal a refit without R (or with
+    R unlabeled, for label-only forgetting) bit for bit (None: not checked)."""
+    refit: str
     n_targets: int
     n_forget: int
 
@@ -431,6 +432,7 @@ def unlearning_audit(
     background: tuple[np.ndarray, np.ndarray] | None = None,
     fix_variance: bool = False,
     check_refit: bool = True,
+    unlabeled: Any = None,
     n_boot: int = 1000,
 ) -> UnlearningAudit:
     """Fit fresh targets on random halves of the pool, ``forget`` R ⊂ members, attack R vs U.
@@ -439,7 +441,9 @@ def unlearning_audit(
     every target are pooled; intervals resample pool rows (a row may be R under one target
     and U under another: a group holds both of its decisions). With ``check_refit`` each
     target is also compared with a model fitted without R (``numpy.array_equal`` of
-    ``predict_proba``).
+    ``predict_proba``) — or, for label-only forgetting (QSS-L's ``forget``), with a model
+    fitted on the same rows with R's labels replaced by ``unlabeled`` (e.g. −1), which is what
+    that forget promises to equal.
     """
     X = np.asarray(X)
     y = np.asarray(y)
@@ -472,9 +476,14 @@ def unlearning_audit(
         parts["K1"].append(score[kept])
         parts["U1"].append(score[unseen])
         if check_refit:
-            keep_rows = member.copy()
-            keep_rows[forget] = False
-            refit = fit_model(factory, *training_set(X, y, keep_rows, background))
+            if unlabeled is None:
+                keep_rows = member.copy()
+                keep_rows[forget] = False
+                refit = fit_model(factory, *training_set(X, y, keep_rows, background))
+            else:
+                y_unlabeled = y.copy()
+                y_unlabeled[forget] = unlabeled
+                refit = fit_model(factory, *training_set(X, y_unlabeled, member, background))
             identical.append(bool(np.array_equal(proba_after, refit.predict_proba(X))))
 
     def attack(pos_key: str, neg_key: str) -> AttackResult:
@@ -490,6 +499,7 @@ def unlearning_audit(
         after=attack("R1", "U1"),
         retained=attack("K1", "U1"),
         identical_to_refit=all(identical) if check_refit else None,
+        refit="R unlabeled" if unlabeled is not None else "without R",
         n_targets=n_targets,
         n_forget=n_forget,
     )

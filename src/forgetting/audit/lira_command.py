@@ -143,6 +143,9 @@ def audit_model(
 ) -> dict[str, Any]:
     """LiRA (online + offline) and, if ``n_forget`` > 0, the unlearning audit of one model.
 
+    QSS-L's ``forget`` removes labels only, so its refit check compares with a fit in which
+    R's labels are −1 (unlabeled), the model that forget promises to equal.
+
     Returns the attack results and test accuracy of a model trained on the whole pool half
     of the first shadow (a representative fit).
     """
@@ -177,6 +180,7 @@ def audit_model(
             seed=seed + 1,
             background=data.background,
             fix_variance=fix_variance,
+            unlabeled=-1 if model == "qss-l" else None,
             n_boot=n_boot,
         )
     return out
@@ -205,6 +209,7 @@ def result_rows(data: AuditData, out: dict[str, Any]) -> tuple[list[dict], list[
                     "comparison": what,
                     **res.row(),
                     "identical to refit": audit.identical_to_refit,
+                    "refit": audit.refit,
                 }
             )
     return attacks, audits
@@ -303,7 +308,8 @@ def run(args: argparse.Namespace) -> int:
     print(markdown_table(attacks, cols + ["test accuracy"]))
     if audits:
         print()
-        print(markdown_table(audits, ["comparison", "AUC", "AUC 95% CI", "identical to refit"]))
+        cols = ["comparison", "AUC", "AUC 95% CI", "identical to refit", "refit"]
+        print(markdown_table(audits, cols))
     if args.plot is not None:
         from .lira import roc_figure
 

@@ -63,6 +63,7 @@ AUDIT_COLUMNS = [
     "TPR@1%FPR",
     "decisions",
     "identical to refit",
+    "refit",
 ]
 ACCURACY_COLUMNS = [
     "dataset",
@@ -261,7 +262,8 @@ def notes(args: argparse.Namespace, dp: bool, figures: dict[str, str], seconds: 
         f"(+ background), forget {args.forget} random members R; LiRA (online, Gaussians from "
         "the shadows) scores R against the pool rows the target never saw. 'identical to "
         "refit' compares predict_proba on the pool with a model fitted without R "
-        "(numpy.array_equal).",
+        "(numpy.array_equal) — for QSS-L, whose forget removes labels only, with a model "
+        "fitted with R's labels removed (y = −1), which is what that forget promises.",
         "",
         "QSS models use rebuild='sync' (a forget is complete when it returns) and ρ from the "
         "paper benchmark's rule on the training size. SISA: 5 shards of logistic regression; "
