@@ -384,3 +384,25 @@ def test_a_fit_that_fails_leaves_no_store(tmp_path):
         DurableModel.create(str(path), QSSClassifier(**FAST), X, y[:-1])
     assert not path.exists()
     assert [p.name for p in tmp_path.iterdir()] in ([], ["model.db.lock"])
+
+
+def test_the_privacy_ledger_of_a_dp_model_survives_reopening(db):
+    """mode="dp": releases and forgotten-id tags are written with every change, so a reopened
+    model neither forgets its spend nor lets a forgotten id back in."""
+    X, y = classification_data()
+    ids = _ids(len(y))
+    key = b"a secret of at least sixteen bytes"
+    params = dict(mode="dp", epsilon=2.0, delta=1e-5, secret_key=key, rho=0.25, rebuild="sync")
+    model = DurableModel.create(db, QSSClassifier(**params), X, y, ids)
+    model.predict(X)
+    model.forget(ids[:3])
+    served = model.predict_proba(X)
+    releases = model.estimator.privacy_.n_releases
+    model.close()
+    with DurableModel.open(db, secret_key=key) as reopened:
+        assert reopened.estimator.privacy_.n_releases == releases
+        assert np.array_equal(reopened.predict_proba(X), served)  # the same release again
+        assert reopened.estimator.privacy_.n_releases == releases
+        with pytest.raises(ValueError, match="forgotten earlier"):
+            reopened.insert(X[:1], y[:1], ids[:1])
+        assert reopened.verify()["ok"]

@@ -47,6 +47,7 @@ from .sql import SQLStore, _FileLock, describe, is_postgres
 META_KIND = "forgetting-store-meta"
 SCHEMA_KIND = "forgetting-schema"
 KEY_KIND = "forgetting-secret-key"
+PRIVACY_KIND = "forgetting-privacy-ledger"
 _RETRY_PERSIST_S = 1.0
 
 
@@ -201,6 +202,8 @@ class DurableModel:
             "libraries": library_versions(),
         }
         meta = {"model": dumps(info, META_KIND)}
+        if snapshot.engine.privacy is not None:
+            meta["privacy"] = dumps(snapshot.engine.privacy, PRIVACY_KIND)
         if store_key and not snapshot.key_derived:
             meta["secret_key"] = dumps(estimator.secret_key, KEY_KIND)
         p = len(snapshot.engine.instances)
@@ -340,7 +343,11 @@ class DurableModel:
                 fitted=self._info["fitted"],
                 key_fingerprint=self._info["key_fingerprint"],
                 key_derived=self._info["key_derived"],
-                engine=EngineSnapshot(rows, [None] * self.estimator.n_instances),
+                engine=EngineSnapshot(
+                    rows,
+                    [None] * self.estimator.n_instances,
+                    self.estimator.engine_.snapshot(ids=[], instances=[]).privacy,
+                ),
             )
             fresh = restore_estimator(snapshot, secret_key=self.estimator.secret_key)
             fresh.wait_for_rebuilds()
@@ -410,6 +417,7 @@ class DurableModel:
                             self._store.delete_rows(cur, keys)
                         updates = self._sync_instances(cur)
                     self._store.add_receipt(cur, receipt)
+                    self._write_ledger(cur)
             except BaseException as err:
                 self._recover(err)
                 raise
@@ -440,6 +448,7 @@ class DurableModel:
                     self._store.insert_rows(cur, _records(snap, self._next_seq, current))
                     updates = self._sync_instances(cur)
                     self._store.add_receipt(cur, receipt)
+                    self._write_ledger(cur)
             except BaseException as err:
                 self._recover(err)
                 raise
@@ -479,6 +488,11 @@ class DurableModel:
         if self._persister is not None:
             self._persister.join(timeout=30)
         with self._lock:
+            ledger = self._ledger() if self._available else None
+            if ledger is not None and not self._store.read_only:
+                with contextlib.suppress(StoreError):  # releases since the last write
+                    with self._store.transaction("recording the privacy ledger") as cur:
+                        self._store.set_meta(cur, "privacy", ledger)
             self._store.close()
 
     def __enter__(self) -> DurableModel:
@@ -515,6 +529,18 @@ class DurableModel:
             self.reload()
         except BaseException:  # noqa: BLE001 - the service keeps calling reload()
             pass
+
+    def _ledger(self) -> bytes | None:
+        """mode="dp": the encoded privacy ledger (releases, forgotten-id tags); else None."""
+        privacy = self.estimator.engine_.snapshot(ids=[], instances=[]).privacy
+        return None if privacy is None else dumps(privacy, PRIVACY_KIND)
+
+    def _write_ledger(self, cur) -> None:
+        """The ledger goes with every write, so a reopened model neither undercounts its
+        releases nor lets a forgotten id back in."""
+        ledger = self._ledger()
+        if ledger is not None:
+            self._store.set_meta(cur, "privacy", ledger)
 
     def _rewrite(self, cur) -> dict[int, Any]:
         """The estimator refitted itself (a class vanished): replace rows, schemas and the
@@ -579,6 +605,7 @@ class DurableModel:
                 return
             with self._store.transaction("writing a rebuilt instance") as cur:
                 updates = self._sync_instances(cur)
+                self._write_ledger(cur)
             for r, schema in updates.items():
                 self._persisted[r] = schema
 
@@ -660,6 +687,15 @@ def _load(store: SQLStore, secret_key: bytes | str | None) -> _Loaded:
         except ModelFileError as err:
             raise _corrupt(loc, "table meta", err) from None
     _check_key(loc, info, secret_key)
+    privacy = None
+    if "privacy" in meta:
+        try:
+            privacy = loads(meta["privacy"], PRIVACY_KIND, "privacy ledger")
+            if not isinstance(privacy, dict):
+                raise ValueError("the privacy ledger is not a mapping")
+        except (ModelFileError, ValueError) as err:
+            raise _corrupt(loc, "table meta", err) from None
+    info = {**info, "privacy": privacy}
     rows = _read_rows(loc, info, records)
     n_outputs = len(info["fitted"]["classes_"]) if "classes_" in info["fitted"] else 1
     instances = _read_instances(loc, bodies, records, rows, n_outputs)
@@ -669,7 +705,7 @@ def _load(store: SQLStore, secret_key: bytes | str | None) -> _Loaded:
         fitted=info["fitted"],
         key_fingerprint=info["key_fingerprint"],
         key_derived=info["key_derived"],
-        engine=EngineSnapshot(rows, instances),
+        engine=EngineSnapshot(rows, instances, privacy),
     )
     try:
         estimator = restore_estimator(snapshot, secret_key=secret_key)

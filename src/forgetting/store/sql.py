@@ -439,8 +439,11 @@ class SQLStore:
             [(r,) for r in range(n_instances)],
         )
 
-    def set_meta(self, cur, name: str, value: bytes) -> None:
-        self.execute(cur, "UPDATE meta SET value = ? WHERE name = ?", (value, name))
+    def set_meta(self, cur, name: str, value: bytes | None) -> None:
+        """Replace (or, with None, remove) one meta entry inside the caller's transaction."""
+        self.execute(cur, "DELETE FROM meta WHERE name = ?", (name,))
+        if value is not None:
+            self.execute(cur, "INSERT INTO meta (name, value) VALUES (?, ?)", (name, value))
 
     def read_all(self) -> tuple[dict[str, bytes], list[tuple], list[bytes | None]]:
         """Meta, rows (by seq) and schema bodies, read in one transaction: a consistent view
