@@ -129,10 +129,14 @@ class FlatTables:
         small = n * T < _SPARSE_MIN_ENTRIES
         if small:
             touched_flat = np.unique(flat)
+            touched = touched_flat % (T * C)
+            if n > 1:
+                touched = np.unique(touched)
         else:
             hits = np.bincount(flat, minlength=2 * T * C)
             touched_flat = np.flatnonzero(hits)
-        touched = np.unique(touched_flat % (T * C))
+            by_fold = hits.reshape(2, T * C)
+            touched = np.flatnonzero(by_fold[0] + by_fold[1])
         old_cross, old_square = self._terms(touched)
         probes = self._probe_hits(touched_flat)
         old_probe = self._probe_terms(*probes)
@@ -145,9 +149,11 @@ class FlatTables:
         else:
             self.counts.reshape(-1)[:] += sign * hits
         new_cross, new_square = self._terms(touched)
+        d_cross = new_cross.sum(axis=0) - old_cross.sum(axis=0)  # exact int64
+        d_square = new_square.sum(axis=0) - old_square.sum(axis=0)
         for g in range(len(self.grid)):
-            self.cross[g] += int(new_cross[:, g].sum()) - int(old_cross[:, g].sum())
-            self.square[g] += int(new_square[:, g].sum()) - int(old_square[:, g].sum())
+            self.cross[g] += int(d_cross[g])
+            self.square[g] += int(d_square[g])
         if probes[0].size:
             np.add.at(
                 self.probe_sums, (slice(None), probes[0]), self._probe_terms(*probes) - old_probe
@@ -202,11 +208,11 @@ class FlatTables:
         if p.size == 0:
             return np.zeros((len(self.grid), 0, self.n_outputs), dtype=np.int64)
         S = self.sums.reshape(-1, self.n_outputs)[qualified].astype(np.float64)
-        S *= np.ldexp(1.0, -self.scale_bits)
+        S *= 2.0**-self.scale_bits
         n = self.counts.reshape(-1)[qualified].astype(np.float64)
         out = np.empty((len(self.grid), len(p), self.n_outputs), dtype=np.int64)
         for g, lam in enumerate(self.grid):
-            out[g] = np.rint(np.ldexp(S / (n + lam)[:, None], MEAN_BITS)).astype(np.int64)
+            out[g] = np.rint(S / (n + lam)[:, None] * 2.0**MEAN_BITS).astype(np.int64)
         return out
 
     def probe_square(self, g: int) -> float | None:
@@ -220,7 +226,7 @@ class FlatTables:
             n_probes = int(mine.sum())
             if n_probes == 0:
                 return None
-            m = np.ldexp(self.probe_sums[g][mine].astype(np.float64), -MEAN_BITS)
+            m = self.probe_sums[g][mine].astype(np.float64) * 2.0**-MEAN_BITS
             m /= self.n_tables
             rows = float(self.counts[b, 0].sum())
             total += float(np.einsum("ij,ij->", m, m)) * rows / n_probes
@@ -235,19 +241,18 @@ class FlatTables:
         T, C = self.n_tables, self.n_cells
         # (fold, output, cell): sums over outputs become adds of contiguous vectors
         S = self.sums.reshape(2, T * C, -1)[:, cells].transpose(0, 2, 1).astype(np.float64)
-        S *= np.ldexp(1.0, -self.scale_bits)
+        S *= 2.0**-self.scale_bits
         n = self.counts.reshape(2, T * C)[:, cells].astype(np.float64)
         bits = loss_bits(self.scale_bits)
-        cross = np.zeros((len(cells), len(self.grid)), dtype=np.int64)
-        square = np.zeros((len(cells), len(self.grid)), dtype=np.int64)
-        for g, lam in enumerate(self.grid):
-            for a, b in ((0, 1), (1, 0)):
-                mu = S[a] / (n[a] + lam)  # fold a's means (k, m), scored on fold b's rows
-                c = np.rint(np.ldexp(S[b] * mu, bits)).astype(np.int64)
-                s = np.rint(np.ldexp(n[b] * mu * mu, bits)).astype(np.int64)
-                cross[:, g] += c.sum(axis=0)
-                square[:, g] += s.sum(axis=0)
-        return cross, square
+        lam = np.asarray(self.grid, dtype=np.float64)[None, :, None, None]
+        # mu[a, g]: fold a's means under λ_g (k, m), scored on the other fold's rows
+        mu = S[:, None] / (n[:, None, None, :] + lam)
+        other_S, other_n = S[::-1, None], n[::-1, None, None, :]
+        unit = 2.0**bits  # scaling by a power of two is exact: the same bits as ldexp
+        c = np.rint(other_S * mu * unit).astype(np.int64)
+        sq = np.rint(other_n * mu * mu * unit).astype(np.int64)
+        # integer sums over both directions and the outputs: order-independent
+        return c.sum(axis=(0, 2)).T, sq.sum(axis=(0, 2)).T
 
     def rebuild_totals(self) -> None:
         """Recompute the cross-fit totals from every cell (after a bulk load)."""
@@ -277,7 +282,7 @@ class FlatTables:
             if shrinkage == "auto"
             else [self.grid.index(float(shrinkage))]
         )
-        scale = np.ldexp(1.0, -loss_bits(self.scale_bits)) / self.n_tables
+        scale = 2.0 ** -loss_bits(self.scale_bits) / self.n_tables
         best = (-np.inf, 0.0, self.grid[options[0]])
         for g in options:
             cross = float(self.cross[g]) * scale  # exact integers → the same float every time
@@ -325,10 +330,10 @@ class FlatTables:
         flat_counts = self.counts.reshape(2, T * C)
         S = flat_sums[0][cell] + flat_sums[1][cell]  # (n, T, k) exact int64
         n = (flat_counts[0][cell] + flat_counts[1][cell]).astype(np.float64)
-        mu = np.ldexp(S.astype(np.float64), -self.scale_bits) / (n + shrinkage)[:, :, None]
-        fixed = np.rint(np.ldexp(mu, MEAN_BITS)).astype(np.int64)
+        mu = S.astype(np.float64) * 2.0**-self.scale_bits / (n + shrinkage)[:, :, None]
+        fixed = np.rint(mu * 2.0**MEAN_BITS).astype(np.int64)
         total = fixed.sum(axis=1)  # integer sum: order-independent
-        return np.ldexp(total.astype(np.float64), -MEAN_BITS) / T
+        return total.astype(np.float64) * 2.0**-MEAN_BITS / T
 
     # -- bookkeeping -------------------------------------------------------------------------
     def copy(self) -> FlatTables:
