@@ -698,3 +698,17 @@ def test_sigkill_at_each_step_of_persistence(
     else:
         assert "forget" in acked and "rebuild" not in acked
         assert len(stored) == 199  # the acknowledged forget survived the killed rebuild write
+
+
+def test_stored_rows_that_cannot_rebuild_the_model_give_one_error_line(tmp_path):
+    db = str(tmp_path / "model.db")
+    X, y = classification_data(n=200)
+    DurableModel.create(db, QSSClassifier(**BG), X, y, _ids(200)).close()
+    _execute(db, "UPDATE rows SET target = NULL WHERE seq > 3")  # too few labels left
+    _execute(db, "UPDATE schemas SET body = NULL")  # so every instance rebuilds on open
+    with DurableModel.open(db) as model:
+        with pytest.raises(StoreError, match="cannot rebuild") as info:
+            model.wait_for_rebuilds()
+        _one_line(info.value)
+        with pytest.raises(StoreError, match="cannot rebuild"):
+            model.predict(X[:2])

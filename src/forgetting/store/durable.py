@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ensemble import RebuildError
 from ..estimators import restore_estimator
 from ..io.model_format import ModelFileError, dumps, loads
 from ..labels import UNLABELED, is_labeled
@@ -270,13 +271,15 @@ class DurableModel:
     # -- reads ---------------------------------------------------------------------------
     def predict(self, X) -> np.ndarray:
         self._require_available()
-        return self.estimator.predict(X)
+        with self._rebuild_errors():
+            return self.estimator.predict(X)
 
     def predict_proba(self, X) -> np.ndarray:
         self._require_available()
         if self.task != "classification":
             raise TypeError("predict_proba is only defined for classifiers")
-        return self.estimator.predict_proba(X)
+        with self._rebuild_errors():
+            return self.estimator.predict_proba(X)
 
     def state_digest(self) -> str:
         self._require_available()
@@ -473,7 +476,8 @@ class DurableModel:
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
         """Wait until rebuilds have landed in memory *and* been written to the store."""
         self._require_available()
-        self.estimator.wait_for_rebuilds(timeout)
+        with self._rebuild_errors():
+            self.estimator.wait_for_rebuilds(timeout)
         if self._store.read_only:
             return
         with self._lock:
@@ -520,6 +524,19 @@ class DurableModel:
             raise StoreError(
                 f"{describe(self._store.location)} was opened read-only; changes are refused"
             )
+
+    @contextlib.contextmanager
+    def _rebuild_errors(self):
+        """A rebuild from the stored rows that fails (it succeeded when they were written)
+        says the store cannot reproduce its model: one StoreError line, not a traceback."""
+        try:
+            yield
+        except RebuildError as err:
+            raise StoreError(
+                f"{describe(self._store.location)}: {' '.join(str(err).split())}; the stored "
+                "rows cannot rebuild the model: run `forgetting verify`, restore a backup or "
+                "refit"
+            ) from err
 
     def _recover(self, err: BaseException) -> None:
         """A write failed after memory changed: restore memory from the store (the truth),
