@@ -348,11 +348,13 @@ def plot(quality: list[dict], path: Path, command: str) -> None:
     save_figure(fig, path, command)
 
 
-def _notes(args, n_runs: int) -> str:
+def _notes(args, n_runs: int, wall: float, cpu: float) -> str:
     return "\n".join(
         [
             "## What was run, and what was scaled down",
             "",
+            f"- This run: {wall / 60:.1f} min wall, {cpu / 60:.1f} min CPU of this process "
+            "(torch on 1 thread; the difference is time other jobs took from the 2 cores).",
             f"- Data: {', '.join(args.datasets)} stand in for CIFAR-10 (no CIFAR or DermaMNIST "
             "installs offline: the `medmnist` wheel on PyPI is 25 KB of code that downloads the "
             "arrays from Zenodo at run time). Each run trains on a seeded subsample of "
@@ -383,6 +385,7 @@ def _notes(args, n_runs: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     from tqdm.auto import tqdm
 
     from .report import write_results
@@ -482,7 +485,13 @@ def main(argv: list[str] | None = None) -> int:
         ),
     }
     n_runs = len(args.datasets) * len(args.fractions)
-    md = write_results(args.out_dir, args.name, command, tables, _notes(args, n_runs))
+    md = write_results(
+        args.out_dir,
+        args.name,
+        command,
+        tables,
+        _notes(args, n_runs, time.perf_counter() - wall0, time.process_time() - cpu0),
+    )
     if not args.no_plot:
         plot(quality, args.out_dir / f"{args.name}.png", command)
     print(f"wrote {md}")
