@@ -712,3 +712,23 @@ def test_stored_rows_that_cannot_rebuild_the_model_give_one_error_line(tmp_path)
         _one_line(info.value)
         with pytest.raises(StoreError, match="cannot rebuild"):
             model.predict(X[:2])
+
+
+def test_a_well_formed_but_edited_schema_is_refused_on_open(tmp_path, forgotten_template):
+    """A schema re-encoded with a valid checksum but nonsense inside (g's weights of the
+    wrong shape) is refused when the store opens, not at the first prediction."""
+    db = str(tmp_path / "model.db")
+    _store_with_a_receipt(db, forgotten_template)
+    conn = sqlite3.connect(db)
+    (body,) = conn.execute("SELECT body FROM schemas WHERE instance = 0").fetchone()
+    conn.close()
+    schema = model_format.loads(body, "forgetting-schema")
+    schema.base_model.estimator.coef_ = np.zeros((3, 99))
+    _execute(
+        db,
+        "UPDATE schemas SET body = ? WHERE instance = 0",
+        (model_format.dumps(schema, "forgetting-schema"),),
+    )
+    with pytest.raises(StoreCorrupt, match="instance 0") as info:
+        DurableModel.open(db)
+    _one_line(info.value)

@@ -20,12 +20,14 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
 import sklearn
 
 from .io.model_format import ModelFileError, dumps, loads
+from .schema import Schema
 from .snapshots import ModelSnapshot
 
 FILE_KIND = "forgetting-model-file"
@@ -39,6 +41,20 @@ def library_versions() -> dict[str, str]:
         "scikit-learn": sklearn.__version__,
         "faiss": faiss.__version__,
     }
+
+
+def check_schema(schema: Any, n_features: int, n_outputs: int) -> None:
+    """Run a decoded schema once on a zero row and check the shapes it returns.
+
+    Decoding restores only allowlisted types, but their attributes could still have been
+    edited into nonsense; this turns that into an error at load time instead of a crash at
+    the first prediction. Raises ValueError (or whatever the broken part raises).
+    """
+    if not isinstance(schema, Schema):
+        raise ValueError(f"expected a schema, found {type(schema).__name__}")
+    codes, g = schema.transform(np.zeros((1, n_features), dtype=np.float32))
+    if g.shape != (1, n_outputs) or codes.ndim != 2 or codes.shape[0] != 1:
+        raise ValueError(f"the schema gives outputs of shape {g.shape}, codes {codes.shape}")
 
 
 def save_model(estimator, path: str | Path, *, store_key: bool = False) -> None:
@@ -106,6 +122,17 @@ def load_model(
             f"{path}: this model was fitted with a secret key, which is not in the file; "
             "pass it as secret_key"
         )
+    fitted = snapshot.fitted
+    n_outputs = len(fitted["classes_"]) if "classes_" in fitted else 1
+    for r, inst in enumerate(snapshot.engine.instances):
+        if inst is None:
+            continue
+        try:
+            check_schema(inst.schema, int(fitted["n_features_in_"]), n_outputs)
+        except Exception as err:  # noqa: BLE001 - any defect of decoded data is the file's
+            raise ModelFileError(
+                f"{path}: the schema of instance {r} is unusable ({type(err).__name__}: {err})"
+            ) from None
     try:
         return restore_estimator(snapshot, secret_key=secret_key)
     except ValueError as err:

@@ -38,8 +38,7 @@ from ..ensemble import RebuildError
 from ..estimators import restore_estimator
 from ..io.model_format import ModelFileError, dumps, loads
 from ..labels import UNLABELED, is_labeled
-from ..persistence import library_versions
-from ..schema import Schema
+from ..persistence import check_schema, library_versions
 from ..schema.membership import canonical_id, derive_key, id_bytes, key_fingerprint
 from ..snapshots import EngineSnapshot, InstanceSnapshot, ModelSnapshot, RowsSnapshot
 from .errors import StoreCorrupt, StoreError
@@ -837,11 +836,8 @@ def _read_instances(
             continue
         try:
             schema = loads(body, SCHEMA_KIND, f"schema of instance {r}")
-            if not isinstance(schema, Schema):
-                raise ValueError("not a schema")
-            if schema.base_model.n_outputs != n_outputs:
-                raise ValueError("its output width does not match the model")
-        except (ModelFileError, ValueError, TypeError, AttributeError) as err:
+            check_schema(schema, rows.X.shape[1], n_outputs)
+        except Exception as err:  # noqa: BLE001 - any defect of decoded data is the store's
             raise _corrupt(loc, f"table schemas, instance {r}", err) from None
         blobs = [rec[5 + r] for rec, lab in zip(records, labeled, strict=True) if lab]
         if any(b is None for b in blobs):
