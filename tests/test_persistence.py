@@ -255,3 +255,13 @@ def test_values_keep_their_exact_types_and_bits():
     assert back["s"][2].dtype == np.dtype(">f8")
     assert back["s"][2].tobytes() == value["s"][2].tobytes()
     assert back["o"].dtype == object and back["o"].tolist() == ["x", 3]
+
+
+def test_a_well_formed_but_edited_schema_is_refused_on_load(saved):
+    from forgetting.io import model_format
+
+    state = model_format.loads(saved.read_bytes(), persistence.FILE_KIND)
+    state["snapshot"].engine.instances[1].schema.base_model.estimator.coef_ = np.zeros((3, 99))
+    saved.write_bytes(model_format.dumps(state, persistence.FILE_KIND))
+    with pytest.raises(ModelFileError, match="instance 1"):
+        QSSClassifier.load(saved)
