@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..paper.data import Data, load_data
+from ...datasets import load_dataset
+from ...encoders import HOGEncoder, MiniLMEncoder
+from ..paper.data import IMAGE_SETS, Data, load_data
 from ..report import write_results
 
 
@@ -35,6 +37,20 @@ class Settings:
 
     def name(self, analysis: str) -> str:
         return f"{self.prefix}-{analysis}"
+
+    def train_features(self, name: str, n_train: int) -> tuple[np.ndarray, np.ndarray, str]:
+        """(X, y, feature label) of the first ``n_train`` training rows only, with the paper
+        benchmark's features. Why not :meth:`data`: analyses that never score on the test
+        split should not pay for encoding it (MiniLM is the slow step here)."""
+        ds = load_dataset(name, n_train=n_train)
+        X = ds.X_train
+        if ds.modality == "text":
+            X, label = MiniLMEncoder(progress=True).transform(X), "MiniLM-L6 embeddings"
+        elif name in IMAGE_SETS:
+            X, label = HOGEncoder(progress=True).transform(X), "HOG + 2×2-pooled pixels"
+        else:
+            label = "raw features"
+        return np.ascontiguousarray(X, dtype=np.float32), ds.y_train, label
 
     def data(self, name: str, n_train: int | None) -> Data:
         """A dataset with the paper benchmark's features (HOG for MNIST, cached MiniLM for

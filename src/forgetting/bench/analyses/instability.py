@@ -361,16 +361,16 @@ def run(settings: Settings) -> dict[str, Any]:
     n_del = 2 if quick else 10
     embed_seeds = 1 if quick else settings.seeds
     estimator_rows = []
-    sets = (("digits", None),) if quick else (("mnist", n_embed), ("sentiment", n_embed))
+    sets = (("digits", 1000),) if quick else (("mnist", n_embed), ("sentiment", n_embed))
     for name, n in sets:
-        data = settings.data(name, n)
-        Z = l2_normalize(data.X_train)
+        X, y, features = settings.train_features(name, n)
+        Z = l2_normalize(X)
         trials = []
         for seed in tqdm(range(embed_seeds), desc=f"instability: {name}", leave=False):
             trials += flips_embeddings(Z, seed, n_del, rng)
-        label = f"{name} ({data.features.split(' (')[0]}, d = {Z.shape[1]})"
+        label = f"{name} ({features}, d = {Z.shape[1]})"
         summary += summary_rows(label, len(Z), EMBED_CENTROIDS, EMBED_LEVELS, embed_seeds, trials)
-        estimator_rows += estimator_check(label, data.X_train, data.y_train, 2 if quick else 3)
+        estimator_rows += estimator_check(label, X, y, 2 if quick else 3)
     if not quick:
         settings.scaled.append(
             f"instability: embeddings subsampled to {n_embed} training rows, b = "
