@@ -19,6 +19,7 @@ initialisation, the fine-tuning batches and the unlearning batches.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 
 import torch
@@ -118,8 +119,6 @@ def prepare(cfg: ExperimentConfig, base: TinyLM | None = None) -> Prepared:
     corpus = make_corpus(cfg.n_fictitious, cfg.n_public, cfg.forget_fraction, seed=0)
     if base is None:
         base = pretrain_base(cfg, corpus)
-    import copy
-
     model = copy.deepcopy(base)
     torch.manual_seed(cfg.seed)
     model.freeze_base(cfg.lora_rank, cfg.lora_alpha, nf4=cfg.nf4_base)
