@@ -406,3 +406,16 @@ def test_the_privacy_ledger_of_a_dp_model_survives_reopening(db):
         with pytest.raises(ValueError, match="forgotten earlier"):
             reopened.insert(X[:1], y[:1], ids[:1])
         assert reopened.verify()["ok"]
+
+
+def test_a_read_only_verify_beside_a_running_writer_reads_one_consistent_state(db):
+    X, y = classification_data()
+    ids = _ids(len(y))
+    writer = DurableModel.create(db, QSSClassifier(**FAST), X, y, ids)
+    with DurableModel.open(db, read_only=True) as reader:
+        writer.forget(ids[:4])  # after the reader loaded its copy
+        audit = reader.verify()
+        assert audit["ok"], audit
+        assert audit["n_rows"] == len(ids) - 4
+        assert audit["state_digest"] == writer.state_digest()
+    writer.close()

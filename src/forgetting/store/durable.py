@@ -74,11 +74,15 @@ def _corrupt(location: str, where: str, problem: Any) -> StoreCorrupt:
 class _Loaded:
     """What :func:`_load` reads from a store: the estimator and the persisted bookkeeping."""
 
-    def __init__(self, estimator, info: dict, persisted: list, next_seq: int):
+    def __init__(
+        self, estimator, info: dict, persisted: list, next_seq: int, rows: RowsSnapshot | None
+    ):
         self.estimator = estimator
         self.info = info
         self.persisted = persisted
         self.next_seq = next_seq
+        self.rows = rows
+        """The stored rows the estimator was restored from (None after a fresh fit)."""
 
 
 class DurableModel:
@@ -177,7 +181,7 @@ class DurableModel:
         p = estimator.n_instances
         engine = estimator.engine_
         persisted = [engine.schema_of(r) for r in range(p)]
-        return _Loaded(estimator, info, persisted, estimator.n_rows_)
+        return _Loaded(estimator, info, persisted, estimator.n_rows_, None)
 
     @classmethod
     def _write_new(cls, store: SQLStore, estimator, feature_names, store_key: bool) -> dict:
@@ -335,10 +339,24 @@ class DurableModel:
         type and whether some rows are unlabeled.
         """
         started = time.perf_counter()
+        if self._store.read_only:
+            # Another process may write meanwhile: compare against one consistent read (the
+            # store's model and its rows from the same transaction), adopted as a reload.
+            with self._lock:
+                self._require_open()
+                loaded = _load(self._store, self.estimator.secret_key)
+                old = self.estimator
+                self._adopt(loaded)
+                self._available = True
+                with contextlib.suppress(Exception):
+                    old.engine_.retire()
         self.wait_for_rebuilds()
         with self._lock:
             digest = self.state_digest()
-            rows = _read_rows(self._store.location, self._info, self._store.load_rows())
+            if self._store.read_only:
+                rows = loaded.rows
+            else:  # we are the only writer, and hold our lock: the rows match memory
+                rows = _read_rows(self._store.location, self._info, self._store.load_rows())
             snapshot = ModelSnapshot(
                 estimator=self._info["estimator"],
                 params=self._info["params"],
@@ -731,7 +749,7 @@ def _load(store: SQLStore, secret_key: bytes | str | None) -> _Loaded:
     engine = estimator.engine_
     persisted = [s if engine.schema_of(r) is s else None for r, s in enumerate(persisted)]
     next_seq = max((int(rec[1]) for rec in records), default=-1) + 1
-    return _Loaded(estimator, info, persisted, next_seq)
+    return _Loaded(estimator, info, persisted, next_seq, rows)
 
 
 def _check_info(info: Any) -> None:
