@@ -242,33 +242,49 @@ def accuracy_figure(rows: list[dict], path: Path, command: str) -> None:
 
 # -- notes and main ---------------------------------------------------------------------------
 def notes(args: argparse.Namespace, dp: bool, figures: dict[str, str], seconds: float) -> str:
-    lines = [
-        "## Notes",
-        "",
-        f"Wall time: {seconds / 60:.1f} min.",
-        "",
-        "**Scaled down** to fit a shared 2-core machine (~20 min): "
-        f"{args.n_shadow} shadow models (the paper: 64), audited pools of "
-        f"{args.lira_datasets} rows as POOL+BACKGROUND (the paper: 1,000 audit points). "
-        "Every model trains on a random half of the pool plus all background rows; only pool "
-        "rows are attacked. With few shadows the per-row Gaussians are noisy, which weakens the "
-        "attack (TPR at 0.1 % FPR is resolved only to 1/(shadows·pool/2)). Each shadow is the "
-        "target once, attacked with the Gaussians of the others minus its complementary "
-        "partner (balanced IN/OUT counts). AUC intervals are 95 % bootstrap intervals that "
-        "resample pool rows (all decisions about a row move together).",
-        "",
-        "**Unlearning audit**: "
-        f"{args.targets} fresh targets per model, each trained on a random half of the pool "
-        f"(+ background), forget {args.forget} random members R; LiRA (online, Gaussians from "
-        "the shadows) scores R against the pool rows the target never saw. 'identical to "
-        "refit' compares predict_proba on the pool with a model fitted without R "
-        "(numpy.array_equal) — for QSS-L, whose forget removes labels only, with a model "
-        "fitted with R's labels removed (y = −1), which is what that forget promises.",
-        "",
-        "QSS models use rebuild='sync' (a forget is complete when it returns) and ρ from the "
-        "paper benchmark's rule on the training size. SISA: 5 shards of logistic regression; "
-        "retrain: one logistic regression (the oracle). BLAS is limited to one thread per fit "
-        "(threadpoolctl) unless --all-threads.",
+    lines = ["## Notes", "", f"Wall time: {seconds / 60:.1f} min.", ""]
+    if not args.skip_lira:
+        lines += [
+            "**Scaled down** to fit a shared 2-core machine (~20 min): "
+            f"{args.n_shadow} shadow models (the paper: 64), audited pools of "
+            f"{args.lira_datasets} rows as POOL+BACKGROUND (the paper: 1,000 audit points). "
+            "Every model trains on a random half of the pool plus all background rows; only "
+            "pool rows are attacked. With few shadows the per-row Gaussians are noisy, which "
+            "weakens the attack (TPR at 0.1 % FPR is resolved only to 1/(shadows·pool/2)). Each "
+            "shadow is the target once, attacked with the Gaussians of the others minus its "
+            "complementary partner (balanced IN/OUT counts). AUC intervals are 95 % bootstrap "
+            "intervals that resample pool rows (all decisions about a row move together). "
+            "'test accuracy' is one model trained like a shadow (half the pool + background).",
+            "",
+            "**Unlearning audit**: "
+            f"{args.targets} fresh targets per model, each trained on a random half of the pool "
+            f"(+ background), forget {args.forget} random members R; LiRA (online, Gaussians "
+            "from the shadows) scores R against the pool rows the target never saw. 'identical "
+            "to refit' compares predict_proba on the pool with a model fitted without R "
+            "(numpy.array_equal) — for QSS-L, whose forget removes labels only, with a model "
+            "fitted with R's labels removed (y = −1), which is what that forget promises.",
+            "",
+            "QSS models use rebuild='sync' (a forget is complete when it returns) and ρ from "
+            "the paper benchmark's rule on the training size. QSS-DP: δ = 1e-5, a fixed audit "
+            "secret key per seed. SISA: 5 shards of logistic regression; retrain: one logistic "
+            "regression (the oracle).",
+            "",
+        ]
+    if not args.skip_accuracy and dp:
+        lines += [
+            "**Accuracy vs ε**: "
+            f"{args.seeds} seeds (random_state: moves D°, the folds and the noise key), "
+            f"training sets {args.accuracy_datasets} (NAME=N subsamples the fixed train split; "
+            "full test splits), ρ from the paper benchmark's rule, δ = 1e-5, default "
+            "n_instances = 3. ε = ∞ is QSS-E (mode='exact', no noise); 'g only' is QSS-E with "
+            "α = 0 (the base model alone, the floor a well-chosen α never goes below). 'sigma' "
+            "is the noise standard deviation per cell in residual units and 'composed epsilon' "
+            "the accountant's ε after fit (p releases), both as reported by model.privacy_.",
+            "",
+        ]
+    lines += [
+        "BLAS is limited to one thread per fit (threadpoolctl) unless --all-threads: "
+        "oversubscribed BLAS threads made logistic-regression fits ~20× slower here.",
         "",
     ]
     if not dp:
