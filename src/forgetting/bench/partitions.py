@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import platform
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -618,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
-    command = "python -m forgetting.bench.partitions " + " ".join(
+    command = "python -m forgetting.bench.partitions " + shlex.join(
         argv if argv is not None else sys.argv[1:]
     )
     out = Path(args.out)

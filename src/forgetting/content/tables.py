@@ -44,6 +44,12 @@ MEAN_BITS = 40
 sum: the prediction does not depend on the order tables are added in (or on the batch)."""
 
 
+def square_bits(scale_bits: int) -> int:
+    """Fixed-point bits of squared cell means in the probe sums: a squared mean is ≤ 2 for
+    classification and ≤ 2^20 for regression, and T ≤ 2^10 of them are summed."""
+    return 40 if scale_bits >= 32 else 24
+
+
 def loss_bits(scale_bits: int) -> int:
     """Fixed-point bits of the per-cell loss terms, such that no int64 partial sum overflows.
 
@@ -177,7 +183,7 @@ class FlatTables:
         self.probe_folds = np.asarray(probe_folds, dtype=np.int64)
         self._probe_index = None
         m = len(self.probe_folds)
-        self.probe_sums = np.zeros((len(self.grid), m, self.n_outputs), dtype=np.int64)
+        self.probe_sums = np.zeros((len(self.grid), m, self.n_outputs + 1), dtype=np.int64)
         p = np.repeat(np.arange(m), T)
         cells = self.probe_cells.ravel()
         other = 1 - self.probe_folds[p]
@@ -204,33 +210,52 @@ class FlatTables:
         return probe_of[entries], keys[entries]
 
     def _probe_terms(self, p: np.ndarray, qualified: np.ndarray) -> np.ndarray:
-        """Fixed-point fold means (G, len, k) of fold-qualified cells (element-wise, exact)."""
+        """Per λ and entry: the fold mean of a fold-qualified cell in fixed point (k values)
+        and its squared norm (one more column), element-wise then integer-summed: exact."""
+        k = self.n_outputs
         if p.size == 0:
-            return np.zeros((len(self.grid), 0, self.n_outputs), dtype=np.int64)
-        S = self.sums.reshape(-1, self.n_outputs)[qualified].astype(np.float64)
+            return np.zeros((len(self.grid), 0, k + 1), dtype=np.int64)
+        S = self.sums.reshape(-1, k)[qualified].astype(np.float64)
         S *= 2.0**-self.scale_bits
         n = self.counts.reshape(-1)[qualified].astype(np.float64)
-        out = np.empty((len(self.grid), len(p), self.n_outputs), dtype=np.int64)
+        out = np.empty((len(self.grid), len(p), k + 1), dtype=np.int64)
         for g, lam in enumerate(self.grid):
-            out[g] = np.rint(S / (n + lam)[:, None] * 2.0**MEAN_BITS).astype(np.int64)
+            mu = S / (n + lam)[:, None]
+            out[g, :, :k] = np.rint(mu * 2.0**MEAN_BITS).astype(np.int64)
+            out[g, :, k] = (
+                np.rint(mu * mu * 2.0 ** square_bits(self.scale_bits)).astype(np.int64).sum(axis=1)
+            )
         return out
 
     def probe_square(self, g: int) -> float | None:
-        """Σ over rows of both folds of ‖m_out-of-fold(x)‖², estimated on the probes, for λ
-        = grid[g]; None without probes in both folds."""
+        """Σ over rows of both folds of ‖m_out-of-fold(x)‖² for λ = grid[g], or None without
+        probes in both folds.
+
+        A ratio estimate: the exact per-table square (all rows, maintained per cell) times
+        Σ_probes ‖(1/T) Σ_t μ_t‖² / Σ_probes (1/T) Σ_t ‖μ_t‖². Numerator and denominator come
+        from the same few probes, so their noise largely cancels (the plain probe estimate of
+        the square alone let α overshoot on small D°).
+        """
         if self.probe_cells is None:
             return None
-        total = 0.0
+        k, T = self.n_outputs, self.n_tables
+        average = per_table = 0.0
         for b in (0, 1):
             mine = self.probe_folds == b
             n_probes = int(mine.sum())
             if n_probes == 0:
                 return None
-            m = self.probe_sums[g][mine].astype(np.float64) * 2.0**-MEAN_BITS
-            m /= self.n_tables
-            rows = float(self.counts[b, 0].sum())
-            total += float(np.einsum("ij,ij->", m, m)) * rows / n_probes
-        return total
+            weight = float(self.counts[b, 0].sum()) / n_probes
+            m = self.probe_sums[g][mine, :k].astype(np.float64) * (2.0**-MEAN_BITS / T)
+            average += float(np.einsum("ij,ij->", m, m)) * weight
+            q = self.probe_sums[g][mine, k].astype(np.float64) * (
+                2.0 ** -square_bits(self.scale_bits) / T
+            )
+            per_table += float(q.sum()) * weight
+        exact_per_table = float(self.square[g]) * 2.0 ** -loss_bits(self.scale_bits) / T
+        if per_table <= 0.0:
+            return average
+        return exact_per_table * average / per_table
 
     def _terms(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Fixed-point cross and square terms (m, G) of table-major cell ids ``cells``.
