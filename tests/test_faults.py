@@ -732,3 +732,40 @@ def test_a_well_formed_but_edited_schema_is_refused_on_open(tmp_path, forgotten_
     with pytest.raises(StoreCorrupt, match="instance 0") as info:
         DurableModel.open(db)
     _one_line(info.value)
+
+
+def test_a_lost_postgres_connection_is_not_a_lost_change():
+    """The server drops every session of the writer (as a restart would): the next change
+    fails with one line and is not applied, the model reloads, and the retry works."""
+    import psycopg
+
+    dsn = _postgres_dsn()
+    X, y = classification_data(n=200)
+    ids = _ids(200)
+    model = _small_store(dsn)
+    digest = model.state_digest()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name "
+            "LIKE %s AND pid <> pg_backend_pid()",
+            (f"forgetting pid {os.getpid()}:%",),
+        )
+    for _attempt in range(3):  # the data connection, then the lock's, are found dead in turn
+        try:
+            model.forget([ids[20]])
+            break
+        except StoreError as err:
+            _one_line(err)
+            if not model.available:
+                model.reload()
+            assert model.state_digest() == digest
+    else:
+        pytest.fail("the store never recovered from the lost connection")
+    assert ids[20] not in model.estimator.ids_
+    model.insert(X[:1], y[:1], ["after-reconnect"])
+    final = model.state_digest()
+    with pytest.raises(StoreBusy):
+        DurableModel.open(dsn)  # the writer lock is held again
+    model.close()
+    with DurableModel.open(dsn, read_only=True) as reopened:
+        assert reopened.state_digest() == final

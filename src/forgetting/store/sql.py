@@ -223,22 +223,61 @@ class SQLStore:
         import psycopg
 
         self.dialect = POSTGRES
-        # A statement waits for another session's lock as long as SQLite would, then fails.
-        options = f"-c lock_timeout={int(BUSY_TIMEOUT_S * 1000)}"
-        if self.read_only:
-            options += " -c default_transaction_read_only=on"
         try:
-            self._conn = psycopg.connect(
-                self.location,
-                autocommit=False,
-                options=options,
-                application_name=_application_name(),
-            )
+            self._connect_postgres()
             if not self.read_only:
                 self._take_advisory_lock(psycopg)
         except psycopg.Error as err:
             self.close()
             raise store_error(self.location, err, "opening the store") from err
+
+    def _connect_postgres(self) -> None:
+        import psycopg
+
+        # A statement waits for another session's lock as long as SQLite would, then fails.
+        options = f"-c lock_timeout={int(BUSY_TIMEOUT_S * 1000)}"
+        if self.read_only:
+            options += " -c default_transaction_read_only=on"
+        self._conn = psycopg.connect(
+            self.location, autocommit=False, options=options, application_name=_application_name()
+        )
+
+    @staticmethod
+    def _alive(conn: Any) -> bool:
+        return conn is not None and not conn.closed and not conn.broken
+
+    def _reconnect(self, doing: str, *, check_lock: bool) -> None:
+        """PostgreSQL: re-establish a lost connection; for a writer, check that the session
+        holding the writer lock is alive (a server restart drops it silently) and take the
+        lock again. A lock that was lost raises StoreError after it is retaken: another
+        writer may have changed the store meanwhile, so the model must reload first."""
+        if self.dialect is not POSTGRES:
+            return
+        import psycopg
+
+        lost_lock = False
+        try:
+            if check_lock and not self.read_only:
+                try:
+                    self._pg_lock_conn.execute("SELECT 1")
+                except (psycopg.Error, AttributeError):
+                    lost_lock = True
+            if not self._alive(self._conn):
+                with contextlib.suppress(Exception):
+                    self._conn.close()
+                self._connect_postgres()
+            if lost_lock:
+                with contextlib.suppress(Exception):
+                    self._pg_lock_conn.close()
+                self._take_advisory_lock(psycopg)
+        except psycopg.Error as err:
+            raise store_error(self.location, err, doing) from err
+        if lost_lock:
+            raise StoreError(
+                f"{describe(self.location)}: the connection holding the writer lock was lost "
+                f"and the lock has been taken again; {doing} was not done, retry after the "
+                "model reloads"
+            )
 
     def _advisory_key(self, cur) -> int:
         cur.execute("SELECT current_database(), current_schema()")
@@ -285,6 +324,7 @@ class SQLStore:
         """
         if self.read_only:
             raise StoreError(f"{describe(self.location)} was opened read-only; {doing} refused")
+        self._reconnect(doing, check_lock=True)
         errors = _driver_errors()
         try:
             cur = self._conn.cursor()
@@ -354,6 +394,7 @@ class SQLStore:
                 if fingerprint is None or fingerprint == self._files_fingerprint():
                     return out
             return out
+        self._reconnect(doing, check_lock=False)
         cur = None
         try:
             cur = self._conn.cursor()
