@@ -221,7 +221,7 @@ def test_flat_forget_equals_refit_including_d0_hits(task, partition) -> None:
     assert model.audit_content()
 
 
-@pytest.mark.parametrize("partition", ["trees", "hyperplanes"])
+@pytest.mark.parametrize("partition", ["trees"])
 def test_flat_insert_equals_fit_on_all_rows(partition) -> None:
     from conftest import assert_same_model, classification_data
 
