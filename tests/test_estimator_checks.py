@@ -147,3 +147,18 @@ def test_bad_parameters_are_refused(params):
     X, y = _blobs(100)
     with pytest.raises(ValueError):
         QSSClassifier(**params).fit(X, y)
+
+
+def test_mlp_base_model_digest_is_reproducible(tmp_path):
+    """An MLP g keeps a RandomState whose repr names a memory address: the digest must hash
+    its state instead, or two equal fits (and a save/load) would get different digests."""
+    from sklearn.neural_network import MLPClassifier
+
+    X, y = _blobs(300)
+    params = dict(base_model=MLPClassifier(hidden_layer_sizes=(8,), max_iter=300), rho=0.2)
+    a = QSSClassifier(**params).fit(X, y)
+    b = QSSClassifier(**params).fit(X, y)
+    _same(a, b, X)
+    _same(a, pickle.loads(pickle.dumps(a)), X)
+    a.save(tmp_path / "mlp.qss")
+    _same(a, QSSClassifier.load(tmp_path / "mlp.qss"), X)

@@ -124,12 +124,22 @@ def _hash_value(h, value: Any, depth: int = 0) -> None:
         for key in sorted(value, key=str):
             h.update(str(key).encode())
             _hash_value(h, value[key], depth + 1)
+    elif isinstance(value, np.random.RandomState):
+        # An MLP keeps its RandomState; its repr names a memory address, its state does not.
+        h.update(b"RandomState")
+        _hash_value(h, value.get_state(legacy=True), depth + 1)
     elif hasattr(value, "__dict__"):
         h.update(type(value).__qualname__.encode())
         state = {k: v for k, v in vars(value).items() if not callable(v) or hasattr(v, "__dict__")}
         _hash_value(h, state, depth + 1)
     else:
-        h.update(repr(value).encode())
+        text = repr(value)
+        if " at 0x" in text:
+            raise TypeError(
+                f"cannot digest {type(value).__name__}: its repr names a memory address, so "
+                "the digest would differ between equal models"
+            )
+        h.update(text.encode())
 
 
 def train_schema(
