@@ -28,7 +28,7 @@ CENTROIDS = 16
 SETS = (("digits", None), ("mnist", 5_000))
 QUICK_SETS = (("digits", 600),)
 LEVEL_COLUMNS = [
-    "dataset", "level", "trials", "T_ratio_min", "T_ratio_max", "S_ratio_mean",
+    "dataset", "level", "occupied_cells", "trials", "T_ratio_min", "T_ratio_max", "S_ratio_mean",
     "S_ratio_median", "S_ratio_p95", "S_ratio_max",
 ]  # fmt: skip
 ESTIMATOR_COLUMNS = [
@@ -99,6 +99,7 @@ def run(settings: Settings) -> dict[str, Any]:
                 {
                     "dataset": name,
                     "level": m + 1,
+                    "occupied_cells": int(np.unique(codes[:, m]).size),
                     "trials": n_trials,
                     "T_ratio_min": float(t_ratios[:, m].min()),
                     "T_ratio_max": float(t_ratios[:, m].max()),
@@ -160,6 +161,11 @@ def run(settings: Settings) -> dict[str, Any]:
         "T_m = level-m cell sums of r (what the accumulators hold, what QSS-DP noises); S_m = "
         "level-m cell sums of the running residual r − Σ_{q<m} μ_q[c_q] with plain cell means "
         "μ (shrinkage 0), i.e. the cascade. Ratios are Frobenius norms of the change over √2. "
+        "occupied_cells = distinct level-m codes among the training rows: where a level puts "
+        "every row in one cell (the exact-mode codebook, learned on a few dozen D° rows, has "
+        "no residual left to split), S_m is the sum of a residual that already sums to zero "
+        "over the cells above, so its change is zero up to rounding, while T_m still moves "
+        "by √2. "
         "Estimator: a refit with the changed label keeps every code (codes_unchanged), "
         "`forget([i])` + `insert` with the new label gives the refit's `state_digest`, and the "
         "model's own integer accumulators (fixed point undone) move by ‖ΔT_m‖/√2 per level.\n\n"
