@@ -298,3 +298,20 @@ def test_flat_partition_parameter_is_validated() -> None:
         QSSClassifier(partition="kmeans").fit(X, y)
     with pytest.raises(ValueError, match="rq"):
         QSSClassifier(partition="trees", n_centroids=8).fit(X, y)
+
+
+def test_partitions_benchmark_runs_on_digits(tmp_path) -> None:
+    """The selection benchmark end to end on the bundled digits (a few configurations)."""
+    from forgetting.bench import partitions
+
+    argv = [
+        "--datasets", "digits", "--families", "trees/none", "--heads", "g",
+        "--estimators", "trees", "--no-baselines", "--skip-latency", "--out", str(tmp_path),
+    ]  # fmt: skip
+    assert partitions.main(argv) == 0
+    text = (tmp_path / "partitions.md").read_text()
+    assert "--datasets digits" in text and "QSSClassifier(partition='trees')" in text
+    rows = (tmp_path / "partitions-accuracy.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    accuracy = [float(r.split(",")[header.index("accuracy")]) for r in rows[1:]]
+    assert min(accuracy) > 0.8  # trees on digits: ~0.93 on the validation split
