@@ -93,3 +93,18 @@ def test_impossible_settings_are_refused_before_fitting(bad):
     with pytest.raises(ValueError):
         model.fit(X, y)
     assert not hasattr(model, "engine_")
+
+
+def test_probabilities_stay_finite_when_every_output_is_clipped():
+    """Noise can push every class output of a row to ≤ 0: predict_proba then puts all mass on
+    the class predict returns instead of dividing 0 by 0."""
+    X, y = classification_data()
+    model = QSSClassifier(**DP).fit(X, y)
+    far = X[:5] * 1e3  # far outside the data: g is confident, the cells are arbitrary
+    raw = model._outputs(far)
+    raw[0] = -np.abs(raw[0]) - 1.0  # force the degenerate case on one row
+    model._outputs = lambda X, instance=None: raw.copy()
+    proba = model.predict_proba(far)
+    assert np.all(np.isfinite(proba)) and np.allclose(proba.sum(axis=1), 1.0)
+    assert proba[0].max() == 1.0
+    assert np.array_equal(np.argmax(proba, axis=1), np.argmax(raw, axis=1))

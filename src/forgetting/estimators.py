@@ -591,10 +591,20 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         )
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities: g(x) + α·correction, clipped at 0 and renormalized."""
-        out = self._outputs(X)
-        np.maximum(out, 0.0, out=out)
+        """Class probabilities: g(x) + α·correction, clipped at 0 and renormalized.
+
+        A row whose outputs are all ≤ 0 (possible when the correction outweighs g, e.g. under
+        mode="dp" noise) gets probability 1 on its largest output — the class ``predict``
+        returns — rather than 0/0.
+        """
+        raw = self._outputs(X)
+        out = np.maximum(raw, 0.0)
         total = out.sum(axis=1, keepdims=True)
+        empty = total[:, 0] <= 0.0
+        if np.any(empty):
+            out[empty] = 0.0
+            out[empty, np.argmax(raw[empty], axis=1)] = 1.0
+            total[empty] = 1.0
         return out / total
 
     def predict(self, X: Any) -> np.ndarray:
