@@ -130,5 +130,5 @@ def test_benchmark_runs_end_to_end(tmp_path):
         rows = {r["method"]: r for r in csv.DictReader(f)}
     assert float(rows["QSS-E"]["avg_gap"]) == 0.0 and float(rows["QSS-L"]["avg_gap"]) == 0.0
     assert float(rows["Retrain (oracle)"]["avg_gap"]) == 0.0
-    assert float(rows["MUNKEY (ensemble)"]["forget_seconds"]) < 0.1
+    assert float(rows["MUNKEY (ensemble)"]["forget_seconds"]) < 0.5
     assert (tmp_path / "munkey-aggregation_ablation.csv").exists()
