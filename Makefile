@@ -30,6 +30,9 @@ $(FULL): $(CORE)
 	@if [ ! -d /usr/share/datasets/fashion-mnist ] && [ "$$(id -u)" = 0 ]; then \
 		(apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null \
 		|| echo "note: could not install Debian's dataset-fashion-mnist"; fi
+	@if [ ! -d /usr/lib/R/site-library/mlbench ] && [ "$$(id -u)" = 0 ]; then \
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends r-cran-mlbench) \
+		>/dev/null || echo "note: could not install Debian's r-cran-mlbench (UCI Letter)"; fi
 	touch $(FULL)
 
 setup: $(CORE)
