@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import source_missing
 
 from forgetting.schema.partitions import ThresholdPartition, choose_depth, to_grid
 from forgetting.schema.partitions.hyperplanes import fit_hyperplanes
