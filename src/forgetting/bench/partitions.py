@@ -1,7 +1,7 @@
 """Which partition should exact mode use? RQ codebook vs random trees vs random hyperplanes.
 
 Issue 15: exact mode (QSS-E) trails SISA by 4–7 pp because its RQ codebook may only see D°
-(~0.5 % of the rows). SPEC §5.8 lets us cut the space differently as long as the structure
+(~0.5 % of the rows). design.md §5.8 lets us cut the space differently as long as the structure
 depends on D° only. This benchmark measures, on *validation splits of the training data only*
 (no setting here ever sees a test split), exact-mode accuracy at ρ = 0.5 % for:
 

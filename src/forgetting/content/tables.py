@@ -4,13 +4,13 @@ A flat partition (:mod:`forgetting.schema.partitions`) puts every row in one cel
 tables. The content keeps, per fold f ∈ {0, 1}, table t and cell c, the fixed-point residual
 sum S[f, t, c] (k values) and the count n[f, t, c] — integer sums over rows, so a deletion or
 insertion changes exactly the T cells of each row and subtracting restores the same integers
-(SPEC §5.2).
+(design.md §5.2).
 
 Prediction: ŷ(x) = g(x) + α · (1/T) Σ_t μ_t[c_t(x)], with μ_t[c] = S_t[c] / (n_t[c] + λ)
 computed from the integers of the T cells the row falls in — nothing is materialized, so a
 change to the statistics costs the next prediction nothing.
 
-α and λ are cross-fitted on the two folds (SPEC §5.4) with a loss that is a sum of per-cell
+α and λ are cross-fitted on the two folds (design.md §5.4) with a loss that is a sum of per-cell
 terms: for table t, cell c and each λ of the grid,
 
     cross_c(λ)  = ⟨S¹_c, μ⁰_c(λ)⟩ + ⟨S⁰_c, μ¹_c(λ)⟩        (Σ over fold-B rows of ⟨r, μ^A⟩)

@@ -1,4 +1,4 @@
-"""MUNKEY (Machine UNlearning via KEY deletion, SPEC §7): approximate unlearning by design.
+"""MUNKEY (Machine UNlearning via KEY deletion, design.md §7): approximate unlearning by design.
 
 :class:`MUNKEYClassifier` trains a small ViT whose extra token is a per-row exemplar looked up
 by a frozen key; ``forget`` deletes the rows' (key, exemplar) pairs in microseconds. The

@@ -1,6 +1,6 @@
 """MUNKEYClassifier: an image classifier that forgets a training row by deleting its key.
 
-Design (Machine UNlearning via KEY deletion, SPEC §7): a frozen key encoder g maps each
+Design (Machine UNlearning via KEY deletion, design.md §7): a frozen key encoder g maps each
 training image to a key k_i; each row also owns a learnable exemplar v_i (128-d) that an
 adapter h_ψ maps to one extra token of a small ViT f_θ. θ, ψ and all v_i are trained jointly
 with cross-entropy under two regularizers that make the model useful *without* a row's own
@@ -368,7 +368,7 @@ class MUNKEYClassifier(ClassifierMixin, BaseEstimator):
         return idx, weights
 
     def _train(self, net, exemplars, images, targets, keys, gen) -> None:
-        """Joint cross-entropy training of θ, ψ and the exemplars (SPEC §7)."""
+        """Joint cross-entropy training of θ, ψ and the exemplars (design.md §7)."""
         n = len(images)
         nbr_idx, nbr_w = self._neighbours(keys)
         optimizer = torch.optim.AdamW(

@@ -1,6 +1,6 @@
 """Deterministic Gaussian noise keyed by (secret key, state): exact *and* private.
 
-Two requirements pull against each other. Exactness (SPEC §5.1) wants the released model to be
+Two requirements pull against each other. Exactness (design.md §5.1) wants the released model to be
 a pure function of the current training set, so ``fit(D); forget(R)`` and ``fit(D \\ R)``
 must draw the very same noise. Privacy wants two releases of *neighbouring* states to carry
 independent noise: with one fixed noise array Z, the releases T(D) + Z and T(D \\ {i}) + Z

@@ -1,6 +1,6 @@
 """Flat partitions: many random tables of cells, their structure learned from D° only.
 
-The RQ codebook (:mod:`..codebook`) is one way to cut the feature space into cells; SPEC §5.8
+The RQ codebook (:mod:`..codebook`) is one way to cut the feature space into cells; design.md §5.8
 lets us choose another as long as the structure depends on D° (and the seed) only. A flat
 partition is ``T`` independent tables, each cutting the space into ``2^D`` cells by ``D``
 threshold tests; every row falls into exactly one cell per table, and the content is the
@@ -194,7 +194,7 @@ def choose_depth(n_schema: int, rho: float, rows_per_cell: float, max_depth: int
     """Depth D with ≥ ``rows_per_cell`` expected rows per cell, from D° and ρ only.
 
     The expected row count n ≈ n°/ρ is a function of D° and the configuration, never of D•
-    (SPEC §5.4), so the shape of the accumulators is fixed by the schema.
+    (design.md §5.4), so the shape of the accumulators is fixed by the schema.
     """
     expected = max(n_schema / max(rho, 1e-12), 2.0)
     depth = int(np.floor(np.log2(max(expected / rows_per_cell, 2.0))))
