@@ -118,7 +118,11 @@ def build_seconds(model: Any) -> float:
 
 def codebook_shape(model: Any) -> tuple[int, int, int]:
     """(b, ℓ, |D°|) of instance 0. b and ℓ are chosen from |D°|, so a D° deletion can change
-    them: the tables report the shapes at fit time."""
+    them: the tables report the shapes at fit time. For a flat partition (random trees or
+    hyperplanes, no codebook) b is the cells per table and ℓ the number of tables."""
     schema = model.engine_.instances[0].schema
-    cb = schema.codebook
+    cb = getattr(schema, "codebook", None)
+    if cb is None:
+        part = schema.partition
+        return int(part.n_cells), int(part.n_tables), int(schema.n_schema_rows)
     return int(cb.n_centroids), int(cb.n_levels), int(schema.n_schema_rows)
