@@ -47,10 +47,20 @@ def main(argv: list[str] | None = None) -> int:
 
     rng = np.random.default_rng(0)
     victims = [ids[i] for i in rng.choice(len(ids), size=args.n_forget, replace=False)]
-    fast, rebuilds = [], []
+    # What a caller waits for: the forget *and* the first prediction after it, which pays any
+    # re-materialization the deletion left (design.md §5.9).
+    fast, forget_only, rebuilds = [], [], []
+    probe = data.X_test[:1]
     for victim in tqdm(victims, desc="forget", unit="row"):
+        started = time.perf_counter()
         receipt = model.forget([victim])
-        (rebuilds if receipt.rebuild_started else fast).append(receipt.seconds)
+        model.predict(probe)
+        waited = time.perf_counter() - started
+        if receipt.rebuild_started:
+            rebuilds.append(waited)
+        else:
+            fast.append(waited)
+            forget_only.append(receipt.seconds)
     started = time.perf_counter()
     model.wait_for_rebuilds()
     drain = time.perf_counter() - started
@@ -69,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(rebuilds)} hit D° and started a background rebuild"
     )
     print(
-        f"  fast-path latency p50 {p50 * 1e3:.3f} ms, p99 {np.percentile(fast, 99) * 1e3:.3f} ms"
+        f"  forget + first predict p50 {p50 * 1e3:.2f} ms, p99 "
+        f"{np.percentile(fast, 99) * 1e3:.2f} ms (the forget call alone: p50 "
+        f"{np.median(forget_only) * 1e3:.3f} ms)"
         if fast
         else "  no fast-path deletions"
     )
@@ -79,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"retrain from scratch without the rows: {retrain_seconds:.2f} s "
-        f"= {retrain_seconds / p50:,.0f}x the fast-path p50"
+        f"= {retrain_seconds / p50:,.0f}x the forget + first predict p50"
     )
     print(f"bitwise equal predict_proba on {len(data.y_test)} test rows: {same_proba}")
     print(f"equal state digest: {same_digest} ({model.state_digest()[:16]}…)")

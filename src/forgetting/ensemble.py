@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ._rowwise import SERVE_BLOCK_ROWS
 from .content.fingerprint import Contributions, multiset_sum
 from .content.tables import FlatContent
 from .instance import (
@@ -240,7 +241,7 @@ class QSSEngine:
                 serving = [self.instances[instance]]
             parts = [(inst, inst.schema, self._content(inst)) for inst in serving]
         # φ, g and the cells depend on the (immutable) schema only: computed without the lock
-        encoded = [schema.transform(X) for _, schema, _ in parts]
+        encoded = [schema.transform(X, SERVE_BLOCK_ROWS) for _, schema, _ in parts]
         total = None
         with self._lock:
             # Flat tables are read in place (nothing is materialized), so their cells are
@@ -614,7 +615,7 @@ class QSSEngine:
 
 
 def _instance_outputs(schema, content, X: np.ndarray) -> np.ndarray:
-    return _combine(schema, content, *schema.transform(X))
+    return _combine(schema, content, *schema.transform(X, SERVE_BLOCK_ROWS))
 
 
 def _combine(schema, content, codes: np.ndarray, g: np.ndarray) -> np.ndarray:

@@ -63,7 +63,7 @@ class _QSSBase(BaseEstimator):
         "min_schema_rows": [StrOptions({"auto"}), Interval(Integral, 0, None, closed="left")],
         "n_levels": [None, Interval(Integral, 1, 16, closed="both")],
         "n_centroids": [None, Interval(Integral, 2, 65536, closed="both")],
-        "partition": [StrOptions({"rq", "trees", "hyperplanes"})],
+        "partition": [StrOptions({"auto", "rq", "trees", "hyperplanes"})],
         "alpha": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
         "shrinkage": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
         "base_model": [StrOptions({"auto"}), HasMethods(["fit", "predict"])],
@@ -86,7 +86,7 @@ class _QSSBase(BaseEstimator):
         min_schema_rows: int | str = "auto",
         n_levels: int | None = None,
         n_centroids: int | None = None,
-        partition: str = "rq",
+        partition: str = "auto",
         alpha: float | str = "auto",
         shrinkage: float | str = "auto",
         base_model: Any = "auto",
@@ -152,9 +152,10 @@ class _QSSBase(BaseEstimator):
             shrinkage=self.shrinkage,
             random_state=self.random_state,
         )
-        if self.partition != "rq" and (self.n_levels is not None or self.n_centroids is not None):
+        partition = self._partition()
+        if partition != "rq" and (self.n_levels is not None or self.n_centroids is not None):
             raise ValueError("n_levels and n_centroids shape partition='rq' only")
-        if self.partition != "rq" and self.mode == "dp":
+        if partition != "rq" and self.mode == "dp":
             raise ValueError("mode='dp' needs partition='rq'")
         b = self.n_centroids
         if b is not None and (b & (b - 1)) != 0:
@@ -203,6 +204,16 @@ class _QSSBase(BaseEstimator):
             raise ValueError("no ids given")
         return id_list, [id_bytes(i) for i in id_list]
 
+    def _partition(self) -> str:
+        """Resolve ``partition="auto"``: random trees in exact mode (they won every exact-mode
+        comparison of benchmarks/results/partitions.md), the RQ codebook in label mode (its
+        codebook sees every input there), in mode="dp" (the only partition it supports yet)
+        and whenever ``n_levels``/``n_centroids`` ask for a codebook's shape."""
+        if self.partition != "auto":
+            return self.partition
+        wants_codebook = self.n_levels is not None or self.n_centroids is not None
+        return "trees" if self.mode == "exact" and not wants_codebook else "rq"
+
     def _min_schema_rows(self, n_outputs: int) -> int:
         if self.min_schema_rows == "auto":
             k = n_outputs if self._task == "classification" else 1
@@ -225,7 +236,7 @@ class _QSSBase(BaseEstimator):
             base_model=self.base_model,
             encoder=self.encoder,
             residual_clip=None if self.clip is None else float(self.clip),
-            partition=self.partition,
+            partition=self._partition(),
         )
         return EngineConfig(
             schema=schema,
@@ -428,8 +439,10 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         exactness holds; the price is a higher ``effective_rho_`` on small data.
     n_levels, n_centroids : int or None
         ℓ and b of the residual quantizer; None chooses from D° alone.
-    partition : {"rq", "trees", "hyperplanes"}
-        How rows are cut into cells. "rq": the paper's residual-quantization codebook (k-means
+    partition : {"auto", "rq", "trees", "hyperplanes"}
+        How rows are cut into cells. "auto": "trees" in exact mode, "rq" in label and dp
+        modes or when ``n_levels``/``n_centroids`` are set (chosen by
+        benchmarks/results/partitions.md). "rq": the paper's residual-quantization codebook (k-means
         on D° in exact mode). "trees": 64 random oblivious trees whose thresholds are values of
         random D° rows; "hyperplanes": 64 random hyperplane hashes of D°-standardized
         features. The flat partitions need few D° rows, are far more accurate in exact mode

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._rowwise import rowwise
+from .._rowwise import BLOCK_ROWS, rowwise
 from .base_model import BaseModel, fit_base_model
 from .codebook import Codebook, train_codebook
 from .membership import MembershipRule
@@ -69,21 +69,27 @@ class Schema:
     the content estimates the square term of its α cross-fit (see content.tables)."""
     probe_folds: np.ndarray | None = None
 
-    def features(self, X: np.ndarray) -> np.ndarray:
+    def features(self, X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
         """φ(f(x)) for raw rows, in canonical blocks (row-wise bits never depend on the batch)."""
         if self.encoder is None:
-            return rowwise(self.preprocessor.transform, X)
-        return rowwise(lambda b: self.preprocessor.transform(self.encoder.transform(b)), X)
+            return rowwise(self.preprocessor.transform, X, block_rows)
+        return rowwise(
+            lambda b: self.preprocessor.transform(self.encoder.transform(b)), X, block_rows
+        )
 
-    def transform(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def transform(
+        self, X: np.ndarray, block_rows: int = BLOCK_ROWS
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Codes (n, ℓ) and base-model outputs g(x) (n, k) for raw features ``X``.
 
         φ and g are float computations, run in canonical blocks so each row gets the same bits
         in any batch; the codes are exact (see :mod:`.codebook`) and need no such care.
+        Statistics use the default blocks; predictions pass ``SERVE_BLOCK_ROWS`` (see
+        :mod:`forgetting._rowwise`).
         """
-        Z = self.features(X)
+        Z = self.features(X, block_rows)
         codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
-        return codes, rowwise(self.base_model.predict, Z)
+        return codes, rowwise(self.base_model.predict, Z, block_rows)
 
     def digest(self) -> bytes:
         """SHA-256 over the schema's learned parameters, in a canonical order."""
