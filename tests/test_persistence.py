@@ -7,6 +7,7 @@ import pytest
 from conftest import FAST, assert_same_model, classification_data, regression_data
 
 from forgetting import ModelFileError, QSSClassifier, QSSRegressor, persistence
+from forgetting.io import atomic
 
 
 @pytest.mark.parametrize(
@@ -89,7 +90,7 @@ def test_a_failed_save_leaves_the_old_file(saved, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(persistence.os, "fsync", boom)
+    monkeypatch.setattr(atomic.os, "fsync", boom)
     with pytest.raises(OSError):
         model.save(saved)
     assert saved.read_bytes() == before

@@ -17,8 +17,6 @@ refused unless explicitly allowed.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import faiss
 import numpy as np
 import sklearn
 
+from .io.atomic import atomic_write
 from .io.model_format import ModelFileError, dumps, loads
 from .schema import Schema
 from .snapshots import ModelSnapshot
@@ -69,24 +68,7 @@ def save_model(estimator, path: str | Path, *, store_key: bool = False) -> None:
         "snapshot": snapshot,
         "secret_key": estimator.secret_key if store_key and not snapshot.key_derived else None,
     }
-    data = dumps(state, FILE_KIND)
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent or ".", os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic_write(path, dumps(state, FILE_KIND))
 
 
 def load_model(

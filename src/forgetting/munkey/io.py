@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from ..io.atomic import atomic_write
 from ..persistence import ModelFileError
 from ..schema.membership import key_fingerprint
 from .backbone import TinyViT, ViTConfig
@@ -104,18 +103,7 @@ def save_munkey(model, path: str | Path) -> None:
     tensors["memory.keys"] = memory.keys.clone()
     tensors["memory.exemplars"] = memory.exemplars.clone()
     blob = st_save(tensors, metadata={"manifest": manifest, "sha256": _digest(manifest, tensors)})
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, blob)
 
 
 def _read(path: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
