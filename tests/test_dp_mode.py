@@ -108,3 +108,19 @@ def test_probabilities_stay_finite_when_every_output_is_clipped():
     assert np.all(np.isfinite(proba)) and np.allclose(proba.sum(axis=1), 1.0)
     assert proba[0].max() == 1.0
     assert np.array_equal(np.argmax(proba, axis=1), np.argmax(raw, axis=1))
+
+
+@pytest.mark.parametrize("partition", ["trees", "hyperplanes"])
+def test_flat_partitions_are_private_and_exact_too(partition):
+    """The noise goes on a copy of the flat tables' sums (2, T, cells, k); their cross-fit
+    totals and probe terms are recomputed from the noised copy."""
+    X, y = classification_data()
+    params = {**DP, "partition": partition}
+    model = _refit_equal(QSSClassifier, params, X, y, list(range(len(y))), [2, 9])
+    exact = QSSClassifier(**{**params, "mode": "exact", "epsilon": None, "delta": None})
+    exact.fit(X, y)
+    exact.forget([2, 9])
+    assert not np.array_equal(model.predict_proba(X), exact.predict_proba(X))
+    assert model.privacy_.n_releases == 6
+    # 64 tables: one label change moves one cell per table, so Δ = √(2·64).
+    assert model.privacy_.sensitivity == pytest.approx(np.sqrt(2 * 64), rel=1e-3)

@@ -26,7 +26,7 @@ import numpy as np
 
 from ._rowwise import SERVE_BLOCK_ROWS
 from .content.fingerprint import Contributions, multiset_sum
-from .content.tables import FlatContent
+from .content.tables import FlatContent, FlatTables
 from .instance import (
     Instance,
     RowData,
@@ -270,6 +270,12 @@ class QSSEngine:
                 instance=r,
                 counts=acc.counts,
             )
+            if isinstance(noisy, FlatTables):
+                # The cross-fit totals and probe terms are functions of the sums: recompute
+                # them from the noised sums (post-processing), never from the exact ones.
+                noisy.rebuild_totals()
+                if noisy.probe_cells is not None:
+                    noisy.set_probes(inst.schema.probe_codes, inst.schema.probe_folds)
             return noisy
 
         return inst.content_for(self.config.alpha, self.config.shrinkage, privatize)

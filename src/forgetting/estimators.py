@@ -155,8 +155,6 @@ class _QSSBase(BaseEstimator):
         partition = self._partition()
         if partition != "rq" and (self.n_levels is not None or self.n_centroids is not None):
             raise ValueError("n_levels and n_centroids shape partition='rq' only")
-        if partition != "rq" and self.mode == "dp":
-            raise ValueError("mode='dp' needs partition='rq'")
         b = self.n_centroids
         if b is not None and (b & (b - 1)) != 0:
             raise ValueError(f"n_centroids must be None or a power of two, got {b!r}")
@@ -207,8 +205,9 @@ class _QSSBase(BaseEstimator):
     def _partition(self) -> str:
         """Resolve ``partition="auto"``: random trees in exact mode (they won every exact-mode
         comparison of benchmarks/results/partitions.md), the RQ codebook in label mode (its
-        codebook sees every input there), in mode="dp" (the only partition it supports yet)
-        and whenever ``n_levels``/``n_centroids`` ask for a codebook's shape."""
+        codebook sees every input there), in mode="dp" (ℓ levels need less noise than 64
+        tables: the sensitivity is √(2G) for G groups) and whenever ``n_levels``/``n_centroids``
+        ask for a codebook's shape."""
         if self.partition != "auto":
             return self.partition
         wants_codebook = self.n_levels is not None or self.n_centroids is not None

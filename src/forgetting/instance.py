@@ -81,10 +81,10 @@ class Instance:
         """
         if self.content is None:
             if isinstance(self.accumulators, FlatTables):
-                if privatize is not None:
-                    raise ValueError("mode='dp' needs partition='rq'")
-                # no materialization: (α, λ) from exact totals, the cells read when serving
-                self.content = build_flat_content(self.accumulators, alpha, shrinkage)
+                # No materialization: (α, λ) from exact totals, the cells read when serving —
+                # from a noised copy in mode="dp" (rebuilt once per released state).
+                tables = self.accumulators if privatize is None else privatize(self.accumulators)
+                self.content = build_flat_content(tables, alpha, shrinkage)
                 return self.content
             acc = self.accumulators if privatize is None else privatize(self.accumulators)
             self.content = build_content(acc, alpha, shrinkage)
