@@ -9,7 +9,7 @@ depends on D° only. This benchmark measures, on *validation splits of the train
 * ``trees``       — random oblivious trees with D° thresholds (φ coordinates or D°-PCA);
 * ``hyperplanes`` — random hyperplane hashes (D°-standardized or D°-PCA-whitened);
 
-each with g from D° (the schema's base model) and — the issue's second lead — with an exact
+each with g from D° (the schema's base model) and (the paper's future work) with an exact
 ridge head fitted on *all* rows (a function of XᵀX and XᵀY, sums over rows); plus SISA (5
 shards) and g alone, all in the same run. α and the shrinkage λ are cross-fitted on the two
 statistic folds (:mod:`forgetting.content.tables`); the ridge penalty likewise (fold-A ridge
