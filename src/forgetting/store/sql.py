@@ -34,6 +34,7 @@ import json
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,10 @@ SQLITE_PRAGMAS = ["journal_mode=WAL", "synchronous=FULL", "secure_delete=ON"]
 """Set on every writable SQLite connection (tests append e.g. ``max_page_count`` to simulate a
 full disk)."""
 TABLES = ("meta", "rows", "schemas", "receipts", "receipt_ids")
+
+
+PG_LOCK_GRACE_S = 5.0
+"""How long a PostgreSQL writer waits for a lock still held by a crashed writer's session."""
 
 
 @dataclass(frozen=True)
@@ -291,9 +296,17 @@ class SQLStore:
         self._pg_lock_conn = conn
         with conn.cursor() as cur:
             key = self._advisory_key(cur)
-            cur.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-            if cur.fetchone()[0]:
-                return
+            # A writer that was killed leaves its lock to its backend session until the server
+            # notices the dropped connection (usually milliseconds): wait briefly for that
+            # before calling the store busy.
+            deadline = time.monotonic() + PG_LOCK_GRACE_S
+            while True:
+                cur.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+                if cur.fetchone()[0]:
+                    return
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.1)
             cur.execute(
                 "SELECT a.pid, a.application_name, a.client_addr FROM pg_locks l "
                 "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
