@@ -201,12 +201,16 @@ def _codes(model: Any, X: np.ndarray) -> list[np.ndarray]:
     return [s.transform(X)[0] for s in instance_schemas(model)]
 
 
-def estimator_check(name: str, X: np.ndarray, y: np.ndarray, n_deletions: int) -> list[dict]:
-    """Through the estimator. QSS-E: forget D• rows one at a time (a receipt without
-    ``instances_hit``); each instance's codes of the remaining rows before the forget, after
-    it, and in a fresh ``fit`` without the row must agree. QSS-L: ``forget(erase_inputs=True)``
-    relearns the codebook on the remaining inputs; count the codes that change."""
-    params = dict(n_levels=EMBED_LEVELS, n_centroids=EMBED_CENTROIDS, rho=EMBED_RHO)
+EXACT_PARTITIONS = ("rq", "trees", "hyperplanes")
+"""Every exact-mode partition the package ships: each must flip 0 codes on D• deletions."""
+
+
+def _exact_arm(name: str, X, y, n_deletions: int, partition: str) -> dict:
+    """QSS-E with one partition: forget D• rows one at a time; each instance's codes of the
+    remaining rows before the forget, after it, and in a fresh fit without the row."""
+    params = dict(rho=EMBED_RHO, partition=partition)
+    if partition == "rq":
+        params.update(n_levels=EMBED_LEVELS, n_centroids=EMBED_CENTROIDS)
     ids = np.arange(len(X))
     model = QSSClassifier(mode="exact", **params).fit(X, y, ids)
     compared = flipped = done = d0_hits = 0
@@ -228,20 +232,30 @@ def estimator_check(name: str, X: np.ndarray, y: np.ndarray, n_deletions: int) -
                 flipped += int(diff.sum())
             done += 1
         ids, X, y = ids[keep], X[keep], y[keep]
-    out = [
-        {
-            "data": name,
-            "mode": "QSS-E: before/after forget(i) and fit(D \\ {i}), i ∈ D•",
-            "b": EMBED_CENTROIDS,
-            "l": EMBED_LEVELS,
-            "p": model.n_instances,
-            "deletions": done,
-            "d0_skipped": d0_hits,
-            "rows_compared": compared,
-            "flipped_rows": flipped,
-            "codes_equal": flipped == 0,
-        }
-    ]
+    shape = _codes(model, X[:1])[0].shape[1]
+    return {
+        "data": name,
+        "mode": f"QSS-E ({partition}): before/after forget(i) and fit(D \\ {{i}}), i ∈ D•",
+        "b": EMBED_CENTROIDS if partition == "rq" else "–",
+        "l": EMBED_LEVELS if partition == "rq" else f"{shape} tables",
+        "p": model.n_instances,
+        "deletions": done,
+        "d0_skipped": d0_hits,
+        "rows_compared": compared,
+        "flipped_rows": flipped,
+        "codes_equal": flipped == 0,
+    }
+
+
+def estimator_check(name: str, X: np.ndarray, y: np.ndarray, n_deletions: int) -> list[dict]:
+    """Through the estimator. QSS-E, for every shipped exact-mode partition: forget D• rows one
+    at a time (a receipt without ``instances_hit``); each instance's codes of the remaining
+    rows before the forget, after it, and in a fresh ``fit`` without the row must agree.
+    QSS-L: ``forget(erase_inputs=True)`` relearns the codebook on the remaining inputs; count
+    the codes that change."""
+    out = [_exact_arm(name, X, y, n_deletions, partition) for partition in EXACT_PARTITIONS]
+    params = dict(n_levels=EMBED_LEVELS, n_centroids=EMBED_CENTROIDS, rho=EMBED_RHO)
+    ids = np.arange(len(X))
     label = QSSClassifier(mode="label", n_instances=1, **params).fit(X, y, ids)
     codes = _codes(label, X)[0]
     compared = flipped = 0
@@ -256,7 +270,7 @@ def estimator_check(name: str, X: np.ndarray, y: np.ndarray, n_deletions: int) -
     out.append(
         {
             "data": name,
-            "mode": "QSS-L: forget(erase_inputs=True) relearns the codebook",
+            "mode": "QSS-L (rq): forget(erase_inputs=True) relearns the codebook",
             "b": EMBED_CENTROIDS,
             "l": EMBED_LEVELS,
             "p": 1,
@@ -392,7 +406,8 @@ def run(settings: Settings) -> dict[str, Any]:
         "a D• row leaves D° and so the codebook unchanged, measured here by retraining; a "
         "deletion that hits D° (d0_deletions) makes that instance rebuild instead. Estimator "
         "check: every instance's codes of the remaining rows from `QSSClassifier(mode='exact')` "
-        "fitted with and without D• rows, and from `mode='label'` after `forget(..., "
+        "with each shipped partition (RQ codebook, random trees, random hyperplanes) fitted "
+        "with and without D• rows, and from `mode='label'` after `forget(..., "
         "erase_inputs=True)`, which relearns the codebook on the remaining inputs.\n\n"
         + (f"![codebook instability]({png.name})\n" if pic else "")
     )
