@@ -84,3 +84,26 @@ def clf_data():
 @pytest.fixture
 def reg_data():
     return regression_data()
+
+
+def postgres_dsn() -> str:
+    """The throwaway PostgreSQL the store tests run against (``.ci/postgres.sh``); skipped
+    without one, or failed when CI requires it (FORGETTING_REQUIRE_POSTGRES=1)."""
+    dsn = os.environ.get("FORGETTING_TEST_POSTGRES_DSN")
+    if dsn:
+        return dsn
+    if os.environ.get("FORGETTING_REQUIRE_POSTGRES") == "1":
+        pytest.fail("FORGETTING_TEST_POSTGRES_DSN is not set; start one with .ci/postgres.sh")
+    pytest.skip('no PostgreSQL: eval "$(bash .ci/postgres.sh)" to run these tests too')
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request, tmp_path):
+    """A store location for each backend (the same tests run on both)."""
+    if request.param == "postgres":
+        return postgres_dsn()
+    return str(tmp_path / "model.db")
+
+
+def user_ids(n: int) -> list[str]:
+    return [f"user-{i:05d}" for i in range(n)]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FAST, classification_data, schema_ids
+from conftest import FAST, classification_data, postgres_dsn, schema_ids, user_ids
 
 from forgetting import ModelFileError, QSSClassifier
 from forgetting.io import model_format
@@ -35,26 +35,6 @@ from forgetting.store import sql as sqlmod
 from forgetting.store.errors import StoreBusy, StoreCorrupt, StoreError
 
 BG = {**FAST, "rebuild": "background"}
-
-
-def _ids(n: int) -> list[str]:
-    return [f"user-{i:05d}" for i in range(n)]
-
-
-def _postgres_dsn() -> str:
-    dsn = os.environ.get("FORGETTING_TEST_POSTGRES_DSN")
-    if dsn:
-        return dsn
-    if os.environ.get("FORGETTING_REQUIRE_POSTGRES") == "1":
-        pytest.fail("FORGETTING_TEST_POSTGRES_DSN is not set; start one with .ci/postgres.sh")
-    pytest.skip('no PostgreSQL: eval "$(bash .ci/postgres.sh)" to run these tests too')
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request, tmp_path):
-    if request.param == "postgres":
-        return _postgres_dsn()
-    return str(tmp_path / "model.db")
 
 
 def _one_line(err: BaseException) -> str:
@@ -163,7 +143,7 @@ def test_crafted_model_files_run_nothing(tmp_path, craft):
 
 def _small_store(location: str, **params) -> DurableModel:
     X, y = classification_data(n=200)
-    ids = _ids(len(y))
+    ids = user_ids(len(y))
     return DurableModel.create(
         location, QSSClassifier(**{**FAST, **params}), X, y, ids, overwrite=True
     )
@@ -174,7 +154,7 @@ def forgotten_template(tmp_path_factory):
     """A SQLite store with one forget receipt, copied per test (a fit per test is slow)."""
     path = tmp_path_factory.mktemp("forgotten") / "model.db"
     model = _small_store(str(path))
-    receipt = model.forget(_ids(200)[150:151])
+    receipt = model.forget(user_ids(200)[150:151])
     model.close()
     return path, receipt
 
@@ -183,7 +163,7 @@ def _store_with_a_receipt(location: str, forgotten_template) -> dict:
     """A store at ``location`` holding rows, schemas and one receipt; returns the receipt."""
     if location.startswith("postgresql://"):
         model = _small_store(location)
-        receipt = model.forget(_ids(200)[150:151])
+        receipt = model.forget(user_ids(200)[150:151])
         model.close()
         return receipt
     path, receipt = forgotten_template
@@ -324,7 +304,7 @@ def test_read_only_open_creates_nothing_and_refuses_changes(db, tmp_path):
         assert reader.state_digest() == digest
         assert reader.verify()["ok"]
         with pytest.raises(StoreError, match="read-only"):
-            reader.forget(_ids(200)[:1])
+            reader.forget(user_ids(200)[:1])
         with pytest.raises(StoreError, match="read-only"):
             reader.insert(X[:1], [0], ["new"])
         assert reader.state_digest() == digest
@@ -375,13 +355,13 @@ def test_a_second_writer_gets_store_busy_naming_the_holder(db):
         DurableModel.open(db)
     assert ("pid" in _one_line(info.value)) or ("backend" in str(info.value))
     with pytest.raises(StoreBusy):
-        DurableModel.create(db, QSSClassifier(**FAST), X, y, _ids(200), overwrite=True)
+        DurableModel.create(db, QSSClassifier(**FAST), X, y, user_ids(200), overwrite=True)
     with DurableModel.open(db, read_only=True) as reader:  # readers are welcome meanwhile
         assert reader.state_digest() == digest
-    model.forget(_ids(200)[:2])
+    model.forget(user_ids(200)[:2])
     model.close()
     with DurableModel.open(db) as again:  # the lock went with the writer
-        assert _ids(200)[0] not in again.estimator.ids_
+        assert user_ids(200)[0] not in again.estimator.ids_
 
 
 @contextlib.contextmanager
@@ -405,7 +385,7 @@ def _external_write_lock(location: str):
 def test_lock_contention_fails_cleanly_memory_does_not_diverge_and_retry_works(db, monkeypatch):
     monkeypatch.setattr(sqlmod, "BUSY_TIMEOUT_S", 0.2)
     X, y = classification_data(n=200)
-    ids = _ids(200)
+    ids = user_ids(200)
     model = _small_store(db)
     digest = model.state_digest()
     with _external_write_lock(db):
@@ -437,7 +417,7 @@ def test_a_failed_write_rolls_memory_back_and_a_failed_reload_makes_it_unavailab
     from forgetting.store import durable
 
     X, y = classification_data(n=200)
-    ids = _ids(200)
+    ids = user_ids(200)
     model = _small_store(db)
     digest = model.state_digest()
 
@@ -469,7 +449,7 @@ def test_a_checkpoint_blocked_by_a_reader_is_not_acknowledged_until_retried(tmp_
     db = str(tmp_path / "model.db")
     model = _small_store(db)
     protected = set().union(*[schema_ids(model.estimator, r) for r in range(3)])
-    victim = next(i for i in _ids(200) if i not in protected)
+    victim = next(i for i in user_ids(200) if i not in protected)
     reader = sqlite3.connect(db, isolation_level=None)
     reader.execute("BEGIN")
     reader.execute("SELECT COUNT(*) FROM rows").fetchone()
@@ -583,14 +563,14 @@ def _crash_child(location: str, op: str, point: str, ack: str) -> None:
     if op == "fit":
         _arm(point)
         DurableModel.create(
-            location, QSSClassifier(**FAST), X[:150], y[:150], _ids(150), overwrite=True
+            location, QSSClassifier(**FAST), X[:150], y[:150], user_ids(150), overwrite=True
         ).close()
         acknowledge("fit")
         return
     model = DurableModel.open(location)
     if op == "forget":
         _arm(point)
-        model.forget(_ids(200)[10:13])
+        model.forget(user_ids(200)[10:13])
         acknowledge("forget")
     elif op == "insert":
         _arm(point)
@@ -623,7 +603,7 @@ def sqlite_template(tmp_path_factory):
     """One background-rebuild store, copied for each SQLite trial (a fit per trial is slow)."""
     path = tmp_path_factory.mktemp("template") / "model.db"
     X, y = classification_data(n=200)
-    model = DurableModel.create(str(path), QSSClassifier(**BG), X, y, _ids(200))
+    model = DurableModel.create(str(path), QSSClassifier(**BG), X, y, user_ids(200))
     digest = model.state_digest()
     model.close()
     return path, digest
@@ -633,7 +613,9 @@ def _template(location: str, sqlite_template) -> str:
     """A fresh store at ``location``; returns its state digest."""
     if location.startswith("postgresql://"):
         X, y = classification_data(n=200)
-        model = DurableModel.create(location, QSSClassifier(**BG), X, y, _ids(200), overwrite=True)
+        model = DurableModel.create(
+            location, QSSClassifier(**BG), X, y, user_ids(200), overwrite=True
+        )
         digest = model.state_digest()
         model.close()
         return digest
@@ -660,11 +642,11 @@ def test_sigkill_at_each_step_of_persistence(
     if backend == "postgres":
         if op == "fit" and point == "after:purge_logs":
             pytest.skip("PostgreSQL has no log purge step (the transaction cases cover fit)")
-        location = _postgres_dsn()
+        location = postgres_dsn()
     else:
         location = str(tmp_path / "model.db")
     X, y = classification_data(n=200)
-    ids = _ids(200)
+    ids = user_ids(200)
     before = _template(location, sqlite_template)
     ack = str(tmp_path / "ack")
     child = forkserver.Process(target=_crash_child, args=(location, op, point, ack))
@@ -703,7 +685,7 @@ def test_sigkill_at_each_step_of_persistence(
 def test_stored_rows_that_cannot_rebuild_the_model_give_one_error_line(tmp_path):
     db = str(tmp_path / "model.db")
     X, y = classification_data(n=200)
-    DurableModel.create(db, QSSClassifier(**BG), X, y, _ids(200)).close()
+    DurableModel.create(db, QSSClassifier(**BG), X, y, user_ids(200)).close()
     _execute(db, "UPDATE rows SET target = NULL WHERE seq > 3")  # too few labels left
     _execute(db, "UPDATE schemas SET body = NULL")  # so every instance rebuilds on open
     with DurableModel.open(db) as model:
@@ -739,9 +721,9 @@ def test_a_lost_postgres_connection_is_not_a_lost_change():
     fails with one line and is not applied, the model reloads, and the retry works."""
     import psycopg
 
-    dsn = _postgres_dsn()
+    dsn = postgres_dsn()
     X, y = classification_data(n=200)
-    ids = _ids(200)
+    ids = user_ids(200)
     model = _small_store(dsn)
     digest = model.state_digest()
     with psycopg.connect(dsn, autocommit=True) as admin:

@@ -13,7 +13,14 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import FAST, classification_data, regression_data, schema_ids
+from conftest import (
+    FAST,
+    classification_data,
+    postgres_dsn,
+    regression_data,
+    schema_ids,
+    user_ids,
+)
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting.store import DurableModel
@@ -21,27 +28,6 @@ from forgetting.store.errors import StoreError
 
 BG = {**FAST, "rebuild": "background"}
 FLAT = dict(rho=0.25, n_instances=3, rebuild="background", random_state=0)
-
-
-def _ids(n):
-    return [f"user-{i:05d}" for i in range(n)]
-
-
-def _postgres_dsn() -> str:
-    dsn = os.environ.get("FORGETTING_TEST_POSTGRES_DSN")
-    if dsn:
-        return dsn
-    if os.environ.get("FORGETTING_REQUIRE_POSTGRES") == "1":
-        pytest.fail("FORGETTING_TEST_POSTGRES_DSN is not set; start one with .ci/postgres.sh")
-    pytest.skip('no PostgreSQL: eval "$(bash .ci/postgres.sh)" to run these tests too')
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request, tmp_path):
-    """A store location for each backend (the same tests run on both)."""
-    if request.param == "postgres":
-        return _postgres_dsn()
-    return str(tmp_path / "model.db")
 
 
 @pytest.fixture
@@ -61,7 +47,7 @@ def sqlite_db(tmp_path):
 )
 def test_reopen_is_bitwise_and_equals_refit_on_stored_rows(db, cls, data, params):
     X, y = data()
-    ids = _ids(len(y))
+    ids = user_ids(len(y))
     model = DurableModel.create(db, cls(**params), X, y, ids)
     victims = ids[:5] + schema_ids(model.estimator, 0)[:1]
     model.forget(sorted(set(victims)))
@@ -82,7 +68,7 @@ def test_reopen_is_bitwise_and_equals_refit_on_stored_rows(db, cls, data, params
 
 def test_forget_is_idempotent_and_unknown_ids_change_nothing(db):
     X, y = classification_data()
-    ids = _ids(len(y))
+    ids = user_ids(len(y))
     model = DurableModel.create(db, QSSClassifier(**FAST), X, y, ids)
     first = model.forget([ids[3]])
     again = model.forget([ids[3]])
@@ -101,7 +87,7 @@ def test_no_residue_in_database_or_wal(sqlite_db):
     db = sqlite_db
     X, y = classification_data(d=10)
     X = X + np.random.default_rng(0).normal(scale=1e-3, size=X.shape)
-    ids = _ids(len(y))
+    ids = user_ids(len(y))
     model = DurableModel.create(db, QSSClassifier(**FAST), X, y, ids)
     rows = model.estimator.engine_.rows
     victim = [
@@ -133,7 +119,7 @@ def _all_bytes(db):
 
 def test_deletions_during_background_rebuild_reach_the_store(db):
     X, y = classification_data(n=600)
-    ids = _ids(len(y))
+    ids = user_ids(len(y))
     model = DurableModel.create(db, QSSClassifier(**BG), X, y, ids)
     engine = model.estimator.engine_
     gate = threading.Event()
@@ -156,7 +142,7 @@ def test_deletions_during_background_rebuild_reach_the_store(db):
 
 def test_reopen_rebuilds_instances_whose_schema_was_not_persisted(db):
     X, y = classification_data()
-    model = DurableModel.create(db, QSSClassifier(**FAST), X, y, _ids(len(y)))
+    model = DurableModel.create(db, QSSClassifier(**FAST), X, y, user_ids(len(y)))
     digest = model.state_digest()
     with model._store.transaction() as cur:
         model._store.set_schema(cur, 1, None)
@@ -214,10 +200,10 @@ def test_sigkill_of_the_server_loses_no_acknowledged_change(tmp_path, backend):
     """A real server process (`forgetting serve`) receiving a stream of forgets and inserts
     over HTTP is SIGKILLed at random moments. After restart every acknowledged change is
     there exactly once and the state equals a fit on the surviving rows (`verify`)."""
-    dsn = _postgres_dsn() if backend == "postgres" else None
+    dsn = postgres_dsn() if backend == "postgres" else None
     n_trials = CRASH_TRIALS if backend == "sqlite" else max(CRASH_TRIALS // 5, 1)
     X, y = classification_data(n=400)
-    ids = _ids(len(y))
+    ids = user_ids(len(y))
     token_file = tmp_path / "tokens"
     token_file.write_text(TOKEN)
     auth = {"Authorization": f"Bearer {TOKEN}"}
@@ -284,7 +270,7 @@ def test_string_labels_through_the_store(db, mode):
     labels = np.array(["ant", "bee", "cow"], dtype=object)[y]
     if mode == "label":
         labels = labels.astype("<U3")
-    ids = _ids(len(y))
+    ids = user_ids(len(y))
     model = DurableModel.create(db, QSSClassifier(**FAST, mode=mode), X, labels, ids)
     model.forget(ids[:5])
     model.insert(X[:2], labels[:2], ["n-1", "n-2"])
@@ -304,7 +290,7 @@ def test_string_labels_through_the_store(db, mode):
 
 def test_label_mode_forget_retries_return_the_stored_receipt(db):
     X, y = classification_data()
-    ids = _ids(len(y))
+    ids = user_ids(len(y))
     model = DurableModel.create(db, QSSClassifier(**FAST, mode="label"), X, y, ids)
     first = model.forget(ids[7:9])
     again = model.forget(ids[7:9])
@@ -319,7 +305,7 @@ def test_label_mode_forget_retries_return_the_stored_receipt(db):
 def test_a_secret_key_is_not_stored_unless_asked(db, tmp_path):
     X, y = classification_data()
     key = "store-secret-key-0123456789abcdef"
-    model = DurableModel.create(db, QSSClassifier(**FAST, secret_key=key), X, y, _ids(len(y)))
+    model = DurableModel.create(db, QSSClassifier(**FAST, secret_key=key), X, y, user_ids(len(y)))
     assert not model.key_is_derived
     digest = model.state_digest()
     model.close()
@@ -332,7 +318,7 @@ def test_a_secret_key_is_not_stored_unless_asked(db, tmp_path):
     with DurableModel.open(db, secret_key=key) as reopened:
         assert reopened.state_digest() == digest
     kept = DurableModel.create(
-        db, QSSClassifier(**FAST, secret_key=key), X, y, _ids(len(y)), overwrite=True,
+        db, QSSClassifier(**FAST, secret_key=key), X, y, user_ids(len(y)), overwrite=True,
         store_key=True,
     )  # fmt: skip
     kept.close()
@@ -343,7 +329,7 @@ def test_a_secret_key_is_not_stored_unless_asked(db, tmp_path):
 def test_feature_names_are_recorded(db):
     X, y = classification_data(d=4)
     model = DurableModel.create(
-        db, QSSClassifier(**FAST), X, y, _ids(len(y)), feature_names=["a", "b", "c", "d"]
+        db, QSSClassifier(**FAST), X, y, user_ids(len(y)), feature_names=["a", "b", "c", "d"]
     )
     assert model.feature_names == ["a", "b", "c", "d"] and model.key_is_derived
     model.close()
@@ -352,7 +338,7 @@ def test_feature_names_are_recorded(db):
         assert reopened.stats()["feature_names"] == ["a", "b", "c", "d"]
     with pytest.raises(ValueError, match="feature names"):
         DurableModel.create(
-            db, QSSClassifier(**FAST), X, y, _ids(len(y)), feature_names=["a"], overwrite=True
+            db, QSSClassifier(**FAST), X, y, user_ids(len(y)), feature_names=["a"], overwrite=True
         )
 
 
@@ -366,7 +352,7 @@ def test_feature_names_default_to_the_dataframe_columns(sqlite_db):
 
 def test_a_read_only_open_sees_receipts_and_refuses_writes(db):
     X, y = classification_data()
-    ids = _ids(len(y))
+    ids = user_ids(len(y))
     model = DurableModel.create(db, QSSClassifier(**FAST), X, y, ids)
     receipt = model.forget(ids[:1])
     with DurableModel.open(db, read_only=True) as reader:  # beside the running writer
@@ -390,7 +376,7 @@ def test_the_privacy_ledger_of_a_dp_model_survives_reopening(db):
     """mode="dp": releases and forgotten-id tags are written with every change, so a reopened
     model neither forgets its spend nor lets a forgotten id back in."""
     X, y = classification_data()
-    ids = _ids(len(y))
+    ids = user_ids(len(y))
     key = b"a secret of at least sixteen bytes"
     params = dict(mode="dp", epsilon=2.0, delta=1e-5, secret_key=key, rho=0.25, rebuild="sync")
     model = DurableModel.create(db, QSSClassifier(**params), X, y, ids)
@@ -410,7 +396,7 @@ def test_the_privacy_ledger_of_a_dp_model_survives_reopening(db):
 
 def test_a_read_only_verify_beside_a_running_writer_reads_one_consistent_state(db):
     X, y = classification_data()
-    ids = _ids(len(y))
+    ids = user_ids(len(y))
     writer = DurableModel.create(db, QSSClassifier(**FAST), X, y, ids)
     with DurableModel.open(db, read_only=True) as reader:
         writer.forget(ids[:4])  # after the reader loaded its copy
