@@ -14,7 +14,19 @@ from pathlib import Path
 import numpy as np
 
 from ..report import write_results
-from .data import LGBM_SUFFIX, PAPER_SPEEDUP, Data
+from .data import (
+    EXACT_GAP_HIGH_K_PP,
+    EXACT_GAP_LOW_K_PP,
+    FAST_P50_MS,
+    FAST_VS_SHARD,
+    HIGH_K,
+    LGBM_SUFFIX,
+    LOW_K,
+    N_SHARDS,
+    PAPER_RHO,
+    PAPER_SPEEDUP,
+    Data,
+)
 from .prose import notes_text
 from .stages import Results
 
@@ -80,7 +92,11 @@ def accuracy_summary(datas: list[Data], runs: list[dict]) -> tuple[list[dict], l
 
 
 def target_rows(
-    datas: list[Data], runs: list[dict], deletion: list[dict], exact: list[dict]
+    datas: list[Data],
+    runs: list[dict],
+    deletion: list[dict],
+    exact: list[dict],
+    sweep: Sequence[dict] = (),
 ) -> list[dict]:
     """Check the benchmark's targets (the paper's claims and ours) on the measured numbers;
     say why when one is missed."""
@@ -118,7 +134,7 @@ def target_rows(
             "argmaxes flipped the wrong way",
         }
     )
-    low = [d for d in datas if d.classification and d.n_classes <= 10 and not d.learned_encoder]
+    low = [d for d in datas if d.classification and d.n_classes <= LOW_K and not d.learned_encoder]
     within, detail = [], []
     for d in low:
         delta = 100 * (
@@ -131,13 +147,15 @@ def target_rows(
     rows.append(
         {
             "target": "QSS-L within 2 pp of SISA (Δ ≥ −2 pp) on ≥ 80% of low-class-count "
-            "(k ≤ 10) datasets",
+            f"(k ≤ {LOW_K}) datasets",
             "met": bool(within) and share >= 0.8,
             "evidence": f"{sum(within)}/{len(within)} = {share:.0%} ({', '.join(detail)}; "
             "primary features only, encoder variants are extra rows)",
         }
     )
+    rows.append(exact_mode_target(datas, runs, sweep))
     if deletion:
+        rows.append(fast_path_target(deletion))
         largest = max(r["n_train"] for r in deletion)
         # The primary features of the largest dataset (not the best of its encoder variants).
         biggest = [
@@ -180,6 +198,96 @@ def target_rows(
     return rows
 
 
+def exact_mode_target(datas: list[Data], runs: list[dict], sweep: Sequence[dict] = ()) -> dict:
+    """Exact mode within 1 pp of SISA on every low-k classification set, within 3 pp on every
+    k ≥ 20 set, and never below g-only (means over seeds).
+
+    Judged on each set's primary features (an encoder variant such as Adult+lgbm is an extra
+    row, listed but not judged). The target is stated at ρ = 0.5 %; a row whose ρ the
+    training-size rule raised is judged at its own ρ and says so, quoting the ρ sweep's
+    seed-0 point at ρ = 0.5 % (D° topped up to the library's minimum) beside it.
+    """
+    at_paper_rho = {
+        r["dataset"]: r
+        for r in sweep
+        if r["mode"] == "QSS-E" and r["rho"] == PAPER_RHO and "accuracy" in r
+    }
+    judged, extra, failed = [], [], []
+    for d in datas:
+        if not d.classification:
+            continue
+        e = metric_mean(runs, d.key, "QSS-E", "accuracy")
+        delta = 100 * (e - metric_mean(runs, d.key, "SISA", "accuracy"))
+        above_g = e >= metric_mean(runs, d.key, "g-only", "accuracy")
+        if d.n_classes >= HIGH_K:
+            bound = EXACT_GAP_HIGH_K_PP
+        elif d.n_classes <= LOW_K:
+            bound = EXACT_GAP_LOW_K_PP
+        else:
+            extra.append(f"{d.key} (k = {d.n_classes}, between the bands) {delta:+.2f} pp")
+            continue
+        text = f"{d.key} (k = {d.n_classes}) {delta:+.2f} pp"
+        if d.rho != PAPER_RHO:
+            text += f" at ρ = {d.rho:g}"
+            point = at_paper_rho.get(d.key)
+            if point is not None:
+                text += (
+                    f" (at ρ = {PAPER_RHO:g}, |D°| = {point['schema_rows']}, seed 0: "
+                    f"{point['gap_pp']:+.2f} pp)"
+                )
+        if not above_g:
+            text += " (below g-only)"
+        if d.learned_encoder:
+            extra.append(text)
+            continue
+        judged.append(text)
+        if delta < -bound or not above_g:
+            failed.append(d.key)
+    evidence = "; ".join(judged) if judged else "no classification set in this run"
+    if extra:
+        evidence += "; not judged: " + "; ".join(extra)
+    if failed:
+        evidence = f"missed on {', '.join(failed)}: " + evidence
+    return {
+        "target": f"QSS-E within {EXACT_GAP_LOW_K_PP:g} pp of SISA (S = {N_SHARDS}) on every "
+        f"low-k (k ≤ {LOW_K}) classification set and within {EXACT_GAP_HIGH_K_PP:g} pp on every "
+        f"k ≥ {HIGH_K} set, at ρ = {100 * PAPER_RHO:g} %, never below g-only (means over "
+        "seeds; a set too small for that ρ is judged at its rule's ρ, its 0.5 % point quoted)",
+        "met": bool(judged) and not failed,
+        "evidence": evidence,
+    }
+
+
+def fast_path_target(deletion: list[dict]) -> dict:
+    """Forget + first predict p50 ≤ 1 ms on every set (exact mode), and ≥ 1000× below one
+    SISA shard retrain on the largest set (both measured in this run; at small n a shard
+    retrain takes milliseconds, so the ratio is judged where retraining is expensive)."""
+    exact_rows = [r for r in deletion if r["mode"] == "QSS-E"]
+    slow = [r["dataset"] for r in exact_rows if r["t_fast_ms"] > FAST_P50_MS]
+    largest = max(r["n_train"] for r in exact_rows)
+    biggest = [r for r in exact_rows if r["n_train"] == largest and LGBM_SUFFIX not in r["dataset"]]
+    short = [r["dataset"] for r in biggest if r["t_fast_vs_sisa_shard"] < FAST_VS_SHARD]
+    evidence = "; ".join(
+        f"{r['dataset']} p50 {r['t_fast_ms']:.3f} ms / p95 {r['t_fast_p95_ms']:.3f} ms, "
+        f"shard retrain {r['sisa_s']:.3g} s = {r['t_fast_vs_sisa_shard']:,.0f}×"
+        for r in exact_rows
+    )
+    misses = []
+    if slow:
+        misses.append(f"p50 > {FAST_P50_MS:g} ms on {', '.join(slow)}")
+    if short:
+        misses.append(f"< {FAST_VS_SHARD:,.0f}× on {', '.join(short)}")
+    if misses:
+        evidence = "missed: " + "; ".join(misses) + ". " + evidence
+    return {
+        "target": f"QSS-E forget + first predict p50 ≤ {FAST_P50_MS:g} ms on every set, and "
+        f"≥ {FAST_VS_SHARD:,.0f}× faster than one SISA shard retrain on the largest set "
+        f"(n = {largest:,})",
+        "met": not slow and not short and bool(biggest),
+        "evidence": evidence,
+    }
+
+
 ACCURACY_COLUMNS = [
     "dataset", "features", "k", "n_train", "rho", *MODELS,
     "Δ(QSS-L−SISA) pp", "Δ(QSS-E−SISA) pp", "note",
@@ -190,10 +298,11 @@ RUN_COLUMNS = [
     "fit_s",
 ]  # fmt: skip
 DELETION_COLUMNS = [
-    "dataset", "mode", "scope", "n_train", "rho", "p", "q_rebuild", "b", "l", "forget_ms",
-    "t_fast_ms", "t_fast_p99_ms", "d0_call_ms", "t_rebuild_s", "build_at_fit_s", "expected_ms",
-    "retrain_s", "speedup_vs_retrain", "sisa_s", "speedup", "blocking_ms",
-    "speedup_blocking_vs_blocking_sisa", "ridge_forget_ms", "rounds", "load_1min",
+    "dataset", "mode", "scope", "n_train", "rho", "effective_rho", "p", "q_rebuild", "b", "l",
+    "forget_ms", "t_fast_ms", "t_fast_p95_ms", "t_fast_p99_ms", "d0_call_ms", "t_rebuild_s",
+    "build_at_fit_s", "expected_ms", "retrain_s", "speedup_vs_retrain", "sisa_s", "speedup",
+    "t_fast_vs_sisa_shard", "blocking_ms", "speedup_blocking_vs_blocking_sisa",
+    "ridge_forget_ms", "rounds", "load_1min",
 ]  # fmt: skip
 EXACT_COLUMNS = [
     "dataset", "mode", "scope", "deleted", "batches", "d0_rows", "instance_rebuilds",
@@ -205,7 +314,8 @@ SWEEP_COLUMNS = [
 ]  # fmt: skip
 WIDTH_DEPTH_COLUMNS = ["dataset", "n_train", "rho", "b", "l", "accuracy", "level1_purity", "fit_s"]
 PURITY_COLUMNS = [
-    "dataset", "mode", "b", "l", "occupied_cells", "level1_purity", "majority_class_share",
+    "dataset", "mode", "partition", "b", "l", "occupied_cells", "level1_purity",
+    "majority_class_share",
 ]  # fmt: skip
 TARGET_COLUMNS = ["target", "met", "evidence"]
 RUNTIME_COLUMNS = ["dataset", "accuracy_s", "exactness_s", "deletion_s", "sweep_s", "total_s"]
@@ -240,12 +350,15 @@ def write_tables(
             SWEEP_COLUMNS,
         ),
         "Width vs depth: label mode, p = 1, seed 0": (results.width_depth, WIDTH_DEPTH_COLUMNS),
-        "Cell purity: level-1 cells of instance 0, training rows (seed 0)": (
+        "Cell purity: training rows, mean over instances (RQ: level-1 cells; flat "
+        "partitions: every table's cells, mean over tables), seed 0": (
             results.purity,
             PURITY_COLUMNS,
         ),
         "Targets: checked on the numbers above": (
-            target_rows(results.datas, results.runs, results.deletion, results.exact),
+            target_rows(
+                results.datas, results.runs, results.deletion, results.exact, results.sweep
+            ),
             TARGET_COLUMNS,
         ),
         "Runtime: seconds per stage (the total row is the whole command)": (
