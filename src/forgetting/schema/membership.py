@@ -10,16 +10,19 @@ to force rebuilds (the paper's denial-of-service concern).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..content.blake2 import blake2b_many
 from ..ids import normalize_id
 
 _KEY_BYTES = 32
 _DIGEST_BYTES_PER_DRAW = 8
 _TWO_64 = float(2**64)
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 
 
 def id_bytes(row_id: Hashable) -> bytes:
@@ -27,10 +30,20 @@ def id_bytes(row_id: Hashable) -> bytes:
 
     ``1`` and ``"1"`` are different ids; numpy integers are the same id as Python ints.
     """
-    row_id = normalize_id(row_id)
-    if isinstance(row_id, int):
-        return b"i:" + str(row_id).encode()
+    # Plain ints and strs (what normalize_ids hands out) skip the general normalization: a fit
+    # makes one of these per row.
+    if type(row_id) is int and _INT64_MIN <= row_id <= _INT64_MAX:
+        return b"i:%d" % row_id
+    if type(row_id) is not str:
+        row_id = normalize_id(row_id)
+        if isinstance(row_id, int):
+            return b"i:" + str(row_id).encode()
     return b"s:" + row_id.encode("utf-8")
+
+
+def ids_bytes(row_ids: Iterable[Hashable]) -> list[bytes]:
+    """:func:`id_bytes` of every id, in order."""
+    return [id_bytes(i) for i in row_ids]
 
 
 def canonical_id(row_id: Hashable) -> int | str:
@@ -96,16 +109,24 @@ def key_fingerprint(key: bytes) -> str:
 def draws(key: bytes, ids: Iterable[bytes], n_instances: int) -> np.ndarray:
     """Uniform [0, 1) draws per row: columns 0..p-1 are instance membership, column p the fold.
 
-    One keyed BLAKE2b call per row yields all p+1 draws, each from its own 8 bytes.
+    One keyed BLAKE2b call per row yields all p+1 draws, each from its own 8 bytes; the rows
+    are hashed in one compiled batch (:mod:`forgetting.content.blake2`, same digests as
+    :func:`hashlib.blake2b`).
     """
     width = _DIGEST_BYTES_PER_DRAW * (n_instances + 1)
-    raw = b"".join(
-        hashlib.blake2b(b, key=key, digest_size=width, person=b"qss-member").digest() for b in ids
-    )
-    ints = np.frombuffer(raw, dtype="<u8").reshape(-1, n_instances + 1)
+    raw = blake2b_many(list(ids), digest_size=width, key=key, person=b"qss-member")
+    ints = raw.view("<u8").reshape(-1, n_instances + 1)
     return ints.astype(np.float64) / _TWO_64
 
 
 def receipt_hash(key: bytes, row_id_bytes: bytes) -> str:
     """Keyed hash of an id for receipts: the key holder can match it, nobody can invert it."""
     return hashlib.blake2b(row_id_bytes, key=key, digest_size=16, person=b"qss-receipt").hexdigest()
+
+
+def receipt_hashes(key: bytes, ids: Sequence[bytes]) -> list[str]:
+    """:func:`receipt_hash` of every id in one compiled batch (a receipt for a large forget
+    or insert names every row)."""
+    raw = blake2b_many(ids, digest_size=16, key=key, person=b"qss-receipt")
+    text = raw.tobytes().hex()
+    return [text[i : i + 32] for i in range(0, len(text), 32)]
