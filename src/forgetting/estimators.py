@@ -64,6 +64,7 @@ class _QSSBase(BaseEstimator):
         "n_levels": [None, Interval(Integral, 1, 16, closed="both")],
         "n_centroids": [None, Interval(Integral, 2, 65536, closed="both")],
         "partition": [StrOptions({"auto", "rq", "trees", "hyperplanes"})],
+        "head": [StrOptions({"auto", "ridge", "none"})],
         "alpha": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
         "shrinkage": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
         "base_model": [StrOptions({"auto"}), HasMethods(["fit", "predict"])],
@@ -87,6 +88,7 @@ class _QSSBase(BaseEstimator):
         n_levels: int | None = None,
         n_centroids: int | None = None,
         partition: str = "auto",
+        head: str = "auto",
         alpha: float | str = "auto",
         shrinkage: float | str = "auto",
         base_model: Any = "auto",
@@ -106,6 +108,7 @@ class _QSSBase(BaseEstimator):
         self.n_levels = n_levels
         self.n_centroids = n_centroids
         self.partition = partition
+        self.head = head
         self.alpha = alpha
         self.shrinkage = shrinkage
         self.base_model = base_model
@@ -155,6 +158,11 @@ class _QSSBase(BaseEstimator):
         partition = self._partition()
         if partition != "rq" and (self.n_levels is not None or self.n_centroids is not None):
             raise ValueError("n_levels and n_centroids shape partition='rq' only")
+        if self.head == "ridge" and (partition == "rq" or self.mode == "dp"):
+            raise ValueError(
+                "head='ridge' needs a flat partition ('trees' or 'hyperplanes') and a mode "
+                "other than 'dp' (its exact sums would be released without noise)"
+            )
         b = self.n_centroids
         if b is not None and (b & (b - 1)) != 0:
             raise ValueError(f"n_centroids must be None or a power of two, got {b!r}")
@@ -213,6 +221,14 @@ class _QSSBase(BaseEstimator):
         wants_codebook = self.n_levels is not None or self.n_centroids is not None
         return "trees" if self.mode == "exact" and not wants_codebook else "rq"
 
+    def _head(self) -> bool:
+        """Resolve ``head="auto"``: an exact ridge head on all rows wherever it can run (flat
+        partitions, modes other than "dp"); each instance serves it only when it beats the
+        tables out of fold (content.tables.build_flat_content)."""
+        if self.head == "auto":
+            return self._partition() != "rq" and self.mode != "dp"
+        return self.head == "ridge"
+
     def _min_schema_rows(self, n_outputs: int) -> int:
         if self.min_schema_rows == "auto":
             k = n_outputs if self._task == "classification" else 1
@@ -236,6 +252,7 @@ class _QSSBase(BaseEstimator):
             encoder=self.encoder,
             residual_clip=None if self.clip is None else float(self.clip),
             partition=self._partition(),
+            head=self._head(),
         )
         return EngineConfig(
             schema=schema,
@@ -349,6 +366,13 @@ class _QSSBase(BaseEstimator):
         return self.engine_.effective_rho()
 
     @property
+    def corrections_(self) -> list[str | None]:
+        """Per instance, the correction it serves on top of g: "head" (exact ridge head on all
+        rows), "tables" (flat partition), "codebook" (RQ), or None while rebuilding."""
+        check_is_fitted(self)
+        return self.engine_.corrections()
+
+    @property
     def privacy_(self) -> PrivacyReport:
         """mode="dp": ε, δ, σ, sensitivity, the number of distinct releases so far and the
         ε they compose to (see docs/privacy.md). Each release is (ε, δ)-label-DP on its own;
@@ -447,6 +471,13 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         features. The flat partitions need few D° rows, are far more accurate in exact mode
         on many classes, and a forget touches only one cell per table: nothing is
         re-materialized before the next prediction. See docs/partitions.md.
+    head : {"auto", "ridge", "none"}
+        "ridge": each instance also keeps an exact ridge regression of g's residuals on φ(x)
+        over *all* rows, from int64 sums Σvvᵀ and Σvrᵀ (exact under deletion), and serves it
+        instead of the tables when its out-of-fold gain is larger (g is fit on D° alone; the
+        head is what lifts image and text features to SISA's accuracy). Costs (d + 1)²
+        integers per instance and three (d + 1)² factorizations on the first prediction after
+        a change. "auto": "ridge" with a flat partition outside mode="dp"; "none": tables only.
     alpha : float or "auto"
         Weight of the quantized correction; "auto" cross-fits it on the statistics' two folds.
     shrinkage : float or "auto"

@@ -19,6 +19,7 @@ from .content.accumulators import (
     quantize_residuals,
 )
 from .content.fingerprint import MODULUS, Contributions, multiset_sum
+from .content.head import LinearHead, head_features
 from .content.materialize import Content, build_content
 from .content.tables import FlatContent, FlatTables, build_flat_content
 from .labels import is_labeled
@@ -58,14 +59,38 @@ class Instance:
     schema_digest: bytes
     content_hash: int
     content: Content | FlatContent | None = field(default=None)
+    head: LinearHead | None = None
+    """The exact ridge head's sums (schema.head), or None."""
 
-    def add_rows(self, contrib: Contributions, folds: np.ndarray) -> None:
+    def head_inputs(self, X: np.ndarray | None) -> np.ndarray | None:
+        """The head's fixed-point features of raw rows ``X`` (statistics blocks), or None
+        without a head. Recomputed from the stored rows when they leave: storing them would
+        cost d + 1 integers per row and instance."""
+        if self.head is None:
+            return None
+        if X is None:
+            raise ValueError("an instance with a ridge head needs the rows' inputs")
+        return head_features(self.schema.features(X))
+
+    def add_rows(
+        self, contrib: Contributions, folds: np.ndarray, X: np.ndarray | None = None
+    ) -> None:
+        """Add labeled rows' contributions; ``X`` (their inputs) feeds the ridge head."""
+        self._add_rows(contrib, folds, self.head_inputs(X))
+
+    def _add_rows(self, contrib, folds, features) -> None:
         self.accumulators.add(contrib.codes, contrib.residuals, folds)
+        if self.head is not None:
+            self.head.add(features, contrib.residuals, folds)
         self.content_hash = (self.content_hash + multiset_sum(contrib.digests)) % MODULUS
         self.content = None
 
-    def subtract_rows(self, contrib: Contributions, folds: np.ndarray) -> None:
+    def subtract_rows(
+        self, contrib: Contributions, folds: np.ndarray, X: np.ndarray | None = None
+    ) -> None:
         self.accumulators.subtract(contrib.codes, contrib.residuals, folds)
+        if self.head is not None:
+            self.head.subtract(self.head_inputs(X), contrib.residuals, folds)
         self.content_hash = (self.content_hash - multiset_sum(contrib.digests)) % MODULUS
         self.content = None
 
@@ -84,7 +109,9 @@ class Instance:
                 # No materialization: (α, λ) from exact totals, the cells read when serving —
                 # from a noised copy in mode="dp" (rebuilt once per released state).
                 tables = self.accumulators if privatize is None else privatize(self.accumulators)
-                self.content = build_flat_content(tables, alpha, shrinkage)
+                # mode="dp" releases noised sums only: the head's exact sums never serve there
+                head = self.head if privatize is None else None
+                self.content = build_flat_content(tables, alpha, shrinkage, head)
                 return self.content
             acc = self.accumulators if privatize is None else privatize(self.accumulators)
             self.content = build_content(acc, alpha, shrinkage)
@@ -99,7 +126,15 @@ def contributions_for(
     schema: Schema, X: np.ndarray, targets: np.ndarray, row_hashes: np.ndarray
 ) -> Contributions:
     """Codes, fixed-point residuals r = y − g(x) and digests of labeled rows under ``schema``."""
-    codes, g = schema.transform(X)
+    return contributions_with_features(schema, X, targets, row_hashes)[0]
+
+
+def contributions_with_features(
+    schema: Schema, X: np.ndarray, targets: np.ndarray, row_hashes: np.ndarray
+) -> tuple[Contributions, np.ndarray | None]:
+    """Contributions and, with a ridge head, the head's features (from the same φ)."""
+    codes, g, Z = schema.encode(X)
+    features = head_features(Z) if schema.head else None
     base = schema.base_model
     if base.task == "classification":
         target = np.zeros_like(g)
@@ -111,7 +146,8 @@ def contributions_for(
     residuals = target - g
     if schema.residual_clip is not None:
         residuals = clip_residuals(residuals, schema.residual_clip)
-    return Contributions.of(row_hashes, codes, quantize_residuals(residuals, scale_bits))
+    contrib = Contributions.of(row_hashes, codes, quantize_residuals(residuals, scale_bits))
+    return contrib, features
 
 
 def schema_rows(data: RowData, instance: int, rule: MembershipRule, label_mode: bool):
@@ -140,11 +176,11 @@ def build_instance(
         schema_folds=data.folds[members],
     )
     labeled = np.flatnonzero(data.labeled)
-    contrib = contributions_for(
+    contrib, features = contributions_with_features(
         schema, data.X[labeled], data.targets[labeled], data.row_hash[labeled]
     )
     instance = empty_instance(config, schema)
-    instance.add_rows(contrib, data.folds[labeled])
+    instance._add_rows(contrib, data.folds[labeled], features)
     return instance, labeled, contrib
 
 
@@ -158,7 +194,10 @@ def empty_instance(config: SchemaConfig, schema: Schema) -> Instance:
             schema.partition.n_tables, schema.partition.n_cells, config.n_outputs, scale_bits
         )
         tables.set_probes(schema.probe_codes, schema.probe_folds)
-        return Instance(schema, tables, schema.digest(), 0)
+        head = None
+        if schema.head:
+            head = LinearHead.empty(schema.n_features, config.n_outputs, scale_bits)
+        return Instance(schema, tables, schema.digest(), 0, head=head)
     acc = Accumulators.empty(
         schema.codebook.n_levels, schema.codebook.n_centroids, config.n_outputs, scale_bits
     )

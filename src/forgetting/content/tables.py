@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .accumulators import MAX_ROWS
+from .head import FixedWeights, LinearHead, head_features
 
 SHRINKAGE_GRID = (0.5, 2.0, 8.0, 32.0)
 MEAN_BITS = 40
@@ -298,10 +299,16 @@ class FlatTables:
         With probes (:meth:`set_probes`) the loss is that of the tables' average (exact cross
         term, square term estimated on the probes); without, the per-table loss.
         """
+        a, lam, _ = self.best(alpha, shrinkage)
+        return a, lam
+
+    def best(self, alpha: float | str, shrinkage: float | str) -> tuple[float, float, float]:
+        """:meth:`choose` with the out-of-fold fall in squared error it achieves (summed over
+        the rows of both folds, residual units; NaN when not computed for an off-grid λ)."""
         if shrinkage != "auto" and float(shrinkage) not in self.grid:
             if alpha != "auto":
-                return float(alpha), float(shrinkage)
-            return self._alpha_off_grid(float(shrinkage)), float(shrinkage)
+                return float(alpha), float(shrinkage), float("nan")
+            return self._alpha_off_grid(float(shrinkage)), float(shrinkage), float("nan")
         options = (
             list(range(len(self.grid)))
             if shrinkage == "auto"
@@ -321,7 +328,19 @@ class FlatTables:
             gain = 2.0 * a * cross - a * a * square
             if gain > best[0]:
                 best = (gain, a, self.grid[g])
-        return best[1], best[2]
+        return best[1], best[2], best[0]
+
+    def per_table_gain(self) -> float:
+        """The largest cross-fitted gain of the per-table loss over the grid: exact, and a
+        lower bound on the gain of the tables' average (Jensen: averaging tables can only
+        shrink the square term)."""
+        scale = 2.0 ** -loss_bits(self.scale_bits) / self.n_tables
+        best = 0.0
+        for g in range(len(self.grid)):
+            cross, square = float(self.cross[g]) * scale, float(self.square[g]) * scale
+            if cross > 0.0 and square > 0.0:
+                best = max(best, cross * cross / square)
+        return best
 
     def _alpha_off_grid(self, lam: float) -> float:
         """α for a shrinkage the totals are not kept for: recomputed from every cell (O(T·C),
@@ -423,19 +442,43 @@ def _scatter_rows(target: np.ndarray, flat: np.ndarray, values: np.ndarray, T: i
 @dataclass(frozen=True)
 class FlatContent:
     """What a prediction needs from flat tables: (α, λ) chosen from the exact totals, and the
-    tables themselves (read at prediction time: nothing is materialized)."""
+    tables themselves (read at prediction time: nothing is materialized) — or, when the
+    instance's ridge head corrects g better out of fold, the head's weights instead."""
 
     tables: FlatTables
     alpha: float
     shrinkage: float
+    head: FixedWeights | None = None
 
-    def correction(self, codes: np.ndarray) -> np.ndarray:
+    def correction(self, codes: np.ndarray, Z: np.ndarray | None = None) -> np.ndarray:
+        """The correction to g(x) for rows with cell ``codes`` and features ``Z`` (φ)."""
+        if self.head is not None:
+            return self.head.apply(head_features(Z))
         return self.alpha * self.tables.correction(codes, self.shrinkage)
 
 
 def build_flat_content(
-    tables: FlatTables, alpha: float | str, shrinkage: float | str
+    tables: FlatTables,
+    alpha: float | str,
+    shrinkage: float | str,
+    head: LinearHead | None = None,
 ) -> FlatContent:
-    """O(|grid|) after any change: the totals are maintained per cell, exactly."""
-    a, lam = tables.choose(alpha, shrinkage)
+    """O(|grid|) after any change: the totals are maintained per cell, exactly.
+
+    With a ridge head (content.head) the head is served instead of the tables when its exact
+    out-of-fold gain beats the tables': both are falls in the squared error of the same
+    residuals on the same rows. The tables' gain is only bracketed — the exact per-table gain
+    is a lower bound, the D°-probe estimate of the average's gain is noisy and optimistic on
+    small D° — so they are compared with the geometric mean of the two (chosen on validation
+    splits, benchmarks/results/partitions.md: it picks the better of the two models on every
+    set there; either bound alone misses one). That costs three (d + 1)² factorizations
+    after each change (docs/partitions.md).
+    """
+    a, lam, gain = tables.best(alpha, shrinkage)
+    if head is not None and alpha == "auto" and shrinkage == "auto":
+        tables_gain = float(np.sqrt(max(gain, 0.0) * tables.per_table_gain()))
+        if head.out_of_fold_gain() > tables_gain:
+            weights = head.weights()
+            if weights is not None:
+                return FlatContent(tables, a, lam, weights)
     return FlatContent(tables, a, lam)

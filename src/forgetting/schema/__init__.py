@@ -47,6 +47,9 @@ class SchemaConfig:
     partition: str = "rq"
     """How rows are cut into cells: "rq" (the paper's residual codebook) or a flat partition
     ("trees", "hyperplanes"), see :mod:`.partitions`."""
+    head: bool = False
+    """Keep an exact ridge head on all rows (:mod:`forgetting.content.head`); flat partitions
+    only."""
 
     @property
     def membership(self) -> MembershipRule:
@@ -68,6 +71,10 @@ class Schema:
     """Flat partitions: the cells (n°, T) and statistic folds (n°,) of the D° rows, on which
     the content estimates the square term of its α cross-fit (see content.tables)."""
     probe_folds: np.ndarray | None = None
+    head: bool = False
+    """The instance keeps an exact ridge head on φ over all rows (content.head)."""
+    n_features: int = 0
+    """Dimension of φ(f(x)) (set with a head: its sums are (d + 1)²)."""
 
     def features(self, X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
         """φ(f(x)) for raw rows, in canonical blocks (row-wise bits never depend on the batch)."""
@@ -87,9 +94,16 @@ class Schema:
         Statistics use the default blocks; predictions pass ``SERVE_BLOCK_ROWS`` (see
         :mod:`forgetting._rowwise`).
         """
+        codes, g, _ = self.encode(X, block_rows)
+        return codes, g
+
+    def encode(
+        self, X: np.ndarray, block_rows: int = BLOCK_ROWS
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Codes, g(x) and the features φ(f(x)) themselves (the head's inputs)."""
         Z = self.features(X, block_rows)
         codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
-        return codes, rowwise(self.base_model.predict, Z, block_rows)
+        return codes, rowwise(self.base_model.predict, Z, block_rows), Z
 
     def digest(self) -> bytes:
         """SHA-256 over the schema's learned parameters, in a canonical order."""
@@ -104,6 +118,8 @@ class Schema:
             h.update(b"flat-partition")
             _hash_value(h, (self.partition, self.probe_codes, self.probe_folds))
         h.update(str(self.n_schema_rows).encode())
+        if self.head:
+            h.update(b"ridge-head")
         if self.residual_clip is not None:
             h.update(repr(("residual_clip", float(self.residual_clip))).encode())
         return h.digest()
@@ -198,6 +214,8 @@ def train_schema(
             partition=partition,
             probe_codes=partition.cells(Z_schema),
             probe_folds=np.asarray(folds, dtype=np.int64),
+            head=config.head,
+            n_features=int(Z_schema.shape[1]),
         )
     n_centroids = config.n_centroids or choose_n_centroids(
         Z_codebook.shape[0], n_schema, config.rho

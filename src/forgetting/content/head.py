@@ -1,0 +1,234 @@
+"""An exact linear head on all rows: ridge regression from integer sums ΣvvᵀΣ and Σvrᵀ.
+
+The base model g is trained on D° only (design.md §1), so in exact mode it sees ~0.5 % of the
+rows; on image and text features it is the weak part of the model (benchmarks/results/
+partitions.md: g alone 0.63 on MNIST-HOG where SISA reaches 0.96). A ridge regression of the
+residual r = y − g(x) on the features v = [φ(x), 1] depends on the rows only through
+G = Σ v vᵀ and H = Σ v rᵀ — sums over rows. Accumulated as int64 (v and r on fixed-point
+grids), they are exact under deletion: subtracting a row's outer products restores the very
+integers a fit without the row would produce, so the head solved from them is the refit's head
+bit for bit (the solve is a deterministic float function of those integers).
+
+Fixed point: φ's rows have unit L2 norm, so every |φ_j| ≤ 1 and v = rint(2^14 φ) has
+|v| ≤ 2^14 (the bias column is 2^14 too); residuals are put on a grid with |r| ≤ 2^20
+(classification: |r| ≤ 1 at 2^-20; regression: |r| ≤ 2^10 standard deviations at 2^-10).
+A product is below 2^34 and at most 2^28 rows are summed (``MAX_ROWS``): every sum stays
+below 2^62.
+
+The penalty is c · mean(diag G) with a fixed c (:data:`PENALTY`): cross-fitting it over a
+grid would cost a factorization per value after every change. Both statistic folds are kept
+so that the head's out-of-fold gain (fold-A head scored on fold-B sums, exactly, from the
+integers) can be compared with the tables' (see :func:`forgetting.content.tables`): the served
+model uses whichever corrects g better out of fold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from .accumulators import MAX_ROWS
+
+FEATURE_BITS = 14
+"""v = rint(2^14 · φ(x)); φ's rows have unit norm, so |v| ≤ 2^14."""
+TARGET_LIMIT_BITS = 20
+"""Head residuals lie in ±2^20 on their grid."""
+PENALTY = 1e-3
+"""Ridge penalty relative to the mean diagonal of G (features on a common scale: φ's rows
+have unit norm). benchmarks/results/partitions.md's prototype cross-fitted it on
+(1e-4 … 1e-1); fixed here so a change costs one factorization per fold, not one per value."""
+_EXACT_BITS = 52
+
+
+def weight_bits(n_features: int) -> int:
+    """Served weights are rounded to integers below 2^bits in magnitude (per output column's
+    own power-of-two scale) with 2^14 · 2^bits · D ≤ 2^52, so v · W is an exact float64 integer
+    sum and a row's output is the same bits in any batch."""
+    return _EXACT_BITS - FEATURE_BITS - int(np.ceil(np.log2(max(n_features, 2))))
+
+
+def head_target_shift(scale_bits: int) -> int:
+    """Right shift from the content's residual grid (2^scale_bits) to the head's: residuals
+    are bounded by 1 (classification, 2^32) or 2^10 (regression, 2^24), and the head keeps
+    them below 2^20."""
+    return scale_bits - TARGET_LIMIT_BITS if scale_bits >= 32 else scale_bits - 10
+
+
+def head_features(Z: np.ndarray) -> np.ndarray:
+    """[rint(2^14 φ), 2^14] as int64 (n, d + 1): exact, row by row."""
+    n = Z.shape[0]
+    v = np.empty((n, Z.shape[1] + 1), dtype=np.int64)
+    grid = np.rint(np.ldexp(np.asarray(Z, dtype=np.float64), FEATURE_BITS))
+    np.clip(grid, -(2**FEATURE_BITS), 2**FEATURE_BITS, out=grid)
+    v[:, :-1] = grid
+    v[:, -1] = 2**FEATURE_BITS
+    return v
+
+
+def head_targets(residuals: np.ndarray, scale_bits: int) -> np.ndarray:
+    """The content's int64 residuals moved to the head's grid (round half up, exact)."""
+    shift = head_target_shift(scale_bits)
+    r = np.asarray(residuals, dtype=np.int64)
+    if shift <= 0:
+        return r << -shift
+    return (r + (1 << (shift - 1))) >> shift
+
+
+_CHUNK_ROWS = 1 << 18
+"""Rows per BLAS product: |v·v| ≤ 2^28 and |v·r| ≤ 2^34, so 2^18 of them sum below 2^53."""
+
+
+def exact_products(v: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(vᵀv, vᵀr) as int64, computed with float64 BLAS on integer values.
+
+    Every product and partial sum of a chunk is an integer below 2^53, so float64 holds it
+    exactly whatever order the kernel sums in (numpy's int64 matmul is exact too, but runs
+    without BLAS, ~50× slower); chunks are then added as int64.
+    """
+    D, k = v.shape[1], r.shape[1]
+    gram = np.zeros((D, D), dtype=np.int64)
+    cross = np.zeros((D, k), dtype=np.int64)
+    for start in range(0, len(v), _CHUNK_ROWS):
+        vf = v[start : start + _CHUNK_ROWS].astype(np.float64)
+        rf = r[start : start + _CHUNK_ROWS].astype(np.float64)
+        upper = scipy.linalg.blas.dsyrk(1.0, vf, trans=1)  # vᵀv, upper triangle only
+        upper = np.triu(upper)
+        gram += (upper + np.triu(upper, 1).T).astype(np.int64)
+        cross += (vf.T @ rf).astype(np.int64)
+    return gram, cross
+
+
+@dataclass
+class LinearHead:
+    """Per fold f: G[f] = Σ v vᵀ (D, D) and H[f] = Σ v rᵀ (D, k), int64, D = d + 1."""
+
+    gram: np.ndarray
+    cross: np.ndarray
+    counts: np.ndarray
+    scale_bits: int
+
+    @classmethod
+    def empty(cls, n_features: int, n_outputs: int, scale_bits: int) -> LinearHead:
+        D = n_features + 1
+        return cls(
+            np.zeros((2, D, D), dtype=np.int64),
+            np.zeros((2, D, n_outputs), dtype=np.int64),
+            np.zeros(2, dtype=np.int64),
+            scale_bits,
+        )
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.counts.sum())
+
+    def add(self, features: np.ndarray, residuals: np.ndarray, folds: np.ndarray) -> None:
+        """Add rows: head ``features`` (n, D) int64, content ``residuals`` (n, k), ``folds``."""
+        self._update(features, residuals, folds, 1)
+
+    def subtract(self, features: np.ndarray, residuals: np.ndarray, folds: np.ndarray) -> None:
+        self._update(features, residuals, folds, -1)
+
+    def _update(self, features, residuals, folds, sign: int) -> None:
+        if len(features) == 0:
+            return
+        if sign > 0 and self.n_rows + len(features) > MAX_ROWS:
+            raise OverflowError(f"more than {MAX_ROWS} rows cannot be accumulated exactly")
+        v = np.asarray(features, dtype=np.int64)
+        r = head_targets(residuals, self.scale_bits)
+        folds = np.asarray(folds)
+        for f in (0, 1):
+            mine = folds == f
+            if not mine.any():
+                continue
+            gram, cross = exact_products(v[mine], r[mine])
+            self.gram[f] += sign * gram
+            self.cross[f] += sign * cross
+            self.counts[f] += sign * int(mine.sum())
+
+    def merge(self, other: LinearHead) -> None:
+        """Add another head's sums (a chunk's partial sums): integer adds, exact in any order."""
+        self.gram += other.gram
+        self.cross += other.cross
+        self.counts += other.counts
+        if self.n_rows > MAX_ROWS:
+            raise OverflowError(f"more than {MAX_ROWS} rows cannot be accumulated exactly")
+
+    # -- solving ------------------------------------------------------------------------------
+    def _real(self, folds: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        G = sum(self.gram[f] for f in folds).astype(np.float64)
+        H = sum(self.cross[f] for f in folds).astype(np.float64)
+        G *= 2.0 ** (-2 * FEATURE_BITS)
+        H *= 2.0 ** -(FEATURE_BITS + TARGET_LIMIT_BITS)
+        if self.scale_bits < 32:  # regression: the head grid is 2^-10
+            H *= 2.0 ** (TARGET_LIMIT_BITS - 10)
+        return G, H
+
+    def _solve(self, folds: tuple[int, ...]) -> np.ndarray | None:
+        """Ridge weights (D, k) in real units from the given folds' sums, or None (no rows)."""
+        G, H = self._real(folds)
+        scale = float(np.trace(G)) / G.shape[0]
+        if scale <= 0.0:
+            return None
+        G[np.diag_indices_from(G)] += PENALTY * scale
+        factor = scipy.linalg.cho_factor(G, lower=True, check_finite=False)
+        return scipy.linalg.cho_solve(factor, H, check_finite=False)
+
+    def out_of_fold_gain(self) -> float:
+        """Σ over both folds of ‖r‖² − ‖r − W_other·v‖², from the integers (real units).
+
+        The fall in squared error a head fitted on fold A brings on fold B's rows, and vice
+        versa — comparable to the tables' cross-fitted gain (same residuals, same rows).
+        """
+        total = 0.0
+        for a, b in ((0, 1), (1, 0)):
+            W = self._solve((a,))
+            if W is None:
+                return -np.inf
+            G, H = self._real((b,))
+            total += 2.0 * float(np.sum(W * H)) - float(np.sum(W * (G @ W)))
+        return total
+
+    def weights(self) -> FixedWeights | None:
+        """The served head: full-data weights rounded to fixed point (see :func:`weight_bits`)."""
+        W = self._solve((0, 1))
+        if W is None:
+            return None
+        return FixedWeights.of(W)
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def copy(self) -> LinearHead:
+        return LinearHead(
+            self.gram.copy(), self.cross.copy(), self.counts.copy(), self.scale_bits
+        )
+
+    def equals(self, other: LinearHead) -> bool:
+        return (
+            self.scale_bits == other.scale_bits
+            and np.array_equal(self.gram, other.gram)
+            and np.array_equal(self.cross, other.cross)
+            and np.array_equal(self.counts, other.counts)
+        )
+
+
+@dataclass(frozen=True)
+class FixedWeights:
+    """Head weights as integers (D, k) with a power-of-two exponent per output column."""
+
+    weights: np.ndarray
+    exponents: np.ndarray
+
+    @classmethod
+    def of(cls, W: np.ndarray) -> FixedWeights:
+        peak = np.max(np.abs(W), axis=0)
+        peak[peak == 0.0] = 1.0
+        exponents = weight_bits(W.shape[0]) - np.ceil(np.log2(peak)).astype(np.int64) - 1
+        Wi = np.rint(np.ldexp(W, exponents[None, :]))
+        return cls(Wi, exponents)
+
+    def apply(self, features: np.ndarray) -> np.ndarray:
+        """Outputs (n, k) in real residual units for head ``features`` (n, D) int64."""
+        # integer-valued float64 products and sums below 2^53: exact in any order
+        Y = features.astype(np.float64) @ self.weights
+        return np.ldexp(Y, -(self.exponents[None, :] + FEATURE_BITS))
