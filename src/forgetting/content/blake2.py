@@ -9,8 +9,9 @@ message. The digests are the ones ``hashlib`` gives — stores, model files and 
 before keep verifying — and ``tests/test_hashing.py`` checks that for keyed and personalized
 hashes of every length and digest size in use.
 
-Without numba (or with ``FORGETTING_HASH_BACKEND=hashlib`` in the environment) the same
-functions loop over :func:`hashlib.blake2b`: slower, identical output, tested to agree.
+Small batches in a process that has not loaded the kernel yet, and every batch without numba
+(or with ``FORGETTING_HASH_BACKEND=hashlib`` in the environment), loop over
+:func:`hashlib.blake2b` instead: slower per row, identical output, tested to agree.
 """
 
 from __future__ import annotations
@@ -36,14 +37,27 @@ _IV = np.array(
 )
 _UNSET = object()
 _kernel_cache: object = _UNSET
+LOAD_MIN_ROWS = 20_000
+"""Smallest batch that loads the compiled kernel when it is not loaded yet. Loading costs
+≈ 0.7 s once per process (importing numba, reading its cache; ≈ 6 s the very first time,
+when it compiles), while ``hashlib`` costs a few µs a row: a short-lived process that only
+forgets or inserts a few rows never pays for numba. Both give the same digests, so which one
+runs changes timings only."""
 
 
-def _kernel():
-    """The compiled row hasher, or None where numba is missing or switched off."""
+def _kernel(n_rows: int):
+    """The compiled row hasher for a batch of ``n_rows``, or None for the hashlib loop.
+
+    ``FORGETTING_HASH_BACKEND`` = ``hashlib`` or ``numba`` forces one (tests use it);
+    unset, the kernel is used once loaded or when the batch is big enough to load it.
+    """
     global _kernel_cache
-    if os.environ.get("FORGETTING_HASH_BACKEND", "").lower() == "hashlib":
+    choice = os.environ.get("FORGETTING_HASH_BACKEND", "").lower()
+    if choice == "hashlib":
         return None
     if _kernel_cache is _UNSET:
+        if choice != "numba" and n_rows < LOAD_MIN_ROWS:
+            return None
         try:
             from ._blake2_kernel import hash_segments
         except ImportError:  # numba not installed: the hashlib loop gives the same digests
@@ -52,9 +66,10 @@ def _kernel():
     return _kernel_cache
 
 
-def backend() -> str:
-    """``"numba"`` or ``"hashlib"``: which implementation the batched functions use now."""
-    return "hashlib" if _kernel() is None else "numba"
+def backend(n_rows: int = LOAD_MIN_ROWS) -> str:
+    """``"numba"`` or ``"hashlib"``: which implementation hashes a batch of ``n_rows`` now
+    (asking may load the kernel, as hashing such a batch would)."""
+    return "hashlib" if _kernel(n_rows) is None else "numba"
 
 
 def _check_params(digest_size: int, key: bytes, person: bytes) -> None:
@@ -102,7 +117,7 @@ def blake2b_segments(
     ):
         raise ValueError("a segment lies outside src")
     out = np.empty((starts.shape[0], digest_size), dtype=np.uint8)
-    kernel = _kernel()
+    kernel = _kernel(len(out))
     if kernel is None:
         for i in range(len(out)):
             h = hashlib.blake2b(digest_size=digest_size, key=key, person=person)
