@@ -64,6 +64,7 @@ def test_quick_run_writes_every_table_and_figure(tmp_path, capsys):
         assert float(row["speedup"]) > 0
         assert float(row["t_fast_ms"]) >= float(row["forget_ms"])  # includes the predict
         assert float(row["t_fast_p95_ms"]) >= float(row["t_fast_ms"])
+        assert 20 <= int(row["fast_forgets"]) <= 100
         assert float(row["retrain_s"]) > 0 and float(row["speedup_vs_retrain"]) > 0
         assert float(row["t_fast_vs_sisa_shard"]) == pytest.approx(
             float(row["sisa_s"]) * 1e3 / float(row["t_fast_ms"]), rel=1e-3
@@ -257,6 +258,20 @@ def test_purity_row_reads_cells_through_the_schema(mode):
     assert row["level1_purity"] == pytest.approx(float(np.mean(expected)))
     assert (row["partition"] == "rq") == (mode == "label")
     assert row["majority_class_share"] <= row["level1_purity"] <= 1.0
+
+
+def test_fast_forgets_stop_at_the_budget_but_not_below_the_minimum():
+    from forgetting.bench.paper.stages import fast_forget_ms
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 4)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(int)
+    model = QSSClassifier(rho=0.2, random_state=0).fit(X, y)
+    calls, totals = fast_forget_ms(model, 40, rng, X[:1], budget_s=0.0, at_least=3)
+    assert len(calls) == len(totals) == 3
+    assert all(t >= c > 0 for c, t in zip(calls, totals, strict=True))
+    _, totals = fast_forget_ms(model, 5, rng, X[:1])  # no budget: all asked for
+    assert len(totals) == 5
 
 
 def test_letter_is_a_paper_set():

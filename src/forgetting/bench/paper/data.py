@@ -51,6 +51,8 @@ EXACTNESS_BATCHES = (1, 4, 15, 30, 50)
 D0_BATCHES = (1, 3, 4)
 N_FAST_FORGETS = 100
 """Single-id forgets (each with the first predict after it) timed per mode for p50/p95."""
+FAST_FORGET_BUDGET_S = 10.0
+"""…fewer (but at least :data:`SWEEP_FAST_FORGETS`) once they add up to this many seconds."""
 SWEEP_FAST_FORGETS = 20
 """Single-id forgets timed per point of the ρ sweep."""
 N_TIMING_ROUNDS = 3

@@ -19,6 +19,7 @@ from .data import (
     EXACT_GAP_HIGH_K_PP,
     EXACT_GAP_LOW_K_PP,
     EXACTNESS_BATCHES,
+    FAST_FORGET_BUDGET_S,
     FAST_P50_MS,
     FAST_VS_SHARD,
     HIGH_K,
@@ -199,9 +200,11 @@ def notes_text(args: argparse.Namespace, results: Results, figures: dict[str, st
         "not the values.",
         "* **Deletion cost**: every QSS time is what the caller waits: `forget` *and* the "
         "first `predict` after it (one test row), which pays any re-materialization the "
-        f"deletion left. t_fast = p50 of {N_FAST_FORGETS} such single-id deletions of rows "
-        "outside every D° (t_fast_p95_ms, t_fast_p99_ms: their tails; forget_ms: the `forget` "
-        f"call alone, for reference). Then {N_TIMING_ROUNDS} interleaved rounds, each timing "
+        f"deletion left. t_fast = p50 of up to {N_FAST_FORGETS} such single-id deletions of "
+        f"rows outside every D° (fast_forgets says how many: sampling stops after "
+        f"{FAST_FORGET_BUDGET_S:g} s of them, with at least {SWEEP_FAST_FORGETS}; "
+        "t_fast_p95_ms, t_fast_p99_ms: their tails; forget_ms: the `forget` call alone, for "
+        "reference). Then {N_TIMING_ROUNDS} interleaved rounds, each timing "
         "one SISA forget (retraining one shard, a different shard each round), one exact-ridge "
         "forget and, per mode, one deletion of a row of instance 0's D°: d0_call_ms = forget + "
         "first predict at that hit, t_rebuild_s = wall time until `wait_for_rebuilds` "
