@@ -4,6 +4,7 @@ shortcuts (g-only from QSS-E's schemas, the ρ rule, purity) mean what they clai
 from __future__ import annotations
 
 import csv
+import re
 
 import numpy as np
 import pytest
@@ -89,6 +90,9 @@ def test_quick_run_writes_every_table_and_figure(tmp_path, capsys):
     assert any("QSS-E within 1 pp of SISA" in t for t in targets)
     assert any("p50 ≤ 1 ms" in t for t in targets)
     assert "the issue" not in md.lower()
+    assert not re.search(r"\{[A-Za-z_]\w*\}", md)  # no f-string left unformatted
+    for block in re.findall(r"(?m)(?:^\|.*\|\n)+", md):  # no cell text breaks its table
+        assert len({line.count("|") for line in block.splitlines()}) == 1, block[:200]
     assert "What this run measured" in md and "`--quick`**: a smoke test" in md
     assert "How to read this" in md and "Accuracy" in capsys.readouterr().out
     pytest.importorskip("matplotlib")
@@ -199,7 +203,7 @@ def test_exact_mode_target_bands():
     ]  # fmt: skip
     row = exact_mode_target([low, high], ok, sweep)
     assert row["met"] is True
-    assert "at ρ = 0.01" in row["evidence"] and "|D°| = 130" in row["evidence"]
+    assert "at ρ = 0.01" in row["evidence"] and "D° of 130 rows" in row["evidence"]
     low_miss = _runs("low", g_only=0.8, qsse=0.895, sisa=0.91)  # −1.5 pp
     assert exact_mode_target([low], low_miss)["met"] is False
     high_miss = _runs("high", g_only=0.5, qsse=0.81, sisa=0.85)  # −4 pp

@@ -204,7 +204,7 @@ def notes_text(args: argparse.Namespace, results: Results, figures: dict[str, st
         f"rows outside every D° (fast_forgets says how many: sampling stops after "
         f"{FAST_FORGET_BUDGET_S:g} s of them, with at least {SWEEP_FAST_FORGETS}; "
         "t_fast_p95_ms, t_fast_p99_ms: their tails; forget_ms: the `forget` call alone, for "
-        "reference). Then {N_TIMING_ROUNDS} interleaved rounds, each timing "
+        f"reference). Then {N_TIMING_ROUNDS} interleaved rounds, each timing "
         "one SISA forget (retraining one shard, a different shard each round), one exact-ridge "
         "forget and, per mode, one deletion of a row of instance 0's D°: d0_call_ms = forget + "
         "first predict at that hit, t_rebuild_s = wall time until `wait_for_rebuilds` "

@@ -234,7 +234,7 @@ def exact_mode_target(datas: list[Data], runs: list[dict], sweep: Sequence[dict]
             point = at_paper_rho.get(d.key)
             if point is not None:
                 text += (
-                    f" (at ρ = {PAPER_RHO:g}, |D°| = {point['schema_rows']}, seed 0: "
+                    f" (at ρ = {PAPER_RHO:g}, D° of {point['schema_rows']} rows, seed 0: "
                     f"{point['gap_pp']:+.2f} pp)"
                 )
         if not above_g:
