@@ -316,7 +316,7 @@ def test_partitions_benchmark_runs_on_digits(tmp_path) -> None:
     ]  # fmt: skip
     assert partitions.main(argv) == 0
     text = (tmp_path / "partitions.md").read_text()
-    assert "--datasets digits" in text and "QSSClassifier(partition='trees')" in text
+    assert "--datasets digits" in text and "QSSClassifier(partition='trees', head='auto')" in text
     rows = (tmp_path / "partitions-accuracy.csv").read_text().splitlines()
     header = rows[0].split(",")
     accuracy = [float(r.split(",")[header.index("accuracy")]) for r in rows[1:]]

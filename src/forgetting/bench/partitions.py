@@ -553,25 +553,27 @@ def estimator_rows(split: Split, partitions: list[str], seed: int) -> list[dict]
 
     rows = []
     for partition in partitions:
-        started = time.perf_counter()
-        est = QSSClassifier(
-            partition=partition, rho=split.rho, n_instances=1, random_state=seed
-        ).fit(split.X_fit, split.y_fit)
-        acc = float(np.mean(est.predict(split.X_val) == split.y_val))
-        inst = est.engine_.instances[0]
-        alpha, lam = inst.accumulators.choose("auto", "auto")
-        rows.append(
-            {
-                "dataset": split.name,
-                "model": f"QSSClassifier(partition={partition!r})",
-                "T": inst.schema.partition.n_tables,
-                "depth": inst.schema.partition.depth,
-                "accuracy": acc,
-                "alpha": alpha,
-                "shrinkage": lam,
-                "build_s": time.perf_counter() - started,
-            }
-        )
+        for head in ("auto", "none"):
+            started = time.perf_counter()
+            est = QSSClassifier(
+                partition=partition, head=head, rho=split.rho, n_instances=1, random_state=seed
+            ).fit(split.X_fit, split.y_fit)
+            acc = float(np.mean(est.predict(split.X_val) == split.y_val))
+            inst = est.engine_.instances[0]
+            alpha, lam = inst.accumulators.choose("auto", "auto")
+            rows.append(
+                {
+                    "dataset": split.name,
+                    "model": f"QSSClassifier(partition={partition!r}, head={head!r})",
+                    "served": est.corrections_[0],
+                    "T": inst.schema.partition.n_tables,
+                    "depth": inst.schema.partition.depth,
+                    "accuracy": acc,
+                    "alpha": alpha,
+                    "shrinkage": lam,
+                    "build_s": time.perf_counter() - started,
+                }
+            )
     return rows
 
 
@@ -626,11 +628,11 @@ def main(argv: list[str] | None = None) -> int:
     rows_map = parse_mapping(args.rows)
     configs = [
         (fam.split("/")[0], fam.split("/")[1], int(t), float(c))
-        for fam in args.families.split(",")
+        for fam in filter(None, args.families.split(","))
         for t in args.tables.split(",")
         for c in args.rows_per_cell.split(",")
     ]
-    heads_wanted = args.heads.split(",")
+    heads_wanted = [h for h in args.heads.split(",") if h]
     acc_rows: list[dict] = []
     lat_rows: list[dict] = []
     notes: list[str] = []
