@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 from conftest import source_missing
@@ -317,7 +319,6 @@ def test_partitions_benchmark_runs_on_digits(tmp_path) -> None:
     assert partitions.main(argv) == 0
     text = (tmp_path / "partitions.md").read_text()
     assert "--datasets digits" in text and "QSSClassifier(partition='trees', head='auto')" in text
-    rows = (tmp_path / "partitions-accuracy.csv").read_text().splitlines()
-    header = rows[0].split(",")
-    accuracy = [float(r.split(",")[header.index("accuracy")]) for r in rows[1:]]
+    with open(tmp_path / "partitions-accuracy.csv", newline="") as f:
+        accuracy = [float(r["accuracy"]) for r in csv.DictReader(f)]
     assert min(accuracy) > 0.8  # trees on digits: ~0.93 on the validation split
