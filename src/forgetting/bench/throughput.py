@@ -19,6 +19,7 @@ the compiled fit's: the hashing change is bit for bit.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -30,6 +31,8 @@ from tqdm import tqdm
 
 from .. import QSSClassifier
 from ..content import blake2
+from ..content.fingerprint import digest_rows, digest_rows_reference
+from ..schema.membership import draws, ids_bytes
 from ..schema.selection import choose_n_centroids, choose_n_levels
 from .core import clustered_data
 from .report import write_results
@@ -39,6 +42,63 @@ COLUMNS = [
     "fit_instance_rows_per_s", "faiss_rows_per_s", "fit_vs_faiss", "faiss_raw_rows_per_s",
     "fit_vs_faiss_raw", "rq_shape", "same_digest",
 ]  # fmt: skip
+
+
+HASH_COLUMNS = ["stage", "rows", "per_row_loop_s", "batched_s", "speedup", "equal"]
+
+
+def hashing_rows(model: QSSClassifier, repeats: int) -> list[dict]:
+    """The fit's hashing stages redone alone on the fitted model's own rows: the per-row
+    ``hashlib`` loop (what a fit ran before the compiled hasher) against the batched call
+    that fit uses now, best of ``repeats``, outputs compared."""
+    rows_ = model.engine_.rows
+    n = rows_.size
+    id_raw = ids_bytes(rows_.ids)
+    framed = np.array([len(b).to_bytes(4, "little") + b for b in id_raw], dtype=object)
+    key = model.engine_._key
+    p = model.n_instances
+    row_columns = (framed, rows_.targets[:n], rows_.in_pool[:n], rows_.X[:n])
+    stages = {
+        "row digests (id, target, pool flag, features)": (
+            lambda: digest_rows_reference(*row_columns, person=b"qss-row"),
+            lambda: digest_rows(*row_columns, person=b"qss-row"),
+        ),
+        "membership draws (keyed, per id)": (
+            lambda: _draws_loop(key, id_raw, p),
+            lambda: draws(key, id_raw, p),
+        ),
+    }
+    for r in range(p):
+        contrib = (rows_.row_hash[:n], rows_.codes[r][:n], rows_.residuals[r][:n])
+        stages[f"content digests, instance {r} (row hash, codes, residuals)"] = (
+            lambda c=contrib: digest_rows_reference(*c, person=b"qss-content"),
+            lambda c=contrib: digest_rows(*c, person=b"qss-content"),
+        )
+    out = []
+    for stage, (loop, batched) in stages.items():
+        t_loop = min(_timed(loop)[0] for _ in range(repeats))
+        t_batched = min(_timed(batched)[0] for _ in range(repeats))
+        out.append(
+            {
+                "stage": stage,
+                "rows": n,
+                "per_row_loop_s": t_loop,
+                "batched_s": t_batched,
+                "speedup": t_loop / t_batched,
+                "equal": bool(np.array_equal(loop(), batched())),
+            }
+        )
+    return out
+
+
+def _draws_loop(key: bytes, id_raw: list[bytes], n_instances: int) -> np.ndarray:
+    """``membership.draws`` as it was: one keyed ``hashlib`` call per id."""
+    width = 8 * (n_instances + 1)
+    raw = b"".join(
+        hashlib.blake2b(b, key=key, digest_size=width, person=b"qss-member").digest()
+        for b in id_raw
+    )
+    return np.frombuffer(raw, dtype="<u8").reshape(-1, n_instances + 1) / float(2**64)
 
 
 def _faiss_encoder(Z: np.ndarray, n_levels: int, n_centroids: int, seed: int):
@@ -71,9 +131,11 @@ def _fit(X, y, ids, params, backend: str):
             os.environ["FORGETTING_HASH_BACKEND"] = previous
 
 
-def measure(n: int, d: int, repeats: int, hashlib_fit: bool, seed: int = 0) -> list[dict]:
+def measure(
+    n: int, d: int, repeats: int, hashlib_fit: bool, seed: int = 0
+) -> tuple[list[dict], list[dict]]:
     """Median timings of fit (compiled hasher, and optionally the hashlib loop) and of faiss's
-    encoder on the same rows; one row per fit variant."""
+    encoder on the same rows, one row per fit variant; and the hashing stages alone."""
     X, y = clustered_data(n, d=d, seed=seed)
     ids = np.arange(n)
     params = dict(random_state=0)
@@ -124,7 +186,7 @@ def measure(n: int, d: int, repeats: int, hashlib_fit: bool, seed: int = 0) -> l
                 "same_digest": same,
             }
         )
-    return rows
+    return rows, hashing_rows(model, repeats)
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.throughput") -> int:
@@ -155,10 +217,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
     import faiss
 
     faiss.omp_set_num_threads(args.threads)
-    rows = []
+    rows, hashing = [], []
     with threadpool_limits(limits=args.threads):
         for n in filter(None, args.sizes.split(",")):
-            rows += measure(int(n), args.d, args.repeats, not args.no_hashlib_fit)
+            fit_rows, hash_rows = measure(int(n), args.d, args.repeats, not args.no_hashlib_fit)
+            rows += fit_rows
+            hashing += hash_rows
     notes = (
         "Synthetic clustered rows (`forgetting.bench.core.clustered_data`: k = 10 classes, "
         f"{args.d} features), `QSSClassifier(random_state=0)` with default parameters "
@@ -173,7 +237,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
         "hashlib call per row as before it. same_digest: every timed fit of both variants "
         f"gave one state digest. {args.repeats} repeats, interleaved, medians; "
         f"{args.threads} BLAS/OpenMP thread(s) for everything; warm-up fit at n = 30,000 "
-        f"first. Hash kernel backend available: {blake2.backend()}."
+        f"first; process niceness {os.nice(0)}. Hash kernel backend: {blake2.backend()}. "
+        "The second table times each hashing stage of a fit on its own, on the largest "
+        "n's fitted rows (best of the repeats): per_row_loop_s = one hashlib call per row "
+        "(`digest_rows_reference`, and the keyed draws as a hashlib loop), batched_s = the "
+        "call fit makes now; equal = identical output."
     )
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join([prog, *argv])
@@ -181,7 +249,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
         Path(args.out),
         args.name,
         command,
-        {"Fit per instance vs faiss's encoder: same rows, one run": (rows, COLUMNS)},
+        {
+            "Fit per instance vs faiss's encoder: same rows, one run": (rows, COLUMNS),
+            "Hashing stages alone: the fitted model's rows": (hashing, HASH_COLUMNS),
+        },
         notes,
     )
     print(md.read_text())
