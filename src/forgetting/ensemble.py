@@ -27,10 +27,10 @@ import numpy as np
 from ._rowwise import SERVE_BLOCK_ROWS
 from .content.fingerprint import Contributions, multiset_sum
 from .content.tables import FlatContent, FlatTables
+from .distributed.chunks import build_instance
 from .instance import (
     Instance,
     RowData,
-    build_instance,
     contributions_for,
     empty_instance,
     schema_rows,
@@ -109,11 +109,16 @@ class QSSEngine:
         return keyed_draws(self._key, id_bytes, self.config.n_instances)
 
     def _row_data(self, copy: bool) -> RowData:
+        """The rows' columns, as views or as a private copy (a background rebuild's snapshot).
+
+        With the features on disk (``RowStore.spill``) X is a file view, or a copy of the file:
+        a build streams it in chunks (``self.row_work``), so its memory is one chunk's.
+        """
         n = self.rows.size
         take = (lambda a: a[:n].copy()) if copy else (lambda a: a[:n])
         r = self.rows
         return RowData(
-            take(r.X),
+            r.features(n, copy=copy),
             take(r.targets),
             take(r.draws),
             take(r.in_pool),
@@ -140,16 +145,34 @@ class QSSEngine:
             )
 
     # -- fit -----------------------------------------------------------------------------
-    def fit(self, ids, id_bytes, X, targets) -> None:
+    def fit(self, ids, id_bytes, X, targets, *, draws=None, row_hash=None, rows_dir=None) -> None:
+        """Replace every row and build every instance on them.
+
+        ``draws`` and ``row_hash`` (keyed draws and identity hashes of the rows) may come
+        precomputed — :mod:`forgetting.distributed` computes them on the workers next to the
+        rows, and then passes ``id_bytes=None``; they are pure per-row functions, so the state
+        is the same either way. With ``rows_dir`` the features are kept in a file there
+        instead of RAM (``X`` may then be a :class:`~forgetting.rows.DiskRows` itself).
+        """
         with self._lock:
-            draws = self._draws(id_bytes)
+            if draws is None:
+                draws = self._draws(id_bytes)
             candidate = RowStore(
                 self.rows.n_features,
                 self.config.n_instances,
                 self.config.schema.membership,
                 self.rows.target_dtype,
+                rows_dir=rows_dir,
             )
-            candidate.append(ids, id_bytes, X, targets, draws, in_pool=self.config.label_mode)
+            candidate.append(
+                ids,
+                id_bytes,
+                X,
+                targets,
+                draws,
+                in_pool=self.config.label_mode,
+                row_hash=row_hash,
+            )
             self.rows, previous = candidate, self.rows
             try:
                 data = self._row_data(copy=False)
@@ -164,9 +187,23 @@ class QSSEngine:
                 self._install(r, *result)
 
     def _build(self, r: int, data: RowData):
+        """Build instance ``r`` on ``data``: its schema from D°_r (small, trained here), then
+        every labeled row's contribution in chunks, reduced exactly.
+
+        The chunks run through ``self.row_work`` when one is set (forgetting.distributed sets
+        a dask one: fit and rebuilds then run on the workers) and in this process otherwise,
+        one chunk at a time, so a build's transient memory is one chunk's. Chunks start at
+        multiples of the float block size, so the result equals
+        :func:`forgetting.instance.build_instance` bit for bit (tests/test_distributed.py).
+        """
         started = time.perf_counter()
         result = build_instance(
-            self.config.schema, data, r, self.config.random_state, self.config.label_mode
+            self.config.schema,
+            data,
+            r,
+            self.config.random_state,
+            self.config.label_mode,
+            work=getattr(self, "row_work", None),
         )
         self.rebuild_seconds.append(time.perf_counter() - started)
         return result

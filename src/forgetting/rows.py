@@ -9,7 +9,11 @@ the rows present when they finish.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import os
+import tempfile
+import weakref
+from collections.abc import Hashable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -19,6 +23,181 @@ from .schema.membership import MembershipRule
 from .snapshots import RowsSnapshot
 
 
+def row_hashes(
+    id_bytes: Sequence[bytes], targets: np.ndarray, in_pool: np.ndarray, X: np.ndarray
+) -> np.ndarray:
+    """The identity hash of each row: BLAKE2b over (framed id, target, pool flag, float32
+    features), (n, 32) uint8. A pure per-row function, so any process may compute it for any
+    chunk of rows (forgetting.distributed does, on the workers)."""
+    framed = np.array([len(b).to_bytes(4, "little") + b for b in id_bytes], dtype=object)
+    return digest_rows(
+        framed,
+        np.asarray(targets),
+        np.asarray(in_pool, dtype=bool),
+        np.asarray(X, dtype=np.float32),
+        person=b"qss-row",
+    )
+
+
+class DiskRows:
+    """float32 feature rows of fixed width in a file: the row store's X out of RAM.
+
+    Rows are read and written with ``pread``/``pwrite`` (no memory map), so the memory a read
+    costs is the rows it returns: a rebuild streaming chunks of ``chunk_rows`` rows holds one
+    chunk, whatever the file's size. Supports the slice of the ndarray interface the engine
+    uses on X — ``shape``, ``dtype``, ``len``, reads by int / slice / int array / bool mask,
+    writes by slice / int array (values or a scalar) — so the store's code is the same for
+    both. A freed slot is overwritten with zeros *in the file* (design.md §5.7); the file
+    holds nothing but the live rows' features (no ids, labels or codes).
+    """
+
+    dtype = np.dtype("<f4")
+    ndim = 2
+
+    def __init__(self, path: str | os.PathLike, n_features: int, n_rows: int, *, temp: bool):
+        self.path = Path(path)
+        self.n_features = int(n_features)
+        self._row_bytes = self.n_features * self.dtype.itemsize
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._n_rows = 0
+        self._finalizer = weakref.finalize(self, _close_row_file, self._fd, self.path, temp)
+        self.resize(n_rows)
+
+    @classmethod
+    def create(cls, directory: str | os.PathLike, n_features: int, n_rows: int) -> DiskRows:
+        """A new zero-filled file of ``n_rows`` rows in ``directory``, removed with the object."""
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="rows-", suffix=".f32", dir=directory)
+        os.close(fd)
+        return cls(name, n_features, n_rows, temp=True)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self._n_rows, self.n_features)
+
+    def __len__(self) -> int:
+        return self._n_rows
+
+    def resize(self, n_rows: int) -> None:
+        """Grow (zero-filled) or shrink the file to ``n_rows`` rows."""
+        os.ftruncate(self._fd, int(n_rows) * self._row_bytes)
+        self._n_rows = int(n_rows)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def _index(self, key) -> tuple[np.ndarray | None, int, int]:
+        """(positions, or None for the contiguous range [start, stop))."""
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._n_rows)
+            if step == 1:
+                return None, start, max(start, stop)
+            return np.arange(start, stop, step, dtype=np.intp), 0, 0
+        idx = np.asarray(key)
+        if idx.dtype == bool:
+            if idx.shape != (self._n_rows,):
+                raise IndexError(f"boolean index of shape {idx.shape} for {self._n_rows} rows")
+            return np.flatnonzero(idx), 0, 0
+        idx = idx.astype(np.intp, copy=False).reshape(-1)
+        idx = np.where(idx < 0, idx + self._n_rows, idx)
+        if idx.size and (idx.min() < 0 or idx.max() >= self._n_rows):
+            raise IndexError(f"row index out of range for {self._n_rows} rows")
+        return idx, 0, 0
+
+    def _runs(self, idx: np.ndarray) -> Iterator[tuple[int, int, int]]:
+        """(offset into idx, first row, count) of each run of consecutive rows in ``idx``."""
+        if idx.size == 0:
+            return
+        breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+        starts = np.concatenate([[0], breaks])
+        ends = np.concatenate([breaks, [idx.size]])
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            yield a, int(idx[a]), b - a
+
+    def _read(self, first: int, count: int, out: np.ndarray) -> None:
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        done, want, offset = 0, count * self._row_bytes, first * self._row_bytes
+        while done < want:
+            got = os.preadv(self._fd, [view[done:want]], offset + done)
+            if got <= 0:
+                raise OSError(f"short read from {self.path}")
+            done += got
+
+    def _write(self, first: int, rows: np.ndarray) -> None:
+        data = memoryview(np.ascontiguousarray(rows, dtype=self.dtype).reshape(-1).view(np.uint8))
+        done, offset = 0, first * self._row_bytes
+        while done < len(data):
+            done += os.pwrite(self._fd, data[done:], offset + done)
+
+    def __getitem__(self, key) -> np.ndarray:
+        columns = None
+        if isinstance(key, tuple):
+            key, columns = key
+        scalar = isinstance(key, int | np.integer)
+        idx, start, stop = self._index([key] if scalar else key)
+        if idx is None:
+            out = np.empty((stop - start, self.n_features), dtype=self.dtype)
+            self._read(start, stop - start, out)
+        else:
+            out = np.empty((idx.size, self.n_features), dtype=self.dtype)
+            for at, first, count in self._runs(idx):
+                self._read(first, count, out[at : at + count])
+        if scalar:
+            out = out[0]
+        return out if columns is None else out[..., columns]
+
+    def __setitem__(self, key, values) -> None:
+        idx, start, stop = self._index(key)
+        n = (stop - start) if idx is None else idx.size
+        values = np.broadcast_to(np.asarray(values, dtype=self.dtype), (n, self.n_features))
+        if idx is None:
+            for a in range(0, n, _IO_ROWS):
+                self._write(start + a, values[a : a + _IO_ROWS])
+            return
+        for at, first, count in self._runs(idx):
+            self._write(first, values[at : at + count])
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = self[:]
+        return out if dtype is None else out.astype(dtype)
+
+    def head(self, n_rows: int) -> DiskRows:
+        """A view of the first ``n_rows`` rows (same file, no copy)."""
+        view = object.__new__(DiskRows)
+        view.path, view.n_features, view._row_bytes = self.path, self.n_features, self._row_bytes
+        view._fd, view._n_rows = self._fd, int(n_rows)
+        view._finalizer = weakref.finalize(view, lambda _owner: None, self)  # keeps self alive
+        return view
+
+    def snapshot(self, n_rows: int, directory: str | os.PathLike | None = None) -> DiskRows:
+        """A private copy of the first ``n_rows`` rows (a background rebuild's snapshot), copied
+        file to file in bounded pieces; removed when the copy is dropped."""
+        copy = DiskRows.create(directory or self.path.parent, self.n_features, n_rows)
+        for a in range(0, n_rows, _IO_ROWS):
+            copy[a : min(a + _IO_ROWS, n_rows)] = self[a : min(a + _IO_ROWS, n_rows)]
+        return copy
+
+
+_IO_ROWS = 1 << 16
+"""Rows per read or write when DiskRows copies ranges: bounds the copy's buffer."""
+
+
+def _close_row_file(fd: int, path: Path, temp: bool) -> None:
+    os.close(fd)
+    if temp:
+        path.unlink(missing_ok=True)
+
+
+def copy_rows(dst, dst_start: int, src, n_rows: int) -> None:
+    """dst[dst_start : dst_start + n_rows] = src[:n_rows], in pieces when either is on disk."""
+    if not isinstance(dst, DiskRows) and not isinstance(src, DiskRows):
+        dst[dst_start : dst_start + n_rows] = src[:n_rows]
+        return
+    for a in range(0, n_rows, _IO_ROWS):
+        b = min(a + _IO_ROWS, n_rows)
+        dst[dst_start + a : dst_start + b] = src[a:b]
+
+
 class RowStore:
     def __init__(
         self,
@@ -26,7 +205,10 @@ class RowStore:
         n_instances: int,
         membership: MembershipRule,
         target_dtype: np.dtype,
+        rows_dir: str | os.PathLike | None = None,
     ):
+        self.rows_dir = None if rows_dir is None else Path(rows_dir)
+        """Where the features live when not in RAM (a :class:`DiskRows` file), or None."""
         self.n_features = n_features
         self.membership = membership
         self.n_instances = n_instances
@@ -48,7 +230,12 @@ class RowStore:
         self._refresh_thresholds(range(n_instances))
 
     def _alloc(self, capacity: int) -> None:
-        self.X = np.zeros((capacity, self.n_features), dtype=np.float32)
+        if self.rows_dir is None:
+            self.X = np.zeros((capacity, self.n_features), dtype=np.float32)
+        elif isinstance(getattr(self, "X", None), DiskRows):
+            self.X.resize(capacity)  # grows in place: the old rows stay where they are
+        else:
+            self.X = DiskRows.create(self.rows_dir, self.n_features, capacity)
         self.targets = np.zeros(capacity, dtype=self.target_dtype)
         self.serial = np.zeros(capacity, dtype=np.int64)
         self.draws = np.zeros((capacity, self.n_instances + 1), dtype=np.float64)
@@ -109,7 +296,8 @@ class RowStore:
         old = self._row_arrays()
         self._alloc(capacity)
         for new, arr in zip(self._row_arrays(), old, strict=True):
-            new[: self.size] = arr[: self.size]
+            if new is not arr:
+                new[: self.size] = arr[: self.size]
         for r in range(self.n_instances):
             for field in self._instance_fields():
                 if field[r] is not None:
@@ -124,13 +312,19 @@ class RowStore:
         X: np.ndarray,
         targets: np.ndarray,
         draws: np.ndarray,
-        in_pool: bool = False,
+        in_pool: bool | np.ndarray = False,
+        row_hash: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Add rows (ids already validated as new); returns their positions."""
+        """Add rows (ids already validated as new); returns their positions.
+
+        ``row_hash`` may bring the rows' hashes precomputed elsewhere (a dask worker computes
+        them with :func:`row_hashes` next to the rows; ``id_bytes`` is then unused): the
+        multiset hash is the same sum either way.
+        """
         n = len(ids)
         self._grow(self.size + n)
         pos = np.arange(self.size, self.size + n)
-        self.X[pos] = X
+        copy_rows(self.X, self.size, X, n)
         self.targets[pos] = targets
         self.draws[pos] = draws
         self.in_pool[pos] = in_pool
@@ -142,7 +336,10 @@ class RowStore:
         self.size += n
         self._n_labeled += int(np.count_nonzero(self.labeled(pos)))
         self._count(pos, +1)
-        self._set_row_hash(pos, id_bytes)
+        if row_hash is None:
+            self._set_row_hash(pos, id_bytes)
+        else:
+            self._add_row_hash(pos, row_hash)
         # Only rows landing below a threshold can move it (see MembershipRule).
         self._refresh_thresholds(self._touched(pos))
         return pos
@@ -165,10 +362,12 @@ class RowStore:
 
     def _set_row_hash(self, pos: np.ndarray, id_bytes: Sequence[bytes]) -> None:
         """Hash (id, target, pool flag, features) per row; add them to the multiset hash."""
-        framed = np.array([len(b).to_bytes(4, "little") + b for b in id_bytes], dtype=object)
-        self.row_hash[pos] = digest_rows(
-            framed, self.targets[pos], self.in_pool[pos], self.X[pos], person=b"qss-row"
+        self._add_row_hash(
+            pos, row_hashes(id_bytes, self.targets[pos], self.in_pool[pos], self.X[pos])
         )
+
+    def _add_row_hash(self, pos: np.ndarray, hashes: np.ndarray) -> None:
+        self.row_hash[pos] = hashes
         self.multiset_hash = (self.multiset_hash + multiset_sum(self.row_hash[pos])) % MODULUS
 
     def _unhash(self, pos: np.ndarray) -> None:
@@ -239,6 +438,27 @@ class RowStore:
             ):
                 field[instance] = np.zeros((self.capacity,) + values.shape[1:], dtype=values.dtype)
             field[instance][pos] = values
+
+    def spill(self, rows_dir: str | os.PathLike) -> None:
+        """Move the features out of RAM into a :class:`DiskRows` file in ``rows_dir``.
+
+        Everything else stays in memory: ids, targets, draws, hashes and the per-instance
+        contributions (what a deletion subtracts). Bits are unchanged: the file holds the
+        very float32 values.
+        """
+        if isinstance(self.X, DiskRows):
+            return
+        disk = DiskRows.create(rows_dir, self.n_features, self.capacity)
+        copy_rows(disk, 0, self.X, self.size)
+        self.rows_dir, self.X = Path(rows_dir), disk
+
+    def features(self, n_rows: int | None = None, copy: bool = False):
+        """X of the first ``n_rows`` rows (default: all): a view, or a private copy (a file of
+        its own when the features are on disk)."""
+        n = self.size if n_rows is None else n_rows
+        if isinstance(self.X, DiskRows):
+            return self.X.snapshot(n) if copy else self.X.head(n)
+        return self.X[:n].copy() if copy else self.X[:n]
 
     def snapshot(self, pos: np.ndarray | None = None) -> RowsSnapshot:
         """Copies of the primary data of the rows at ``pos`` (default: all, in order)."""

@@ -1,0 +1,261 @@
+"""``fit`` and ``insert`` from dask collections, with the row work on a dask.distributed cluster.
+
+The result is the model a local fit on the same rows builds, bit for bit (state digest,
+predictions, and everything a later ``forget`` does): the same per-row functions run on the
+workers, at the same offsets inside the same fixed-shape float blocks, and their integer
+partial sums are added exactly. See docs/distributed.md for what runs where.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..ids import normalize_ids
+from ..labels import UNLABELED
+from ..rows import DiskRows
+from ..schema.membership import derive_key
+from .chunks import DEFAULT_CHUNK_ROWS, LocalRowWork, check_chunk_rows, chunk_bounds
+from .work import DaskRowWork, ResidentChunks, map_prepare
+
+_DASK_TYPES = {"Array", "DataFrame"}
+
+
+def is_distributed_input(X: Any) -> bool:
+    """True for a dask Array or dask DataFrame (checked without importing dask)."""
+    cls = type(X)
+    return (
+        cls.__module__.split(".")[0] in {"dask", "dask_expr"}
+        and cls.__name__ in _DASK_TYPES
+        and hasattr(X, "__dask_graph__")
+    )
+
+
+def _require_dask():
+    try:
+        import dask  # noqa: F401
+        import distributed
+    except ImportError as err:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            'distributed fits need dask: pip install "forgetting[distributed]"'
+        ) from err
+    return distributed
+
+
+def _client(client):
+    distributed = _require_dask()
+    if client is not None:
+        return client
+    try:
+        return distributed.get_client()
+    except ValueError as err:
+        raise ValueError(
+            "fit_distributed needs a dask.distributed Client (pass client=, or create one: "
+            "distributed.Client(...) makes itself the default)"
+        ) from err
+
+
+def _as_dask_array(X: Any, chunk_rows: int):
+    """(dask array with row chunks of ``chunk_rows`` and one column chunk, feature names)."""
+    import dask.array as da
+
+    names = None
+    if type(X).__name__ == "DataFrame":
+        columns = list(X.columns)
+        if columns and all(isinstance(c, str) for c in columns):
+            names = np.asarray(columns, dtype=object)
+        X = X.to_dask_array(lengths=True)
+    elif not isinstance(X, da.Array):
+        X = da.from_array(np.asarray(X), chunks=(chunk_rows, -1))
+    if X.ndim != 2:
+        raise ValueError(f"Expected 2D array, got {X.ndim}D array instead")
+    if any(np.isnan(c) for c in X.chunks[0]):
+        X = X.compute_chunk_sizes()
+    return X.rechunk((chunk_rows, X.shape[1])), names
+
+
+def _materialize(values: Any) -> Any:
+    """A dask collection computed to numpy; anything else as given."""
+    if values is None:
+        return None
+    if hasattr(values, "__dask_graph__"):
+        values = values.compute()
+    if hasattr(values, "to_numpy"):
+        values = values.to_numpy()
+    return values
+
+
+def _targets(estimator, y: Any, n: int) -> tuple[np.ndarray, int]:
+    """Validated targets and the number of outputs, exactly as the estimator's ``fit``."""
+    from ..estimators import _user_unlabeled
+
+    if estimator._task == "classification":
+        y_valid = estimator._check_y(y, n)
+        labeled = np.ones(len(y_valid), dtype=bool)
+        if estimator.mode == "label":
+            labeled = ~_user_unlabeled(y_valid)
+        if labeled.sum() == 0:
+            raise ValueError("no labeled rows")
+        classes = np.unique(y_valid[labeled])
+        if classes.size < 2:
+            raise ValueError(
+                f"need at least 2 classes, got 1 class ({classes.tolist()}): a classifier "
+                "cannot be fitted on one class"
+            )
+        targets = np.full(len(y_valid), UNLABELED, dtype=np.int64)
+        targets[labeled] = np.searchsorted(classes, y_valid[labeled])
+        estimator.classes_ = classes
+        return targets, classes.size
+    y_valid = estimator._check_y(y, n, allow_nan=estimator.mode == "label")
+    n_labeled = int(np.count_nonzero(~np.isnan(y_valid)))
+    if n_labeled < 2:
+        raise ValueError(f"got n_samples={n_labeled} labeled row(s); a regressor needs at least 2")
+    return y_valid, 1
+
+
+def fit_distributed(
+    estimator,
+    X: Any,
+    y: Any,
+    ids: Any = None,
+    *,
+    client=None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    rows_dir: str | os.PathLike | None = None,
+):
+    """Fit ``estimator`` (QSSClassifier or QSSRegressor) on a dask array or DataFrame.
+
+    ``y`` and ``ids`` may be dask collections or in-memory sequences (both are gathered: the
+    coordinator keeps one target and one id per row, as the local model does). Pass 1 (feature
+    validation, keyed draws, row hashes) and pass 2 (every row's contribution to every
+    instance, reduced to integer sums) run on the workers of ``client`` (default: the active
+    client) in chunks of ``chunk_rows`` rows, a multiple of the 1,024-row float block; each
+    instance's schema is trained here on its D°. The fitted model keeps the client for its
+    rebuilds (they run on the workers too, or locally once the client is closed).
+
+    With ``rows_dir`` the features never sit in the coordinator's RAM: chunks go straight to
+    a file there (see :func:`keep_rows_on_disk`), and rebuilds stream them back in chunks.
+
+    Returns ``estimator``, fitted: its ``state_digest()`` and predictions equal a local
+    ``estimator.fit(X.compute(), y, ids)`` bit for bit. On any error the previous fit stays.
+    """
+    from ..ensemble import QSSEngine
+
+    chunk_rows = check_chunk_rows(chunk_rows)
+    client = _client(client)
+    estimator._check_params()
+
+    def run():
+        Xd, names = _as_dask_array(X, chunk_rows)
+        n, d = (int(s) for s in Xd.shape)
+        if n < 1:
+            raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
+        if d < 1:
+            raise ValueError("Found array with 0 feature(s) while a minimum of 1 is required.")
+        targets, n_outputs = _targets(estimator, _materialize(y), n)
+        id_values = _materialize(ids)
+        id_list = normalize_ids(id_values, n)
+        chunk_ids = None if id_values is None else id_list
+        estimator.n_features_in_ = d
+        if names is not None:
+            estimator.feature_names_in_ = names
+        elif hasattr(estimator, "feature_names_in_"):
+            del estimator.feature_names_in_
+        key = derive_key(estimator.secret_key, int(estimator.random_state))
+        config = estimator._config(n_outputs)
+        engine = QSSEngine(config, key, d, targets.dtype)
+        p = config.n_instances
+        bounds = chunk_bounds(n, chunk_rows)
+        parts = client.compute(list(Xd.to_delayed().ravel()))
+        if rows_dir is None:
+            X32 = np.empty((n, d), dtype=np.float32)
+        else:
+            X32 = DiskRows.create(rows_dir, d, n)
+        draws = np.empty((n, p + 1), dtype=np.float64)
+        row_hash = np.empty((n, 32), dtype=np.uint8)
+        prepared: list = [None] * len(bounds)
+        try:
+            for i, future, chunk in map_prepare(
+                client, parts, targets, chunk_ids, bounds, key, p, config.label_mode
+            ):
+                start, stop = bounds[i]
+                X32[start:stop] = chunk["X"]
+                draws[start:stop] = chunk["draws"]
+                row_hash[start:stop] = chunk["row_hash"]
+                prepared[i] = future
+            del parts
+            engine.row_work = DaskRowWork(client, chunk_rows, ResidentChunks(prepared, n))
+            engine.fit(
+                id_list, None, X32, targets, draws=draws, row_hash=row_hash, rows_dir=rows_dir
+            )
+        finally:
+            if isinstance(X32, DiskRows):
+                X32.close()
+            for future in prepared:
+                if future is not None:
+                    future.release()
+        engine.row_work = DaskRowWork(client, chunk_rows)
+        old = getattr(estimator, "engine_", None)
+        if old is not None:
+            old.retire()
+        estimator.engine_ = engine
+        return estimator
+
+    return estimator._fit_atomically(run)
+
+
+def insert_distributed(
+    estimator,
+    X: Any,
+    y: Any,
+    ids: Any,
+    *,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> list:
+    """Insert the rows of a dask array or DataFrame chunk by chunk; returns the receipts.
+
+    Each chunk is computed where dask keeps it and inserted with ``estimator.insert``: in exact
+    mode rows inserted in any batches land on the same bits as one insert (and as a fit on all
+    rows), so the coordinator never holds more than one chunk of new rows at a time. Inserts
+    that land in a D° start a rebuild, which runs on the cluster when the model was fitted
+    with :func:`fit_distributed`. A chunk that fails leaves the chunks before it inserted.
+    """
+    chunk_rows = check_chunk_rows(chunk_rows)
+    _require_dask()
+    Xd, _ = _as_dask_array(X, chunk_rows)
+    n = int(Xd.shape[0])
+    y_all = np.asarray(_materialize(y))
+    id_list = normalize_ids(_materialize(ids), n)
+    if len(y_all) != n:
+        raise ValueError(
+            f"Found input variables with inconsistent numbers of samples: [{n}, {len(y_all)}]"
+        )
+    receipts = []
+    parts = Xd.to_delayed().ravel()
+    for (start, stop), part in zip(chunk_bounds(n, chunk_rows), parts, strict=True):
+        receipts.append(
+            estimator.insert(part.compute(), y_all[start:stop], ids=id_list[start:stop])
+        )
+    return receipts
+
+
+def keep_rows_on_disk(
+    estimator, rows_dir: str | os.PathLike, *, chunk_rows: int = DEFAULT_CHUNK_ROWS
+) -> None:
+    """Move a fitted model's features out of RAM into a file in ``rows_dir``.
+
+    Rebuilds then stream the features in chunks of ``chunk_rows`` rows — on the cluster when
+    the model has one (:func:`fit_distributed`), here otherwise — so a rebuild's transient
+    memory is bounded by the chunk size, not by n. What a deletion subtracts (each row's codes,
+    residuals and digest per instance) stays in RAM: a forget never reads the file except for
+    the forgotten rows' own features when the model has a ridge head. Saving the model or
+    pickling it reads the features back (files and stores hold them).
+    """
+    chunk_rows = check_chunk_rows(chunk_rows)
+    engine = estimator.engine_
+    with engine.locked():
+        engine.rows.spill(rows_dir)
+        if not isinstance(getattr(engine, "row_work", None), DaskRowWork):
+            engine.row_work = LocalRowWork(chunk_rows)
