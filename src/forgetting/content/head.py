@@ -28,8 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
+from threadpoolctl import ThreadpoolController
 
 from .accumulators import MAX_ROWS
+
+_THREADS = ThreadpoolController()
 
 FEATURE_BITS = 14
 """v = rint(2^14 · φ(x)); φ's rows have unit norm, so |v| ≤ 2^14."""
@@ -172,8 +175,11 @@ class LinearHead:
         if scale <= 0.0:
             return None
         G[np.diag_indices_from(G)] += PENALTY * scale
-        factor = scipy.linalg.cho_factor(G, lower=True, check_finite=False)
-        return scipy.linalg.cho_solve(factor, H, check_finite=False)
+        # One BLAS thread: a (d + 1)² factorization is too small to gain from threads, and on
+        # a busy machine oversubscribed threads made it 10× slower (measured at d = 520).
+        with _THREADS.limit(limits=1, user_api="blas"):
+            factor = scipy.linalg.cho_factor(G, lower=True, check_finite=False)
+            return scipy.linalg.cho_solve(factor, H, check_finite=False)
 
     def out_of_fold_gain(self) -> float:
         """Σ over both folds of ‖r‖² − ‖r − W_other·v‖², from the integers (real units).
