@@ -1,0 +1,246 @@
+"""forgetting.distributed: fit / insert / rebuild on a dask LocalCluster, bit for bit the local
+model; and the chunked row work every build now runs (equal to instance.build_instance)."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from conftest import assert_same_model, classification_data, outside_all_schemas, schema_ids
+
+from forgetting import QSSClassifier, QSSRegressor
+from forgetting.distributed import (
+    LocalRowWork,
+    check_chunk_rows,
+    fit_distributed,
+    insert_distributed,
+    is_distributed_input,
+    keep_rows_on_disk,
+)
+from forgetting.instance import build_instance
+from forgetting.rows import DiskRows
+
+N, CHUNK = 2100, 1024  # three chunks, the last one short
+
+
+def _data(n=N, d=5, seed=0):
+    X, y = classification_data(n=n, d=d, k=3, seed=seed)
+    return X.astype(np.float32), y
+
+
+# -- chunked builds (no dask needed) --------------------------------------------------------
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},  # exact mode, random trees
+        {"partition": "rq"},
+        {"head": "ridge"},
+        {"mode": "label"},
+    ],
+    ids=["trees", "rq", "head", "label"],
+)
+def test_chunked_build_equals_build_instance(params):
+    X, y = _data(n=1500)
+    model = QSSClassifier(random_state=0, **{"n_instances": 2, **params}).fit(X, y)
+    engine = model.engine_
+    data = engine._row_data(copy=False)
+    engine.row_work = LocalRowWork(1024)  # two chunks, the second one short
+    for r in range(model.n_instances):
+        a, pos_a, ca = build_instance(
+            engine.config.schema, data, r, engine.config.random_state, engine.config.label_mode
+        )
+        b, pos_b, cb = engine._build(r, data)
+        assert a.digest() == b.digest()
+        assert a.accumulators.equals(b.accumulators)
+        if a.head is not None:
+            assert np.array_equal(a.head.gram, b.head.gram)
+            assert np.array_equal(a.head.cross, b.head.cross)
+            assert np.array_equal(a.head.counts, b.head.counts)
+        assert np.array_equal(pos_a, pos_b)
+        for field in ("codes", "residuals", "digests"):
+            assert np.array_equal(getattr(ca, field), getattr(cb, field))
+
+
+def test_chunk_rows_must_be_block_multiples():
+    assert check_chunk_rows(2048) == 2048
+    for bad in (0, 1000, -1024, 1.5, True):
+        with pytest.raises(ValueError, match="chunk_rows"):
+            check_chunk_rows(bad)
+
+
+def _build_transient_bytes(model) -> int:
+    """Peak traced memory of rebuilding instance 0, minus what the build returns (the rows'
+    contributions, O(n) by design: a deletion subtracts them)."""
+    engine = model.engine_
+    data = engine._row_data(copy=False)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    _, pos, contrib = engine._build(0, data)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    kept = pos.nbytes + contrib.codes.nbytes + contrib.residuals.nbytes + contrib.digests.nbytes
+    return peak - kept
+
+
+def test_rows_on_disk_bound_a_rebuilds_memory_and_keep_the_bits(tmp_path):
+    rng = np.random.default_rng(2)
+    params = dict(rho=1e-4, n_instances=1, rebuild="sync", random_state=0, head="none")
+    transient = {}
+    for n in (4096, 16384):
+        X = rng.normal(size=(n, 32)).astype(np.float32)
+        y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
+        model = QSSClassifier(**params).fit(X, y)
+        in_ram = _build_transient_bytes(model)  # one chunk: X's float intermediates grow with n
+        keep_rows_on_disk(model, tmp_path / str(n), chunk_rows=1024)
+        assert isinstance(model.engine_.rows.X, DiskRows)
+        transient[n] = (in_ram, _build_transient_bytes(model))
+        gone = schema_ids(model, 0)[:1] + outside_all_schemas(model)[:2]
+        model.forget(gone)  # a rebuild streamed from the file, in 1,024-row chunks
+        keep = np.flatnonzero(~np.isin(np.arange(n), gone))
+        assert_same_model(QSSClassifier(**params).fit(X[keep], y[keep], ids=keep), model, X[:300])
+    growth_in_ram = transient[16384][0] - transient[4096][0]
+    growth_on_disk = transient[16384][1] - transient[4096][1]
+    assert growth_in_ram > 12288 * 32 * 8  # at least X's float64 features of the extra rows
+    assert growth_on_disk < growth_in_ram / 4, transient
+
+
+def test_disk_rows_reads_writes_and_zeroes(tmp_path):
+    rows = DiskRows.create(tmp_path, 3, 5)
+    values = np.arange(15, dtype=np.float32).reshape(5, 3)
+    rows[0:5] = values
+    assert np.array_equal(rows[[4, 0, 1]], values[[4, 0, 1]])
+    assert np.array_equal(rows[np.array([False, True, False, True, False])], values[[1, 3]])
+    assert np.array_equal(rows[2], values[2]) and rows.shape == (5, 3)
+    rows[np.array([1, 2])] = values[[3, 4]]
+    rows[3:5] = 0
+    raw = np.fromfile(rows.path, dtype="<f4").reshape(5, 3)
+    assert np.array_equal(raw, np.array([values[0], values[3], values[4], [0] * 3, [0] * 3]))
+    path = rows.path
+    rows.close()
+    assert not path.exists()
+
+
+def test_is_distributed_input_without_dask_objects():
+    assert not is_distributed_input(np.zeros((3, 2)))
+    assert not is_distributed_input([[1.0, 2.0]])
+
+
+# -- on a LocalCluster of 2 worker processes --------------------------------------------------
+@pytest.fixture(scope="module")
+def client():
+    pytest.importorskip("dask", reason='dask not installed: pip install "forgetting[distributed]"')
+    distributed = pytest.importorskip(
+        "distributed", reason='distributed not installed: pip install "forgetting[distributed]"'
+    )
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def _dask(X, chunks=700):
+    import dask.array as da
+
+    return da.from_array(X, chunks=(chunks, X.shape[1]))  # misaligned: fit rechunks
+
+
+def test_fit_equals_local_and_forget_after(client):
+    X, y = _data()
+    ids = [f"user-{i}" for i in range(N)]
+    local = QSSClassifier(random_state=0, rebuild="sync").fit(X, y, ids=ids)
+    dist = fit_distributed(
+        QSSClassifier(random_state=0, rebuild="sync"),
+        _dask(X),
+        _dask(y[:, None])[:, 0],
+        ids,
+        client=client,
+        chunk_rows=CHUNK,
+    )
+    assert is_distributed_input(_dask(X))
+    assert_same_model(local, dist, X)
+    assert dist.audit_content()
+    assert dist.engine_.row_work.client is client
+    # forget outside every D° (fast path) and inside one D° (a rebuild on the workers)
+    gone = outside_all_schemas(local)[:3] + schema_ids(local, 0)[:1]
+    receipt_local, receipt_dist = local.forget(gone), dist.forget(gone)
+    assert receipt_dist.instances_hit == receipt_local.instances_hit
+    assert receipt_dist.instances_hit  # the D° row hit an instance: it was rebuilt
+    assert_same_model(local, dist, X)
+    keep = [i for i, row_id in enumerate(ids) if row_id not in set(gone)]
+    refit = QSSClassifier(random_state=0).fit(X[keep], y[keep], ids=[ids[i] for i in keep])
+    assert_same_model(refit, dist, X)
+
+
+def test_dataframe_regressor_insert_and_background_rebuild(client):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(N, 4)).astype(np.float32)
+    y = X @ np.array([1.0, -2.0, 0.5, 0.0]) + 0.1 * rng.normal(size=N)
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    first, extra = slice(0, 1800), slice(1800, N)
+    model = fit_distributed(
+        QSSRegressor(random_state=3, n_instances=2),
+        dd.from_pandas(frame.iloc[first], npartitions=3),
+        dd.from_pandas(pd.Series(y[first]), npartitions=3),
+        client=client,
+        chunk_rows=CHUNK,
+    )
+    assert list(model.feature_names_in_) == ["a", "b", "c", "d"]
+    local = QSSRegressor(random_state=3, n_instances=2).fit(frame.iloc[first], y[first])
+    assert_same_model(local, model, frame)
+    # insert the rest chunk by chunk; D° rows among them rebuild in the background on dask
+    receipts = insert_distributed(
+        model, _dask(X[extra], 256), y[extra], ids=range(1800, N), chunk_rows=CHUNK
+    )
+    assert sum(r.n_rows for r in receipts) == N - 1800
+    model.wait_for_rebuilds(timeout=60)
+    everything = QSSRegressor(random_state=3, n_instances=2).fit(frame, y)
+    assert_same_model(everything, model, frame)
+
+
+def test_bad_input_keeps_previous_fit(client):
+    X, y = _data(n=2100)
+    model = fit_distributed(QSSClassifier(random_state=0), _dask(X), y, chunk_rows=CHUNK)
+    before = model.state_digest()
+    broken = X.copy()
+    broken[1500, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        fit_distributed(model, _dask(broken), y, chunk_rows=CHUNK)
+    with pytest.raises(ValueError, match="chunk_rows"):
+        fit_distributed(model, _dask(X), y, chunk_rows=1000)
+    with pytest.raises(ValueError, match="unique"):
+        fit_distributed(model, _dask(X), y, ids=[0] * len(y), chunk_rows=CHUNK)
+    assert model.state_digest() == before
+
+
+def test_closed_client_rebuilds_locally(client):
+    """A model outlives its cluster: with the client gone, rebuilds run in this process."""
+    X, y = _data(n=2100)
+    model = fit_distributed(
+        QSSClassifier(random_state=0, rebuild="sync", n_instances=2), _dask(X), y, client=client
+    )
+
+    class Closed:
+        status = "closed"
+
+    model.engine_.row_work.client = Closed()
+    model.forget(schema_ids(model, 1)[:1])
+    local = QSSClassifier(random_state=0, n_instances=2, rebuild="sync").fit(X, y)
+    local.forget(schema_ids(local, 1)[:1])
+    assert_same_model(local, model, X)
+
+
+def test_estimator_fit_hook(client):
+    """Through ``est.fit(dask_array)``: runs once the lead's hook is in QSSClassifier.fit."""
+    code = QSSClassifier.fit.__code__
+    if "is_distributed_input" not in code.co_names + code.co_varnames:
+        pytest.skip("QSSClassifier.fit has no is_distributed_input hook yet")
+    X, y = _data(n=2100)
+    model = QSSClassifier(random_state=0).fit(_dask(X), y)
+    assert_same_model(QSSClassifier(random_state=0).fit(X, y), model, X)
+    assert model.engine_.row_work.client is not None
