@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import assert_same_model, outside_all_schemas, schema_ids
-from sklearn.datasets import make_classification, make_regression
+from sklearn.datasets import make_regression
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting.content.head import (
@@ -20,17 +20,12 @@ HEAD = dict(rho=0.1, n_instances=3, partition="trees", head="ridge", rebuild="sy
 
 
 def linear_data(n=900, d=30, k=3, seed=0, held_out=0):
-    """Many informative features, few rows per cell: a linear head beats the tables here."""
-    X, y = make_classification(
-        n_samples=n + held_out,
-        n_features=d,
-        n_informative=d,
-        n_redundant=0,
-        n_classes=k,
-        n_clusters_per_class=1,
-        class_sep=0.6,
-        random_state=seed,
-    )
+    """Labels from a noisy linear score in 30 dimensions: a linear head beats the tables
+    (64 random trees of 2 rows per cell) here by ~9 pp."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n + held_out, d))
+    B = rng.normal(size=(d, k))
+    y = (X @ B + 0.5 * rng.normal(size=(n + held_out, k))).argmax(axis=1)
     if held_out:
         return X[:n], y[:n], X[n:], y[n:]
     return X, y
