@@ -258,6 +258,22 @@ class QSSEngine:
                 self._raise_errors()
                 self._changed.wait()
 
+    def corrections(self) -> list[str | None]:
+        """What each instance adds to g when serving: "head" (the exact ridge head), "tables"
+        (flat partition), "codebook" (RQ), or None while it rebuilds."""
+        with self._lock:
+            kinds: list[str | None] = []
+            for inst in self.instances:
+                if inst is None:
+                    kinds.append(None)
+                    continue
+                content = self._content(inst)
+                if isinstance(content, FlatContent):
+                    kinds.append("head" if content.head is not None else "tables")
+                else:
+                    kinds.append("codebook")
+            return kinds
+
     def _raise_errors(self) -> None:
         for r, err in enumerate(self._errors):
             if err is not None:
@@ -278,15 +294,15 @@ class QSSEngine:
                 serving = [self.instances[instance]]
             parts = [(inst, inst.schema, self._content(inst)) for inst in serving]
         # φ, g and the cells depend on the (immutable) schema only: computed without the lock
-        encoded = [schema.transform(X, SERVE_BLOCK_ROWS) for _, schema, _ in parts]
+        encoded = [schema.encode(X, SERVE_BLOCK_ROWS) for _, schema, _ in parts]
         total = None
         with self._lock:
             # Flat tables are read in place (nothing is materialized), so their cells are
             # gathered under the lock, with the (α, λ) of the very state they hold.
-            for (inst, schema, content), (codes, g) in zip(parts, encoded, strict=True):
+            for (inst, schema, content), (codes, g, Z) in zip(parts, encoded, strict=True):
                 if isinstance(content, FlatContent):
                     content = self._content(inst)
-                out = _combine(schema, content, codes, g)
+                out = _combine(schema, content, codes, g, Z)
                 total = out if total is None else total + out
         return total / len(parts)
 
@@ -377,7 +393,9 @@ class QSSEngine:
 
     def _subtract(self, r: int, inst: Instance, pos: np.ndarray) -> None:
         labeled = pos[self.rows.labeled(pos)]
-        inst.subtract_rows(self.rows.contributions(r, labeled), self.rows.folds(labeled))
+        inst.subtract_rows(
+            self.rows.contributions(r, labeled), self.rows.folds(labeled), self.rows.X[labeled]
+        )
 
     # -- insert --------------------------------------------------------------------------
     def insert(self, ids, id_bytes, X, targets) -> Receipt:
@@ -402,7 +420,7 @@ class QSSEngine:
             for r in range(self.config.n_instances):
                 inst = self.instances[r]
                 if inst is not None and r not in hit:
-                    inst.add_rows(self.rows.contributions(r, labeled), folds)
+                    inst.add_rows(self.rows.contributions(r, labeled), folds, self.rows.X[labeled])
             self._start_rebuilds(hit)
             return self.receipt("insert", "instance", id_bytes, hit, started)
 
@@ -484,12 +502,12 @@ class QSSEngine:
         slot[pos] = np.arange(len(pos))
         gone = slot[removed]
         gone = gone[gone >= 0]
-        instance.subtract_rows(built.take(gone), data.folds[pos[gone]])
+        instance.subtract_rows(built.take(gone), data.folds[pos[gone]], data.X[pos[gone]])
         labeled_now = np.flatnonzero(rows.labeled())
         kept = labeled_now[present_before[labeled_now]]
         fresh = labeled_now[~present_before[labeled_now]]
         fresh_contrib = self._contributions(instance, fresh)
-        instance.add_rows(fresh_contrib, rows.folds(fresh))
+        instance.add_rows(fresh_contrib, rows.folds(fresh), rows.X[fresh])
         rows.set_instance_rows(r, kept, built.take(slot[order[at[kept]]]))
         rows.set_instance_rows(r, fresh, fresh_contrib)
         self._activate(r, instance)
@@ -542,9 +560,11 @@ class QSSEngine:
                 if inst is None:
                     continue
                 contrib = self._contributions(inst, labeled)
-                fresh = empty_instance(self.config.schema, inst.schema).accumulators
-                fresh.add(contrib.codes, contrib.residuals, folds)
-                if not fresh.equals(inst.accumulators):
+                fresh = empty_instance(self.config.schema, inst.schema)
+                fresh.add_rows(contrib, folds, self.rows.X[labeled])
+                if not fresh.accumulators.equals(inst.accumulators):
+                    return False
+                if inst.head is not None and not fresh.head.equals(inst.head):
                     return False
                 if multiset_sum(contrib.digests) != inst.content_hash:
                     return False
@@ -639,7 +659,7 @@ class QSSEngine:
                     store.row_hash[labeled], inst_snap.codes, inst_snap.residuals
                 )
                 inst = empty_instance(config.schema, inst_snap.schema)
-                inst.add_rows(contrib, store.folds(labeled))
+                inst.add_rows(contrib, store.folds(labeled), store.X[labeled])
                 engine.instances[r] = inst
                 store.set_instance_rows(r, labeled, contrib)
             if snapshot.privacy is not None:
@@ -658,13 +678,13 @@ class QSSEngine:
 
 
 def _instance_outputs(schema, content, X: np.ndarray) -> np.ndarray:
-    return _combine(schema, content, *schema.transform(X, SERVE_BLOCK_ROWS))
+    return _combine(schema, content, *schema.encode(X, SERVE_BLOCK_ROWS))
 
 
-def _combine(schema, content, codes: np.ndarray, g: np.ndarray) -> np.ndarray:
+def _combine(schema, content, codes: np.ndarray, g: np.ndarray, Z: np.ndarray) -> np.ndarray:
     """g(x) + α·correction(cells) in the target's units, from a row's codes and g(x)."""
     if isinstance(content, FlatContent):
-        out = g + content.correction(codes)
+        out = g + content.correction(codes, Z)
     else:
         correction = np.zeros_like(g)
         for m in range(codes.shape[1]):
