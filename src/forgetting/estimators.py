@@ -30,6 +30,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
+from .distributed import fit_distributed, is_distributed_input
 from .ensemble import EngineConfig, QSSEngine, canonical_params
 from .ids import normalize_ids
 from .labels import UNLABELED, is_labeled
@@ -529,8 +530,12 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         """Fit on rows ``X`` with labels ``y`` and unique ``ids`` (default ``range(n)``).
 
         In label mode, ``y == -1`` marks unlabeled rows (scikit-learn's semi-supervised
-        convention, numeric labels only): they shape the codebook only.
+        convention, numeric labels only): they shape the codebook only. A dask array or
+        DataFrame ``X`` is fitted on the active dask.distributed client (bit for bit the
+        in-memory fit; ``pip install "forgetting[distributed]"``, docs/distributed.md).
         """
+        if is_distributed_input(X):
+            return fit_distributed(self, X, y, ids)
         self._check_params()
 
         def run():
@@ -680,6 +685,10 @@ class QSSRegressor(RegressorMixin, _QSSBase):
     _task = "regression"
 
     def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None) -> QSSRegressor:
+        """Fit on rows ``X`` with targets ``y`` (NaN = unlabeled, label mode) and ``ids``;
+        a dask ``X`` is fitted on the active dask.distributed client (see QSSClassifier.fit)."""
+        if is_distributed_input(X):
+            return fit_distributed(self, X, y, ids)
         self._check_params()
 
         def run():
