@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ._rowwise import SERVE_BLOCK_ROWS
+from ._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
 from .content.fingerprint import Contributions, multiset_sum
 from .content.tables import FlatContent, FlatTables
 from .distributed.chunks import build_instance
@@ -285,6 +285,10 @@ class QSSEngine:
         Each valid instance is exactly the instance a refit would build, so the mean over the
         valid ones is exact too; once no rebuild is pending it is the mean over all p.
         """
+        with one_blas_thread():
+            return self._predict_outputs(X, instance)
+
+    def _predict_outputs(self, X: np.ndarray, instance: int | None) -> np.ndarray:
         with self._changed:
             if instance is None:
                 serving = self._serving()
@@ -337,7 +341,7 @@ class QSSEngine:
     def forget(self, ids: Sequence, id_bytes: Sequence[bytes], erase_inputs: bool) -> Receipt:
         """Remove rows (exact mode, or label mode with ``erase_inputs``) or their labels."""
         started = time.perf_counter()
-        with self._lock:
+        with one_blas_thread(), self._lock:
             pos = self.rows.positions_of(ids)
             label_only = self.config.label_mode and not erase_inputs
             if label_only and not np.all(self.rows.labeled(pos)):

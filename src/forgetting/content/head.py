@@ -28,11 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
-from threadpoolctl import ThreadpoolController
 
+from .._rowwise import one_blas_thread
 from .accumulators import MAX_ROWS
-
-_THREADS = ThreadpoolController()
 
 FEATURE_BITS = 14
 """v = rint(2^14 · φ(x)); φ's rows have unit norm, so |v| ≤ 2^14."""
@@ -177,7 +175,7 @@ class LinearHead:
         G[np.diag_indices_from(G)] += PENALTY * scale
         # One BLAS thread: a (d + 1)² factorization is too small to gain from threads, and on
         # a busy machine oversubscribed threads made it 10× slower (measured at d = 520).
-        with _THREADS.limit(limits=1, user_api="blas"):
+        with one_blas_thread():
             factor = scipy.linalg.cho_factor(G, lower=True, check_finite=False)
             return scipy.linalg.cho_solve(factor, H, check_finite=False)
 
@@ -205,9 +203,7 @@ class LinearHead:
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def copy(self) -> LinearHead:
-        return LinearHead(
-            self.gram.copy(), self.cross.copy(), self.counts.copy(), self.scale_bits
-        )
+        return LinearHead(self.gram.copy(), self.cross.copy(), self.counts.copy(), self.scale_bits)
 
     def equals(self, other: LinearHead) -> bool:
         return (
