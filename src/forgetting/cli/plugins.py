@@ -26,7 +26,17 @@ from .errors import CLIError, install_hint, usage
 
 #: ``forgetting bench NAME``: the benchmark modules ``forgetting.bench.NAME`` (each with
 #: ``main(argv) -> int``), offered only when the module exists in this installation.
-BENCHMARKS = ("core", "paper", "analyses", "partitions", "privacy", "munkey", "durability")
+BENCHMARKS = (
+    "core",
+    "paper",
+    "analyses",
+    "partitions",
+    "privacy",
+    "munkey",
+    "durability",
+    "throughput",
+    "scale",
+)
 
 #: ``forgetting audit NAME``: modules with ``configure(parser)`` and ``run(args) -> int``.
 AUDITS = {
