@@ -38,6 +38,7 @@ import numpy as np
 
 from .accumulators import MAX_ROWS
 from .head import FixedWeights, LinearHead, head_features
+from .kernels import table_kernels
 
 SHRINKAGE_GRID = (0.5, 2.0, 8.0, 32.0)
 MEAN_BITS = 40
@@ -216,10 +217,29 @@ class FlatTables:
         k = self.n_outputs
         if p.size == 0:
             return np.zeros((len(self.grid), 0, k + 1), dtype=np.int64)
+        kernels = table_kernels(len(p) * k * len(self.grid))
+        if kernels is not None:
+            out = np.empty((len(self.grid), len(p), k + 1), dtype=np.int64)
+            if kernels.probe_terms(
+                self.sums.reshape(-1, k),
+                self.counts.reshape(-1),
+                np.ascontiguousarray(qualified, dtype=np.int64),
+                np.asarray(self.grid, dtype=np.float64),
+                2.0**-self.scale_bits,
+                2.0**MEAN_BITS,
+                2.0 ** square_bits(self.scale_bits),
+                out,
+            ):
+                return out
+        return self._probe_terms_numpy(qualified)
+
+    def _probe_terms_numpy(self, qualified: np.ndarray) -> np.ndarray:
+        """:meth:`_probe_terms` in numpy: the definition the compiled kernel reproduces."""
+        k = self.n_outputs
         S = self.sums.reshape(-1, k)[qualified].astype(np.float64)
         S *= 2.0**-self.scale_bits
         n = self.counts.reshape(-1)[qualified].astype(np.float64)
-        out = np.empty((len(self.grid), len(p), k + 1), dtype=np.int64)
+        out = np.empty((len(self.grid), len(qualified), k + 1), dtype=np.int64)
         for g, lam in enumerate(self.grid):
             mu = S / (n + lam)[:, None]
             out[g, :, :k] = np.rint(mu * 2.0**MEAN_BITS).astype(np.int64)
@@ -263,7 +283,36 @@ class FlatTables:
 
         Element-wise float operations on one cell's integers, rounded per element before any
         summation, so a term is the same integer whenever the cell holds the same integers.
+        Cells that hold nothing (zero counts and sums, λ > 0) have zero terms: a fit's first
+        ``add`` asks for the old terms of every cell it touches, all empty.
         """
+        T, C = self.n_tables, self.n_cells
+        cells = np.asarray(cells, dtype=np.int64)
+        G = len(self.grid)
+        counts = self.counts.reshape(2, T * C)
+        if min(self.grid, default=0.0) > 0.0 and not counts[:, cells].any():
+            if not self.sums.reshape(2, T * C, -1)[:, cells].any():
+                zeros = np.zeros((len(cells), G), dtype=np.int64)
+                return zeros, zeros.copy()
+        kernels = table_kernels(len(cells) * self.n_outputs)
+        if kernels is not None:
+            cross = np.empty((len(cells), G), dtype=np.int64)
+            square = np.empty((len(cells), G), dtype=np.int64)
+            if kernels.cell_terms(
+                self.sums.reshape(2, T * C, -1),
+                counts,
+                np.ascontiguousarray(cells),
+                np.asarray(self.grid, dtype=np.float64),
+                2.0**-self.scale_bits,
+                2.0 ** loss_bits(self.scale_bits),
+                cross,
+                square,
+            ):
+                return cross, square
+        return self._terms_numpy(cells)
+
+    def _terms_numpy(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_terms` in numpy: the definition the compiled kernel reproduces."""
         T, C = self.n_tables, self.n_cells
         # (fold, output, cell): sums over outputs become adds of contiguous vectors
         S = self.sums.reshape(2, T * C, -1)[:, cells].transpose(0, 2, 1).astype(np.float64)
@@ -424,12 +473,26 @@ def _scatter_rows(target: np.ndarray, flat: np.ndarray, values: np.ndarray, T: i
 
     Small updates (a handful of rows) use ``np.add.at``; large batches one sparse product
     (rows × cells incidence, transposed, times the residuals): integer arithmetic, so exact,
-    and ~30× faster than ``np.add.at`` for 10⁴ rows.
+    and ~30× faster than ``np.add.at`` for 10⁴ rows. The compiled loop
+    (:mod:`.kernels`), when loaded, adds the same int64 values without building the matrix.
     """
     n = values.shape[0]
     if n * T < _SPARSE_MIN_ENTRIES:
         np.add.at(target, flat, np.repeat(values, T, axis=0))
         return
+    kernels = table_kernels(n * T)
+    if kernels is not None:
+        flat = np.ascontiguousarray(flat, dtype=np.int64)
+        values = np.ascontiguousarray(values, dtype=np.int64)
+        if not kernels.scatter_rows(target, flat, values, T):
+            raise IndexError("a cell index lies outside the tables")
+        return
+    _scatter_rows_sparse(target, flat, values, T)
+
+
+def _scatter_rows_sparse(target: np.ndarray, flat: np.ndarray, values: np.ndarray, T: int) -> None:
+    """:func:`_scatter_rows` for large batches in numpy/scipy (the compiled kernel's twin)."""
+    n = values.shape[0]
     import scipy.sparse as sp
 
     A = sp.csr_matrix(

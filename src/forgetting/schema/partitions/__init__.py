@@ -33,6 +33,8 @@ from typing import Protocol
 
 import numpy as np
 
+from ...content.kernels import table_kernels
+
 GRID_BITS = 20
 """Features enter on a grid of 2^-20, like the codebook's."""
 INPUT_LIMIT = 2.0**21
@@ -155,14 +157,29 @@ class ThresholdPartition:
         """(n, T) cell codes of rows ``Z`` (n, d); each row's codes depend on that row only."""
         n = Z.shape[0]
         out = np.empty((n, self.n_tables), dtype=self.cell_dtype)
+        kernels = table_kernels(n * self.n_tables)
+        features = np.ascontiguousarray(self.features, dtype=np.int64)
+        thresholds = np.ascontiguousarray(self.thresholds, dtype=np.float64)
         for start in range(0, n, _CHUNK_ROWS):
             Y = self.project(Z[start : start + _CHUNK_ROWS])
-            codes = np.zeros((Y.shape[0], self.n_tables), dtype=np.int64)
-            for level in range(self.depth):
-                bit = Y[:, self.features[:, level]] > self.thresholds[:, level]
-                codes |= bit.astype(np.int64) << level
-            out[start : start + _CHUNK_ROWS] = codes
+            if kernels is not None and kernels.threshold_codes(
+                np.ascontiguousarray(Y, dtype=np.float64),
+                features,
+                thresholds,
+                out[start : start + _CHUNK_ROWS],
+            ):
+                continue
+            out[start : start + _CHUNK_ROWS] = self._codes_numpy(Y)
         return out
+
+    def _codes_numpy(self, Y: np.ndarray) -> np.ndarray:
+        """The threshold tests on projected rows ``Y`` in numpy (the definition the compiled
+        kernel, :func:`forgetting.content._table_kernels.threshold_codes`, reproduces)."""
+        codes = np.zeros((Y.shape[0], self.n_tables), dtype=np.int64)
+        for level in range(self.depth):
+            bit = Y[:, self.features[:, level]] > self.thresholds[:, level]
+            codes |= bit.astype(np.int64) << level
+        return codes
 
 
 _CHUNK_ROWS = 8192

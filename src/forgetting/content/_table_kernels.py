@@ -1,0 +1,140 @@
+"""The compiled half of the flat tables (:mod:`forgetting.content.tables`) and of
+:meth:`forgetting.schema.partitions.ThresholdPartition.cells`.
+
+Imported only through :func:`forgetting.content.kernels.table_kernels` (importing numba costs
+a few hundred milliseconds, and ``import forgetting`` must stay cheap). ``cache=True`` keeps
+the machine code on disk beside this file; ``nogil=True`` lets a background rebuild run while
+the serving thread answers.
+
+Why these give the numpy versions' integers bit for bit: every kernel performs the *same*
+IEEE-754 operations on the same operands in the same order as its numpy twin (no fastmath:
+no reassociation, no fused multiply-add — the float expressions here are products and
+quotients only), rounds with ``rint`` (round half to even, as ``np.rint``) and sums only
+integers (int64 addition wraps identically in any order). Where the numpy twin would cast a
+non-finite or out-of-range float to int64 (platform-defined), or index out of bounds, the
+kernel writes nothing and returns False so the caller runs the numpy code instead. The
+float kernels use numba's ``error_model="numpy"``: a division by zero gives IEEE inf/NaN, as
+in numpy, instead of raising.
+``tests/test_table_kernels.py`` compares both on random and extreme inputs.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_INT64_LIMIT = 9223372036854775808.0  # 2^63: rint results in [-2^63, 2^63) cast exactly
+
+
+@numba.njit(cache=True, nogil=True)
+def threshold_codes(Y, features, thresholds, out) -> bool:
+    """out[i, t] = Σ_l [Y[i, features[t, l]] > thresholds[t, l]] · 2^l.
+
+    The comparisons of ``ThresholdPartition.cells`` on its projected rows, one row at a time
+    (the row stays in cache while every table reads it). False, with ``out`` untouched, when
+    a feature index lies outside ``0..P-1`` (numpy would wrap or raise).
+    """
+    n, P = Y.shape
+    T, D = features.shape
+    for t in range(T):
+        for level in range(D):
+            f = features[t, level]
+            if f < 0 or f >= P:
+                return False
+    for i in range(n):
+        for t in range(T):
+            code = 0
+            for level in range(D):
+                if Y[i, features[t, level]] > thresholds[t, level]:
+                    code |= 1 << level
+            out[i, t] = code
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def scatter_rows(target, flat, values, T) -> bool:
+    """target[flat[i·T + t], :] += values[i, :] for every row i and table t (int64, wraps
+    like numpy). False, with ``target`` untouched, when an index lies outside ``target``."""
+    R = target.shape[0]
+    for e in range(flat.shape[0]):
+        if flat[e] < 0 or flat[e] >= R:
+            return False
+    n, k = values.shape
+    for i in range(n):
+        for t in range(T):
+            r = flat[i * T + t]
+            for j in range(k):
+                target[r, j] += values[i, j]
+    return True
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def cell_terms(sums, counts, cells, grid, scale, unit, cross, square) -> bool:
+    """The cross-fit terms of ``FlatTables._terms``: for cell c, λ_g and fold a,
+
+        μ = (S_a · scale) / (n_a + λ_g)
+        cross  += rint(((S_b · scale) · μ) · unit)
+        square += rint((n_b · μ · μ) · unit)        (b = 1 − a; left to right)
+
+    summed over both folds and every output as int64. ``sums`` (2, cells, k), ``counts``
+    (2, cells); results in ``cross``/``square`` (m, G). False when a rounded term is not
+    finite or not below 2^63 in magnitude (the numpy cast is platform-defined there).
+    """
+    k = sums.shape[2]
+    m = cells.shape[0]
+    G = grid.shape[0]
+    for e in range(m):
+        c = cells[e]
+        n0 = np.float64(counts[0, c])
+        n1 = np.float64(counts[1, c])
+        for g in range(G):
+            lam = grid[g]
+            total_c = np.int64(0)
+            total_s = np.int64(0)
+            for a in range(2):
+                b = 1 - a
+                n_a = n0 if a == 0 else n1
+                n_b = n1 if a == 0 else n0
+                denom = n_a + lam
+                for j in range(k):
+                    s_a = np.float64(sums[a, c, j]) * scale
+                    s_b = np.float64(sums[b, c, j]) * scale
+                    mu = s_a / denom
+                    x = np.rint(s_b * mu * unit)
+                    y = np.rint(n_b * mu * mu * unit)
+                    if not (-_INT64_LIMIT <= x < _INT64_LIMIT):
+                        return False
+                    if not (-_INT64_LIMIT <= y < _INT64_LIMIT):
+                        return False
+                    total_c += np.int64(x)
+                    total_s += np.int64(y)
+            cross[e, g] = total_c
+            square[e, g] = total_s
+    return True
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def probe_terms(flat_sums, flat_counts, qualified, grid, scale, mean_unit, square_unit, out):
+    """``FlatTables._probe_terms``: per λ_g and entry e (a fold-qualified cell q),
+    μ = (S_q · scale) / (n_q + λ_g); out[g, e, j] = rint(μ_j · mean_unit) and
+    out[g, e, k] = Σ_j rint((μ_j · μ_j) · square_unit). False as :func:`cell_terms`."""
+    k = flat_sums.shape[1]
+    G = grid.shape[0]
+    for e in range(qualified.shape[0]):
+        q = qualified[e]
+        n = np.float64(flat_counts[q])
+        for g in range(G):
+            denom = n + grid[g]
+            total = np.int64(0)
+            for j in range(k):
+                mu = (np.float64(flat_sums[q, j]) * scale) / denom
+                x = np.rint(mu * mean_unit)
+                y = np.rint(mu * mu * square_unit)
+                if not (-_INT64_LIMIT <= x < _INT64_LIMIT):
+                    return False
+                if not (-_INT64_LIMIT <= y < _INT64_LIMIT):
+                    return False
+                out[g, e, j] = np.int64(x)
+                total += np.int64(y)
+            out[g, e, k] = total
+    return True

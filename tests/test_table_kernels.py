@@ -1,0 +1,313 @@
+"""The compiled table kernels give the numpy versions' integers bit for bit.
+
+:mod:`forgetting.content._table_kernels` replaces the numpy loops of ``ThresholdPartition.cells``,
+``_scatter_rows`` and ``FlatTables._terms`` / ``_probe_terms`` on the fit and forget paths. Any
+difference in one integer would make a forget differ from a refit that ran the other
+implementation (a small batch runs numpy, a big one compiled), so every comparison here is
+``np.array_equal`` on random inputs and on the edges: empty and zero-count cells, negative
+sums, magnitudes at the limits the code documents and beyond them (where the kernel must hand
+over to numpy), every λ of the grid and off-grid ones, both scale bits, depths 1–14 and 17
+(uint16 and uint32 codes), and a whole fit + forget with the kernels on and off.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from forgetting import QSSClassifier, QSSRegressor
+from forgetting.content import kernels
+from forgetting.content.accumulators import (
+    CLASSIFICATION_SCALE_BITS,
+    MAX_ROWS,
+    REGRESSION_SCALE_BITS,
+)
+from forgetting.content.tables import (
+    SHRINKAGE_GRID,
+    FlatTables,
+    _scatter_rows,
+    _scatter_rows_sparse,
+)
+from forgetting.schema.partitions import ThresholdPartition, fit_linear, to_grid
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """The kernels, forced on (numba is a core dependency: it must load)."""
+    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
+    module = kernels.table_kernels(1)
+    assert module is not None
+    return module
+
+
+def _with(backend: str, fn):
+    previous = os.environ.get("FORGETTING_KERNELS")
+    os.environ["FORGETTING_KERNELS"] = backend
+    try:
+        return fn()
+    finally:
+        if previous is None:
+            del os.environ["FORGETTING_KERNELS"]
+        else:
+            os.environ["FORGETTING_KERNELS"] = previous
+
+
+def test_backend_switch(compiled, monkeypatch) -> None:
+    assert kernels.backend(1) == "numba"
+    monkeypatch.setenv("FORGETTING_KERNELS", "numpy")
+    assert kernels.backend(1 << 30) == "numpy"
+
+
+def test_import_does_not_load_numba() -> None:
+    """``import forgetting`` and small table work stay in numpy: numba is never imported."""
+    code = (
+        "import sys, numpy as np\n"
+        "import forgetting\n"
+        "from forgetting.content.tables import FlatTables\n"
+        "t = FlatTables.empty(4, 8, 2, 32)\n"
+        "t.add(np.zeros((3, 4), np.int64), np.ones((3, 2), np.int64), np.array([0, 1, 0]))\n"
+        "t.rebuild_totals()\n"
+        "assert 'numba' not in sys.modules, 'numba was imported'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "FORGETTING_KERNELS"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+# -- cells --------------------------------------------------------------------------------
+
+
+def _partition(rng, depth: int, P: int, T: int, Y: np.ndarray, stage=None):
+    features = rng.integers(0, P, size=(T, depth)).astype(np.intp)
+    rows = rng.integers(0, Y.shape[0], size=(T, depth))
+    thresholds = Y[rows, features].astype(np.float64)  # ties with real rows, as in fit_trees
+    return ThresholdPartition(features=features, thresholds=thresholds, stage1=stage)
+
+
+@pytest.mark.parametrize("depth", [*range(1, 15), 17])
+def test_cells_equal_numpy(compiled, depth: int) -> None:
+    rng = np.random.default_rng(depth)
+    n, d, T = 600, 12, 9
+    Z = rng.normal(size=(n, d))
+    Z[::7] = np.round(Z[::7], 1)  # repeated grid values: threshold ties
+    Z[5] = 1e9  # clipped rows
+    Z[6] = -1e9
+    Y = to_grid(Z)
+    part = _partition(rng, depth, d, T, Y)
+    assert part.cell_dtype == (np.uint16 if depth <= 16 else np.uint32)
+    got = part.cells(Z)
+    want = _with("numpy", lambda: part.cells(Z))
+    assert got.dtype == want.dtype == part.cell_dtype
+    assert np.array_equal(got, want)
+    assert int(got.max()) < part.n_cells
+    assert np.array_equal(part._codes_numpy(part.project(Z)), want)
+
+
+def test_cells_through_a_projection_and_chunks(compiled) -> None:
+    """More rows than one chunk, through an exact linear stage (the hyperplane path)."""
+    rng = np.random.default_rng(3)
+    n, d, P, T = 9000, 20, 6, 16
+    Z = rng.normal(size=(n, d))
+    Xg = to_grid(Z[:300])
+    stage = fit_linear(rng.normal(size=(P, d)), np.rint(Xg.mean(axis=0)), Xg)
+    part = _partition(rng, 12, P, T, stage.apply(Xg), stage)
+    assert np.array_equal(part.cells(Z), _with("numpy", lambda: part.cells(Z)))
+
+
+def test_cells_with_odd_feature_indices(compiled) -> None:
+    """A negative feature index (numpy wraps it) is left to numpy: same codes either way."""
+    rng = np.random.default_rng(4)
+    Z = rng.normal(size=(50, 5))
+    part = ThresholdPartition(
+        features=np.array([[0, -1, 4]], dtype=np.intp),
+        thresholds=np.zeros((1, 3)),
+    )
+    assert np.array_equal(part.cells(Z), _with("numpy", lambda: part.cells(Z)))
+
+
+# -- scatter ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [600, 5000])
+def test_scatter_equals_sparse_and_add_at(compiled, n: int) -> None:
+    rng = np.random.default_rng(n)
+    T, C, k = 64, 32, 5
+    flat = (
+        rng.integers(0, 2, n)[:, None] * (T * C)
+        + np.arange(T)[None, :] * C
+        + rng.integers(0, C, (n, T))
+    ).ravel()
+    # large magnitudes (and negatives) whose cell sums still fit: |v| · n < 2^63
+    values = rng.integers(-(2**62) // n, 2**62 // n, size=(n, k), dtype=np.int64)
+    start = rng.integers(-(2**40), 2**40, size=(2 * T * C, k), dtype=np.int64)
+    by_kernel, by_sparse, by_add_at = start.copy(), start.copy(), start.copy()
+    _scatter_rows(by_kernel, flat, values, T)
+    _scatter_rows_sparse(by_sparse, flat, values, T)
+    np.add.at(by_add_at, flat, np.repeat(values, T, axis=0))
+    assert np.array_equal(by_kernel, by_sparse)
+    assert np.array_equal(by_kernel, by_add_at)
+
+
+def test_scatter_wraps_like_numpy(compiled) -> None:
+    """int64 sums past 2^63 wrap as numpy's do (never reached by the tables, but defined)."""
+    T, n = 64, 600
+    flat = np.zeros(n * T, dtype=np.int64)
+    values = np.full((n, 1), 2**62, dtype=np.int64)
+    a, b = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)
+    _scatter_rows(a, flat, values, T)
+    np.add.at(b, flat, np.repeat(values, T, axis=0))
+    assert np.array_equal(a, b)
+
+
+def test_scatter_rejects_bad_cells(compiled) -> None:
+    T, n = 64, 600
+    flat = np.zeros(n * T, dtype=np.int64)
+    flat[-1] = 10
+    target = np.zeros((10, 2), np.int64)
+    with pytest.raises(IndexError):
+        _scatter_rows(target, flat, np.ones((n, 2), np.int64), T)
+    assert not target.any()  # nothing written before the check
+
+
+# -- cross-fit terms ----------------------------------------------------------------------
+
+
+def _random_tables(rng, scale_bits: int, grid, kind: str, T=4, C=64, k=3) -> FlatTables:
+    t = FlatTables.empty(T, C, k, scale_bits, grid)
+    shape = t.sums.shape
+    if kind == "typical":  # counts and sums a real build could hold
+        t.counts[:] = rng.integers(0, 6, size=t.counts.shape)
+        per_row = 2**scale_bits if scale_bits >= 32 else 2 ** (scale_bits + 10)
+        t.sums[:] = rng.integers(-per_row, per_row, size=shape) * t.counts[..., None]
+    elif kind == "limits":  # at the documented limits: 2^28 rows, |r| at its bound
+        t.counts[:] = rng.choice([0, 1, MAX_ROWS - 1, MAX_ROWS], size=t.counts.shape)
+        bound = 2**scale_bits if scale_bits >= 32 else 2 ** (scale_bits + 10)
+        t.sums[:] = rng.choice([-1, 0, 1], size=shape) * t.counts[..., None] * bound
+    elif kind == "beyond":  # inconsistent and huge: terms leave int64, numpy decides
+        t.counts[:] = rng.integers(-3, 3, size=t.counts.shape)
+        t.sums[:] = rng.integers(-(2**63), 2**63 - 1, size=shape, dtype=np.int64)
+    else:  # sparse: most cells empty, a few negative sums
+        t.counts[:] = rng.integers(0, 3, size=t.counts.shape) * (rng.random(t.counts.shape) < 0.2)
+        t.sums[:] = rng.integers(-(2**33), 2**20, size=shape) * (t.counts[..., None] > 0)
+    return t
+
+
+GRIDS = [SHRINKAGE_GRID, *[(g,) for g in SHRINKAGE_GRID], (0.0,), (1e-300, 3.0)]
+
+
+@pytest.mark.parametrize("scale_bits", [CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS])
+@pytest.mark.parametrize("kind", ["typical", "limits", "beyond", "sparse"])
+@pytest.mark.parametrize("grid", GRIDS)
+def test_terms_equal_numpy(compiled, scale_bits: int, kind: str, grid) -> None:
+    rng = np.random.default_rng([scale_bits, len(kind), len(grid), int(grid[0] * 8)])
+    t = _random_tables(rng, scale_bits, grid, kind)
+    cells = np.concatenate([np.arange(t.n_tables * t.n_cells), rng.integers(0, 256, 50)])
+    got = t._terms(cells)
+    want = t._terms_numpy(cells)
+    assert got[0].shape == want[0].shape == (len(cells), len(grid))
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    # the numpy dispatch (with its early exit for empty cells) agrees too
+    by_numpy = _with("numpy", lambda: t._terms(cells))
+    assert np.array_equal(by_numpy[0], want[0]) and np.array_equal(by_numpy[1], want[1])
+
+
+@pytest.mark.parametrize("grid", [SHRINKAGE_GRID, (0.0,)])
+def test_terms_of_empty_cells(compiled, grid) -> None:
+    """The early exit for cells with nothing in them returns what the arithmetic gives."""
+    t = FlatTables.empty(2, 8, 3, 32, grid)
+    cells = np.arange(16)
+    for backend in ("numba", "numpy"):
+        got = _with(backend, lambda: t._terms(cells))
+        want = t._terms_numpy(cells)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    t.sums[1, 0, 3, 1] = -5  # a sum without a count is not empty
+    got, want = t._terms(cells), t._terms_numpy(cells)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("scale_bits", [CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS])
+@pytest.mark.parametrize("kind", ["typical", "limits", "beyond", "sparse"])
+def test_probe_terms_equal_numpy(compiled, scale_bits: int, kind: str) -> None:
+    rng = np.random.default_rng([scale_bits, len(kind), 7])
+    for grid in GRIDS:
+        t = _random_tables(rng, scale_bits, grid, kind)
+        qualified = rng.integers(0, 2 * t.n_tables * t.n_cells, 400)
+        got = t._probe_terms(np.arange(400), qualified)
+        want = t._probe_terms_numpy(qualified)
+        assert np.array_equal(got, want)
+
+
+def test_rebuild_totals_and_history(compiled) -> None:
+    """Totals and probe sums after adds and subtracts are those of numpy, step by step."""
+    rng = np.random.default_rng(11)
+    T, C, k, n = 16, 64, 3, 4000
+    codes = rng.integers(0, C, (n, T))
+    residuals = rng.integers(-(2**32), 2**32, (n, k))
+    folds = rng.integers(0, 2, n)
+
+    def history() -> FlatTables:
+        t = FlatTables.empty(T, C, k, 32)
+        t.set_probes(codes[:40], folds[:40])
+        t.add(codes, residuals, folds)
+        t.subtract(codes[:1500], residuals[:1500], folds[:1500])
+        t.subtract(codes[1500:1501], residuals[1500:1501], folds[1500:1501])
+        t.add(codes[:3], residuals[:3], folds[:3])
+        return t
+
+    a = history()
+    b = _with("numpy", history)
+    assert a.equals(b)
+    totals = (list(a.cross), list(a.square))
+    a.rebuild_totals()
+    assert (a.cross, a.square) == totals
+
+
+# -- end to end ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [QSSClassifier, QSSRegressor])
+def test_fit_and_forget_are_the_same_with_and_without_kernels(cls) -> None:
+    rng = np.random.default_rng(5)
+    n, d, k = 3000, 16, 4
+    centers = rng.normal(size=(k, d)) * 2
+    y = rng.integers(0, k, n)
+    X = centers[y] + rng.normal(size=(n, d))
+    params = dict(rho=0.05, n_instances=2, random_state=0, rebuild="sync", partition="trees")
+
+    def run(model):
+        model.fit(X, y if isinstance(model, QSSClassifier) else X[:, 0] + y, ids=range(n))
+        before = model.state_digest()
+        model.forget(list(range(100, 700)))
+        model.forget([900])
+        out = model.predict_proba(X) if isinstance(model, QSSClassifier) else model.predict(X)
+        return before, model.state_digest(), out
+
+    compiled_run = _with("numba", lambda: run(cls(**params)))
+    numpy_run = _with("numpy", lambda: run(cls(**params)))
+    assert compiled_run[:2] == numpy_run[:2]
+    assert np.array_equal(compiled_run[2], numpy_run[2])
+
+
+def test_kernel_hands_over_only_out_of_range(compiled) -> None:
+    """Tables a build can hold stay on the compiled path; int64-overflowing terms go to numpy."""
+    rng = np.random.default_rng(2)
+    for kind, expected in (("typical", True), ("limits", True), ("beyond", False)):
+        t = _random_tables(rng, 32, SHRINKAGE_GRID, kind)
+        m, G = t.n_tables * t.n_cells, len(SHRINKAGE_GRID)
+        cross, square = np.empty((m, G), np.int64), np.empty((m, G), np.int64)
+        ok = compiled.cell_terms(
+            t.sums.reshape(2, m, -1),
+            t.counts.reshape(2, m),
+            np.arange(m, dtype=np.int64),
+            np.asarray(SHRINKAGE_GRID),
+            2.0**-32,
+            2.0**24,
+            cross,
+            square,
+        )
+        assert ok is expected, kind
