@@ -311,3 +311,17 @@ def test_kernel_hands_over_only_out_of_range(compiled) -> None:
             square,
         )
         assert ok is expected, kind
+
+
+def test_probe_sums_scatter_equals_add_at(compiled) -> None:
+    rng = np.random.default_rng(8)
+    target = rng.integers(-(2**40), 2**40, size=(4, 30, 6), dtype=np.int64)
+    index = rng.integers(0, 30, 500)  # repeats
+    values = rng.integers(-(2**50), 2**50, size=(4, 500, 6), dtype=np.int64)
+    want = target.copy()
+    np.add.at(want, (slice(None), index), values)
+    assert compiled.add_rows_at(target, index, values)
+    assert np.array_equal(target, want)
+    index[3] = 30
+    assert not compiled.add_rows_at(target, index, values)
+    assert np.array_equal(target, want)  # untouched

@@ -83,24 +83,24 @@ def cell_terms(sums, counts, cells, grid, scale, unit, cross, square) -> bool:
     k = sums.shape[2]
     m = cells.shape[0]
     G = grid.shape[0]
+    scaled = np.empty((2, k), dtype=np.float64)  # S · scale of one cell, both folds
     for e in range(m):
         c = cells[e]
-        n0 = np.float64(counts[0, c])
-        n1 = np.float64(counts[1, c])
+        n_fold = (np.float64(counts[0, c]), np.float64(counts[1, c]))
+        for a in range(2):
+            for j in range(k):
+                scaled[a, j] = np.float64(sums[a, c, j]) * scale
         for g in range(G):
             lam = grid[g]
             total_c = np.int64(0)
             total_s = np.int64(0)
             for a in range(2):
                 b = 1 - a
-                n_a = n0 if a == 0 else n1
-                n_b = n1 if a == 0 else n0
-                denom = n_a + lam
+                n_b = n_fold[b]
+                denom = n_fold[a] + lam
                 for j in range(k):
-                    s_a = np.float64(sums[a, c, j]) * scale
-                    s_b = np.float64(sums[b, c, j]) * scale
-                    mu = s_a / denom
-                    x = np.rint(s_b * mu * unit)
+                    mu = scaled[a, j] / denom
+                    x = np.rint(scaled[b, j] * mu * unit)
                     y = np.rint(n_b * mu * mu * unit)
                     if not (-_INT64_LIMIT <= x < _INT64_LIMIT):
                         return False
@@ -120,14 +120,17 @@ def probe_terms(flat_sums, flat_counts, qualified, grid, scale, mean_unit, squar
     out[g, e, k] = Σ_j rint((μ_j · μ_j) · square_unit). False as :func:`cell_terms`."""
     k = flat_sums.shape[1]
     G = grid.shape[0]
+    scaled = np.empty(k, dtype=np.float64)  # S · scale of one cell
     for e in range(qualified.shape[0]):
         q = qualified[e]
         n = np.float64(flat_counts[q])
+        for j in range(k):
+            scaled[j] = np.float64(flat_sums[q, j]) * scale
         for g in range(G):
             denom = n + grid[g]
             total = np.int64(0)
             for j in range(k):
-                mu = (np.float64(flat_sums[q, j]) * scale) / denom
+                mu = scaled[j] / denom
                 x = np.rint(mu * mean_unit)
                 y = np.rint(mu * mu * square_unit)
                 if not (-_INT64_LIMIT <= x < _INT64_LIMIT):
@@ -137,4 +140,21 @@ def probe_terms(flat_sums, flat_counts, qualified, grid, scale, mean_unit, squar
                 out[g, e, j] = np.int64(x)
                 total += np.int64(y)
             out[g, e, k] = total
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def add_rows_at(target, index, values) -> bool:
+    """target[:, index[e], :] += values[:, e, :] for every entry e, repeats included (the
+    ``np.add.at`` of the probe sums; int64, wraps like numpy). False, with ``target``
+    untouched, when an index lies outside ``0..target.shape[1]-1``."""
+    G, M, K = target.shape
+    for e in range(index.shape[0]):
+        if index[e] < 0 or index[e] >= M:
+            return False
+    for g in range(G):
+        for e in range(index.shape[0]):
+            r = index[e]
+            for j in range(K):
+                target[g, r, j] += values[g, e, j]
     return True

@@ -163,9 +163,12 @@ class FlatTables:
             self.cross[g] += int(d_cross[g])
             self.square[g] += int(d_square[g])
         if probes[0].size:
-            np.add.at(
-                self.probe_sums, (slice(None), probes[0]), self._probe_terms(*probes) - old_probe
-            )
+            delta = self._probe_terms(*probes) - old_probe
+            kernels = table_kernels(delta.size)
+            if kernels is None or not kernels.add_rows_at(
+                self.probe_sums, np.ascontiguousarray(probes[0], dtype=np.int64), delta
+            ):
+                np.add.at(self.probe_sums, (slice(None), probes[0]), delta)
 
     # -- probes: the square term of the tables' average, estimated on D° ------------------
     def set_probes(self, probe_codes: np.ndarray, probe_folds: np.ndarray) -> None:
