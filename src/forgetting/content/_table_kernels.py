@@ -70,57 +70,66 @@ def scatter_rows(target, flat, values, T) -> bool:
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def cell_terms(sums, counts, cells, grid, scale, unit, cross, square) -> bool:
-    """The cross-fit terms of ``FlatTables._terms``: for cell c, λ_g and fold a,
+    """The cross-fit terms of ``FlatTables._terms``: for cell c, λ_g and fold a (b = 1 − a),
 
         μ = (S_a · scale) / (n_a + λ_g)
         cross  += rint(((S_b · scale) · μ) · unit)
-        square += rint((n_b · μ · μ) · unit)        (b = 1 − a; left to right)
+        square += rint(((n_b · μ) · μ) · unit)
 
-    summed over both folds and every output as int64. ``sums`` (2, cells, k), ``counts``
-    (2, cells); results in ``cross``/``square`` (m, G). False when a rounded term is not
-    finite or not below 2^63 in magnitude (the numpy cast is platform-defined there).
+    summed over both folds and every output as int64 (in another order than numpy's, which
+    integer sums do not see). ``sums`` (2, cells, k), ``counts`` (2, cells); results in
+    ``cross``/``square`` (m, G). False when a rounded term is not finite or not below 2^63
+    in magnitude: the numpy cast is platform-defined there, so numpy decides. The range test
+    is a flag, not an early exit, and out-of-range values are replaced by 0 before the cast,
+    so the loop over outputs has no branch and compiles to vector instructions (~2× faster).
     """
     k = sums.shape[2]
     m = cells.shape[0]
     G = grid.shape[0]
-    scaled = np.empty((2, k), dtype=np.float64)  # S · scale of one cell, both folds
+    s0 = np.empty(k, dtype=np.float64)  # S · scale of one cell, fold 0
+    s1 = np.empty(k, dtype=np.float64)  # and fold 1
+    ok = True
     for e in range(m):
         c = cells[e]
-        n_fold = (np.float64(counts[0, c]), np.float64(counts[1, c]))
-        for a in range(2):
-            for j in range(k):
-                scaled[a, j] = np.float64(sums[a, c, j]) * scale
+        n0 = np.float64(counts[0, c])
+        n1 = np.float64(counts[1, c])
+        for j in range(k):
+            s0[j] = np.float64(sums[0, c, j]) * scale
+            s1[j] = np.float64(sums[1, c, j]) * scale
         for g in range(G):
-            lam = grid[g]
+            d0 = n0 + grid[g]
+            d1 = n1 + grid[g]
             total_c = np.int64(0)
             total_s = np.int64(0)
-            for a in range(2):
-                b = 1 - a
-                n_b = n_fold[b]
-                denom = n_fold[a] + lam
-                for j in range(k):
-                    mu = scaled[a, j] / denom
-                    x = np.rint(scaled[b, j] * mu * unit)
-                    y = np.rint(n_b * mu * mu * unit)
-                    if not (-_INT64_LIMIT <= x < _INT64_LIMIT):
-                        return False
-                    if not (-_INT64_LIMIT <= y < _INT64_LIMIT):
-                        return False
-                    total_c += np.int64(x)
-                    total_s += np.int64(y)
+            for j in range(k):
+                mu0 = s0[j] / d0  # fold 0's mean, scored on fold 1's rows
+                mu1 = s1[j] / d1
+                x0 = np.rint(s1[j] * mu0 * unit)
+                y0 = np.rint(n1 * mu0 * mu0 * unit)
+                x1 = np.rint(s0[j] * mu1 * unit)
+                y1 = np.rint(n0 * mu1 * mu1 * unit)
+                in0 = (x0 >= -_INT64_LIMIT) & (x0 < _INT64_LIMIT)
+                in0 = in0 & (y0 >= -_INT64_LIMIT) & (y0 < _INT64_LIMIT)
+                in1 = (x1 >= -_INT64_LIMIT) & (x1 < _INT64_LIMIT)
+                in1 = in1 & (y1 >= -_INT64_LIMIT) & (y1 < _INT64_LIMIT)
+                ok = ok & in0 & in1
+                total_c += np.int64(x0 if in0 else 0.0) + np.int64(x1 if in1 else 0.0)
+                total_s += np.int64(y0 if in0 else 0.0) + np.int64(y1 if in1 else 0.0)
             cross[e, g] = total_c
             square[e, g] = total_s
-    return True
+    return ok
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def probe_terms(flat_sums, flat_counts, qualified, grid, scale, mean_unit, square_unit, out):
     """``FlatTables._probe_terms``: per λ_g and entry e (a fold-qualified cell q),
     μ = (S_q · scale) / (n_q + λ_g); out[g, e, j] = rint(μ_j · mean_unit) and
-    out[g, e, k] = Σ_j rint((μ_j · μ_j) · square_unit). False as :func:`cell_terms`."""
+    out[g, e, k] = Σ_j rint((μ_j · μ_j) · square_unit). False as :func:`cell_terms` (same
+    branch-free range test)."""
     k = flat_sums.shape[1]
     G = grid.shape[0]
     scaled = np.empty(k, dtype=np.float64)  # S · scale of one cell
+    ok = True
     for e in range(qualified.shape[0]):
         q = qualified[e]
         n = np.float64(flat_counts[q])
@@ -133,14 +142,13 @@ def probe_terms(flat_sums, flat_counts, qualified, grid, scale, mean_unit, squar
                 mu = scaled[j] / denom
                 x = np.rint(mu * mean_unit)
                 y = np.rint(mu * mu * square_unit)
-                if not (-_INT64_LIMIT <= x < _INT64_LIMIT):
-                    return False
-                if not (-_INT64_LIMIT <= y < _INT64_LIMIT):
-                    return False
-                out[g, e, j] = np.int64(x)
-                total += np.int64(y)
+                inside = (x >= -_INT64_LIMIT) & (x < _INT64_LIMIT)
+                inside = inside & (y >= -_INT64_LIMIT) & (y < _INT64_LIMIT)
+                ok = ok & inside
+                out[g, e, j] = np.int64(x if inside else 0.0)
+                total += np.int64(y if inside else 0.0)
             out[g, e, k] = total
-    return True
+    return ok
 
 
 @numba.njit(cache=True, nogil=True)
