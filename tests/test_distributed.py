@@ -85,10 +85,20 @@ def _build_transient_bytes(model) -> int:
 
 def test_rows_on_disk_bound_a_rebuilds_memory_and_keep_the_bits(tmp_path):
     rng = np.random.default_rng(2)
-    params = dict(rho=1e-4, n_instances=1, rebuild="sync", random_state=0, head="none")
+    # A small codebook and D° at its minimum size for both n: the accumulators' fixed size
+    # stays far below the features' float64 intermediates, whose growth is what is measured.
+    params = dict(
+        rho=1e-4,
+        n_instances=1,
+        rebuild="sync",
+        random_state=0,
+        partition="rq",
+        n_levels=2,
+        n_centroids=16,
+    )
     transient = {}
     for n in (4096, 16384):
-        X = rng.normal(size=(n, 32)).astype(np.float32)
+        X = rng.normal(size=(n, 64)).astype(np.float32)
         y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
         model = QSSClassifier(**params).fit(X, y)
         in_ram = _build_transient_bytes(model)  # one chunk: X's float intermediates grow with n
@@ -101,7 +111,7 @@ def test_rows_on_disk_bound_a_rebuilds_memory_and_keep_the_bits(tmp_path):
         assert_same_model(QSSClassifier(**params).fit(X[keep], y[keep], ids=keep), model, X[:300])
     growth_in_ram = transient[16384][0] - transient[4096][0]
     growth_on_disk = transient[16384][1] - transient[4096][1]
-    assert growth_in_ram > 12288 * 32 * 8  # at least X's float64 features of the extra rows
+    assert growth_in_ram > 12288 * 64 * 8  # at least X's float64 features of the extra rows
     assert growth_on_disk < growth_in_ram / 4, transient
 
 
@@ -198,6 +208,7 @@ def test_dataframe_regressor_insert_and_background_rebuild(client):
         model, _dask(X[extra], 256), y[extra], ids=range(1800, N), chunk_rows=CHUNK
     )
     assert sum(r.n_rows for r in receipts) == N - 1800
+    assert any(r.rebuild_started for r in receipts)  # some new rows landed in a D°
     model.wait_for_rebuilds(timeout=60)
     everything = QSSRegressor(random_state=3, n_instances=2).fit(frame, y)
     assert_same_model(everything, model, frame)
