@@ -219,8 +219,8 @@ def test_terms_equal_numpy(compiled, scale_bits: int, kind: str, grid) -> None:
 @pytest.mark.parametrize("grid", [SHRINKAGE_GRID, (0.0,)])
 def test_terms_of_empty_cells(compiled, grid) -> None:
     """The early exit for cells with nothing in them returns what the arithmetic gives."""
-    t = FlatTables.empty(2, 8, 3, 32, grid)
-    cells = np.arange(16)
+    t = FlatTables.empty(2, 4096, 3, 32, grid)
+    cells = np.arange(8192)  # enough cells for the emptiness check on both paths
     for backend in ("numba", "numpy"):
         got = _with(backend, lambda: t._terms(cells))
         want = t._terms_numpy(cells)
@@ -325,3 +325,17 @@ def test_probe_sums_scatter_equals_add_at(compiled) -> None:
     index[3] = 30
     assert not compiled.add_rows_at(target, index, values)
     assert np.array_equal(target, want)  # untouched
+
+
+@pytest.mark.parametrize("grid", [SHRINKAGE_GRID, (0.0,)])
+def test_probe_terms_of_empty_cells(compiled, grid) -> None:
+    """The early exit for probe entries of empty cells returns what the arithmetic gives."""
+    t = FlatTables.empty(4, 2048, 3, 32, grid)
+    qualified = np.arange(2 * 4 * 2048)
+    for backend in ("numba", "numpy"):
+        got = _with(backend, lambda: t._probe_terms(qualified, qualified))
+        assert np.array_equal(got, t._probe_terms_numpy(qualified))
+    t.sums[0, 1, 5, 2] = 9  # a sum without a count is not empty
+    got = t._probe_terms(qualified, qualified)
+    assert np.array_equal(got, t._probe_terms_numpy(qualified))
+    assert got.any()

@@ -221,6 +221,16 @@ class FlatTables:
         if p.size == 0:
             return np.zeros((len(self.grid), 0, k + 1), dtype=np.int64)
         kernels = table_kernels(len(p) * k * len(self.grid))
+        # empty cells have zero terms (λ > 0): every entry of fresh tables (set_probes, a
+        # fit's first add) costs a gather instead of the arithmetic
+        check = kernels is None or len(p) >= _EMPTY_CHECK_MIN_CELLS
+        if (
+            check
+            and min(self.grid, default=0.0) > 0.0
+            and not self.counts.reshape(-1)[qualified].any()
+            and not self.sums.reshape(-1, k)[qualified].any()
+        ):
+            return np.zeros((len(self.grid), len(p), k + 1), dtype=np.int64)
         if kernels is not None:
             out = np.empty((len(self.grid), len(p), k + 1), dtype=np.int64)
             if kernels.probe_terms(
