@@ -272,7 +272,11 @@ class RowStore:
 
     def _refresh_thresholds(self, instances) -> None:
         """Recompute the thresholds (and member counts) of ``instances``: O(n) each, and only
-        needed when a change touched their D° — which starts a rebuild anyway."""
+        needed when a change touched their D° — which starts a rebuild anyway. Nothing to do
+        (and no O(n) scan on a forget's fast path) when no instance was touched."""
+        instances = list(instances)
+        if not instances:
+            return
         labeled = self.labeled()
         for r in instances:
             draws = self.draws[: self.size, r][labeled]
