@@ -185,7 +185,9 @@ def test_fit_equals_local_and_forget_after(client):
     assert_same_model(refit, dist, X)
 
 
-def test_dataframe_regressor_insert_and_background_rebuild(client):
+def test_dataframe_regressor_insert_and_background_rebuild(client, tmp_path):
+    """Features kept on disk (rows_dir): inserts append to the file, and the background
+    rebuilds they start read a file snapshot, chunk by chunk, on the workers."""
     pd = pytest.importorskip("pandas")
     dd = pytest.importorskip("dask.dataframe")
     rng = np.random.default_rng(1)
@@ -199,7 +201,9 @@ def test_dataframe_regressor_insert_and_background_rebuild(client):
         dd.from_pandas(pd.Series(y[first]), npartitions=3),
         client=client,
         chunk_rows=CHUNK,
+        rows_dir=tmp_path,
     )
+    assert isinstance(model.engine_.rows.X, DiskRows)
     assert list(model.feature_names_in_) == ["a", "b", "c", "d"]
     local = QSSRegressor(random_state=3, n_instances=2).fit(frame.iloc[first], y[first])
     assert_same_model(local, model, frame)
