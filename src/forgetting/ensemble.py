@@ -380,8 +380,10 @@ class QSSEngine:
         if label_only:
             targets[pos] = unlabeled_value(targets.dtype)
             keep[:] = True
+        # Trainability depends on labels, draws and pool flags only: no copy of every
+        # row's features (on disk they would all be read back just to count D° rows).
         after = RowData(
-            data.X[keep],
+            np.empty((int(keep.sum()), 0), dtype=np.float32),
             targets[keep],
             data.draws[keep],
             data.in_pool[keep],
