@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._rowwise import SERVE_BLOCK_ROWS
 from .content.accumulators import (
     CLASSIFICATION_SCALE_BITS,
     REGRESSION_SCALE_BITS,
@@ -70,7 +71,7 @@ class Instance:
             return None
         if X is None:
             raise ValueError("an instance with a ridge head needs the rows' inputs")
-        return head_features(self.schema.features(X))
+        return head_features(self.schema.features(X, HEAD_BLOCK_ROWS))
 
     def add_rows(
         self, contrib: Contributions, folds: np.ndarray, X: np.ndarray | None = None
@@ -118,6 +119,13 @@ class Instance:
         return self.content
 
 
+HEAD_BLOCK_ROWS = SERVE_BLOCK_ROWS
+"""The head's features are φ in 64-row blocks — its own job (design: _rowwise), computed at
+fit, insert, forget and rebuild alike. A forget recomputes them for the leaving rows only, so
+a small block keeps a one-row forget from evaluating φ on 1,024 padded rows per instance; a
+fit pays one extra φ pass in these blocks."""
+
+
 def instance_seed(random_state: int, instance: int) -> int:
     return (int(random_state) * 1_000_003 + 7919 * (instance + 1)) % (2**31 - 1)
 
@@ -132,9 +140,9 @@ def contributions_for(
 def contributions_with_features(
     schema: Schema, X: np.ndarray, targets: np.ndarray, row_hashes: np.ndarray
 ) -> tuple[Contributions, np.ndarray | None]:
-    """Contributions and, with a ridge head, the head's features (from the same φ)."""
-    codes, g, Z = schema.encode(X)
-    features = head_features(Z) if schema.head else None
+    """Contributions and, with a ridge head, the head's features (φ in HEAD_BLOCK_ROWS)."""
+    codes, g = schema.transform(X)
+    features = head_features(schema.features(X, HEAD_BLOCK_ROWS)) if schema.head else None
     base = schema.base_model
     if base.task == "classification":
         target = np.zeros_like(g)
