@@ -41,6 +41,8 @@ PENALTY = 1e-3
 have unit norm). benchmarks/results/partitions.md's prototype cross-fitted it on
 (1e-4 … 1e-1); fixed here so a change costs one factorization per fold, not one per value."""
 _EXACT_BITS = 52
+REFINEMENT_STEPS = 2
+"""Richardson steps approximating each fold's ridge solution for the out-of-fold gain."""
 
 
 def weight_bits(n_features: int) -> int:
@@ -77,6 +79,7 @@ def head_targets(residuals: np.ndarray, scale_bits: int) -> np.ndarray:
     return (r + (1 << (shift - 1))) >> shift
 
 
+_SMALL_ROWS = 64
 _CHUNK_ROWS = 1 << 18
 """Rows per BLAS product: |v·v| ≤ 2^28 and |v·r| ≤ 2^34, so 2^18 of them sum below 2^53."""
 
@@ -89,6 +92,8 @@ def exact_products(v: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray
     without BLAS, ~50× slower); chunks are then added as int64.
     """
     D, k = v.shape[1], r.shape[1]
+    if len(v) <= _SMALL_ROWS:  # a forget or insert of a few rows: int64 matmul, exact
+        return v.T @ v, v.T @ r
     gram = np.zeros((D, D), dtype=np.int64)
     cross = np.zeros((D, k), dtype=np.int64)
     for start in range(0, len(v), _CHUNK_ROWS):
@@ -166,40 +171,44 @@ class LinearHead:
             H *= 2.0 ** (TARGET_LIMIT_BITS - 10)
         return G, H
 
-    def _solve(self, folds: tuple[int, ...]) -> np.ndarray | None:
-        """Ridge weights (D, k) in real units from the given folds' sums, or None (no rows)."""
-        G, H = self._real(folds)
-        scale = float(np.trace(G)) / G.shape[0]
-        if scale <= 0.0:
-            return None
-        G[np.diag_indices_from(G)] += PENALTY * scale
+    def _system(self, folds: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(G + c·mean diag G·I, H) in real units for the given folds, or None (no rows)."""
+        return _penalized(*self._real(folds))
+
+    def solution(self) -> tuple[float, FixedWeights | None]:
+        """The out-of-fold gain and the served weights, from one factorization.
+
+        The served W solves the full-data system (Cholesky). The gain needs each fold's own
+        solution W_a, scored on the other fold's sums: Σ_b 2⟨W_a, H_b⟩ − ⟨W_a, G_b W_a⟩ (the
+        fall in squared error of the residuals, comparable to the tables' cross-fitted gain).
+        Factoring each fold's system too would triple the cost of the first prediction after
+        a change, so W_a is approximated by :data:`REFINEMENT_STEPS` preconditioned Richardson
+        steps from W with the full factorization (A_a ≤ A, so 2A⁻¹A_a has its spectrum in
+        (0, 2] and the steps converge). The steps are a fixed, deterministic function of the
+        sums, so the gain — and the choice it drives — is the same after any history: exactness
+        needs determinism, not an exact W_a.
+        """
+        full = self._system((0, 1))
+        plain = [self._real((0,)), self._real((1,))]  # each fold's G and H, no penalty
+        folds = [_penalized(*plain[0]), _penalized(*plain[1])]
+        if full is None or folds[0] is None or folds[1] is None:
+            return -np.inf, None
+        A, H = full
         # One BLAS thread: a (d + 1)² factorization is too small to gain from threads, and on
         # a busy machine oversubscribed threads made it 10× slower (measured at d = 520).
         with one_blas_thread():
-            factor = scipy.linalg.cho_factor(G, lower=True, check_finite=False)
-            return scipy.linalg.cho_solve(factor, H, check_finite=False)
-
-    def out_of_fold_gain(self) -> float:
-        """Σ over both folds of ‖r‖² − ‖r − W_other·v‖², from the integers (real units).
-
-        The fall in squared error a head fitted on fold A brings on fold B's rows, and vice
-        versa — comparable to the tables' cross-fitted gain (same residuals, same rows).
-        """
-        total = 0.0
-        for a, b in ((0, 1), (1, 0)):
-            W = self._solve((a,))
-            if W is None:
-                return -np.inf
-            G, H = self._real((b,))
-            total += 2.0 * float(np.sum(W * H)) - float(np.sum(W * (G @ W)))
-        return total
-
-    def weights(self) -> FixedWeights | None:
-        """The served head: full-data weights rounded to fixed point (see :func:`weight_bits`)."""
-        W = self._solve((0, 1))
-        if W is None:
-            return None
-        return FixedWeights.of(W)
+            factor = scipy.linalg.cho_factor(A, lower=True, check_finite=False)
+            W = scipy.linalg.cho_solve(factor, H, check_finite=False)
+            gain = 0.0
+            for a, b in ((0, 1), (1, 0)):
+                A_a, H_a = folds[a]
+                W_a = W
+                for _ in range(REFINEMENT_STEPS):
+                    step = scipy.linalg.cho_solve(factor, H_a - A_a @ W_a, check_finite=False)
+                    W_a = W_a + 2.0 * step
+                G_b, H_b = plain[b]
+                gain += 2.0 * float(np.sum(W_a * H_b)) - float(np.sum(W_a * (G_b @ W_a)))
+        return gain, FixedWeights.of(W)
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def copy(self) -> LinearHead:
@@ -212,6 +221,16 @@ class LinearHead:
             and np.array_equal(self.cross, other.cross)
             and np.array_equal(self.counts, other.counts)
         )
+
+
+def _penalized(G: np.ndarray, H: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(G + c·mean diag G·I, H) on a copy of G, or None when G is empty (no rows)."""
+    scale = float(np.trace(G)) / G.shape[0]
+    if scale <= 0.0:
+        return None
+    A = G.copy()
+    A[np.diag_indices_from(A)] += PENALTY * scale
+    return A, H
 
 
 @dataclass(frozen=True)

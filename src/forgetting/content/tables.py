@@ -551,14 +551,14 @@ def build_flat_content(
     is a lower bound, the D°-probe estimate of the average's gain is noisy and optimistic on
     small D° — so they are compared with the geometric mean of the two (chosen on validation
     splits, benchmarks/results/partitions.md: it picks the better of the two models on every
-    set there; either bound alone misses one). That costs three (d + 1)² factorizations
-    after each change (docs/partitions.md).
+    set there; either bound alone misses one). The head costs one (d + 1)² factorization
+    after each change plus a few (d + 1)²·k products (LinearHead.solution).
     """
     a, lam, gain = tables.best(alpha, shrinkage)
     if head is not None and alpha == "auto" and shrinkage == "auto":
         tables_gain = float(np.sqrt(max(gain, 0.0) * tables.per_table_gain()))
-        if head.out_of_fold_gain() > tables_gain:
-            weights = head.weights()
+        head_gain, weights = head.solution()
+        if head_gain > tables_gain:
             if weights is not None:
                 return FlatContent(tables, a, lam, weights)
     return FlatContent(tables, a, lam)
