@@ -477,7 +477,7 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         over *all* rows, from int64 sums Σvvᵀ and Σvrᵀ (exact under deletion), and serves it
         instead of the tables when its out-of-fold gain is larger (g is fit on D° alone; the
         head is what lifts image and text features to SISA's accuracy). Costs (d + 1)²
-        integers per instance and three (d + 1)² factorizations on the first prediction after
+        integers per instance and one (d + 1)² factorization on the first prediction after
         a change. "auto": "ridge" with a flat partition outside mode="dp"; "none": tables only.
     alpha : float or "auto"
         Weight of the quantized correction; "auto" cross-fits it on the statistics' two folds.
