@@ -169,13 +169,14 @@ def schema_rows(data: RowData, instance: int, rule: MembershipRule, label_mode: 
     return members, pool
 
 
-def build_instance(
+def train_instance_schema(
     config: SchemaConfig, data: RowData, instance: int, random_state: int, label_mode: bool
-) -> tuple[Instance, np.ndarray, Contributions]:
-    """Train instance ``instance`` on ``data``; returns it with the positions and the
-    contributions of the labeled rows it accumulated."""
+) -> Schema:
+    """The frozen schema of instance ``instance``: trained on its D° (and, in label mode, the
+    codebook pool) in canonical order, with the instance's seed. The one place a schema is
+    trained from rows, for every build path (in memory, chunked, distributed)."""
     members, pool = schema_rows(data, instance, config.membership, label_mode)
-    schema = train_schema(
+    return train_schema(
         config,
         data.X[members],
         data.targets[members],
@@ -183,6 +184,15 @@ def build_instance(
         instance_seed(random_state, instance),
         schema_folds=data.folds[members],
     )
+
+
+def build_instance(
+    config: SchemaConfig, data: RowData, instance: int, random_state: int, label_mode: bool
+) -> tuple[Instance, np.ndarray, Contributions]:
+    """Train instance ``instance`` on ``data``; returns it with the positions and the
+    contributions of the labeled rows it accumulated (in one piece: the engine builds through
+    the chunked :func:`forgetting.distributed.chunks.build_instance`, which equals this)."""
+    schema = train_instance_schema(config, data, instance, random_state, label_mode)
     labeled = np.flatnonzero(data.labeled)
     contrib, features = contributions_with_features(
         schema, data.X[labeled], data.targets[labeled], data.row_hash[labeled]

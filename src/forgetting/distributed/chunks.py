@@ -30,10 +30,9 @@ from ..instance import (
     RowData,
     contributions_with_features,
     empty_instance,
-    instance_seed,
-    schema_rows,
+    train_instance_schema,
 )
-from ..schema import Schema, SchemaConfig, train_schema
+from ..schema import Schema, SchemaConfig
 
 DEFAULT_CHUNK_ROWS = 64 * BLOCK_ROWS
 """65,536 rows: large enough that per-chunk overhead vanishes, small enough that a chunk's
@@ -189,16 +188,8 @@ def build_instance(
     process, one chunk at a time) and is reduced exactly. Same signature and result, bit for
     bit (tests/test_distributed.py compares them).
     """
-    members, pool = schema_rows(data, instance, config.membership, label_mode)
+    schema = train_instance_schema(config, data, instance, random_state, label_mode)
     folds = data.folds
-    schema = train_schema(
-        config,
-        data.X[members],
-        data.targets[members],
-        None if pool is None else data.X[pool],
-        instance_seed(random_state, instance),
-        schema_folds=folds[members],
-    )
     labeled = np.flatnonzero(data.labeled)
     work = LocalRowWork() if work is None else work
     chunks = work.map_chunks(config, schema, data.X, data.targets, data.row_hash, folds, labeled)
