@@ -192,7 +192,12 @@ class FlatTables:
         p = np.repeat(np.arange(m), T)
         cells = self.probe_cells.ravel()
         other = 1 - self.probe_folds[p]
-        np.add.at(self.probe_sums, (slice(None), p), self._probe_terms(p, other * (T * C) + cells))
+        terms = self._probe_terms(p, other * (T * C) + cells)
+        kernels = table_kernels(terms.size)
+        if kernels is None or not kernels.add_rows_at(
+            self.probe_sums, np.ascontiguousarray(p, dtype=np.int64), terms
+        ):
+            np.add.at(self.probe_sums, (slice(None), p), terms)
 
     def _probe_hits(self, touched_flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probe index, fold-qualified cell id) of the probe entries whose out-of-fold mean
