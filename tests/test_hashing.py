@@ -164,7 +164,9 @@ def test_draws_and_receipts_equal_hashlib(hash_backend):
 
 def test_small_batches_skip_loading_the_kernel(monkeypatch):
     monkeypatch.delenv("FORGETTING_HASH_BACKEND", raising=False)
-    monkeypatch.setattr(blake2, "_kernel_cache", blake2._UNSET)
+    from forgetting.content import kernels
+
+    monkeypatch.setattr(blake2._HASH_KERNEL, "_module", kernels._UNSET)  # as if never loaded
     assert blake2.backend(blake2.LOAD_MIN_ROWS - 1) == "hashlib"
     assert blake2.backend(blake2.LOAD_MIN_ROWS) == "numba"
     assert blake2.backend(1) == "numba"  # once loaded, every batch uses it

@@ -17,19 +17,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-IV = np.array(
-    [
-        0x6A09E667F3BCC908,
-        0xBB67AE8584CAA73B,
-        0x3C6EF372FE94F82B,
-        0xA54FF53A5F1D36F1,
-        0x510E527FADE682D1,
-        0x9B05688C2B3E6C1F,
-        0x1F83D9ABFB41BD6B,
-        0x5BE0CD19137E2179,
-    ],
-    dtype=np.uint64,
-)
+from .blake2 import IV  # the BLAKE2b initialization vector, defined once
 
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 

@@ -17,12 +17,13 @@ Small batches in a process that has not loaded the kernel yet, and every batch w
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 
 import numpy as np
 
-_IV = np.array(
+from .kernels import LazyKernel
+
+IV = np.array(
     [
         0x6A09E667F3BCC908,
         0xBB67AE8584CAA73B,
@@ -35,8 +36,6 @@ _IV = np.array(
     ],
     dtype=np.uint64,
 )
-_UNSET = object()
-_kernel_cache: object = _UNSET
 LOAD_MIN_ROWS = 20_000
 """Smallest batch that loads the compiled kernel when it is not loaded yet. Loading costs
 ≈ 0.7 s once per process (importing numba, reading its cache; ≈ 6 s the very first time,
@@ -45,25 +44,17 @@ forgets or inserts a few rows never pays for numba. Both give the same digests, 
 runs changes timings only."""
 
 
+_HASH_KERNEL = LazyKernel("_blake2_kernel", "FORGETTING_HASH_BACKEND", "hashlib", LOAD_MIN_ROWS)
+
+
 def _kernel(n_rows: int):
     """The compiled row hasher for a batch of ``n_rows``, or None for the hashlib loop.
 
     ``FORGETTING_HASH_BACKEND`` = ``hashlib`` or ``numba`` forces one (tests use it);
     unset, the kernel is used once loaded or when the batch is big enough to load it.
     """
-    global _kernel_cache
-    choice = os.environ.get("FORGETTING_HASH_BACKEND", "").lower()
-    if choice == "hashlib":
-        return None
-    if _kernel_cache is _UNSET:
-        if choice != "numba" and n_rows < LOAD_MIN_ROWS:
-            return None
-        try:
-            from ._blake2_kernel import hash_segments
-        except ImportError:  # numba not installed: the hashlib loop gives the same digests
-            hash_segments = None
-        _kernel_cache = hash_segments
-    return _kernel_cache
+    module = _HASH_KERNEL.get(n_rows)
+    return None if module is None else module.hash_segments
 
 
 def backend(n_rows: int = LOAD_MIN_ROWS) -> str:
@@ -90,7 +81,7 @@ def _initial_state(digest_size: int, key: bytes, person: bytes) -> np.ndarray:
     params[2] = 1  # fanout
     params[3] = 1  # depth
     params[48 : 48 + len(person)] = person
-    return _IV ^ np.frombuffer(bytes(params), dtype="<u8").astype(np.uint64)
+    return IV ^ np.frombuffer(bytes(params), dtype="<u8").astype(np.uint64)
 
 
 def blake2b_segments(

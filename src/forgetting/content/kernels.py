@@ -16,11 +16,40 @@ changes timings only.
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
 _UNSET = object()
-_module: object = _UNSET
+
+
+class LazyKernel:
+    """A compiled module (``forgetting.content.<name>``) imported on first use by work big
+    enough to repay numba's import, or forced on or off by an environment variable.
+
+    ``env`` = ``off`` forces the pure-Python/numpy path, ``numba`` forces the kernel; unset,
+    the kernel runs once loaded or when ``work ≥ min_work``. Without numba the module fails
+    to import and the fallback runs, with the same results.
+    """
+
+    def __init__(self, name: str, env: str, off: str, min_work: int):
+        self.name, self.env, self.off, self.min_work = name, env, off, min_work
+        self._module: object = _UNSET
+
+    def get(self, work: int) -> ModuleType | None:
+        choice = os.environ.get(self.env, "").lower()
+        if choice == self.off:
+            return None
+        if self._module is _UNSET:
+            if choice != "numba" and work < self.min_work:
+                return None
+            try:
+                self._module = importlib.import_module(f"{__package__}.{self.name}")
+            except ImportError:  # numba not installed: the fallback gives the same results
+                self._module = None
+        return self._module  # type: ignore[return-value]
+
+
 LOAD_MIN_WORK = 1 << 20
 """Smallest piece of work (row × table entries, or cells × outputs) that loads the compiled
 kernels when they are not loaded yet: numpy spends ≳ 50 ms on it, about what loading the
@@ -29,25 +58,16 @@ imports it for the row hashes anyway). A process that only forgets a few rows ne
 them."""
 
 
+_TABLE_KERNELS = LazyKernel("_table_kernels", "FORGETTING_KERNELS", "numpy", LOAD_MIN_WORK)
+
+
 def table_kernels(work: int) -> ModuleType | None:
     """The compiled kernels for a piece of ``work``, or None for numpy.
 
     ``FORGETTING_KERNELS`` = ``numpy`` or ``numba`` forces one (tests and benchmarks use it);
     unset, the kernels are used once loaded or when ``work`` is big enough to load them.
     """
-    global _module
-    choice = os.environ.get("FORGETTING_KERNELS", "").lower()
-    if choice == "numpy":
-        return None
-    if _module is _UNSET:
-        if choice != "numba" and work < LOAD_MIN_WORK:
-            return None
-        try:
-            from . import _table_kernels as module
-        except ImportError:  # numba not installed: numpy gives the same integers
-            module = None
-        _module = module
-    return _module  # type: ignore[return-value]
+    return _TABLE_KERNELS.get(work)
 
 
 def backend(work: int = LOAD_MIN_WORK) -> str:
