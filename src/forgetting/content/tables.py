@@ -563,7 +563,6 @@ def build_flat_content(
     if head is not None and alpha == "auto" and shrinkage == "auto":
         tables_gain = float(np.sqrt(max(gain, 0.0) * tables.per_table_gain()))
         head_gain, weights = head.solution()
-        if head_gain > tables_gain:
-            if weights is not None:
-                return FlatContent(tables, a, lam, weights)
+        if weights is not None and head_gain > tables_gain:
+            return FlatContent(tables, a, lam, weights)
     return FlatContent(tables, a, lam)
