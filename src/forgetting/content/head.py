@@ -171,10 +171,6 @@ class LinearHead:
             H *= 2.0 ** (TARGET_LIMIT_BITS - 10)
         return G, H
 
-    def _system(self, folds: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
-        """(G + c·mean diag G·I, H) in real units for the given folds, or None (no rows)."""
-        return _penalized(*self._real(folds))
-
     def solution(self) -> tuple[float, FixedWeights | None]:
         """The out-of-fold gain and the served weights, from one factorization.
 
@@ -188,7 +184,7 @@ class LinearHead:
         sums, so the gain — and the choice it drives — is the same after any history: exactness
         needs determinism, not an exact W_a.
         """
-        full = self._system((0, 1))
+        full = _penalized(*self._real((0, 1)))
         plain = [self._real((0,)), self._real((1,))]  # each fold's G and H, no penalty
         folds = [_penalized(*plain[0]), _penalized(*plain[1])]
         if full is None or folds[0] is None or folds[1] is None:
@@ -211,9 +207,6 @@ class LinearHead:
         return gain, FixedWeights.of(W)
 
     # -- bookkeeping ----------------------------------------------------------------------------
-    def copy(self) -> LinearHead:
-        return LinearHead(self.gram.copy(), self.cross.copy(), self.counts.copy(), self.scale_bits)
-
     def equals(self, other: LinearHead) -> bool:
         return (
             self.scale_bits == other.scale_bits
