@@ -16,6 +16,8 @@ from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
+from . import direct
+
 MLP_THRESHOLD = 5000
 """At n° ≥ this many schema rows the "auto" base model is a one-hidden-layer MLP (design.md §1)."""
 
@@ -59,9 +61,9 @@ class BaseModel:
             return np.broadcast_to(self.constant, (n, self.n_outputs)).copy()
         if self.task == "classification":
             out = np.zeros((n, self.n_outputs), dtype=np.float64)
-            out[:, self.columns] = self.estimator.predict_proba(Z)
+            out[:, self.columns] = direct.predict_proba(self.estimator, Z)
             return out
-        return np.asarray(self.estimator.predict(Z), dtype=np.float64).reshape(n, 1)
+        return np.asarray(direct.predict(self.estimator, Z), dtype=np.float64).reshape(n, 1)
 
 
 def fit_base_model(

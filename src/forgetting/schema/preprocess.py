@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 
+from .direct import lda_transform
+
 
 def l2_normalize(X: np.ndarray) -> np.ndarray:
     """Row-wise L2 normalization in float64; all-zero rows stay zero."""
@@ -35,7 +37,7 @@ class Preprocessor:
         Z = l2_normalize(X)
         if self.lda is None:
             return Z
-        return l2_normalize(np.hstack([Z, self.lda.transform(Z)]))
+        return l2_normalize(np.hstack([Z, lda_transform(self.lda, Z)]))
 
 
 def fit_preprocessor(X: np.ndarray, y: np.ndarray | None, use_lda: bool) -> Preprocessor:

@@ -1,0 +1,86 @@
+"""φ and g applied without scikit-learn's per-call validation give scikit-learn's own bits."""
+
+import numpy as np
+import pytest
+from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
+from sklearn.neural_network import MLPClassifier, MLPRegressor
+from sklearn.neighbors import KNeighborsClassifier
+
+from forgetting.schema import direct
+
+
+def _data(k: int, n: int = 300, d: int = 12, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = (X[:, :k] @ np.arange(1, k + 1) > 0).astype(int) if k == 2 else rng.integers(0, k, n)
+    return X, y
+
+
+@pytest.mark.parametrize("solver", ["eigen", "svd"])
+def test_lda_transform_same_bits(solver):
+    X, y = _data(5)
+    kwargs = {"shrinkage": "auto"} if solver == "eigen" else {}
+    lda = LinearDiscriminantAnalysis(solver=solver, n_components=3, **kwargs).fit(X, y)
+    Z = _data(5, n=64, seed=1)[0]
+    assert direct._direct(lda, "transform", direct._lda_direct) is not None
+    assert np.array_equal(direct.lda_transform(lda, Z), lda.transform(Z))
+
+
+@pytest.mark.parametrize(
+    "est",
+    [
+        LogisticRegression(max_iter=500),
+        MLPClassifier(hidden_layer_sizes=(8,), max_iter=50, random_state=0),
+    ],
+)
+@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_predict_proba_same_bits(est, k):
+    X, y = _data(k)
+    est.fit(X, y)
+    Z = _data(k, n=64, seed=2)[0]
+    assert direct._direct(est, "predict_proba", direct._proba_direct) is not None
+    assert np.array_equal(direct.predict_proba(est, Z), est.predict_proba(Z))
+
+
+@pytest.mark.parametrize(
+    "est",
+    [Ridge(alpha=1.0), LinearRegression(), MLPRegressor(hidden_layer_sizes=(8,), max_iter=50)],
+)
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_predict_same_bits(est):
+    X, _ = _data(2)
+    est.fit(X, X @ np.arange(X.shape[1]))
+    Z = _data(2, n=64, seed=3)[0]
+    assert direct._direct(est, "predict", direct._predict_direct) is not None
+    assert np.array_equal(direct.predict(est, Z), est.predict(Z))
+
+
+def test_other_estimators_use_scikit_learn():
+    X, y = _data(3)
+    svc = KNeighborsClassifier().fit(X, y)
+    assert direct._direct(svc, "predict_proba", direct._proba_direct) is None
+    assert np.array_equal(direct.predict_proba(svc, X[:5]), svc.predict_proba(X[:5]))
+
+
+def test_a_formula_that_disagrees_falls_back(monkeypatch):
+    """The probe check is what makes skipping scikit-learn safe: a direct formula whose bits
+    differ from scikit-learn's (as a future release could make it) is never used."""
+    X, y = _data(3)
+    est = LogisticRegression(max_iter=500).fit(X, y)
+    wrong = lambda e: lambda Z: np.nextafter(e.predict_proba(Z), 1.0)  # noqa: E731
+    monkeypatch.setattr(direct, "_proba_direct", wrong)
+    assert direct._direct(est, "predict_proba", direct._proba_direct) is None
+    assert np.array_equal(direct.predict_proba(est, X[:7]), est.predict_proba(X[:7]))
+
+
+def test_a_refitted_estimator_is_decided_anew():
+    X, y = _data(2)
+    est = LogisticRegression(max_iter=500).fit(X, y)
+    Z = _data(2, n=16, seed=4)[0]
+    assert np.array_equal(direct.predict_proba(est, Z), est.predict_proba(Z))
+    X4, y4 = _data(4)
+    est.fit(X4, y4)  # binary → 4 classes: the cached binary formula must not be reused
+    assert np.array_equal(direct.predict_proba(est, Z), est.predict_proba(Z))
