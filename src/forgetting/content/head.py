@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
+from scipy.linalg.lapack import dpotrf as _POTRF
+from scipy.linalg.lapack import dpotrs as _POTRS
 
 from .._rowwise import one_blas_thread
 from .accumulators import MAX_ROWS
@@ -183,27 +185,38 @@ class LinearHead:
         (0, 2] and the steps converge). The steps are a fixed, deterministic function of the
         sums, so the gain — and the choice it drives — is the same after any history: exactness
         needs determinism, not an exact W_a.
+
+        This runs after every change, before the next prediction, so it calls LAPACK directly
+        (the same potrf/potrs scipy's ``cho_factor``/``cho_solve`` call, without their
+        wrappers) and solves both folds' steps as one right-hand side: ~0.25 ms at D = 138,
+        k = 10, where the wrapped version took ~0.6 ms.
         """
         full = _penalized(*self._real((0, 1)))
         plain = [self._real((0,)), self._real((1,))]  # each fold's G and H, no penalty
-        folds = [_penalized(*plain[0]), _penalized(*plain[1])]
-        if full is None or folds[0] is None or folds[1] is None:
+        shifts = [_penalty(G) for G, _ in plain]
+        if full is None or shifts[0] <= 0.0 or shifts[1] <= 0.0:
             return -np.inf, None
         A, H = full
+        k = H.shape[1]
         # One BLAS thread: a (d + 1)² factorization is too small to gain from threads, and on
         # a busy machine oversubscribed threads made it 10× slower (measured at d = 520).
         with one_blas_thread():
-            factor = scipy.linalg.cho_factor(A, lower=True, check_finite=False)
-            W = scipy.linalg.cho_solve(factor, H, check_finite=False)
+            factor, info = _POTRF(A, lower=1, clean=0)
+            if info != 0:
+                raise np.linalg.LinAlgError(f"ridge head: system not positive definite ({info})")
+            W, _ = _POTRS(factor, H, lower=1)
+            W_a = [W, W]
+            for _ in range(REFINEMENT_STEPS):
+                # A_a W_a = G_a W_a + shift_a W_a, without forming A_a
+                rhs = np.hstack(
+                    [plain[a][1] - (plain[a][0] @ W_a[a] + shifts[a] * W_a[a]) for a in (0, 1)]
+                )
+                step, _ = _POTRS(factor, rhs, lower=1)
+                W_a = [W_a[0] + 2.0 * step[:, :k], W_a[1] + 2.0 * step[:, k:]]
             gain = 0.0
             for a, b in ((0, 1), (1, 0)):
-                A_a, H_a = folds[a]
-                W_a = W
-                for _ in range(REFINEMENT_STEPS):
-                    step = scipy.linalg.cho_solve(factor, H_a - A_a @ W_a, check_finite=False)
-                    W_a = W_a + 2.0 * step
                 G_b, H_b = plain[b]
-                gain += 2.0 * float(np.sum(W_a * H_b)) - float(np.sum(W_a * (G_b @ W_a)))
+                gain += 2.0 * float(np.sum(W_a[a] * H_b)) - float(np.sum(W_a[a] * (G_b @ W_a[a])))
         return gain, FixedWeights.of(W)
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -216,13 +229,18 @@ class LinearHead:
         )
 
 
+def _penalty(G: np.ndarray) -> float:
+    """The ridge penalty c · mean diag G (0 when G is empty: no rows)."""
+    return PENALTY * (float(np.trace(G)) / G.shape[0])
+
+
 def _penalized(G: np.ndarray, H: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(G + c·mean diag G·I, H) on a copy of G, or None when G is empty (no rows)."""
-    scale = float(np.trace(G)) / G.shape[0]
-    if scale <= 0.0:
+    shift = _penalty(G)
+    if shift <= 0.0:
         return None
     A = G.copy()
-    A[np.diag_indices_from(A)] += PENALTY * scale
+    A[np.diag_indices_from(A)] += shift
     return A, H
 
 
