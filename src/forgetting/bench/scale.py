@@ -38,8 +38,9 @@ from .report import write_results
 COLUMNS = [
     "workers", "n", "d", "k", "p", "fit_s", "fit_rows_per_s", "rows_per_s_per_worker",
     "instance_rows_per_s_per_worker", "faiss_rows_per_s", "vs_faiss", "peak_rss_coordinator_gb",
-    "peak_rss_total_gb", "forgets", "forget_predict_p50_ms", "forget_predict_p95_ms",
-    "forget_d0_hits", "rebuild_s", "load_avg",
+    "peak_rss_total_gb", "schema_rows", "forgets", "forget_predict_p50_ms",
+    "forget_predict_p95_ms", "forget_p50_ms", "first_predict_p50_ms", "forget_d0_hits",
+    "rebuild_s", "load_avg",
 ]  # fmt: skip
 
 
@@ -160,12 +161,16 @@ def run_workers(args: argparse.Namespace, workers: int) -> dict:
         X_probe, _ = _chunk(10**6, 1, args.d, args.k, args.seed)
         sample, _ = _chunk(10**6 + 1, min(args.n, 200_000), args.d, args.k, args.seed)
         model.predict(X_probe)
-        times, hits = [], 0
+        times, forget_times, predict_times, hits = [], [], [], 0
         for row_id in tqdm(rng.choice(args.n, size=args.forgets, replace=False), desc="forgets"):
             started = time.perf_counter()
             receipt = model.forget([int(row_id)])
+            forgotten = time.perf_counter()
             model.predict(X_probe)
-            times.append(time.perf_counter() - started)
+            done = time.perf_counter()
+            times.append(done - started)
+            forget_times.append(forgotten - started)
+            predict_times.append(done - forgotten)
             hits += bool(receipt.instances_hit)
         model.wait_for_rebuilds()
         members = model.engine_.rows.members(0)
@@ -192,9 +197,12 @@ def run_workers(args: argparse.Namespace, workers: int) -> dict:
             "vs_faiss": per_instance / faiss_rows,
             "peak_rss_coordinator_gb": peak.coordinator / 2**30,
             "peak_rss_total_gb": peak.total / 2**30,
+            "schema_rows": int(model.engine_.instances[0].schema.n_schema_rows),
             "forgets": args.forgets,
             "forget_predict_p50_ms": 1e3 * float(np.percentile(times, 50)),
             "forget_predict_p95_ms": 1e3 * float(np.percentile(times, 95)),
+            "forget_p50_ms": 1e3 * float(np.percentile(forget_times, 50)),
+            "first_predict_p50_ms": 1e3 * float(np.percentile(predict_times, 50)),
             "forget_d0_hits": hits,
             "rebuild_s": rebuild_s,
             "load_avg": os.getloadavg()[0],
@@ -249,7 +257,11 @@ def main(argv: list[str] | None = None) -> int:
             "coordinator plus its LocalCluster processes (scheduler in-process, nannies, "
             "workers).",
             "forget + first predict: random rows forgotten one at a time, each followed by a "
-            "one-row predict; D° hits start a background rebuild on the cluster. rebuild_s: "
+            "one-row predict; D° hits start a background rebuild on the cluster. "
+            "forget_p50_ms and first_predict_p50_ms split the pair (the predict after a change "
+            "re-derives each instance's served content: α and λ from the flat tables' totals "
+            "and their D° probes). schema_rows: |D°| of instance 0 (≈ ρ·n), the number of "
+            "probes each instance's tables keep. rebuild_s: "
             "the rebuild after forgetting one D° row of instance 0 (schema trained on the "
             "coordinator, row work on the workers).",
         ]
