@@ -26,8 +26,9 @@ from threadpoolctl import ThreadpoolController
 BLOCK_ROWS = 1024
 SERVE_BLOCK_ROWS = 64
 
-_CONTROLLER: ThreadpoolController | None = None
-_LIMITER = None
+_BLAS: list | None = None
+"""The BLAS libraries loaded when first limited (threadpoolctl's per-library controllers)."""
+_SAVED: list[int] = []
 _DEPTH = 0
 _LOCK = threading.Lock()
 
@@ -44,23 +45,30 @@ def one_blas_thread() -> Iterator[None]:
 
     Re-entrant and cheap when nested: BLAS's thread count is process-wide, so the first
     caller limits it and the last one restores it (the engine wraps a whole forget or
-    prediction; the row-wise calls inside then cost a counter, not a threadpoolctl call).
+    prediction; the row-wise calls inside then cost a counter). The libraries' own
+    ``set_num_threads`` are called directly: threadpoolctl's ``limit()`` re-reads every
+    library's state and cost ~30 µs per forget or prediction.
     """
-    global _CONTROLLER, _LIMITER, _DEPTH
+    global _BLAS, _DEPTH
     with _LOCK:
         if _DEPTH == 0:
-            if _CONTROLLER is None:
-                _CONTROLLER = ThreadpoolController()
-            _LIMITER = _CONTROLLER.limit(limits=1, user_api="blas")
+            if _BLAS is None:
+                controller = ThreadpoolController()
+                _BLAS = [lib for lib in controller.lib_controllers if lib.user_api == "blas"]
+            _SAVED[:] = [lib.get_num_threads() for lib in _BLAS]
+            for lib, n in zip(_BLAS, _SAVED, strict=True):
+                if n != 1:
+                    lib.set_num_threads(1)
         _DEPTH += 1
     try:
         yield
     finally:
         with _LOCK:
             _DEPTH -= 1
-            if _DEPTH == 0 and _LIMITER is not None:
-                _LIMITER.restore_original_limits()
-                _LIMITER = None
+            if _DEPTH == 0:
+                for lib, n in zip(_BLAS, _SAVED, strict=True):
+                    if n != 1:
+                        lib.set_num_threads(n)
 
 
 def rowwise(

@@ -40,6 +40,8 @@ from .schema import SchemaConfig
 from .schema.membership import derive_key, id_bytes, key_fingerprint
 from .snapshots import ModelSnapshot
 
+_DIRECT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+"""Input dtypes a fitted model's predict/insert validate without scikit-learn (see _check_X)."""
 MIN_SCHEMA_ROWS = 50
 """``min_schema_rows="auto"``: D° keeps at least max(50, 5 · classes) labeled rows."""
 MIN_SCHEMA_ROWS_PER_CLASS = 5
@@ -198,8 +200,28 @@ class _QSSBase(BaseEstimator):
         return np.ascontiguousarray(X32)
 
     def _check_X(self, X: Any, n_features: int | None = None) -> np.ndarray:
-        """Features for a fitted model (predict, insert): validated against the fit."""
-        check_is_fitted(self)
+        """Features for a fitted model (predict, insert): validated against the fit.
+
+        A plain finite float ndarray of the fitted width — what a service or a pipeline passes
+        — takes a direct path: scikit-learn's ``validate_data`` costs ~0.3 ms a call, half the
+        time of a one-row prediction. The result is the array ``validate_data`` would give
+        (float64, then float32: for float32 input the round trip is the identity); anything
+        else, including every input that is invalid, goes through ``validate_data`` and gets
+        its messages.
+        """
+        if "engine_" not in self.__dict__:
+            check_is_fitted(self)
+        if (
+            type(X) is np.ndarray
+            and X.ndim == 2
+            and X.dtype in _DIRECT_DTYPES
+            and X.shape[0] >= 1
+            and X.shape[1] == self.n_features_in_
+            and "feature_names_in_" not in self.__dict__
+        ):
+            X32 = X.astype(np.float32)
+            if np.isfinite(X32).all():
+                return X32  # astype copies: C-contiguous, never the caller's array
         return self._validate_X(X, reset=False)
 
     @staticmethod
