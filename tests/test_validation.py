@@ -182,3 +182,20 @@ def test_secret_key_never_appears_in_repr():
     model = QSSClassifier(secret_key=b"hunter2-very-secret")
     assert "hunter2" not in repr(model)
     assert model.secret_key == b"hunter2-very-secret"
+
+
+def test_direct_input_path_matches_validate_data(fitted):
+    """Plain float arrays skip scikit-learn's validate_data when predicting; they must give the
+    same array it would, and every other input must still get its checks and messages."""
+    model, X, _ = fitted
+    for batch in (X[:5].astype(np.float64), X[:5].astype(np.float32), X[:1] * 1e30):
+        fast = model._check_X(batch)
+        slow = model._validate_X(batch, reset=False)
+        assert fast.dtype == slow.dtype == np.float32 and np.array_equal(fast, slow)
+        assert fast is not batch
+    assert np.array_equal(model.predict_proba(X[:5].tolist()), model.predict_proba(X[:5]))
+    for bad in (np.full((1, X.shape[1]), np.nan), X[:1] * 1e300, np.zeros((1, X.shape[1] + 1))):
+        with pytest.raises(ValueError):
+            model.predict(bad)
+    with pytest.raises(ValueError, match="NaN"):
+        model.predict(np.full((2, X.shape[1]), np.nan))
