@@ -387,10 +387,11 @@ class RowStore:
         for p in pos:
             del self.position[self.ids[p]]
         new_size = self.size - pos.size
-        doomed = np.zeros(self.size, dtype=bool)
-        doomed[pos] = True
         holes = pos[pos < new_size]
-        fillers = np.flatnonzero(~doomed[new_size:]) + new_size
+        # the surviving rows of the tail fill the holes: O(batch), no O(n) mask (at 10 M rows
+        # a mask of every row cost more than the rest of a one-row forget)
+        tail = np.arange(new_size, self.size, dtype=np.intp)
+        fillers = tail[~np.isin(tail, pos, assume_unique=True)]
         arrays = self._row_arrays() + [
             a for field in self._instance_fields() for a in field if a is not None
         ]
