@@ -339,3 +339,171 @@ def test_probe_terms_of_empty_cells(compiled, grid) -> None:
     got = t._probe_terms(qualified, qualified)
     assert np.array_equal(got, t._probe_terms_numpy(qualified))
     assert got.any()
+
+
+# -- incremental and deferred updates ------------------------------------------------------
+
+
+def _probe_square_by_masks(t: FlatTables, g: int) -> float | None:
+    """``FlatTables.probe_square`` as first written (boolean masks over the probe sums): the
+    cached float copies must give these very floats."""
+    if t.probe_cells is None:
+        return None
+    from forgetting.content.tables import MEAN_BITS, loss_bits, square_bits
+
+    k, T = t.n_outputs, t.n_tables
+    average = per_table = 0.0
+    for b in (0, 1):
+        mine = t.probe_folds == b
+        n_probes = int(mine.sum())
+        if n_probes == 0:
+            return None
+        weight = float(t.counts[b, 0].sum()) / n_probes
+        m = t.probe_sums[g][mine, :k].astype(np.float64) * (2.0**-MEAN_BITS / T)
+        average += float(np.einsum("ij,ij->", m, m)) * weight
+        q = t.probe_sums[g][mine, k].astype(np.float64) * (2.0 ** -square_bits(t.scale_bits) / T)
+        per_table += float(q.sum()) * weight
+    exact_per_table = float(t.square[g]) * 2.0 ** -loss_bits(t.scale_bits) / T
+    if per_table <= 0.0:
+        return average
+    return exact_per_table * average / per_table
+
+
+def _history_rows(rng, n, T, C, k, scale_bits=32):
+    codes = rng.integers(0, C, (n, T)).astype(np.uint16)
+    bound = 2**scale_bits if scale_bits >= 32 else 2 ** (scale_bits + 10)
+    residuals = rng.integers(-bound, bound, (n, k))
+    folds = rng.integers(0, 2, n)
+    return codes, residuals, folds
+
+
+@pytest.mark.parametrize("scale_bits", [CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS])
+def test_incremental_updates_equal_numpy_and_a_fresh_build(compiled, scale_bits: int) -> None:
+    """Single rows, small batches and bulk batches (deferred totals) in any mix: the compiled
+    update, the numpy update and a build from the remaining rows hold the same integers, and
+    (α, λ), the gain and every probe square are the same floats as the mask formula's."""
+    rng = np.random.default_rng(scale_bits)
+    T, C, k, n = 16, 256, 3, 6000
+    codes, residuals, folds = _history_rows(rng, n, T, C, k, scale_bits)
+    probes = rng.choice(n, 60, replace=False)
+
+    def history():
+        t = FlatTables.empty(T, C, k, scale_bits)
+        t.set_probes(codes[probes], folds[probes])
+        t.add(codes, residuals, folds)
+        states = []
+        gone = rng_h = np.random.default_rng(1).permutation(n)
+        start = 0
+        for size in (1, 1, 2, 7, 64, 1, 200, 1, 3, 3000, 1, 5):
+            part = gone[start : start + size]
+            t.subtract(codes[part], residuals[part], folds[part])
+            states.append((t.best("auto", "auto"), [t.probe_square(g) for g in range(4)]))
+            start += size
+        back = gone[:9]
+        t.add(codes[back], residuals[back], folds[back])
+        states.append((t.best("auto", "auto"), [t.probe_square(g) for g in range(4)]))
+        del rng_h
+        return t, states, np.sort(np.concatenate([gone[start:], back]))
+
+    a, states_a, keep = history()
+    b, states_b, _ = _with("numpy", history)
+    assert a.equals(b)
+    assert states_a == states_b
+    ref = FlatTables.empty(T, C, k, scale_bits)
+    ref.add(codes[keep], residuals[keep], folds[keep])
+    ref.set_probes(codes[probes], folds[probes])
+    assert a.equals(ref)
+    for g in range(4):
+        assert a.probe_square(g) == _probe_square_by_masks(ref, g)
+        assert b.probe_square(g) == _probe_square_by_masks(ref, g)
+    assert a.best("auto", "auto") == ref.best("auto", "auto")
+
+
+def test_probe_squares_follow_every_step(compiled) -> None:
+    """After each one-row change the kept float copies give the mask formula's floats."""
+    rng = np.random.default_rng(21)
+    T, C, k, n = 8, 64, 4, 3000
+    codes, residuals, folds = _history_rows(rng, n, T, C, k)
+    t = FlatTables.empty(T, C, k, 32)
+    t.add(codes, residuals, folds)
+    t.set_probes(codes[:80], folds[:80])
+    for i in range(100, 160):
+        t.subtract(codes[i : i + 1], residuals[i : i + 1], folds[i : i + 1])
+        assert [t.probe_square(g) for g in range(4)] == [
+            _probe_square_by_masks(t, g) for g in range(4)
+        ]
+
+
+def test_bulk_updates_defer_the_totals(compiled) -> None:
+    """A fit's add (and a batch of ≥ C/2 rows) only scatters; the totals computed when read
+    are those of updating them step by step."""
+    rng = np.random.default_rng(22)
+    T, C, k, n = 8, 64, 3, 2000
+    codes, residuals, folds = _history_rows(rng, n, T, C, k)
+    t = FlatTables.empty(T, C, k, 32)
+    t.set_probes(codes[:30], folds[:30])
+    t.add(codes, residuals, folds)
+    assert not t._totals_fresh and not t._probes_fresh
+    stepwise = FlatTables.empty(T, C, k, 32)
+    stepwise.rebuild_totals()  # fresh: every add below is incremental
+    stepwise.set_probes(codes[:30], folds[:30])
+    for i in range(0, n, 25):
+        stepwise.add(codes[i : i + 25], residuals[i : i + 25], folds[i : i + 25])
+    assert stepwise._totals_fresh and stepwise._probes_fresh
+    assert t.equals(stepwise)
+    t.subtract(codes[:40], residuals[:40], folds[:40])  # 40 ≥ C/2: deferred again
+    assert not t._totals_fresh
+    stepwise.subtract(codes[:40], residuals[:40], folds[:40])
+    assert t.equals(stepwise)
+    assert t.n_rows == stepwise.n_rows == n - 40
+
+
+def test_scatter_codes_rejects_bad_cells_and_folds(compiled) -> None:
+    T, C, k = 4, 8, 2
+    for codes, folds in (
+        (np.full((3, T), C, np.int64), np.zeros(3, np.int64)),
+        (np.full((3, T), -1, np.int64), np.zeros(3, np.int64)),
+        (np.zeros((3, T), np.int64), np.array([0, 2, 1])),
+    ):
+        for fresh in (False, True):
+            t = FlatTables.empty(T, C, k, 32)
+            if fresh:
+                t.rebuild_totals()
+            with pytest.raises(IndexError):
+                t.add(codes, np.ones((3, k), np.int64), folds)
+            assert not t.sums.any() and not t.counts.any()
+
+
+def test_all_terms_and_probe_sums_equal_numpy(compiled) -> None:
+    """The one-pass totals and probe sums (compiled) equal numpy's terms summed."""
+    rng = np.random.default_rng(23)
+    for scale_bits in (CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS):
+        for kind in ("typical", "limits", "sparse", "beyond"):
+            t = _random_tables(rng, scale_bits, SHRINKAGE_GRID, kind)
+            t.set_probes(rng.integers(0, t.n_cells, (50, t.n_tables)), rng.integers(0, 2, 50))
+            compiled_state = (list(t.cross), list(t.square), t.probe_sums.copy())
+            u = _with("numpy", lambda t=t: _recomputed(t))
+            assert compiled_state[0] == u.cross and compiled_state[1] == u.square, kind
+            assert np.array_equal(compiled_state[2], u.probe_sums), kind
+
+
+def _recomputed(t: FlatTables) -> FlatTables:
+    u = FlatTables(t.sums.copy(), t.counts.copy(), t.scale_bits, t.grid)
+    u.rebuild_totals()
+    u.set_probes(t.probe_cells - np.arange(t.n_tables) * t.n_cells, t.probe_folds)
+    _ = u.probe_sums
+    return u
+
+
+def test_copy_keeps_what_was_computed(compiled) -> None:
+    rng = np.random.default_rng(24)
+    codes, residuals, folds = _history_rows(rng, 500, 4, 32, 2)
+    t = FlatTables.empty(4, 32, 2, 32)
+    t.set_probes(codes[:10], folds[:10])
+    t.add(codes, residuals, folds)
+    stale = t.copy()
+    assert t.best("auto", "auto") == stale.best("auto", "auto")
+    fresh = t.copy()
+    assert fresh._totals_fresh and fresh.equals(t)
+    fresh.subtract(codes[:1], residuals[:1], folds[:1])
+    assert not fresh.equals(t)

@@ -72,86 +72,118 @@ def scatter_rows(target, flat, values, T) -> bool:
     return True
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def cell_terms(sums, counts, cells, grid, scale, unit, cross, square) -> bool:
-    """The cross-fit terms of ``FlatTables._terms``: for cell c, λ_g and fold a (b = 1 − a),
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _cell_terms_into(sums, counts, c, grid, scale, unit, s0, s1, cross, square, sign) -> bool:
+    """Add ``sign`` × the cross-fit terms of table-major cell ``c`` to ``cross``/``square``
+    (G,): for λ_g and fold a (b = 1 − a),
 
         μ = (S_a · scale) / (n_a + λ_g)
         cross  += rint(((S_b · scale) · μ) · unit)
         square += rint(((n_b · μ) · μ) · unit)
 
     summed over both folds and every output as int64 (in another order than numpy's, which
-    integer sums do not see). ``sums`` (2, cells, k), ``counts`` (2, cells); results in
-    ``cross``/``square`` (m, G). False when a rounded term is not finite or not below 2^63
-    in magnitude: the numpy cast is platform-defined there, so numpy decides. The range test
-    is a flag, not an early exit, and out-of-range values are replaced by 0 before the cast,
-    so the loop over outputs has no branch and compiles to vector instructions (~2× faster).
-    """
+    integer sums do not see). ``s0``/``s1`` are scratch (k,). False when a rounded term is
+    not finite or not below 2^63 in magnitude: the numpy cast is platform-defined there, so
+    numpy decides. The range test is a flag, not an early exit, and out-of-range values are
+    replaced by 0 before the cast, so the loop over outputs has no branch and compiles to
+    vector instructions (~2× faster). The one definition of these terms in compiled code:
+    :func:`cell_terms` and :func:`update_cells` both call it."""
     k = sums.shape[2]
-    m = cells.shape[0]
     G = grid.shape[0]
+    n0 = np.float64(counts[0, c])
+    n1 = np.float64(counts[1, c])
+    for j in range(k):
+        s0[j] = np.float64(sums[0, c, j]) * scale
+        s1[j] = np.float64(sums[1, c, j]) * scale
+    ok = True
+    for g in range(G):
+        d0 = n0 + grid[g]
+        d1 = n1 + grid[g]
+        total_c = np.int64(0)
+        total_s = np.int64(0)
+        for j in range(k):
+            mu0 = s0[j] / d0  # fold 0's mean, scored on fold 1's rows
+            mu1 = s1[j] / d1
+            x0 = np.rint(s1[j] * mu0 * unit)
+            y0 = np.rint(n1 * mu0 * mu0 * unit)
+            x1 = np.rint(s0[j] * mu1 * unit)
+            y1 = np.rint(n0 * mu1 * mu1 * unit)
+            in0 = (x0 >= -_INT64_LIMIT) & (x0 < _INT64_LIMIT)
+            in0 = in0 & (y0 >= -_INT64_LIMIT) & (y0 < _INT64_LIMIT)
+            in1 = (x1 >= -_INT64_LIMIT) & (x1 < _INT64_LIMIT)
+            in1 = in1 & (y1 >= -_INT64_LIMIT) & (y1 < _INT64_LIMIT)
+            ok = ok & in0 & in1
+            total_c += np.int64(x0 if in0 else 0.0) + np.int64(x1 if in1 else 0.0)
+            total_s += np.int64(y0 if in0 else 0.0) + np.int64(y1 if in1 else 0.0)
+        if sign > 0:
+            cross[g] += total_c
+            square[g] += total_s
+        else:
+            cross[g] -= total_c
+            square[g] -= total_s
+    return ok
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def cell_terms(sums, counts, cells, grid, scale, unit, cross, square) -> bool:
+    """The cross-fit terms of ``FlatTables._terms`` (:func:`_cell_terms_into`) of table-major
+    cells ``cells``: ``sums`` (2, cells, k), ``counts`` (2, cells); results in
+    ``cross``/``square`` (m, G). False when a term leaves the int64 range (numpy decides)."""
+    k = sums.shape[2]
     s0 = np.empty(k, dtype=np.float64)  # S · scale of one cell, fold 0
     s1 = np.empty(k, dtype=np.float64)  # and fold 1
     ok = True
-    for e in range(m):
-        c = cells[e]
-        n0 = np.float64(counts[0, c])
-        n1 = np.float64(counts[1, c])
+    for e in range(cells.shape[0]):
+        cross[e, :] = 0
+        square[e, :] = 0
+        ok = ok & _cell_terms_into(
+            sums, counts, cells[e], grid, scale, unit, s0, s1, cross[e], square[e], 1
+        )
+    return ok
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _probe_terms_into(flat_sums, flat_counts, q, grid, scale, mean_unit, square_unit, scaled, out):
+    """One probe entry's terms (``out`` (G, k + 1)) of fold-qualified cell ``q``: per λ_g,
+    μ = (S_q · scale) / (n_q + λ_g); out[g, j] = rint(μ_j · mean_unit) and
+    out[g, k] = Σ_j rint((μ_j · μ_j) · square_unit). False as :func:`_cell_terms_into`
+    (same branch-free range test). The one compiled definition of these terms."""
+    k = flat_sums.shape[1]
+    G = grid.shape[0]
+    n = np.float64(flat_counts[q])
+    for j in range(k):
+        scaled[j] = np.float64(flat_sums[q, j]) * scale
+    ok = True
+    for g in range(G):
+        denom = n + grid[g]
+        total = np.int64(0)
         for j in range(k):
-            s0[j] = np.float64(sums[0, c, j]) * scale
-            s1[j] = np.float64(sums[1, c, j]) * scale
-        for g in range(G):
-            d0 = n0 + grid[g]
-            d1 = n1 + grid[g]
-            total_c = np.int64(0)
-            total_s = np.int64(0)
-            for j in range(k):
-                mu0 = s0[j] / d0  # fold 0's mean, scored on fold 1's rows
-                mu1 = s1[j] / d1
-                x0 = np.rint(s1[j] * mu0 * unit)
-                y0 = np.rint(n1 * mu0 * mu0 * unit)
-                x1 = np.rint(s0[j] * mu1 * unit)
-                y1 = np.rint(n0 * mu1 * mu1 * unit)
-                in0 = (x0 >= -_INT64_LIMIT) & (x0 < _INT64_LIMIT)
-                in0 = in0 & (y0 >= -_INT64_LIMIT) & (y0 < _INT64_LIMIT)
-                in1 = (x1 >= -_INT64_LIMIT) & (x1 < _INT64_LIMIT)
-                in1 = in1 & (y1 >= -_INT64_LIMIT) & (y1 < _INT64_LIMIT)
-                ok = ok & in0 & in1
-                total_c += np.int64(x0 if in0 else 0.0) + np.int64(x1 if in1 else 0.0)
-                total_s += np.int64(y0 if in0 else 0.0) + np.int64(y1 if in1 else 0.0)
-            cross[e, g] = total_c
-            square[e, g] = total_s
+            mu = scaled[j] / denom
+            x = np.rint(mu * mean_unit)
+            y = np.rint(mu * mu * square_unit)
+            inside = (x >= -_INT64_LIMIT) & (x < _INT64_LIMIT)
+            inside = inside & (y >= -_INT64_LIMIT) & (y < _INT64_LIMIT)
+            ok = ok & inside
+            out[g, j] = np.int64(x if inside else 0.0)
+            total += np.int64(y if inside else 0.0)
+        out[g, k] = total
     return ok
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def probe_terms(flat_sums, flat_counts, qualified, grid, scale, mean_unit, square_unit, out):
-    """``FlatTables._probe_terms``: per λ_g and entry e (a fold-qualified cell q),
-    μ = (S_q · scale) / (n_q + λ_g); out[g, e, j] = rint(μ_j · mean_unit) and
-    out[g, e, k] = Σ_j rint((μ_j · μ_j) · square_unit). False as :func:`cell_terms` (same
-    branch-free range test)."""
+    """``FlatTables._probe_terms``: out[:, e, :] = the terms (:func:`_probe_terms_into`) of
+    fold-qualified cell ``qualified[e]``. False when a term leaves the int64 range."""
     k = flat_sums.shape[1]
     G = grid.shape[0]
     scaled = np.empty(k, dtype=np.float64)  # S · scale of one cell
+    one = np.empty((G, k + 1), dtype=np.int64)
     ok = True
     for e in range(qualified.shape[0]):
-        q = qualified[e]
-        n = np.float64(flat_counts[q])
-        for j in range(k):
-            scaled[j] = np.float64(flat_sums[q, j]) * scale
-        for g in range(G):
-            denom = n + grid[g]
-            total = np.int64(0)
-            for j in range(k):
-                mu = scaled[j] / denom
-                x = np.rint(mu * mean_unit)
-                y = np.rint(mu * mu * square_unit)
-                inside = (x >= -_INT64_LIMIT) & (x < _INT64_LIMIT)
-                inside = inside & (y >= -_INT64_LIMIT) & (y < _INT64_LIMIT)
-                ok = ok & inside
-                out[g, e, j] = np.int64(x if inside else 0.0)
-                total += np.int64(y if inside else 0.0)
-            out[g, e, k] = total
+        ok = ok & _probe_terms_into(
+            flat_sums, flat_counts, qualified[e], grid, scale, mean_unit, square_unit, scaled, one
+        )
+        out[:, e, :] = one
     return ok
 
 
@@ -169,4 +201,262 @@ def add_rows_at(target, index, values) -> bool:
             r = index[e]
             for j in range(K):
                 target[g, r, j] += values[g, e, j]
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _codes_valid(codes, folds, C) -> bool:
+    n, T = codes.shape
+    for i in range(n):
+        if folds[i] != 0 and folds[i] != 1:
+            return False
+        for t in range(T):
+            if codes[i, t] < 0 or codes[i, t] >= C:
+                return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter(sums, counts, codes, folds, values, negate) -> None:
+    n, T = codes.shape
+    C = sums.shape[1] // T
+    k = values.shape[1]
+    for t in range(T):  # table by table: one table's cells stay in cache
+        base = t * C
+        for i in range(n):
+            f = folds[i]
+            r = base + codes[i, t]
+            if negate:
+                for j in range(k):
+                    sums[f, r, j] -= values[i, j]
+                counts[f, r] -= 1
+            else:
+                for j in range(k):
+                    sums[f, r, j] += values[i, j]
+                counts[f, r] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def scatter_codes(sums, counts, codes, folds, values, negate) -> bool:
+    """sums[f_i, t·C + c_it, :] ±= values[i, :] and counts[f_i, t·C + c_it] ±= 1 for every
+    row i and table t (− when ``negate``): the flat tables' ``add``/``subtract`` straight
+    from the cell codes (n, T) and folds (n,), without the int64 index temporaries numpy
+    needs (int64 arithmetic wraps like numpy's, and a − v ≡ a + (−v) mod 2^64). ``sums``
+    (2, T·C, k), ``counts`` (2, T·C). False, with nothing written, when a code lies outside
+    0..C−1 or a fold is not 0 or 1."""
+    T = codes.shape[1]
+    if T == 0 or sums.shape[1] % T != 0:
+        return False
+    if not _codes_valid(codes, folds, sums.shape[1] // T):
+        return False
+    _scatter(sums, counts, codes, folds, values, negate)
+    return True
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def total_terms(sums, counts, chunk, grid, scale, unit, cross, square) -> bool:
+    """Per block of ``chunk`` consecutive cells and λ_g: cross[b, g] / square[b, g] = Σ over
+    the block's cells of :func:`_cell_terms_into` (int64, wrapping as numpy's sum of the
+    block's terms would), without materializing per-cell terms. ``sums`` (2, cells, k),
+    ``cross``/``square`` (⌈cells / chunk⌉, G). False when a term leaves the int64 range
+    (numpy decides)."""
+    k = sums.shape[2]
+    s0 = np.empty(k, dtype=np.float64)
+    s1 = np.empty(k, dtype=np.float64)
+    cross[:, :] = 0
+    square[:, :] = 0
+    ok = True
+    for b in range(cross.shape[0]):
+        row_c = cross[b]
+        row_s = square[b]
+        for c in range(b * chunk, min((b + 1) * chunk, sums.shape[1])):
+            ok = ok & _cell_terms_into(sums, counts, c, grid, scale, unit, s0, s1, row_c, row_s, 1)
+    return ok
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def all_probe_terms(flat_sums, flat_counts, qualified, grid, scale, mean_unit, square_unit, out):
+    """out[:, p, :] = Σ_t the terms (:func:`_probe_terms_into`) of probe p's fold-qualified
+    cells ``qualified[p, t]`` (int64 sums): ``set_probes`` in one pass. ``out`` (G, m, k + 1)
+    is overwritten. False when a term leaves the int64 range or an index is out of bounds."""
+    m, T = qualified.shape
+    R = flat_sums.shape[0]
+    for p in range(m):
+        for t in range(T):
+            if qualified[p, t] < 0 or qualified[p, t] >= R:
+                return False
+    k = flat_sums.shape[1]
+    G = grid.shape[0]
+    scaled = np.empty(k, dtype=np.float64)
+    one = np.empty((G, k + 1), dtype=np.int64)
+    out[:, :, :] = 0
+    ok = True
+    for p in range(m):
+        for t in range(T):
+            ok = ok & _probe_terms_into(
+                flat_sums,
+                flat_counts,
+                qualified[p, t],
+                grid,
+                scale,
+                mean_unit,
+                square_unit,
+                scaled,
+                one,
+            )
+            for g in range(G):
+                for j in range(k + 1):
+                    out[g, p, j] += one[g, j]
+    return ok
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def update_cells(
+    sums,
+    counts,
+    codes,
+    folds,
+    values,
+    negate,
+    grid,
+    scale,
+    loss_unit,
+    probe_start,
+    probe_of,
+    probe_sums,
+    mean_unit,
+    square_unit,
+    probe_pos,
+    probe_means,
+    probe_squares,
+    mean_scale,
+    square_scale,
+    marks,
+    out,
+) -> bool:
+    """A whole incremental ``FlatTables`` update in one call, for a few rows: the scatter
+    (:func:`scatter_codes`), the change of the cross-fit totals (new − old terms of every
+    touched table-major cell, :func:`_cell_terms_into`) and of the probe sums (new − old terms
+    of every probe entry whose out-of-fold cell was touched, :func:`_probe_terms_into`).
+
+    The same integers as the numpy path: the same per-cell and per-entry terms, summed as
+    int64 (exact in any order). The probe entries of fold-qualified cell q are
+    ``probe_of[probe_start[q]:probe_start[q + 1]]`` (their probes); ``marks`` is a zeroed
+    uint8 scratch of 2·T·C entries (zeroed again on return). The float copies
+    ``probe_means`` (G, m, k) and ``probe_squares`` (G, m) of the changed probes' sums are
+    refreshed at their rows ``probe_pos[p]`` (float64(sum) · scale: numpy's ``astype``
+    then product). ``out`` (2G + 3) receives Δcross (G), Δsquare (G), the rows in fold 1,
+    and whether fold-0 / fold-1 probes changed. False, with the tables as they were, when
+    an index is invalid or a term leaves the int64 range (numpy decides).
+    """
+    n, T = codes.shape
+    TC = sums.shape[1]
+    if T == 0 or TC % T != 0:
+        return False
+    C = TC // T
+    if not _codes_valid(codes, folds, C):
+        return False
+    k = sums.shape[2]
+    G = grid.shape[0]
+    flat_sums = sums.reshape((2 * TC, k))
+    flat_counts = counts.reshape(2 * TC)
+    # the touched fold-qualified cells (bit 1) and table-major cells (bit 2), each once
+    quals = np.empty(n * T, dtype=np.int64)
+    cells = np.empty(n * T, dtype=np.int64)
+    nq = 0
+    nc = 0
+    ones = 0
+    for i in range(n):
+        f = np.int64(folds[i])
+        ones += f
+        for t in range(T):
+            c = t * C + np.int64(codes[i, t])
+            q = f * TC + c
+            if marks[q] & 1 == 0:
+                marks[q] |= 1
+                quals[nq] = q
+                nq += 1
+            if marks[c] & 2 == 0:
+                marks[c] |= 2
+                cells[nc] = c
+                nc += 1
+    for e in range(nq):
+        marks[quals[e]] = 0
+    for e in range(nc):
+        marks[cells[e]] = 0
+    # the probe entries living in a touched fold-qualified cell
+    total = 0
+    for e in range(nq):
+        total += probe_start[quals[e] + 1] - probe_start[quals[e]]
+    entries = np.empty(total, dtype=np.int64)  # entry x: probe probe_of[x]
+    entry_cell = np.empty(total, dtype=np.int64)  # and its fold-qualified cell
+    m = 0
+    for e in range(nq):
+        for x in range(probe_start[quals[e]], probe_start[quals[e] + 1]):
+            entries[m] = x
+            entry_cell[m] = quals[e]
+            m += 1
+    s0 = np.empty(k, dtype=np.float64)
+    s1 = np.empty(k, dtype=np.float64)
+    d_cross = np.zeros(G, dtype=np.int64)
+    d_square = np.zeros(G, dtype=np.int64)
+    old = np.empty((m, G, k + 1), dtype=np.int64)
+    ok = True
+    for e in range(nc):
+        ok = ok & _cell_terms_into(
+            sums, counts, cells[e], grid, scale, loss_unit, s0, s1, d_cross, d_square, -1
+        )
+    for e in range(m):
+        ok = ok & _probe_terms_into(
+            flat_sums,
+            flat_counts,
+            entry_cell[e],
+            grid,
+            scale,
+            mean_unit,
+            square_unit,
+            s0,
+            old[e],
+        )
+    if not ok:
+        return False
+    _scatter(sums, counts, codes, folds, values, negate)
+    for e in range(nc):
+        ok = ok & _cell_terms_into(
+            sums, counts, cells[e], grid, scale, loss_unit, s0, s1, d_cross, d_square, 1
+        )
+    new = np.empty((m, G, k + 1), dtype=np.int64)
+    for e in range(m):
+        ok = ok & _probe_terms_into(
+            flat_sums,
+            flat_counts,
+            entry_cell[e],
+            grid,
+            scale,
+            mean_unit,
+            square_unit,
+            s0,
+            new[e],
+        )
+    if not ok:
+        _scatter(sums, counts, codes, folds, values, not negate)  # undo: exact integers
+        return False
+    out[2 * G + 1] = 0
+    out[2 * G + 2] = 0
+    for e in range(m):
+        x = entries[e]
+        p = probe_of[x]
+        r = probe_pos[p]
+        for g in range(G):
+            for j in range(k + 1):
+                probe_sums[g, p, j] += new[e, g, j] - old[e, g, j]
+            for j in range(k):
+                probe_means[g, r, j] = np.float64(probe_sums[g, p, j]) * mean_scale
+            probe_squares[g, r] = np.float64(probe_sums[g, p, k]) * square_scale
+        # the probe's own fold is the other one than its out-of-fold cell's
+        out[2 * G + 2 - entry_cell[e] // TC] = 1
+    for g in range(G):
+        out[g] = d_cross[g]
+        out[G + g] = d_square[g]
+    out[2 * G] = ones
     return True

@@ -32,7 +32,7 @@ cross-fitted on the average with all rows in sight.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -62,23 +62,49 @@ def loss_bits(scale_bits: int) -> int:
     return 24 if scale_bits >= 32 else 12
 
 
-@dataclass
 class FlatTables:
     """Per fold: residual sums ``sums`` (2, T, C, k) int64 and counts ``counts`` (2, T, C),
-    plus the exact cross-fit totals per shrinkage value of ``grid``."""
+    plus the exact cross-fit totals per shrinkage value of ``grid``.
 
-    sums: np.ndarray
-    counts: np.ndarray
-    scale_bits: int
-    grid: tuple[float, ...] = SHRINKAGE_GRID
-    cross: list[int] = field(default_factory=list)
-    square: list[int] = field(default_factory=list)
-    probe_cells: np.ndarray | None = None
-    probe_folds: np.ndarray | None = None
-    probe_sums: np.ndarray | None = None
-    _probe_index: tuple[np.ndarray, np.ndarray] | None = field(
-        default=None, compare=False, repr=False
-    )
+    Derived state — the totals ``cross``/``square``, the probe sums ``probe_sums`` and the
+    per-fold row counts — is an integer function of the cells, so it is computed when first
+    read after a bulk change (a fit's or a batch's scatter, :meth:`set_probes` on tables not
+    summed yet) and updated by difference after a small one: the same integers either way
+    (a fresh build's), at the cost of one pass over the cells once instead of per-chunk work
+    that a chunked build's reduction throws away. Code that writes ``sums``/``counts`` in place
+    calls :meth:`rebuild_totals` (and :meth:`set_probes`) afterwards, as before.
+    """
+
+    def __init__(
+        self,
+        sums: np.ndarray,
+        counts: np.ndarray,
+        scale_bits: int,
+        grid: tuple[float, ...] = SHRINKAGE_GRID,
+        cross: list[int] | None = None,
+        square: list[int] | None = None,
+        probe_cells: np.ndarray | None = None,
+        probe_folds: np.ndarray | None = None,
+        probe_sums: np.ndarray | None = None,
+    ):
+        self.sums = sums
+        self.counts = counts
+        self.scale_bits = scale_bits
+        self.grid = grid
+        self._totals_fresh = cross is not None and square is not None
+        self._cross = list(cross) if cross is not None else []
+        self._square = list(square) if square is not None else []
+        self._fold_rows: list[int] = []
+        if self._totals_fresh:
+            self._fold_rows = self._count_fold_rows()
+        self.probe_cells = probe_cells
+        self.probe_folds = probe_folds
+        self._probe_sums = probe_sums
+        self._probes_fresh = probe_cells is None or probe_sums is not None
+        self._probe_index: tuple[np.ndarray, np.ndarray] | None = None
+        self._probe_start: np.ndarray | None = None
+        self._floats: _ProbeFloats | None = None
+        self._marks: np.ndarray | None = None
 
     @classmethod
     def empty(
@@ -89,13 +115,13 @@ class FlatTables:
         scale_bits: int,
         grid: tuple[float, ...] = SHRINKAGE_GRID,
     ) -> FlatTables:
+        """Tables with no rows; their totals are computed when first read (a chunk of a
+        build adds its rows and is summed into another table, never read)."""
         return cls(
             sums=np.zeros((2, n_tables, n_cells, n_outputs), dtype=np.int64),
             counts=np.zeros((2, n_tables, n_cells), dtype=np.int64),
             scale_bits=scale_bits,
             grid=tuple(float(g) for g in grid),
-            cross=[0] * len(grid),
-            square=[0] * len(grid),
         )
 
     @property
@@ -112,7 +138,117 @@ class FlatTables:
 
     @property
     def n_rows(self) -> int:
+        if self._totals_fresh:
+            return self._fold_rows[0] + self._fold_rows[1]
         return int(self.counts[:, 0].sum())
+
+    @property
+    def cross(self) -> list[int]:
+        """Σ over cells of the cross terms, per λ of the grid (exact Python ints)."""
+        self._refresh_totals()
+        return self._cross
+
+    @property
+    def square(self) -> list[int]:
+        """Σ over cells of the per-table square terms, per λ of the grid."""
+        self._refresh_totals()
+        return self._square
+
+    @property
+    def probe_sums(self) -> np.ndarray | None:
+        """Per λ, probe and output: Σ_t of the fixed-point out-of-fold means of the probe's
+        cells, and (last column) Σ_t of their squared norms; None without probes."""
+        self._refresh_probes()
+        return self._probe_sums
+
+    # -- derived state ------------------------------------------------------------------------
+    def _count_fold_rows(self) -> list[int]:
+        return [int(self.counts[0, 0].sum()), int(self.counts[1, 0].sum())]
+
+    def _refresh_totals(self) -> None:
+        if self._totals_fresh:
+            return
+        self._cross, self._square = self._all_terms()
+        self._fold_rows = self._count_fold_rows()
+        self._totals_fresh = True
+
+    def _all_terms(self) -> tuple[list[int], list[int]]:
+        """The totals from every cell: int64 sums per block of 2^16 cells, in one compiled
+        pass (no per-cell terms in memory) or from numpy's terms; added as Python ints."""
+        G = len(self.grid)
+        T, C = self.n_tables, self.n_cells
+        if min(self.grid, default=0.0) > 0.0 and not self.counts.any() and not self.sums.any():
+            return [0] * G, [0] * G  # empty cells have zero terms (λ > 0)
+        kernels = table_kernels(T * C * self.n_outputs)
+        if kernels is not None:
+            blocks = -(-(T * C) // _TOTALS_CHUNK)
+            cross = np.empty((blocks, G), dtype=np.int64)
+            square = np.empty((blocks, G), dtype=np.int64)
+            if kernels.total_terms(
+                self.sums.reshape(2, T * C, -1),
+                self.counts.reshape(2, T * C),
+                _TOTALS_CHUNK,
+                np.asarray(self.grid, dtype=np.float64),
+                2.0**-self.scale_bits,
+                2.0 ** loss_bits(self.scale_bits),
+                cross,
+                square,
+            ):
+                return (
+                    [sum(int(v) for v in cross[:, g]) for g in range(G)],
+                    [sum(int(v) for v in square[:, g]) for g in range(G)],
+                )
+        total_cross, total_square = [0] * G, [0] * G
+        cells = np.arange(T * C, dtype=np.int64)
+        for start in range(0, len(cells), _TOTALS_CHUNK):
+            c, s = self._terms(cells[start : start + _TOTALS_CHUNK])
+            for g in range(G):
+                total_cross[g] += int(c[:, g].sum())
+                total_square[g] += int(s[:, g].sum())
+        return total_cross, total_square
+
+    def _refresh_probes(self) -> None:
+        if self._probes_fresh:
+            return
+        self._probe_sums = self._all_probe_sums()
+        self._floats = None
+        self._probes_fresh = True
+
+    def _all_probe_sums(self) -> np.ndarray:
+        """:meth:`set_probes`' sums from every probe entry: one compiled pass adding each
+        probe's terms, or numpy's terms scattered with ``np.add.at`` (the same integers)."""
+        T, C = self.n_tables, self.n_cells
+        m = len(self.probe_folds)
+        qualified = (1 - self.probe_folds)[:, None] * (T * C) + self.probe_cells
+        out = np.zeros((len(self.grid), m, self.n_outputs + 1), dtype=np.int64)
+        kernels = table_kernels(m * T * self.n_outputs * len(self.grid))
+        if kernels is not None and m and T:
+            if kernels.all_probe_terms(
+                self.sums.reshape(2 * T * C, -1),
+                self.counts.reshape(-1),
+                np.ascontiguousarray(qualified, dtype=np.int64),
+                np.asarray(self.grid, dtype=np.float64),
+                2.0**-self.scale_bits,
+                2.0**MEAN_BITS,
+                2.0 ** square_bits(self.scale_bits),
+                out,
+            ):
+                return out
+            out[:] = 0
+        p = np.repeat(np.arange(m), T)
+        terms = self._probe_terms(p, qualified.ravel())
+        if kernels is None or not kernels.add_rows_at(
+            out, np.ascontiguousarray(p, dtype=np.int64), terms
+        ):
+            np.add.at(out, (slice(None), p), terms)
+        return out
+
+    def _mark_stale(self) -> None:
+        self._totals_fresh = False
+        self._fold_rows = []
+        self._floats = None
+        if self.probe_cells is not None:
+            self._probes_fresh = False
 
     # -- updates ----------------------------------------------------------------------------
     def add(self, codes: np.ndarray, residuals: np.ndarray, folds: np.ndarray) -> None:
@@ -124,16 +260,113 @@ class FlatTables:
         self._update(codes, residuals, folds, -1)
 
     def _update(self, codes, residuals, folds, sign: int) -> None:
+        """Bulk changes (tables whose totals are not computed yet, or at least C/2 rows, which
+        touch most cells) only scatter: the totals are recomputed from the cells when next read.
+        Small ones update the totals and probe sums by difference, in one compiled call when
+        the kernels are loaded (:func:`._table_kernels.update_cells`), else in numpy."""
         n = codes.shape[0]
         if n == 0:
             return
         if sign > 0 and self.n_rows + n > MAX_ROWS:
             raise OverflowError(f"more than {MAX_ROWS} rows cannot be accumulated exactly")
+        fresh = self._totals_fresh and self._probes_fresh
+        if not fresh or 2 * n >= self.n_cells:
+            self._scatter(codes, residuals, folds, sign)
+            self._mark_stale()
+            return
+        kernels = table_kernels(n * self.n_tables * self.n_outputs)
+        if kernels is not None and self._update_compiled(kernels, codes, residuals, folds, sign):
+            return
+        self._update_numpy(codes, residuals, folds, sign)
+
+    def _scatter(self, codes, residuals, folds, sign: int) -> None:
+        """sums and counts only (the totals are left for :meth:`_mark_stale`'s callers)."""
+        T, C = self.n_tables, self.n_cells
+        n = codes.shape[0]
+        kernels = table_kernels(n * T * self.n_outputs)
+        if kernels is not None:
+            codes_c, folds_c = _index_arrays(codes, folds)
+            if kernels.scatter_codes(
+                self.sums.reshape(2, T * C, -1),
+                self.counts.reshape(2, T * C),
+                codes_c,
+                folds_c,
+                np.ascontiguousarray(residuals, dtype=np.int64),
+                sign < 0,
+            ):
+                return
+        flat = self._flat(codes, folds)
+        values = np.asarray(residuals, dtype=np.int64)
+        _scatter_rows(self.sums.reshape(2 * T * C, -1), flat, -values if sign < 0 else values, T)
+        if n * T < _SPARSE_MIN_ENTRIES:
+            np.add.at(self.counts.reshape(-1), flat, sign)
+        else:
+            self.counts.reshape(-1)[:] += sign * np.bincount(flat, minlength=2 * T * C)
+
+    def _flat(self, codes, folds) -> np.ndarray:
+        """Fold-qualified cell ids f·T·C + t·C + c of every (row, table), row-major; an
+        IndexError for codes or folds outside the tables."""
         T, C = self.n_tables, self.n_cells
         codes = np.asarray(codes, dtype=np.int64)
         folds = np.asarray(folds, dtype=np.int64)
+        if codes.size and (codes.min() < 0 or codes.max() >= C):
+            raise IndexError("a cell code lies outside the tables")
+        if folds.size and (folds.min() < 0 or folds.max() > 1):
+            raise IndexError("a fold is not 0 or 1")
         cell = np.arange(T, dtype=np.int64)[None, :] * C + codes  # (n, T) table-major cell id
-        flat = (folds[:, None] * (T * C) + cell).ravel()
+        return (folds[:, None] * (T * C) + cell).ravel()
+
+    def _update_compiled(self, kernels, codes, residuals, folds, sign: int) -> bool:
+        T, C, k = self.n_tables, self.n_cells, self.n_outputs
+        G = len(self.grid)
+        floats = self._probe_floats()
+        if self._marks is None:
+            self._marks = np.zeros(2 * T * C, dtype=np.uint8)
+        start, probe_of = self._probe_csr()
+        out = np.empty(2 * G + 3, dtype=np.int64)
+        codes_c, folds_c = _index_arrays(codes, folds)
+        ok = kernels.update_cells(
+            self.sums.reshape(2, T * C, k),
+            self.counts.reshape(2, T * C),
+            codes_c,
+            folds_c,
+            np.ascontiguousarray(residuals, dtype=np.int64),
+            sign < 0,
+            floats.grid,
+            2.0**-self.scale_bits,
+            2.0 ** loss_bits(self.scale_bits),
+            start,
+            probe_of,
+            floats.probe_sums,
+            2.0**MEAN_BITS,
+            2.0 ** square_bits(self.scale_bits),
+            floats.position,
+            floats.means,
+            floats.squares,
+            2.0**-MEAN_BITS / T,
+            2.0 ** -square_bits(self.scale_bits) / T,
+            self._marks,
+            out,
+        )
+        if not ok:
+            return False
+        values = out.tolist()
+        for g in range(G):
+            self._cross[g] += values[g]
+            self._square[g] += values[G + g]
+        ones = values[2 * G]
+        self._fold_rows[0] += sign * (codes.shape[0] - ones)
+        self._fold_rows[1] += sign * ones
+        for b in (0, 1):
+            if values[2 * G + 1 + b]:
+                floats.forget_fold(b)
+        return True
+
+    def _update_numpy(self, codes, residuals, folds, sign: int) -> None:
+        """The incremental update in numpy: the definition :meth:`_update_compiled` follows."""
+        n = codes.shape[0]
+        T, C = self.n_tables, self.n_cells
+        flat = self._flat(codes, folds)
         small = n * T < _SPARSE_MIN_ENTRIES
         if small:
             touched_flat = np.unique(flat)
@@ -160,15 +393,19 @@ class FlatTables:
         d_cross = new_cross.sum(axis=0) - old_cross.sum(axis=0)  # exact int64
         d_square = new_square.sum(axis=0) - old_square.sum(axis=0)
         for g in range(len(self.grid)):
-            self.cross[g] += int(d_cross[g])
-            self.square[g] += int(d_square[g])
+            self._cross[g] += int(d_cross[g])
+            self._square[g] += int(d_square[g])
+        ones = int(np.count_nonzero(np.asarray(folds)))
+        self._fold_rows[0] += sign * (n - ones)
+        self._fold_rows[1] += sign * ones
         if probes[0].size:
             delta = self._probe_terms(*probes) - old_probe
             kernels = table_kernels(delta.size)
             if kernels is None or not kernels.add_rows_at(
-                self.probe_sums, np.ascontiguousarray(probes[0], dtype=np.int64), delta
+                self._probe_sums, np.ascontiguousarray(probes[0], dtype=np.int64), delta
             ):
-                np.add.at(self.probe_sums, (slice(None), probes[0]), delta)
+                np.add.at(self._probe_sums, (slice(None), probes[0]), delta)
+            self._floats = None
 
     # -- probes: the square term of the tables' average, estimated on D° ------------------
     def set_probes(self, probe_codes: np.ndarray, probe_folds: np.ndarray) -> None:
@@ -187,29 +424,45 @@ class FlatTables:
         )
         self.probe_folds = np.asarray(probe_folds, dtype=np.int64)
         self._probe_index = None
-        m = len(self.probe_folds)
-        self.probe_sums = np.zeros((len(self.grid), m, self.n_outputs + 1), dtype=np.int64)
-        p = np.repeat(np.arange(m), T)
-        cells = self.probe_cells.ravel()
-        other = 1 - self.probe_folds[p]
-        terms = self._probe_terms(p, other * (T * C) + cells)
-        kernels = table_kernels(terms.size)
-        if kernels is None or not kernels.add_rows_at(
-            self.probe_sums, np.ascontiguousarray(p, dtype=np.int64), terms
-        ):
-            np.add.at(self.probe_sums, (slice(None), p), terms)
+        self._probe_start = None
+        self._floats = None
+        self._probe_sums = None
+        self._probes_fresh = False
+        if self._totals_fresh:  # summed tables (a reduced build): computed now, off the
+            self._refresh_probes()  # serving path; fresh ones when first read
+
+    def _probe_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """The probe entries' fold-qualified out-of-fold cells, sorted, and their probes."""
+        if self._probe_index is None:
+            if self.probe_cells is None or len(self.probe_folds) == 0:
+                self._probe_index = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+            else:
+                T, C = self.n_tables, self.n_cells
+                qualified = ((1 - self.probe_folds)[:, None] * (T * C) + self.probe_cells).ravel()
+                order = np.argsort(qualified, kind="stable")
+                self._probe_index = (
+                    np.ascontiguousarray(qualified[order], dtype=np.int64),
+                    np.ascontiguousarray(order // T, dtype=np.int64),
+                )
+        return self._probe_index
+
+    def _probe_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """(start, probe): the probe entries of fold-qualified cell q are
+        probe[start[q]:start[q + 1]] — the compiled update's index (O(1) per touched cell)."""
+        if self._probe_start is None:
+            keys, _ = self._probe_keys()
+            T, C = self.n_tables, self.n_cells
+            start = np.zeros(2 * T * C + 1, dtype=np.int64)
+            np.cumsum(np.bincount(keys, minlength=2 * T * C), out=start[1:])
+            self._probe_start = start
+        return self._probe_start, self._probe_keys()[1]
 
     def _probe_hits(self, touched_flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(probe index, fold-qualified cell id) of the probe entries whose out-of-fold mean
         lives in one of the fold-qualified cells ``touched_flat``."""
         if self.probe_cells is None or len(self.probe_folds) == 0:
             return np.zeros(0, np.intp), np.zeros(0, np.int64)
-        if self._probe_index is None:
-            T, C = self.n_tables, self.n_cells
-            qualified = ((1 - self.probe_folds)[:, None] * (T * C) + self.probe_cells).ravel()
-            order = np.argsort(qualified, kind="stable")
-            self._probe_index = (qualified[order], order // T)
-        keys, probe_of = self._probe_index
+        keys, probe_of = self._probe_keys()
         lo = np.searchsorted(keys, touched_flat, side="left")
         hi = np.searchsorted(keys, touched_flat, side="right")
         sizes = hi - lo
@@ -277,24 +530,30 @@ class FlatTables:
         """
         if self.probe_cells is None:
             return None
-        k, T = self.n_outputs, self.n_tables
+        floats = self._probe_floats()
+        if min(floats.n_probes) == 0:
+            return None
         average = per_table = 0.0
         for b in (0, 1):
-            mine = self.probe_folds == b
-            n_probes = int(mine.sum())
-            if n_probes == 0:
-                return None
-            weight = float(self.counts[b, 0].sum()) / n_probes
-            m = self.probe_sums[g][mine, :k].astype(np.float64) * (2.0**-MEAN_BITS / T)
-            average += float(np.einsum("ij,ij->", m, m)) * weight
-            q = self.probe_sums[g][mine, k].astype(np.float64) * (
-                2.0 ** -square_bits(self.scale_bits) / T
-            )
-            per_table += float(q.sum()) * weight
-        exact_per_table = float(self.square[g]) * 2.0 ** -loss_bits(self.scale_bits) / T
+            weight = float(self._fold_rows[b]) / floats.n_probes[b]
+            mean_norm, square_norm = floats.norms(g, b)
+            average += mean_norm * weight
+            per_table += square_norm * weight
+        exact_per_table = (
+            float(self._square[g]) * 2.0 ** -loss_bits(self.scale_bits) / self.n_tables
+        )
         if per_table <= 0.0:
             return average
         return exact_per_table * average / per_table
+
+    def _probe_floats(self) -> _ProbeFloats:
+        """The float copies of the probe sums :meth:`probe_square` reads (built once per
+        change of probes or bulk update, then kept current by the compiled update)."""
+        self._refresh_totals()
+        self._refresh_probes()
+        if self._floats is None:
+            self._floats = _ProbeFloats(self)
+        return self._floats
 
     def _terms(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Fixed-point cross and square terms (m, G) of table-major cell ids ``cells``.
@@ -350,15 +609,10 @@ class FlatTables:
         return c.sum(axis=(0, 2)).T, sq.sum(axis=(0, 2)).T
 
     def rebuild_totals(self) -> None:
-        """Recompute the cross-fit totals from every cell (after a bulk load)."""
-        cells = np.arange(self.n_tables * self.n_cells, dtype=np.int64)
-        self.cross = [0] * len(self.grid)
-        self.square = [0] * len(self.grid)
-        for start in range(0, len(cells), 1 << 16):
-            c, s = self._terms(cells[start : start + (1 << 16)])
-            for g in range(len(self.grid)):
-                self.cross[g] += int(c[:, g].sum())
-                self.square[g] += int(s[:, g].sum())
+        """Recompute the cross-fit totals from every cell (after a bulk load or an in-place
+        change of ``sums``/``counts``)."""
+        self._totals_fresh = False
+        self._refresh_totals()
 
     # -- choosing α and λ -------------------------------------------------------------------
     def choose(self, alpha: float | str, shrinkage: float | str) -> tuple[float, float]:
@@ -453,16 +707,17 @@ class FlatTables:
         def dup(a):
             return None if a is None else a.copy()
 
+        fresh = self._totals_fresh and self._probes_fresh
         return FlatTables(
             self.sums.copy(),
             self.counts.copy(),
             self.scale_bits,
             self.grid,
-            list(self.cross),
-            list(self.square),
+            list(self._cross) if fresh else None,
+            list(self._square) if fresh else None,
             dup(self.probe_cells),
             dup(self.probe_folds),
-            dup(self.probe_sums),
+            dup(self._probe_sums) if fresh else None,
         )
 
     def equals(self, other: FlatTables) -> bool:
@@ -485,6 +740,9 @@ class FlatTables:
 
 
 _SPARSE_MIN_ENTRIES = 1 << 15
+_TOTALS_CHUNK = 1 << 16
+"""Cells per int64 partial sum of the totals (then added as Python ints): the blocks every
+recount has used, so even sums past int64 (beyond the documented limits) wrap alike."""
 _EMPTY_CHECK_MIN_CELLS = 1 << 12
 _SERVE_CHUNK = 2048
 
@@ -522,6 +780,68 @@ def _scatter_rows_sparse(target: np.ndarray, flat: np.ndarray, values: np.ndarra
         shape=(n, target.shape[0]),
     )
     target += np.asarray(A.T @ values)
+
+
+class _ProbeFloats:
+    """What :meth:`FlatTables.probe_square` reads, kept between changes: the probe sums as
+    float64 in probe order grouped by fold (``means`` (G, m, k) = sums · 2^-40 / T,
+    ``squares`` (G, m) = last column · 2^-s / T — numpy's ``astype`` and product, element
+    by element), and per (λ, fold) the two reductions of them, recomputed only after that
+    fold's probes changed. A fold's rows are a contiguous block, so the reductions are
+    numpy's own (``einsum``, ``sum``) over the very values, shape and order of the
+    boolean-mask selection they replace: the same floats."""
+
+    def __init__(self, tables: FlatTables):
+        T, k, G = tables.n_tables, tables.n_outputs, len(tables.grid)
+        sums = tables._probe_sums
+        folds = tables.probe_folds
+        if tables.probe_cells is None or sums is None:  # no probes: nothing to keep
+            folds, sums = np.zeros(0, np.int64), np.zeros((G, 0, k + 1), np.int64)
+        order = np.argsort(folds, kind="stable")  # fold 0's probes, then fold 1's, in order
+        self.position = np.empty(len(order), dtype=np.int64)
+        self.position[order] = np.arange(len(order))
+        self.n_probes = [int((folds == 0).sum()), int((folds == 1).sum())]
+        self.bounds = [(0, self.n_probes[0]), (self.n_probes[0], len(order))]
+        self.probe_sums = sums
+        self.means = np.ascontiguousarray(
+            sums[:, order, :k].astype(np.float64) * (2.0**-MEAN_BITS / T)
+        )
+        self.squares = np.ascontiguousarray(
+            sums[:, order, k].astype(np.float64) * (2.0 ** -square_bits(tables.scale_bits) / T)
+        )
+        self.grid = np.asarray(tables.grid, dtype=np.float64)
+        self._norms: list[list[tuple[float, float] | None]] = [[None, None] for _ in tables.grid]
+
+    def forget_fold(self, b: int) -> None:
+        for row in self._norms:
+            row[b] = None
+
+    def norms(self, g: int, b: int) -> tuple[float, float]:
+        """Σ ‖m‖² and Σ q over fold b's probes for λ_g (the two sums of probe_square)."""
+        got = self._norms[g][b]
+        if got is None:
+            lo, hi = self.bounds[b]
+            m = self.means[g, lo:hi]
+            got = (float(_einsum("ij,ij->", m, m)), float(self.squares[g, lo:hi].sum()))
+            self._norms[g][b] = got
+        return got
+
+
+try:  # np.einsum without its dispatch layers: for optimize=False it is this very call
+    from numpy._core.multiarray import c_einsum as _einsum
+except ImportError:  # pragma: no cover - another numpy layout
+    _einsum = np.einsum
+
+
+def _index_arrays(codes, folds) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and folds as contiguous integer arrays for the kernels (any integer dtype)."""
+    codes = np.asarray(codes)
+    if codes.dtype.kind not in "iu":
+        codes = codes.astype(np.int64)
+    folds = np.asarray(folds)
+    if folds.dtype.kind not in "iu":
+        folds = folds.astype(np.int64)
+    return np.ascontiguousarray(codes), np.ascontiguousarray(folds)
 
 
 @dataclass(frozen=True)
