@@ -69,7 +69,13 @@ def normalize_ids(ids: Iterable[Any] | None, n: int | None = None) -> list[RowId
         else:
             out = [normalize_id(v) for v in ids.tolist()]
     else:
-        out = [normalize_id(v) for v in ids]
+        out = list(ids)
+        if all(type(v) is int for v in out):  # plain ints (the common case): one cheap pass
+            if out and (min(out) < _INT64_MIN or max(out) > _INT64_MAX):
+                bad = next(v for v in out if not _INT64_MIN <= v <= _INT64_MAX)
+                raise ValueError(f"integer ids must fit in int64, got {bad}")
+        else:
+            out = [normalize_id(v) for v in out]
     if n is not None and len(out) != n:
         raise ValueError(f"ids has {len(out)} entries but X has {n} rows")
     if len(set(out)) != len(out):
