@@ -84,3 +84,19 @@ def test_a_refitted_estimator_is_decided_anew():
     X4, y4 = _data(4)
     est.fit(X4, y4)  # binary → 4 classes: the cached binary formula must not be reused
     assert np.array_equal(direct.predict_proba(est, Z), est.predict_proba(Z))
+
+
+def test_the_library_s_own_fitted_models_take_the_direct_path():
+    """A fitted QSS model's φ (LDA) and g are applied directly (else every deletion pays
+    scikit-learn's validation again): the probe check accepts them at both block heights."""
+    from conftest import classification_data
+
+    from forgetting import QSSClassifier
+
+    X, y = classification_data()
+    model = QSSClassifier(random_state=0, lda=True).fit(X, y, list(range(len(y))))
+    for inst in model.engine_.instances:
+        lda = inst.schema.preprocessor.lda
+        g = inst.schema.base_model.estimator
+        assert direct._direct(lda, "transform", direct._lda_direct) is not None
+        assert direct._direct(g, "predict_proba", direct._proba_direct) is not None
