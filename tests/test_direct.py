@@ -100,3 +100,41 @@ def test_the_library_s_own_fitted_models_take_the_direct_path():
         g = inst.schema.base_model.estimator
         assert direct._direct(lda, "transform", direct._lda_direct) is not None
         assert direct._direct(g, "predict_proba", direct._proba_direct) is not None
+
+
+def test_a_model_without_the_narrow_projection_keeps_its_arithmetic(tmp_path, monkeypatch):
+    """Models saved before φ's narrow LDA product have no ``projection``: they must keep
+    scikit-learn's full product — the arithmetic their stored contributions were computed
+    with — through save, load, audit and forget ≡ refit."""
+    import dataclasses
+
+    from conftest import classification_data
+
+    from forgetting import QSSClassifier
+    from forgetting.schema import preprocess
+
+    real = preprocess.fit_preprocessor
+
+    def without_projection(*args, **kwargs):
+        return dataclasses.replace(real(*args, **kwargs), projection=None)
+
+    X, y = classification_data()
+    ids = list(range(len(y)))
+    params = dict(random_state=0, lda=True, secret_key="old-model")
+    with monkeypatch.context() as m:  # "the old code": no projection
+        m.setattr(preprocess, "fit_preprocessor", without_projection)
+        m.setattr("forgetting.schema.fit_preprocessor", without_projection)
+        old = QSSClassifier(**params).fit(X, y, ids)
+        keep = ids[:5] + ids[6:]
+        refit = QSSClassifier(**params).fit(X[keep], y[keep], keep)
+    assert all(i.schema.preprocessor.projection is None for i in old.engine_.instances)
+    old.save(tmp_path / "old.qss")
+    loaded = QSSClassifier.load(tmp_path / "old.qss", secret_key="old-model")
+    assert loaded.audit_content()
+    assert np.array_equal(loaded.predict_proba(X), old.predict_proba(X))
+    loaded.forget([5])
+    assert loaded.state_digest() == refit.state_digest()
+    assert np.array_equal(loaded.predict_proba(X), refit.predict_proba(X))
+    new = QSSClassifier(**params).fit(X, y, ids)  # today's fits carry the projection
+    assert all(i.schema.preprocessor.projection is not None for i in new.engine_.instances)
+    assert new.state_digest() != old.state_digest()

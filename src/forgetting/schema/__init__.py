@@ -111,6 +111,9 @@ class Schema:
         if self.encoder is not None:
             h.update(pickle.dumps(self.encoder, protocol=5))
         _hash_value(h, self.preprocessor.lda)
+        if self.preprocessor.projection is not None:  # absent from models fitted before it
+            h.update(b"lda-projection")
+            _hash_value(h, self.preprocessor.projection)
         _hash_value(h, self.base_model)
         if self.partition is None:
             _hash_value(h, self.codebook.centroids)
