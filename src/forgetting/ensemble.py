@@ -234,6 +234,11 @@ class QSSEngine:
     def has_id(self, row_id) -> bool:
         return row_id in self.rows.position
 
+    def unknown_ids(self, ids: Sequence) -> list:
+        """The ids of ``ids`` that no row holds (one pass; a 20k-id forget checks them all)."""
+        position = self.rows.position
+        return [i for i in ids if i not in position]
+
     def ids(self) -> list:
         with self._lock:
             return list(self.rows.ids)

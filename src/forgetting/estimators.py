@@ -328,7 +328,7 @@ class _QSSBase(BaseEstimator):
             raise ValueError("erase_inputs applies to mode='label'; exact mode always erases")
         id_list, id_raw = self._check_ids(ids, None)
         engine = self.engine_
-        missing = [i for i in id_list if not engine.has_id(i)]
+        missing = engine.unknown_ids(id_list)
         if missing:
             raise KeyError(
                 f"unknown ids (never inserted, or already forgotten): {missing[:5]}"

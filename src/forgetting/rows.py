@@ -476,4 +476,4 @@ class RowStore:
         )
 
     def positions_of(self, ids: Sequence[Hashable]) -> np.ndarray:
-        return np.fromiter((self.position[i] for i in ids), dtype=np.intp, count=len(ids))
+        return np.fromiter(map(self.position.__getitem__, ids), dtype=np.intp, count=len(ids))
