@@ -218,22 +218,64 @@ def _codes_valid(codes, folds, C) -> bool:
 
 @numba.njit(cache=True, nogil=True)
 def _scatter(sums, counts, codes, folds, values, negate) -> None:
+    """The scatter of :func:`scatter_codes`, fold by fold and table by table: one fold's
+    cells of one table (C·k int64) stay in cache while that fold's rows add to them, and the
+    rows' values and cell codes are first gathered per fold into contiguous arrays (codes
+    transposed, table-major), so each table's pass streams them instead of striding through
+    every row (1.4× faster at 65k rows than row-major passes over both folds; integer sums
+    do not depend on the order)."""
     n, T = codes.shape
     C = sums.shape[1] // T
     k = values.shape[1]
-    for t in range(T):  # table by table: one table's cells stay in cache
-        base = t * C
+    if n < 256:  # a few rows: straight in, nothing to gather
+        for t in range(T):
+            for i in range(n):
+                f = 1 if folds[i] else 0
+                r = t * C + np.int64(codes[i, t])
+                for j in range(k):
+                    if negate:
+                        sums[f, r, j] -= values[i, j]
+                    else:
+                        sums[f, r, j] += values[i, j]
+                counts[f, r] += -1 if negate else 1
+        return
+    n1 = 0
+    for i in range(n):
+        n1 += 1 if folds[i] else 0
+    for f in range(2):
+        m = n1 if f == 1 else n - n1
+        if m == 0:
+            continue
+        rows = np.empty(m, dtype=np.int64)
+        e = 0
         for i in range(n):
-            f = folds[i]
-            r = base + codes[i, t]
-            if negate:
-                for j in range(k):
-                    sums[f, r, j] -= values[i, j]
-                counts[f, r] -= 1
-            else:
-                for j in range(k):
-                    sums[f, r, j] += values[i, j]
-                counts[f, r] += 1
+            if (folds[i] != 0) == (f == 1):
+                rows[e] = i
+                e += 1
+        gathered = np.empty((m, k), dtype=np.int64)
+        for e in range(m):
+            for j in range(k):
+                gathered[e, j] = values[rows[e], j]
+        by_table = np.empty((T, m), dtype=codes.dtype)
+        for s in range(0, m, 256):  # blocks of rows: a row's codes are read once
+            for t in range(T):
+                for e in range(s, min(m, s + 256)):
+                    by_table[t, e] = codes[rows[e], t]
+        fold_sums = sums[f]
+        fold_counts = counts[f]
+        for t in range(T):
+            base = t * C
+            table_codes = by_table[t]
+            for e in range(m):
+                r = base + np.int64(table_codes[e])
+                if negate:
+                    for j in range(k):
+                        fold_sums[r, j] -= gathered[e, j]
+                    fold_counts[r] -= 1
+                else:
+                    for j in range(k):
+                        fold_sums[r, j] += gathered[e, j]
+                    fold_counts[r] += 1
 
 
 @numba.njit(cache=True, nogil=True)
