@@ -151,8 +151,9 @@ class LinearHead:
             if not mine.any():
                 continue
             gram, cross = exact_products(v[mine], r[mine])
-            self.gram[f] += sign * gram
-            self.cross[f] += sign * cross
+            update = np.add if sign > 0 else np.subtract
+            update(self.gram[f], gram, out=self.gram[f])
+            update(self.cross[f], cross, out=self.cross[f])
             self.counts[f] += sign * int(mine.sum())
 
     def merge(self, other: LinearHead) -> None:
@@ -165,8 +166,12 @@ class LinearHead:
 
     # -- solving ------------------------------------------------------------------------------
     def _real(self, folds: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        G = sum(self.gram[f] for f in folds).astype(np.float64)
-        H = sum(self.cross[f] for f in folds).astype(np.float64)
+        if len(folds) == 1:
+            G = self.gram[folds[0]].astype(np.float64)
+            H = self.cross[folds[0]].astype(np.float64)
+        else:  # integer sums: exact, then one rounding to float64
+            G = np.add(*(self.gram[f] for f in folds)).astype(np.float64)
+            H = np.add(*(self.cross[f] for f in folds)).astype(np.float64)
         G *= 2.0 ** (-2 * FEATURE_BITS)
         H *= 2.0 ** -(FEATURE_BITS + TARGET_LIMIT_BITS)
         if self.scale_bits < 32:  # regression: the head grid is 2^-10
