@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._rowwise import BLOCK_ROWS, rowwise
+from .._rowwise import BLOCK_ROWS, one_blas_thread, rowwise
 from .base_model import BaseModel, fit_base_model
 from .codebook import Codebook, train_codebook
 from .membership import MembershipRule
@@ -174,6 +174,26 @@ def train_schema(
     X_codebook: np.ndarray | None,
     seed: int,
     schema_folds: np.ndarray | None = None,
+) -> Schema:
+    """Train φ, g and the codebook for one instance, on one BLAS thread.
+
+    One thread always: LAPACK's eigensolver (LDA) and the logistic fit round differently on one
+    thread than on two, so a schema trained with whatever count the process had at the moment
+    would depend on it — a background rebuild that ran while a prediction had pinned BLAS to
+    one thread trained another schema than a refit (found by the README's demo; test:
+    tests/test_threads.py), as would a refit on a machine with more cores.
+    """
+    with one_blas_thread():
+        return _train_schema(config, X_schema, y_schema, X_codebook, seed, schema_folds)
+
+
+def _train_schema(
+    config: SchemaConfig,
+    X_schema: np.ndarray,
+    y_schema: np.ndarray,
+    X_codebook: np.ndarray | None,
+    seed: int,
+    schema_folds: np.ndarray | None,
 ) -> Schema:
     """Train φ, g and the codebook for one instance.
 
