@@ -10,6 +10,7 @@ into one line and an exit code.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import sys
 import time
@@ -21,7 +22,16 @@ import numpy as np
 from ..io import tables
 from .errors import is_dsn, redact, usage
 from .estimator import ESTIMATOR_OPTIONS, estimator_class
-from .inputs import durable_class, fit_features, model_features, open_store, read_ids_arg
+from .inputs import (
+    cluster_failures,
+    dask_cluster,
+    dataset_rows,
+    durable_class,
+    file_rows,
+    model_features,
+    open_store,
+    read_ids_arg,
+)
 from .inputs import secret_key as read_secret_key
 from .render import note, print_json, progress, render_stats, report_receipt
 
@@ -50,48 +60,50 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise usage("--store-key stores the key of --secret-key-file: give that file too")
     if not is_dsn(args.store) and Path(args.store).exists() and not args.overwrite:
         raise usage(f"{args.store!r} exists: pass --overwrite to replace it, or another --store")
-    table = tables.read_table(args.data)
-    ids = tables.id_column(table, args.id_col, id_type=args.id_type)
-    y = tables.label_column(table, args.label_col, task=args.task)
-    features = fit_features(args, table)
-    tables.check_rows(table, ids=ids, labels=y, features=features.matrix)
-    if features.skipped:
+    dataset = tables.is_dataset(args.data)
+    if not dataset and (args.scheduler or args.workers):
+        raise usage(
+            "--scheduler and --workers fit a Parquet dataset directory on dask; "
+            f"{args.data!r} is one file, fitted in memory: leave them out"
+        )
+    rows = dataset_rows(args) if dataset else file_rows(args)
+    if rows.skipped:
         note(
-            f"left out column(s) with no numbers in them: {', '.join(features.skipped)} "
+            f"left out column(s) with no numbers in them: {', '.join(rows.skipped)} "
             "(name the features with --feature-cols, or embed text with --text-col)"
         )
     estimator = estimator_cls(**params)
     if key is None:
         print(derived_key_warning(estimator.get_params()["random_state"]), file=sys.stderr)
-    X = features.matrix
-    shown = (
-        ", ".join(features.columns)
-        if len(features.columns) <= 8
-        else (f"{len(features.columns)} columns")
-    )
-    print(
-        f"fitting {estimator_cls.__name__} on {X.shape[0]} rows x {X.shape[1]} features "
-        f"from {shown} ...",
-        file=sys.stderr,
-    )
-    started = time.perf_counter()
-    store = durable_class().create(
-        args.store,
-        estimator,
-        X,
-        y,
-        ids,
-        overwrite=args.overwrite,
-        store_key=args.store_key,
-        feature_names=features.names,
-    )
-    with store as model:
-        stats = model.stats()
+    shown = ", ".join(rows.columns) if len(rows.columns) <= 8 else f"{len(rows.columns)} columns"
+    with contextlib.ExitStack() as stack:
+        where = ""
+        if dataset:
+            where = f" ({rows.source}) on {stack.enter_context(dask_cluster(args))}"
+            stack.enter_context(cluster_failures())
+        print(
+            f"fitting {estimator_cls.__name__} on {rows.X.shape[0]} rows x {rows.X.shape[1]} "
+            f"features from {shown}{where} ...",
+            file=sys.stderr,
+        )
+        started = time.perf_counter()
+        store = durable_class().create(
+            args.store,
+            estimator,
+            rows.X,
+            rows.y,
+            rows.ids,
+            overwrite=args.overwrite,
+            store_key=args.store_key,
+            feature_names=rows.names,
+        )
+        with store as model:
+            stats = model.stats()
     print(
         f"wrote {redact(args.store)}: {stats.get('n_rows')} rows, "
         f"{len(stats.get('instances', []))} instances, in {time.perf_counter() - started:.2f} s"
     )
-    print(f"feature columns: {','.join(features.columns)}")
+    print(f"feature columns: {','.join(rows.columns)}")
     print(f"state digest: {stats.get('state_digest')}")
     return 0
 

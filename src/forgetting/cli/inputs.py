@@ -10,15 +10,24 @@ them, so that the CLI and the library cannot disagree about what a file means.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
+import logging
+import os
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..io import tables
-from .errors import CLIError, is_dsn, usage
-from .render import note
+from .errors import CLIError, is_dsn, one_line, usage
+from .render import note, progress
+
+#: What to install for a dataset directory's dask fit (the extra of forgetting.distributed).
+DISTRIBUTED_INSTALL = 'pip install "forgetting[distributed]"'
 
 
 def feature_cols(args: argparse.Namespace) -> list[str] | None:
@@ -70,6 +79,159 @@ def fit_features(args: argparse.Namespace, table: tables.Table) -> tables.Featur
         text_column=args.text_col,
         embed=embed_texts,
     )
+
+
+@dataclass
+class FitRows:
+    """What ``fit`` learns from: the features (a numpy array, or a lazy dask array for a
+    dataset directory), labels and ids, the names the store records, and where they came
+    from (for the progress line)."""
+
+    X: Any
+    y: np.ndarray
+    ids: list[int | str]
+    names: list[str]
+    columns: list[str]
+    skipped: list[str] = field(default_factory=list)
+    source: str = ""
+
+
+def file_rows(args: argparse.Namespace) -> FitRows:
+    """The rows of one data file, in memory (CSV, Parquet, NPZ)."""
+    table = tables.read_table(args.data)
+    ids = tables.id_column(table, args.id_col, id_type=args.id_type)
+    y = tables.label_column(table, args.label_col, task=args.task)
+    features = fit_features(args, table)
+    tables.check_rows(table, ids=ids, labels=y, features=features.matrix)
+    return FitRows(features.matrix, y, ids, features.names, features.columns, features.skipped)
+
+
+def require_dask(data: str) -> None:
+    """dask, dask.dataframe and distributed, or one line saying what to install."""
+    try:
+        import dask.array  # noqa: F401
+        import dask.dataframe  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError as err:
+        raise CLIError(
+            f"{data!r} is a Parquet dataset directory, which fit reads and fits on dask, and "
+            f"dask is not available ({one_line(err)}): {DISTRIBUTED_INSTALL} (or fit a single "
+            ".parquet file, in memory)"
+        ) from None
+
+
+def dataset_rows(args: argparse.Namespace) -> FitRows:
+    """The rows of a Parquet dataset directory, by the rules of one Parquet file
+    (:mod:`forgetting.io.tables`): its files' footers are checked and its id and label columns
+    read here (the fitted model keeps one id and one target per row anyway); the features stay
+    a lazy dask array, read and checked file by file on the cluster's workers."""
+    require_dask(args.data)
+    if args.text_col:
+        raise usage(
+            "--text-col does not apply to a Parquet dataset directory (fitted on dask from "
+            "numeric columns): embed the texts into numeric columns first, or fit one file"
+        )
+    dataset = tables.open_dataset(args.data)
+    id_name = dataset.column(args.id_col or tables.DEFAULT_ID_COLUMN["parquet"], "--id-col")
+    label_name = dataset.column(
+        args.label_col or tables.DEFAULT_LABEL_COLUMN["parquet"], "--label-col"
+    )
+    names, skipped = tables.dataset_features(
+        dataset, columns=feature_cols(args), exclude={id_name, label_name}
+    )
+    if dataset.n_rows == 0:
+        raise tables.TableError(f"{args.data} holds no rows")
+
+    def track(files):
+        return progress(files, desc="reading ids and labels", unit="file")
+
+    table = tables.read_dataset(dataset, [id_name, label_name], track=track)
+    ids = tables.id_column(table, id_name, id_type=args.id_type)
+    y = tables.label_column(table, label_name, task=args.task)
+    X = tables.dataset_feature_array(dataset, names)
+    files = len(dataset.files)
+    return FitRows(
+        X, y, ids, names, names, skipped, f"{files} Parquet file{'s' * (files != 1)} of {args.data}"
+    )
+
+
+def default_workers() -> int:
+    """One worker process per CPU core this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def dask_cluster(args: argparse.Namespace) -> Iterator[str]:
+    """A dask.distributed client for the fit, made the default client (the estimator's fit
+    runs on it), and closed on exit; yields its description for the progress line.
+
+    ``--scheduler ADDRESS`` connects to a running cluster (left running); otherwise a
+    LocalCluster of ``--workers`` processes (default: one per core), one thread each (BLAS
+    and faiss already run one chunk per thread), is started for this command and stopped.
+    """
+    import distributed
+
+    if args.scheduler:
+        try:
+            client = distributed.Client(args.scheduler, timeout="20s")
+        except (OSError, TimeoutError, ValueError) as err:
+            raise CLIError(
+                f"cannot reach the dask scheduler at {args.scheduler!r} ({one_line(err)}); "
+                "start one (`dask scheduler`, then `dask worker ADDRESS`) or use --workers N "
+                "for a local cluster"
+            ) from None
+        with contextlib.closing(client):
+            try:
+                client.wait_for_workers(1, timeout=20)
+            except TimeoutError:
+                raise CLIError(
+                    f"the dask scheduler at {args.scheduler!r} has no workers: start some "
+                    f"(`dask worker {args.scheduler}`)"
+                ) from None
+            workers = len(client.scheduler_info().get("workers", {}))
+            yield f"the dask cluster at {args.scheduler} ({workers} workers)"
+        return
+    n_workers = args.workers or default_workers()
+    shown = f"a local dask cluster of {n_workers} worker process{'es' * (n_workers != 1)}"
+    print(f"starting {shown} ...", file=sys.stderr)
+    with (
+        distributed.LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            # A free port on this host: the scheduler's HTTP server runs even without the
+            # dashboard, and a busy default port (8787) would print a warning.
+            dashboard_address="127.0.0.1:0",
+            # A failed task (a bad cell) comes back as this command's one error line; the
+            # workers' own log of it would print a traceback on the same terminal.
+            silence_logs=logging.CRITICAL,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        if importlib.util.find_spec("bokeh") is not None:  # the dashboard needs bokeh
+            print(f"dask dashboard: {client.dashboard_link}", file=sys.stderr)
+        del client  # the default client now: the estimator's fit finds it
+        yield shown
+
+
+@contextlib.contextmanager
+def cluster_failures() -> Iterator[None]:
+    """The cluster's own failures as one line: workers that kept dying (out of memory,
+    killed) or a scheduler that went away."""
+    import distributed
+
+    try:
+        yield
+    except distributed.KilledWorker as err:
+        raise CLIError(
+            f"dask workers died while fitting ({one_line(err)}); give each worker more memory "
+            "or use more workers"
+        ) from None
+    except distributed.comm.CommClosedError as err:
+        raise CLIError(f"lost the dask cluster while fitting ({one_line(err)})") from None
 
 
 def model_features(args: argparse.Namespace, table: tables.Table, model: Any) -> np.ndarray:

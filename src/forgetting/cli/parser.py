@@ -74,18 +74,23 @@ def _add_columns(
     id_help: str,
     label_help: str = "column of labels/targets (default: label; NPZ: y)",
     feature_help: str = "feature columns, comma separated (default: every column but the id "
-    "and label ones, leaving out columns with no number in them; NPZ: the 2-D array X). "
+    "and label ones, leaving out columns with no number in them and an unnamed pandas/dask "
+    "index such as __null_dask_index__; NPZ: the 2-D array X). "
     "A feature column's cells must all be finite numbers",
     text_help: str = "a text column to embed with all-MiniLM-L6-v2 instead of numeric "
     "features (needs pip install 'forgetting[text]')",
+    data_help: str = "the data file, or a Parquet dataset directory (read into memory)",
 ) -> None:
     group = parser.add_argument_group(
         "columns",
-        "CSV/TSV (header row), Parquet or NPZ. In an NPZ the 'columns' are its arrays: the "
-        "features may be one 2-D array (default X), labels default to y, ids to ids. An empty "
-        "or non-numeric cell in a feature column is an error naming its line and column.",
+        "CSV/TSV (header row), Parquet or NPZ, or a Parquet dataset: a directory of Parquet "
+        "files with the same columns, its rows those of its files in natural name order "
+        "(part.2 before part.10; names starting with . or _ are skipped), read as one Parquet "
+        "file holding them. In an NPZ the 'columns' are its arrays: the features may be one "
+        "2-D array (default X), labels default to y, ids to ids. An empty or non-numeric cell "
+        "in a feature column is an error naming its line (or file and row) and column.",
     )
-    group.add_argument("--data", required=True, metavar="FILE", help="the data file")
+    group.add_argument("--data", required=True, metavar="PATH", help=data_help)
     group.add_argument("--id-col", metavar="NAME", help=id_help)
     group.add_argument("--id-type", choices=tables.ID_TYPES, default="auto", help=_ID_TYPE_HELP)
     group.add_argument("--label-col", metavar="NAME", help=label_help)
@@ -105,14 +110,43 @@ def _add_fit(sub: Any) -> None:
     fit = sub.add_parser(
         "fit",
         help="fit a model on a data file and write a new store",
-        description="Fit a QSS classifier or regressor on a CSV, Parquet or NPZ file and write "
-        "it to a new store, recording the names of the feature columns (predict and insert "
+        description="Fit a QSS classifier or regressor on a CSV, Parquet or NPZ file (in "
+        "memory) or a Parquet dataset directory (on a dask cluster) and write it to a new "
+        "store, recording the names of the feature columns (predict and insert "
         "select them by name). Every row needs a stable id (--id-col): forget addresses rows "
         "by it. Estimator options left out take the estimator's own defaults (shown below). "
         "Without --secret-key-file a warning says what a derived key exposes.",
     )
-    _add_columns(fit, id_help="column of unique row ids (default: id; NPZ: ids)")
+    _add_columns(
+        fit,
+        id_help="column of unique row ids (default: id; NPZ: ids)",
+        data_help="the data file (fitted in memory), or a Parquet dataset directory (fitted on "
+        "a dask cluster: see --scheduler and --workers)",
+    )
     _add_store(fit, key=False)
+    cluster = fit.add_argument_group(
+        'dask (a Parquet dataset directory; needs pip install "forgetting[distributed]")',
+        "A dataset directory is read lazily with dask.dataframe.read_parquet, one file per "
+        "task: the workers read and check the feature columns and compute every row's "
+        "contribution; this process reads the id and label columns, trains the schemas and "
+        "writes the store. The model is the one an in-memory fit on the same rows in the same "
+        "order writes, bit for bit (docs/distributed.md).",
+    )
+    where = cluster.add_mutually_exclusive_group()
+    where.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="fit on the running dask.distributed cluster whose scheduler is at ADDRESS "
+        "(tcp://host:8786); its workers must read the dataset at the same path and run the "
+        "same forgetting version. The cluster is left running",
+    )
+    where.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="start a local dask cluster of N worker processes (one thread each) for this fit "
+        "and stop it afterwards (default, without --scheduler: one per CPU core)",
+    )
     fit.add_argument("--overwrite", action="store_true", help="replace an existing store file")
     est = fit.add_argument_group("estimator (defaults: the estimator's own)")
     est.add_argument(

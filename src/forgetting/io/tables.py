@@ -33,6 +33,19 @@ columns the model does not use are ignored and listed in :attr:`Features.unused`
 Names of matrix columns that are not table columns: column ``j`` of a 2-D NPZ array ``X`` is
 ``X[j]``; dimension ``j`` of the MiniLM embedding of text column ``t`` is ``minilm(t)[j]``.
 
+**Parquet datasets.** A directory is a Parquet dataset: its files (names starting with ``.``
+or ``_`` -- ``_SUCCESS``, ``_metadata``, ``.crc`` files -- are skipped; nothing else may be in
+it, subdirectories included) must all be readable Parquet files with the same columns and
+types. Its rows are the files' rows, files in natural name order (``part.2`` before
+``part.10``: the order ``dask.dataframe.read_parquet`` reads them in), each file's rows in
+file order. Every column is converted exactly as a single Parquet file's is, so a dataset means
+what one file holding the same rows in that order means; an error names the file and its row.
+:func:`read_table` reads a dataset into memory; :func:`open_dataset` only reads the footers,
+and :func:`dataset_feature_array` gives the features as a lazy dask array read on the workers.
+An unnamed pandas/dask index written as a column (``__index_level_0__``,
+``__null_dask_index__``: what ``to_parquet`` writes for a frame's default index) is row
+bookkeeping, not data: it is never a default feature, in a file or a dataset.
+
 **Errors.** :class:`TableError` (a ``ValueError``) means the data cannot be used as asked;
 its subclass :class:`TableUsageError` means the request does not fit the file (no such file,
 column or format) and is fixed by changing the command.
@@ -43,6 +56,7 @@ Nothing here runs code from the bytes it reads: NPZ files are loaded with
 
 from __future__ import annotations
 
+import bisect
 import csv
 import math
 import re
@@ -67,6 +81,11 @@ DEFAULT_NPZ_FEATURES = "X"
 _CANONICAL_INT = re.compile(r"-?(0|[1-9][0-9]*)")
 _MATRIX_NAME = re.compile(r"(.+)\[(0|[1-9][0-9]*)\]")
 _EMBEDDING_NAME = re.compile(r"minilm\((.+)\)\[(0|[1-9][0-9]*)\]")
+#: The column names pyarrow and dask give a frame's unnamed index when writing Parquet.
+_INDEX_NAME = re.compile(r"__index_level_[0-9]+__|__null_dask_index__")
+#: File names a dataset directory may hold besides its Parquet files (markers, checksums,
+#: dask's ``_metadata``): skipped, as pyarrow and dask skip them.
+DATASET_SKIPPED_PREFIXES = (".", "_")
 
 #: Embeds a list of texts into an ``(n, d)`` matrix (the CLI passes the MiniLM encoder).
 Embedder = Callable[[list[str]], np.ndarray]
@@ -93,6 +112,8 @@ class Table:
     kind: str
     columns: dict[str, Any]
     lines: list[int] | None = None
+    #: A dataset's files as (first row, file path), in row order; None for one file.
+    parts: tuple[tuple[int, str], ...] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -102,10 +123,16 @@ class Table:
         """Where data row ``row`` (0-based) is, as a person opening the file would count."""
         if self.lines is not None:
             return f"line {self.lines[row]}"
+        if self.parts:
+            starts = [start for start, _ in self.parts]
+            start, file = self.parts[bisect.bisect_right(starts, row) - 1]
+            return f"{file}, row {row - start + 1}"
         return f"row {row + 1}"
 
     def at(self, row: int, column: str) -> str:
         """A cell's place for an error message: file, line (or row) and column."""
+        if self.parts:  # the file itself, not the directory
+            return f"{self.where(row)}, column {column!r}"
         return f"{self.path}, {self.where(row)}, column {column!r}"
 
     def column(self, name: str, option: str | None = None) -> Any:
@@ -138,8 +165,11 @@ class Features:
 
 
 def read_table(path: str | Path) -> Table:
-    """Read a CSV/TSV (with a header row), Parquet or NPZ file, by its suffix."""
+    """Read a CSV/TSV (with a header row), Parquet or NPZ file, by its suffix, or a Parquet
+    dataset directory (into memory: see :func:`read_dataset`)."""
     file = Path(path)
+    if file.is_dir():
+        return read_dataset(open_dataset(file))
     if not file.is_file():
         raise TableUsageError(f"data file {str(path)!r} does not exist")
     suffix = file.suffix.lower()
@@ -187,21 +217,32 @@ def _read_csv(file: Path, delimiter: str) -> Table:
     return Table(str(file), "csv", dict(zip(header, values, strict=True)), lines)
 
 
-def _read_parquet(file: Path) -> Table:
+def _pyarrow_parquet():
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise TableError(
             "reading Parquet needs pyarrow: pip install pyarrow (or convert the file to CSV)"
         ) from None
+    return pq
+
+
+def _read_parquet(file: Path) -> Table:
+    pq = _pyarrow_parquet()
     try:
         table = pq.read_table(file)
     except Exception as err:  # pyarrow raises its own ArrowInvalid/OSError family
         raise TableError(f"{file} is not a readable Parquet file ({err})") from None
-    columns = {
-        name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names
+    return Table(str(file), "parquet", _arrow_columns(table))
+
+
+def _arrow_columns(table: Any, names: Iterable[str] | None = None) -> dict[str, Any]:
+    """A pyarrow table's columns as numpy arrays: the one conversion every Parquet reader
+    here uses (a file, a dataset in memory, a dataset's chunks on dask workers)."""
+    return {
+        name: table.column(name).to_numpy(zero_copy_only=False)
+        for name in (table.column_names if names is None else names)
     }
-    return Table(str(file), "parquet", columns)
 
 
 def _read_npz(file: Path) -> Table:
@@ -337,7 +378,7 @@ def label_column(table: Table, name: str | None = None, *, task: str) -> np.ndar
         if bad.size:
             row = int(bad[0])
             raise TableError(
-                f"{table.at(row, column)}: {array[row]!r} is not an "
+                f"{table.at(row, column)}: {array[row].item()!r} is not an "
                 "integer class (use --task regression for numeric targets)"
             )
         return array.astype(np.int64)
@@ -361,6 +402,8 @@ def _finite(text: str) -> float | None:
 
 
 def _bad_cell(table: Table, column: str, row: int, value: Any) -> TableError:
+    if isinstance(value, np.generic):  # nan, not np.float64(nan)
+        value = value.item()
     shown = "an empty cell" if value is None or value == "" else f"{value!r}"
     return TableError(
         f"{table.at(row, column)}: {shown} is not a finite number; "
@@ -483,25 +526,12 @@ def select_features(
         if columns:
             raise TableUsageError("give feature columns or a text column, not both")
         return _embed(table, text_column, embed)
-    skipped: list[str] = []
-    if columns is not None:
-        names = list(columns)
-        if not names:
-            raise TableUsageError("the list of feature columns is empty")
-        if len(set(names)) != len(names):
-            raise TableUsageError(f"a feature column is named twice: {names}")
-    elif table.kind == "npz":
-        names = [DEFAULT_NPZ_FEATURES]
+    if columns is None and table.kind == "npz":
+        names, skipped = [DEFAULT_NPZ_FEATURES], []
     else:
-        excluded = set(exclude)
-        candidates = [name for name in table.names if name not in excluded]
-        skipped = [name for name in candidates if _is_text_column(table, name)]
-        names = [name for name in candidates if name not in skipped]
-        if not names:
-            raise TableUsageError(
-                f"{table.path} has no numeric feature columns besides the id and label: name "
-                "them with --feature-cols, or embed a text column with --text-col"
-            )
+        names, skipped = _choose_features(
+            table.path, table.names, lambda name: _is_text_column(table, name), columns, exclude
+        )
     for name in names:
         table.column(name, "--feature-cols")
     if len(names) == 1 and np.ndim(table.columns[names[0]]) == 2:
@@ -509,6 +539,37 @@ def select_features(
         return Features(matrix, matrix_names(names[0], matrix.shape[1]), names, skipped)
     matrix = np.column_stack([numeric_column(table, name) for name in names])
     return Features(matrix, names, names, skipped)
+
+
+def _choose_features(
+    path: str,
+    available: Sequence[str],
+    is_text: Callable[[str], bool],
+    columns: Sequence[str] | None,
+    exclude: Iterable[str],
+) -> tuple[list[str], list[str]]:
+    """(feature names, skipped text columns): ``columns`` as given, else every column of
+    ``available`` but the excluded ones, unnamed index columns and text columns. One rule for
+    a table in memory and a dataset known only by its schema."""
+    if columns is not None:
+        names = list(columns)
+        if not names:
+            raise TableUsageError("the list of feature columns is empty")
+        if len(set(names)) != len(names):
+            raise TableUsageError(f"a feature column is named twice: {names}")
+        return names, []
+    excluded = set(exclude)
+    candidates = [
+        name for name in available if name not in excluded and not _INDEX_NAME.fullmatch(name)
+    ]
+    skipped = [name for name in candidates if is_text(name)]
+    names = [name for name in candidates if name not in skipped]
+    if not names:
+        raise TableUsageError(
+            f"{path} has no numeric feature columns besides the id and label: name "
+            "them with --feature-cols, or embed a text column with --text-col"
+        )
+    return names, skipped
 
 
 def match_features(
@@ -569,3 +630,252 @@ def _describe(names: Sequence[str]) -> str:
         if source is not None:
             return f"{len(names)} columns of the {what} {source!r}"
     return ", ".join(names)
+
+
+# -- Parquet datasets (directories) ---------------------------------------------------------
+
+
+def natural_key(name: str) -> list[str | int]:
+    """Sort key of natural order (``part.2`` before ``part.10``): the key
+    ``dask.dataframe.read_parquet`` sorts a dataset's files by, repeated here so that reading a
+    dataset into memory needs no dask and still gives dask's row order."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+@dataclass(frozen=True)
+class DatasetFile:
+    """One file of a dataset: its path and its number of rows (from the footer)."""
+
+    path: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A Parquet dataset directory known by its footers only: files in row order, the columns
+    (schema order) and the numpy dtype kind each column becomes when read (as in a single
+    file: ``"f"``, ``"i"``, ``"b"`` ... are numbers, ``"O"`` strings or other objects)."""
+
+    path: str
+    files: tuple[DatasetFile, ...]
+    names: list[str]
+    kinds: dict[str, str]
+    types: dict[str, str]
+
+    @property
+    def n_rows(self) -> int:
+        return sum(file.rows for file in self.files)
+
+    def parts(self) -> tuple[tuple[int, str], ...]:
+        """(first row, path) of each file, as :attr:`Table.parts`."""
+        starts, start = [], 0
+        for file in self.files:
+            starts.append((start, file.path))
+            start += file.rows
+        return tuple(starts)
+
+    def column(self, name: str, option: str | None = None) -> str:
+        """``name`` if the dataset has that column; else a usage error naming ``option``."""
+        if name not in self.kinds:
+            hint = f" (set {option})" if option else ""
+            raise TableUsageError(
+                f"{self.path} has no column {name!r}{hint}; it has: " + ", ".join(self.names)
+            )
+        return name
+
+
+def is_dataset(path: str | Path) -> bool:
+    """Whether ``path`` names a Parquet dataset (a directory) rather than one data file."""
+    return Path(path).is_dir()
+
+
+def _dataset_files(directory: Path) -> list[Path]:
+    """The files of a dataset directory in row order; anything else in it is an error."""
+    files = []
+    for entry in directory.iterdir():
+        if entry.name.startswith(DATASET_SKIPPED_PREFIXES):
+            continue
+        if entry.is_dir():
+            raise TableUsageError(
+                f"{directory} holds a subdirectory, {entry.name!r}: a Parquet dataset here is "
+                "one flat directory of Parquet files (partitioned/nested datasets are not read)"
+            )
+        files.append(entry)
+    if not files:
+        raise TableUsageError(
+            f"{directory} holds no Parquet files (names starting with . or _ are skipped)"
+        )
+    return sorted(files, key=lambda file: natural_key(file.name))
+
+
+def _kind(arrow_type: Any) -> str:
+    """The numpy dtype kind a column of ``arrow_type`` becomes, by the very conversion
+    :func:`_read_parquet` applies (on an empty array, so no data is read)."""
+    import pyarrow as pa
+
+    return pa.array([], type=arrow_type).to_numpy(zero_copy_only=False).dtype.kind
+
+
+def open_dataset(path: str | Path) -> Dataset:
+    """Check a Parquet dataset directory from its files' footers (no row is read): at least
+    one file, every file a readable Parquet file, all with the same columns and types."""
+    pq = _pyarrow_parquet()
+    directory = Path(path)
+    if not directory.is_dir():
+        raise TableUsageError(f"{str(path)!r} is not a directory")
+    files, first, first_path = [], None, None
+    for file in _dataset_files(directory):
+        try:
+            meta = pq.ParquetFile(file)
+            schema, rows = meta.schema_arrow, meta.metadata.num_rows
+        except Exception as err:  # pyarrow's ArrowInvalid/OSError family
+            raise TableUsageError(
+                f"{file} is not a readable Parquet file ({one_line(err)}); a dataset directory "
+                "holds only Parquet files (names starting with . or _ are skipped)"
+            ) from None
+        fields = [(field.name, _plain_type(field.type)) for field in schema]
+        if first is None:
+            first, first_path = fields, file
+        elif fields != first:
+            raise TableUsageError(
+                f"{file} does not have the columns of {first_path.name}: "
+                f"{_schema_difference(first, fields, first_path.name)}; every file of a "
+                "dataset needs the same columns, in the same order, of the same types"
+            )
+        files.append(DatasetFile(str(file), int(rows)))
+    assert first is not None  # _dataset_files refuses an empty directory
+    names = [name for name, _ in first]
+    if len(set(names)) != len(names):
+        raise TableUsageError(f"{first_path}: a column name appears twice: {names}")
+    return Dataset(
+        str(directory),
+        tuple(files),
+        names,
+        {name: _kind(arrow_type) for name, arrow_type in first},
+        {name: str(arrow_type) for name, arrow_type in first},
+    )
+
+
+def _plain_type(arrow_type: Any) -> Any:
+    """``arrow_type`` with the string and binary layouts folded into one each: writers pick
+    ``string`` or ``large_string`` (pandas, pyarrow and dask versions differ) for the same
+    values, which read as the same Python strings."""
+    import pyarrow as pa
+
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return pa.large_string()
+    if pa.types.is_binary(arrow_type) or pa.types.is_large_binary(arrow_type):
+        return pa.large_binary()
+    return arrow_type
+
+
+def _schema_difference(
+    first: list[tuple[str, Any]], other: list[tuple[str, Any]], first_name: str
+) -> str:
+    """What differs between two files' (name, type) lists, in a few words."""
+    mine, theirs = dict(first), dict(other)
+    missing = [name for name in mine if name not in theirs]
+    extra = [name for name in theirs if name not in mine]
+    if missing or extra:
+        parts = [f"it lacks {', '.join(missing)}"] if missing else []
+        parts += [f"it adds {', '.join(extra)}"] if extra else []
+        return "; ".join(parts)
+    changed = [name for name in mine if str(mine[name]) != str(theirs[name])]
+    if changed:
+        name = changed[0]
+        return f"column {name!r} is {theirs[name]} there, {mine[name]} in {first_name}"
+    return "the same columns in another order"
+
+
+def one_line(text: Any) -> str:
+    """An error text on one line (pyarrow's messages carry newlines)."""
+    return " ".join(str(text).split())
+
+
+def read_dataset(
+    dataset: Dataset,
+    columns: Sequence[str] | None = None,
+    *,
+    track: Callable[[Sequence[DatasetFile]], Iterable[DatasetFile]] | None = None,
+) -> Table:
+    """The dataset's rows in memory as one :class:`Table` (only ``columns``, if given), each
+    column converted as one Parquet file's: what one file holding these rows in this order
+    reads as. Errors name the file and its row (:attr:`Table.parts`). ``track`` wraps the
+    file list (a progress bar)."""
+    import pyarrow as pa
+
+    pq = _pyarrow_parquet()
+    wanted = list(dict.fromkeys(dataset.names if columns is None else columns))
+    pieces = []
+    for file in dataset.files if track is None else track(dataset.files):
+        try:
+            piece = pq.read_table(file.path, columns=wanted)
+            plain = pa.schema([(f.name, _plain_type(f.type)) for f in piece.schema])
+            pieces.append(piece.cast(plain))
+        except Exception as err:
+            raise TableError(
+                f"{file.path} is not a readable Parquet file ({one_line(err)})"
+            ) from None
+    table = pa.concat_tables(pieces)
+    return Table(dataset.path, "parquet", _arrow_columns(table, wanted), parts=dataset.parts())
+
+
+def dataset_features(
+    dataset: Dataset, *, columns: Sequence[str] | None = None, exclude: Iterable[str] = ()
+) -> tuple[list[str], list[str]]:
+    """(feature columns, skipped text columns) of a dataset, chosen from its schema by the
+    rule of :func:`select_features` for one Parquet file. A named column that cannot hold
+    numbers (strings, dates, ...) is refused here, before any row is read."""
+
+    def is_text(name: str) -> bool:
+        return dataset.kinds[name] not in "biuf"
+
+    names, skipped = _choose_features(dataset.path, dataset.names, is_text, columns, exclude)
+    for name in names:
+        dataset.column(name, "--feature-cols")
+        if dataset.kinds[name] not in "biuf":
+            raise TableError(
+                f"{dataset.path}: column {name!r} holds {dataset.types[name]} values, not "
+                "numbers; leave it out of --feature-cols"
+            )
+    return names, skipped
+
+
+def feature_block(frame: Any, path: str, names: Sequence[str]) -> np.ndarray:
+    """One file's feature matrix from the pandas frame dask read it into, converted and
+    checked exactly as :func:`select_features` does one Parquet file's columns (a bad cell is
+    an error naming this file, its row and column). Runs on the dask workers."""
+    import pyarrow as pa
+
+    table = pa.table({name: pa.array(frame[name]) for name in names})
+    file = Table(path, "parquet", _arrow_columns(table, names))
+    return np.column_stack([numeric_column(file, name) for name in names])
+
+
+def dataset_feature_array(dataset: Dataset, names: Sequence[str]) -> Any:
+    """The features ``names`` of every row as a lazy float64 dask array, one chunk per file.
+
+    Each file is opened with ``dask.dataframe.read_parquet`` (one partition per file, row
+    counts from the footers, so the chunk sizes are known without reading a row) and converted
+    by :func:`feature_block` where dask runs it: on the workers of a dask.distributed cluster.
+    """
+    import dask
+    import dask.array as da
+    import dask.dataframe as dd
+
+    names = list(names)
+    blocks = []
+    for file in dataset.files:
+        if file.rows == 0:
+            continue
+        frame = dd.read_parquet(
+            file.path, columns=names, index=False, split_row_groups=False, dtype_backend="pyarrow"
+        )
+        parts = frame.to_delayed()
+        if len(parts) != 1:  # pragma: no cover - split_row_groups=False reads a file whole
+            raise TableError(f"{file.path}: dask read it as {len(parts)} partitions, not one")
+        block = dask.delayed(feature_block, pure=True)(parts[0], file.path, names)
+        blocks.append(da.from_delayed(block, shape=(file.rows, len(names)), dtype=np.float64))
+    if not blocks:
+        raise TableError(f"{dataset.path} holds no rows")
+    return da.concatenate(blocks, axis=0)
