@@ -7,6 +7,8 @@ scatter of residuals into the cells (``_scatter_rows``) and the per-cell cross-f
 (:mod:`forgetting.content._table_kernels`) perform the same float operations in the same
 order and sum only integers, so they give the numpy versions' integers bit for bit; the numpy
 code stays as the fallback and as the definition (``tests/test_table_kernels.py`` compares).
+A forget of a few rows runs as one compiled call (``update_cells``: scatter, the touched cells'
+terms and probe terms, old and new), where numpy's dozens of small calls cost ~0.4 ms.
 
 Loading follows :mod:`forgetting.content.blake2`: numba is imported only for a batch big
 enough to repay it (or once loaded), never by ``import forgetting``; without numba, or with
