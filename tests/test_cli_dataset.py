@@ -114,6 +114,8 @@ def test_dataset_fit_on_the_cluster_equals_the_single_file_fit(tmp_path, capsys,
     assert_same_store(tmp_path / "a.db", tmp_path / "b.db", features)
     with DurableModel.open(str(tmp_path / "b.db"), read_only=True) as model:
         assert list(model.estimator.engine_.rows.ids) == [f"u{i}" for i in range(240)]
+    code, out, err = run(capsys, "verify", "--store", tmp_path / "b.db")
+    assert code == 0 and out.startswith("OK: identical"), err
 
     # --feature-cols and --id-type choose the same columns and ids on both paths, and a forget
     # after the distributed fit lands where the in-memory one does.

@@ -10,7 +10,8 @@ estimators themselves (``get_params()``), and the store enforces one writer. One
 
 * :mod:`.parser` -- the argparse tree: commands, options, help texts;
 * :mod:`.commands` -- fit, predict, forget, insert, inspect, verify; :mod:`.serve` -- serve;
-* :mod:`.inputs` -- data files, ids, the secret key file and the store, as the library takes them;
+* :mod:`.inputs` -- data files and dataset directories (and the dask cluster that fits the
+  latter), ids, the secret key file and the store, as the library takes them;
 * :mod:`.estimator` -- the estimator options of ``fit`` and their defaults;
 * :mod:`.render` -- what is printed: JSON, receipts, tables;
 * :mod:`.errors` -- ``CLIError`` and the mapping of every expected error to a line and a code;
@@ -27,6 +28,11 @@ Why the conventions below:
   ``predict`` and ``insert`` select those columns by name (the file's column order does not
   matter, a missing column is an error, unused columns are ignored and listed on stderr). An
   empty or non-numeric cell in a feature column is an error naming its line and column.
+* **A directory is a Parquet dataset.** ``--data DIR`` means what one Parquet file holding its
+  files' rows (natural name order: ``part.2`` before ``part.10``) means. ``fit`` reads it
+  lazily with dask and fits on a dask.distributed cluster (``--scheduler ADDRESS``, or a local
+  one of ``--workers N`` processes), writing the store the in-memory fit of that one file
+  writes, bit for bit; ``predict`` and ``insert`` read it into memory (pyarrow, no dask).
 * **Read-only commands stay read-only.** ``predict``, ``inspect`` and ``verify`` open the store
   read-only: they never create or modify a file and never take the write lock. ``fit``,
   ``forget``, ``insert`` and ``serve`` are writers: a store has one writer at a time, so a

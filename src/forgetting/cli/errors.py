@@ -29,6 +29,8 @@ _EXTRAS = {
     "uvicorn": "service",
     "psycopg": "postgres",
     "pyarrow": "parquet",
+    "dask": "distributed",
+    "distributed": "distributed",
     "matplotlib": "bench",
     "lightgbm": "tabular",
     "skimage": "image",

@@ -1,6 +1,12 @@
 """What a ``forgetting`` command is given, turned into what the library takes: the rows of a
 data file (features, ids, labels), ids from ``--ids``/``--ids-file``, the secret key file, and
-the store itself.
+the store itself; for ``fit`` on a Parquet dataset directory, the lazy dask rows and the
+dask.distributed cluster they are fitted on.
+
+Why a dataset's id and label columns are read here while its features stay on the cluster:
+the fitted model keeps one id and one target per row in this process anyway (they are two
+narrow columns), and reading them with the single-file reader keeps their conversion exactly
+that of one Parquet file, so a bad id or label fails before any cluster starts.
 
 The rules for reading table files (ids never rewritten, columns by name, cells that must be
 numbers) live in :mod:`forgetting.io.tables`; this module only maps the command's options onto
