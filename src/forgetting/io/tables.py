@@ -723,11 +723,11 @@ def open_dataset(path: str | Path) -> Dataset:
     directory = Path(path)
     if not directory.is_dir():
         raise TableUsageError(f"{str(path)!r} is not a directory")
-    files, first, first_path = [], None, None
+    files, first, first_path, shown = [], None, None, {}
     for file in _dataset_files(directory):
         try:
-            meta = pq.ParquetFile(file)
-            schema, rows = meta.schema_arrow, meta.metadata.num_rows
+            meta = pq.read_metadata(file)
+            schema, rows = meta.schema.to_arrow_schema(), meta.num_rows
         except Exception as err:  # pyarrow's ArrowInvalid/OSError family
             raise TableUsageError(
                 f"{file} is not a readable Parquet file ({one_line(err)}); a dataset directory "
@@ -736,6 +736,7 @@ def open_dataset(path: str | Path) -> Dataset:
         fields = [(field.name, _plain_type(field.type)) for field in schema]
         if first is None:
             first, first_path = fields, file
+            shown = {field.name: str(field.type) for field in schema}
         elif fields != first:
             raise TableUsageError(
                 f"{file} does not have the columns of {first_path.name}: "
@@ -752,7 +753,7 @@ def open_dataset(path: str | Path) -> Dataset:
         tuple(files),
         names,
         {name: _kind(arrow_type) for name, arrow_type in first},
-        {name: str(arrow_type) for name, arrow_type in first},
+        shown,
     )
 
 
