@@ -29,3 +29,28 @@ def test_schema_training_does_not_depend_on_the_blas_thread_count():
             model = QSSClassifier(**params).fit(X, y, list(range(len(y))))
         digests.append(model.state_digest())
     assert digests[0] == digests[1]
+
+
+def test_a_schema_trained_in_a_background_thread_equals_the_main_thread_s():
+    """Background rebuilds train schemas in a worker thread. threadpoolctl lets only the first
+    thread that limited OpenBLAS change its (process-wide) thread count, so a worker's limit
+    was silently ignored and its logistic g was fitted on two threads: different bits from a
+    refit in the main thread."""
+    import threading
+
+    from forgetting.schema import SchemaConfig, train_schema
+
+    X, y = _data(n=311, d=784)
+    model = QSSClassifier(rho=0.5, n_instances=1, random_state=0, secret_key="t").fit(
+        X[:200], y[:200], list(range(200))
+    )
+    config: SchemaConfig = model.engine_.config.schema
+    folds = (np.arange(len(y)) % 2).astype(np.int64)
+    main = train_schema(config, X, y, None, 7, folds)
+    out = {}
+    worker = threading.Thread(
+        target=lambda: out.setdefault("schema", train_schema(config, X, y, None, 7, folds))
+    )
+    worker.start()
+    worker.join()
+    assert out["schema"].digest() == main.digest()

@@ -16,18 +16,20 @@ refit must predict any input alike (both use the serving blocks).
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
+import scipy.linalg  # noqa: F401 - loads scipy's BLAS before the libraries are listed
 from threadpoolctl import ThreadpoolController
 
 BLOCK_ROWS = 1024
 SERVE_BLOCK_ROWS = 64
 
-_BLAS: list | None = None
-"""The BLAS libraries loaded when first limited (threadpoolctl's per-library controllers)."""
+_LIBRARIES: list | None = None
+"""(get, set) of every loaded BLAS library's process-wide thread count."""
 _SAVED: list[int] = []
 _DEPTH = 0
 _LOCK = threading.Lock()
@@ -35,30 +37,31 @@ _LOCK = threading.Lock()
 
 @contextmanager
 def one_blas_thread() -> Iterator[None]:
-    """A context in which BLAS runs on one thread.
+    """A context in which BLAS runs on one thread, process-wide.
 
-    Row-wise blocks are small (64 or 1 024 rows): threads bring nothing there, and on a busy
-    machine an oversubscribed OpenBLAS made a 1 024 × 128 LDA projection 25× slower (8 ms
-    instead of 0.34 ms, measured while other jobs ran) — which dominated forget-and-serve.
-    It also keeps a row's bits independent of the thread count the process happens to run
-    with (a service with OPENBLAS_NUM_THREADS=1 and a notebook fit agree).
+    Why one thread: BLAS and LAPACK round differently on one thread than on two (a logistic
+    fit, LAPACK's eigensolver, even a 311 × 784 product), so every float computation behind a
+    model's bits must run with one fixed count — one: row-wise blocks are small, and on a busy
+    machine an oversubscribed OpenBLAS made a 1 024 × 128 projection 25× slower.
 
-    Re-entrant and cheap when nested: BLAS's thread count is process-wide, so the first
-    caller limits it and the last one restores it (the engine wraps a whole forget or
-    prediction; the row-wise calls inside then cost a counter). The libraries' own
-    ``set_num_threads`` are called directly: threadpoolctl's ``limit()`` re-reads every
-    library's state and cost ~30 µs per forget or prediction.
+    Why process-wide, and not through threadpoolctl: OpenBLAS's count is one setting for the
+    whole process, and threadpoolctl lets only the first thread that limited it change it —
+    a background rebuild's limit was silently ignored, so it trained its schema on two threads
+    unless the main thread happened to be inside a prediction, and the rebuilt logistic g
+    differed from a refit's (tests/test_threads.py). OpenBLAS's "thread-local" setter leaked
+    across threads when tried. So the libraries' own setters are called directly, under a lock
+    with a depth count shared by all threads: the first entrant limits, the last one restores,
+    and while any thread computes for a model every BLAS call in the process runs on one thread.
+    Re-entrant and cheap when nested (a counter).
     """
-    global _BLAS, _DEPTH
+    global _DEPTH
+    libraries = _libraries()
     with _LOCK:
         if _DEPTH == 0:
-            if _BLAS is None:
-                controller = ThreadpoolController()
-                _BLAS = [lib for lib in controller.lib_controllers if lib.user_api == "blas"]
-            _SAVED[:] = [lib.get_num_threads() for lib in _BLAS]
-            for lib, n in zip(_BLAS, _SAVED, strict=True):
+            _SAVED[:] = [get() for get, _ in libraries]
+            for (_, set_threads), n in zip(libraries, _SAVED, strict=True):
                 if n != 1:
-                    lib.set_num_threads(1)
+                    set_threads(1)
         _DEPTH += 1
     try:
         yield
@@ -66,9 +69,43 @@ def one_blas_thread() -> Iterator[None]:
         with _LOCK:
             _DEPTH -= 1
             if _DEPTH == 0:
-                for lib, n in zip(_BLAS, _SAVED, strict=True):
+                for (_, set_threads), n in zip(libraries, _SAVED, strict=True):
                     if n != 1:
-                        lib.set_num_threads(n)
+                        set_threads(n)
+
+
+_AFFIXES = [(p, s) for p in ("", "scipy_") for s in ("", "64_", "_64")]
+"""How OpenBLAS builds name their symbols (scipy-openblas prefixes and suffixes them)."""
+
+
+def _libraries() -> list:
+    """(get, set) per loaded BLAS library, found once: an OpenBLAS's own process-wide
+    functions via ctypes, threadpoolctl's methods for the others (MKL, BLIS)."""
+    global _LIBRARIES
+    if _LIBRARIES is None:
+        with _LOCK:
+            if _LIBRARIES is None:
+                found = []
+                for lib in ThreadpoolController().lib_controllers:
+                    if lib.user_api != "blas":
+                        continue
+                    pair = _openblas_functions(lib) if lib.internal_api == "openblas" else None
+                    found.append(pair or (lib.get_num_threads, lib.set_num_threads))
+                _LIBRARIES = found
+    return _LIBRARIES
+
+
+def _openblas_functions(lib) -> tuple | None:
+    if getattr(lib, "threading_layer", None) == "openmp":
+        return None  # OpenMP builds: per-thread limits, threadpoolctl sets them as asked
+    for prefix, suffix in _AFFIXES:
+        get = getattr(lib.dynlib, f"{prefix}openblas_get_num_threads{suffix}", None)
+        set_threads = getattr(lib.dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
+        if get is not None and set_threads is not None:
+            get.restype = ctypes.c_int
+            set_threads.argtypes = [ctypes.c_int]
+            return get, set_threads
+    return None
 
 
 def rowwise(
