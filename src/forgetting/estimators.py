@@ -323,7 +323,8 @@ class _QSSBase(BaseEstimator):
         rebuilds every instance. Unknown ids raise KeyError, duplicates ValueError; on any
         error nothing changes.
         """
-        check_is_fitted(self)
+        if "engine_" not in self.__dict__:  # scikit-learn's check costs ~0.3 ms (its tags)
+            check_is_fitted(self)
         if erase_inputs and self.mode != "label":
             raise ValueError("erase_inputs applies to mode='label'; exact mode always erases")
         id_list, id_raw = self._check_ids(ids, None)

@@ -48,8 +48,8 @@ class Preprocessor:
         if self.lda is None:
             return Z
         if self.projection is not None:
-            return l2_normalize(np.hstack([Z, Z @ self.projection]))
-        return l2_normalize(np.hstack([Z, lda_transform(self.lda, Z)]))
+            return l2_normalize(np.concatenate((Z, Z @ self.projection), axis=1))
+        return l2_normalize(np.concatenate((Z, lda_transform(self.lda, Z)), axis=1))
 
 
 def fit_preprocessor(X: np.ndarray, y: np.ndarray | None, use_lda: bool) -> Preprocessor:
