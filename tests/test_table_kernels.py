@@ -507,3 +507,18 @@ def test_copy_keeps_what_was_computed(compiled) -> None:
     assert fresh._totals_fresh and fresh.equals(t)
     fresh.subtract(codes[:1], residuals[:1], folds[:1])
     assert not fresh.equals(t)
+
+
+def test_refresh_computes_what_a_bulk_change_left(compiled) -> None:
+    rng = np.random.default_rng(25)
+    codes, residuals, folds = _history_rows(rng, 400, 4, 32, 2)
+    t = FlatTables.empty(4, 32, 2, 32)
+    t.set_probes(codes[:10], folds[:10])
+    t.add(codes, residuals, folds)
+    assert not t._totals_fresh and not t._probes_fresh
+    t.refresh()
+    assert t._totals_fresh and t._probes_fresh and t._floats is not None
+    bare = FlatTables.empty(4, 32, 2, 32)
+    bare.add(codes, residuals, folds)
+    bare.refresh()
+    assert bare._totals_fresh and bare.cross == t.cross

@@ -162,6 +162,16 @@ class FlatTables:
         return self._probe_sums
 
     # -- derived state ------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Compute now whatever derived state a bulk change left for the next read (totals,
+        probe sums and their float copies): a caller that builds or catches up tables off the
+        serving path (a background rebuild, a model load) calls it there, so the first
+        prediction does not pay the pass over every cell. A no-op on current tables."""
+        if self.probe_cells is not None:
+            self._probe_floats()
+        else:
+            self._refresh_totals()
+
     def _count_fold_rows(self) -> list[int]:
         return [int(self.counts[0, 0].sum()), int(self.counts[1, 0].sum())]
 
