@@ -211,6 +211,7 @@ class QSSEngine:
             self.config.label_mode,
             work=getattr(self, "row_work", None),
         )
+        result[0].refresh()  # here (a fit, or a rebuild's thread), not in the next prediction
         self.rebuild_seconds.append(time.perf_counter() - started)
         return result
 
@@ -677,6 +678,7 @@ class QSSEngine:
                 )
                 inst = empty_instance(config.schema, inst_snap.schema)
                 inst.add_rows(contrib, store.folds(labeled), store.X[labeled])
+                inst.refresh()  # a load pays the tables' totals, not the first prediction
                 engine.instances[r] = inst
                 store.set_instance_rows(r, labeled, contrib)
             if snapshot.privacy is not None:
