@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from ..._rowwise import one_blas_thread
 from ..costs import expected_cost, forget_and_predict, rebuild_rate, timed_rebuild
 from .data import (
     D0_BATCHES,
@@ -263,8 +264,11 @@ def deletion_rows(data: Data, seed0: SeedZero, rng: np.random.Generator) -> list
     calls: dict[str, list[float]] = {label: [] for label in labels}
     rebuilds: dict[str, list[float]] = {label: [] for label in labels}
     for sisa_id, ridge_id in zip(sisa_ids, ridge_ids, strict=False):
-        sisa_s.append(float(seed0.sisa.forget([sisa_id])["seconds"]))
-        ridge_s.append(float(seed0.ridge.forget([ridge_id])["seconds"]))
+        # the courtesy QSS takes: one BLAS thread (unpinned, OpenBLAS's threads contend on a
+        # busy machine: SISA's fit ran 30× slower in bench.core)
+        with one_blas_thread():
+            sisa_s.append(float(seed0.sisa.forget([sisa_id])["seconds"]))
+            ridge_s.append(float(seed0.ridge.forget([ridge_id])["seconds"]))
         for label in labels:
             call_ms, rebuild = measured_rebuild(seed0.qss[label], rng, x1)
             calls[label].append(call_ms)
