@@ -56,3 +56,7 @@ def test_scale_runs_end_to_end_and_writes_a_consistent_row(tmp_path):
     assert 0 < pair_p50 <= float(row["forget_predict_p95_ms"])
     assert float(row["forget_p50_ms"]) > 0 and float(row["first_predict_p50_ms"]) > 0
     assert float(row["rebuild_s"]) > 0 and float(row["faiss_rows_per_s"]) > 0
+    assert 0 <= int(row["forgets_during_rebuild"]) <= 3
+    if int(row["forget_d0_hits"]) == 0:  # every pair was quiet: the two p50s are one figure
+        assert row["hit_forget_predict_max_ms"] == "nan"
+        assert float(row["quiet_forget_predict_p50_ms"]) == pair_p50

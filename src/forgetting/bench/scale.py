@@ -40,6 +40,7 @@ COLUMNS = [
     "instance_rows_per_s_per_worker", "faiss_rows_per_s", "vs_faiss", "peak_rss_coordinator_gb",
     "peak_rss_total_gb", "schema_rows", "forgets", "forget_predict_p50_ms",
     "forget_predict_p95_ms", "forget_p50_ms", "first_predict_p50_ms", "forget_d0_hits",
+    "hit_forget_predict_max_ms", "forgets_during_rebuild", "quiet_forget_predict_p50_ms",
     "rebuild_s", "load_avg",
 ]  # fmt: skip
 
@@ -162,7 +163,9 @@ def run_workers(args: argparse.Namespace, workers: int) -> dict:
         sample, _ = _chunk(10**6 + 1, min(args.n, 200_000), args.d, args.k, args.seed)
         model.predict(X_probe)
         times, forget_times, predict_times, hits = [], [], [], 0
+        hit_times, quiet_times, during_rebuild = [], [], 0
         for row_id in tqdm(rng.choice(args.n, size=args.forgets, replace=False), desc="forgets"):
+            rebuilding = bool(model.engine_.pending_rebuilds())
             started = time.perf_counter()
             receipt = model.forget([int(row_id)])
             forgotten = time.perf_counter()
@@ -172,6 +175,11 @@ def run_workers(args: argparse.Namespace, workers: int) -> dict:
             forget_times.append(forgotten - started)
             predict_times.append(done - forgotten)
             hits += bool(receipt.instances_hit)
+            during_rebuild += rebuilding
+            if receipt.instances_hit:
+                hit_times.append(done - started)
+            elif not rebuilding:
+                quiet_times.append(done - started)
         model.wait_for_rebuilds()
         members = model.engine_.rows.members(0)
         target = model.engine_.rows.ids[int(np.flatnonzero(members)[0])]
@@ -204,6 +212,11 @@ def run_workers(args: argparse.Namespace, workers: int) -> dict:
             "forget_p50_ms": 1e3 * float(np.percentile(forget_times, 50)),
             "first_predict_p50_ms": 1e3 * float(np.percentile(predict_times, 50)),
             "forget_d0_hits": hits,
+            "hit_forget_predict_max_ms": 1e3 * max(hit_times) if hit_times else float("nan"),
+            "forgets_during_rebuild": during_rebuild,
+            "quiet_forget_predict_p50_ms": (
+                1e3 * float(np.percentile(quiet_times, 50)) if quiet_times else float("nan")
+            ),
             "rebuild_s": rebuild_s,
             "load_avg": os.getloadavg()[0],
         }
@@ -261,7 +274,11 @@ def main(argv: list[str] | None = None) -> int:
             "forget_p50_ms and first_predict_p50_ms split the pair (the predict after a change "
             "re-derives each instance's served content: α and λ from the flat tables' totals "
             "and their D° probes). schema_rows: |D°| of instance 0 (≈ ρ·n), the number of "
-            "probes each instance's tables keep. rebuild_s: "
+            "probes each instance's tables keep. hit_forget_predict_max_ms: the slowest pair "
+            "whose forget hit a D° (it returns after the rebuild's snapshot); "
+            "forgets_during_rebuild: pairs started while a background rebuild was running "
+            "(they share the coordinator with it); quiet_forget_predict_p50_ms: p50 of the "
+            "pairs that neither hit a D° nor ran next to a rebuild. rebuild_s: "
             "the rebuild after forgetting one D° row of instance 0 (schema trained on the "
             "coordinator, row work on the workers).",
         ]
