@@ -169,6 +169,7 @@ class FlatTables:
         prediction does not pay the pass over every cell. A no-op on current tables."""
         if self.probe_cells is not None:
             self._probe_floats()
+            self._probe_csr()  # the compiled update's probe index, else built by the 1st forget
         else:
             self._refresh_totals()
 
