@@ -423,6 +423,50 @@ def all_probe_terms(flat_sums, flat_counts, qualified, grid, scale, mean_unit, s
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
+def _cells_terms_into(sums, counts, cells, nc, grid, scale, unit, scratch, cross, square) -> bool:
+    """Add the terms of the table-major cells ``cells[:nc]`` to ``cross``/``square`` (G),
+    block by block (:func:`_block_terms_into`)."""
+    ok = True
+    for first in range(0, nc, BLOCK_CELLS):
+        ok = ok & _block_terms_into(
+            sums,
+            counts,
+            cells,
+            first,
+            min(nc, first + BLOCK_CELLS) - first,
+            grid,
+            scale,
+            unit,
+            scratch,
+            cross,
+            square,
+        )
+    return ok
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _entries_terms_into(
+    flat_sums, flat_counts, entry_cell, grid, scale, mean_unit, square_unit, scaled, out
+) -> bool:
+    """out[e] = the probe terms (:func:`_probe_terms_into`) of fold-qualified cell
+    ``entry_cell[e]``, for every probe entry e."""
+    ok = True
+    for e in range(entry_cell.shape[0]):
+        ok = ok & _probe_terms_into(
+            flat_sums,
+            flat_counts,
+            entry_cell[e],
+            grid,
+            scale,
+            mean_unit,
+            square_unit,
+            scaled,
+            out[e],
+        )
+    return ok
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def update_cells(
     sums,
     counts,
@@ -509,69 +553,26 @@ def update_cells(
             entry_cell[m] = quals[e]
             m += 1
     s0 = np.empty(k, dtype=np.float64)  # one probe entry's scaled sums
-    d_cross = np.zeros(G, dtype=np.int64)
-    d_square = np.zeros(G, dtype=np.int64)
-    old = np.empty((m, G, k + 1), dtype=np.int64)
-    ok = True
     scratch = np.empty((2 * k + 6, BLOCK_CELLS), dtype=np.float64)
     old_cross = np.zeros(G, dtype=np.int64)
     old_square = np.zeros(G, dtype=np.int64)
-    for first in range(0, nc, BLOCK_CELLS):
-        ok = ok & _block_terms_into(
-            sums,
-            counts,
-            cells,
-            first,
-            min(nc, first + BLOCK_CELLS) - first,
-            grid,
-            scale,
-            loss_unit,
-            scratch,
-            old_cross,
-            old_square,
-        )
-    for e in range(m):
-        ok = ok & _probe_terms_into(
-            flat_sums,
-            flat_counts,
-            entry_cell[e],
-            grid,
-            scale,
-            mean_unit,
-            square_unit,
-            s0,
-            old[e],
-        )
+    old = np.empty((m, G, k + 1), dtype=np.int64)
+    ok = _cells_terms_into(
+        sums, counts, cells, nc, grid, scale, loss_unit, scratch, old_cross, old_square
+    ) & _entries_terms_into(
+        flat_sums, flat_counts, entry_cell, grid, scale, mean_unit, square_unit, s0, old
+    )
     if not ok:
         return False
     _scatter(sums, counts, codes, folds, values, negate)
-    for first in range(0, nc, BLOCK_CELLS):
-        ok = ok & _block_terms_into(
-            sums,
-            counts,
-            cells,
-            first,
-            min(nc, first + BLOCK_CELLS) - first,
-            grid,
-            scale,
-            loss_unit,
-            scratch,
-            d_cross,
-            d_square,
-        )
+    d_cross = np.zeros(G, dtype=np.int64)
+    d_square = np.zeros(G, dtype=np.int64)
     new = np.empty((m, G, k + 1), dtype=np.int64)
-    for e in range(m):
-        ok = ok & _probe_terms_into(
-            flat_sums,
-            flat_counts,
-            entry_cell[e],
-            grid,
-            scale,
-            mean_unit,
-            square_unit,
-            s0,
-            new[e],
-        )
+    ok = _cells_terms_into(
+        sums, counts, cells, nc, grid, scale, loss_unit, scratch, d_cross, d_square
+    ) & _entries_terms_into(
+        flat_sums, flat_counts, entry_cell, grid, scale, mean_unit, square_unit, s0, new
+    )
     if not ok:
         _scatter(sums, counts, codes, folds, values, not negate)  # undo: exact integers
         return False
