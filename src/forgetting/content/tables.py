@@ -225,6 +225,15 @@ class FlatTables:
         self._floats = None
         self._probes_fresh = True
 
+    def _probe_units(self) -> tuple[np.ndarray, float, float, float]:
+        """The grid and the fixed-point scales the compiled probe-term kernels take."""
+        return (
+            np.asarray(self.grid, dtype=np.float64),
+            2.0**-self.scale_bits,
+            2.0**MEAN_BITS,
+            2.0 ** square_bits(self.scale_bits),
+        )
+
     def _all_probe_sums(self) -> np.ndarray:
         """:meth:`set_probes`' sums from every probe entry: one compiled pass adding each
         probe's terms, or numpy's terms scattered with ``np.add.at`` (the same integers)."""
@@ -238,10 +247,7 @@ class FlatTables:
                 self.sums.reshape(2 * T * C, -1),
                 self.counts.reshape(-1),
                 np.ascontiguousarray(qualified, dtype=np.int64),
-                np.asarray(self.grid, dtype=np.float64),
-                2.0**-self.scale_bits,
-                2.0**MEAN_BITS,
-                2.0 ** square_bits(self.scale_bits),
+                *self._probe_units(),
                 out,
             ):
                 return out
@@ -506,10 +512,7 @@ class FlatTables:
                 self.sums.reshape(-1, k),
                 self.counts.reshape(-1),
                 np.ascontiguousarray(qualified, dtype=np.int64),
-                np.asarray(self.grid, dtype=np.float64),
-                2.0**-self.scale_bits,
-                2.0**MEAN_BITS,
-                2.0 ** square_bits(self.scale_bits),
+                *self._probe_units(),
                 out,
             ):
                 return out
