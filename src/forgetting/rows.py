@@ -391,12 +391,9 @@ class RowStore:
         holes = pos[pos < new_size]
         # the surviving rows of the tail fill the holes: O(batch), no O(n) mask (at 10 M rows
         # a mask of every row cost more than the rest of a one-row forget)
-        tail = np.arange(new_size, self.size, dtype=np.intp)
-        if pos.size <= 64:  # a few rows: a set beats np.isin's set-up
-            doomed = set(pos.tolist())
-            fillers = tail[[t not in doomed for t in tail.tolist()]]
-        else:
-            fillers = tail[~np.isin(tail, pos, assume_unique=True)]
+        doomed_tail = np.zeros(pos.size, dtype=bool)
+        doomed_tail[pos[pos >= new_size] - new_size] = True
+        fillers = np.flatnonzero(~doomed_tail) + new_size
         arrays = self._row_arrays() + [
             a for field in self._instance_fields() for a in field if a is not None
         ]
