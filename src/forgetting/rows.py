@@ -227,6 +227,9 @@ class RowStore:
         """Per instance, rows of D°_r draw below this (see :class:`MembershipRule`)."""
         self._member_counts = np.zeros(n_instances, dtype=np.int64)
         self._n_labeled = 0
+        self._n_pool = 0
+        """Rows with the pool flag (label mode's codebook pool), kept so that a forget can
+        count the pool after it in O(batch)."""
         self._refresh_thresholds(range(n_instances))
 
     def _alloc(self, capacity: int) -> None:
@@ -282,6 +285,68 @@ class RowStore:
             draws = self.draws[: self.size, r][labeled]
             self.thresholds[r] = self.membership.threshold(draws)
             self._member_counts[r] = np.count_nonzero(draws < self.thresholds[r])
+
+    @property
+    def pool_size(self) -> int:
+        """Rows with the pool flag (label mode: the codebook's training pool)."""
+        return self._n_pool
+
+    def schema_sizes_after(
+        self,
+        pos: np.ndarray,
+        instances: Sequence[int],
+        *,
+        unlabel: bool = False,
+        cap: int | None = None,
+    ) -> tuple[list[int], int]:
+        """(|D°_r| for each r of ``instances``, pool rows) once the rows at ``pos`` are removed
+        (or, with ``unlabel``, lose their labels) — what decides whether a schema could still
+        be trained, counted without touching the other rows.
+
+        The stored thresholds and member counts describe the current rows, so the count after
+        follows from the rows at ``pos`` alone (O(batch) per instance), by the cases of
+        :meth:`MembershipRule.threshold` applied to the labeled rows that remain:
+
+        * at least ``min_rows`` of them still draw below ρ: D° is exactly those rows —
+          today's member count minus the leaving members below ρ (when today's threshold is
+          ρ; if it is above ρ, fewer than ``min_rows`` draw below ρ already, and fewer will);
+        * at most ``min_rows`` labeled rows remain: D° is all of them;
+        * otherwise D° is the ``min_rows`` lowest draws plus any exact ties with the last:
+          at least ``min_rows``. Only when that bound is below ``cap`` is the exact count
+          needed, and then it is taken over the instance's draws (O(n), the one case that
+          reads every row; the fit's defaults never reach it — ``min_rows`` ≥ 50 there).
+
+        Sizes are reported as ``min(size, cap)`` (``cap=None``: exact): a caller that only
+        asks "is D° at least this big" passes the bar as ``cap``. Duplicate positions count
+        once.
+        """
+        pos = np.unique(np.asarray(pos, dtype=np.intp))
+        leaving = pos[self.labeled(pos)]
+        n_labeled = self._n_labeled - leaving.size
+        pool = self._n_pool if unlabel else self._n_pool - int(np.count_nonzero(self.in_pool[pos]))
+        rho, min_rows = self.membership.rho, self.membership.min_rows
+        sizes = []
+        for r in instances:
+            size = None
+            if self.thresholds[r] == rho:  # today at least min_rows draw below ρ (or no minimum)
+                below = int(self._member_counts[r]) - int(
+                    np.count_nonzero(self.draws[leaving, r] < rho)
+                )
+                if min_rows <= 0 or below >= min_rows:
+                    size = below
+            if size is None:
+                if n_labeled <= min_rows:
+                    size = n_labeled
+                elif cap is not None and min_rows >= cap:
+                    size = cap
+                else:
+                    keep = self.labeled()
+                    keep[leaving] = False
+                    size = int(
+                        np.count_nonzero(self.membership.members(self.draws[: self.size, r], keep))
+                    )
+            sizes.append(size if cap is None else min(size, cap))
+        return sizes, pool
 
     def _touched(self, pos: np.ndarray) -> np.ndarray:
         """Instances whose D° holds one of the rows at ``pos`` (current thresholds)."""
@@ -339,6 +404,7 @@ class RowStore:
         self.ids.extend(ids)
         self.size += n
         self._n_labeled += int(np.count_nonzero(self.labeled(pos)))
+        self._n_pool += int(np.count_nonzero(self.in_pool[pos]))
         self._count(pos, +1)
         if row_hash is None:
             self._set_row_hash(pos, id_bytes)
@@ -382,6 +448,7 @@ class RowStore:
         pos = np.unique(np.asarray(pos, dtype=np.intp))
         touched = self._touched(pos)
         self._n_labeled -= int(np.count_nonzero(self.labeled(pos)))
+        self._n_pool -= int(np.count_nonzero(self.in_pool[pos]))
         self._count(pos, -1)
         self._unhash(pos)
         ids, position = self.ids, self.position
