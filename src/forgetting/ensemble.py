@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ._parallel import PARALLEL_ROWS, map_instances, serial_map
 from ._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
 from .content.fingerprint import Contributions, multiset_sum
 from .content.tables import FlatContent, FlatTables
@@ -93,6 +94,8 @@ class QSSEngine:
         self.instances: list[Instance | None] = [None] * p
         self._generation = [0] * p
         self._threads: list[threading.Thread | None] = [None] * p
+        self._bulk_change = False
+        """A change of ≥ PARALLEL_ROWS rows left work for the next read (see _predict_outputs)."""
         self._errors: list[BaseException | None] = [None] * p
         self.privacy: PrivacyLedger | None = None
         """mode="dp": the calibrated mechanism and the record of releases."""
@@ -185,7 +188,11 @@ class QSSEngine:
                 self.check_trainable(data, range(self.config.n_instances))
                 for r in range(self.config.n_instances):
                     self._generation[r] += 1
-                built = [self._build(r, data) for r in range(self.config.n_instances)]
+                # The p builds are independent: one per core here; with a dask ``row_work``
+                # the workers already share every build's chunks, so they go one at a time.
+                local = getattr(self, "row_work", None) is None and self.rows.size >= PARALLEL_ROWS
+                each = map_instances if local else serial_map
+                built = each(lambda r: self._build(r, data), range(self.config.n_instances))
             except BaseException:
                 self.rows = previous
                 raise
@@ -308,9 +315,16 @@ class QSSEngine:
                 if self.instances[instance] is None:
                     raise RuntimeError(f"instance {instance} is rebuilding")
                 serving = [self.instances[instance]]
-            parts = [(inst, inst.schema, self._content(inst)) for inst in serving]
+            # After a bulk change each instance's content (deferred table totals, probe terms,
+            # its head solve) is milliseconds of work: each on its own core (_parallel). After
+            # a few rows it is a fraction of a millisecond, less than a thread hand-off costs.
+            each = map_instances if self._bulk_change else serial_map
+            contents = each(self._content, serving)
+            self._bulk_change = False
+            parts = [(inst, inst.schema, c) for inst, c in zip(serving, contents, strict=True)]
         # φ, g and the cells depend on the (immutable) schema only: computed without the lock
-        encoded = [schema.encode(X, SERVE_BLOCK_ROWS) for _, schema, _ in parts]
+        each = map_instances if len(X) >= PARALLEL_ROWS else serial_map
+        encoded = each(lambda part: part[1].encode(X, SERVE_BLOCK_ROWS), parts)
         total = None
         with self._lock:
             # Flat tables are read in place (nothing is materialized), so their cells are
@@ -361,10 +375,10 @@ class QSSEngine:
                 raise KeyError(f"rows have no label left to forget: {unlabeled}")
             hit = self._hits(pos, pool_changes=self.config.label_mode and erase_inputs)
             self._check_after_removal(pos, hit, label_only)
-            for r in range(self.config.n_instances):
-                inst = self.instances[r]
-                if inst is not None and r not in hit:
-                    self._subtract(r, inst, pos)
+            kept = [r for r, inst in enumerate(self.instances) if inst is not None and r not in hit]
+            each = map_instances if len(pos) >= PARALLEL_ROWS else serial_map
+            each(lambda r: self._subtract(r, self.instances[r], pos), kept)
+            self._bulk_change = self._bulk_change or len(pos) >= PARALLEL_ROWS
             if label_only:
                 self.rows.unlabel(pos, id_bytes)
             else:
@@ -426,19 +440,18 @@ class QSSEngine:
             hit = self._hits(pos, pool_changes=False)
             labeled = pos[self.rows.labeled(pos)]
             folds = self.rows.folds(labeled)
+            kept = [r for r, inst in enumerate(self.instances) if inst is not None and r not in hit]
+            each = map_instances if len(labeled) >= PARALLEL_ROWS else serial_map
             try:
-                for r in range(self.config.n_instances):
-                    inst = self.instances[r]
-                    if inst is None or r in hit:
-                        continue
-                    self.rows.set_instance_rows(r, labeled, self._contributions(inst, labeled))
+                computed = each(lambda r: self._contributions(self.instances[r], labeled), kept)
+                for r, contributions in zip(kept, computed, strict=True):
+                    self.rows.set_instance_rows(r, labeled, contributions)
             except BaseException:
                 self.rows.remove(pos)
                 raise
-            for r in range(self.config.n_instances):
-                inst = self.instances[r]
-                if inst is not None and r not in hit:
-                    inst.add_rows(self.rows.contributions(r, labeled), folds, self.rows.X[labeled])
+            X_new = self.rows.X[labeled]
+            each(lambda r: self.instances[r].add_rows(computed[kept.index(r)], folds, X_new), kept)
+            self._bulk_change = self._bulk_change or len(labeled) >= PARALLEL_ROWS
             self._start_rebuilds(hit)
             return self.receipt("insert", "instance", id_bytes, hit, started)
 
