@@ -259,3 +259,58 @@ def test_estimator_fit_hook(client):
     model = QSSClassifier(random_state=0).fit(_dask(X), y)
     assert_same_model(QSSClassifier(random_state=0).fit(X, y), model, X)
     assert model.engine_.row_work.client is not None
+
+
+def test_progress_sees_every_chunk_once_and_changes_no_bit(client):
+    """A callable hears of every chunk of both passes exactly once (pass 1: every row; pass 2:
+    the labeled rows, per instance, instances in order), a tqdm-like bar gets one update per
+    chunk; the fitted model is the one fitted without progress, bit for bit."""
+    X, y = _data()
+    y = y.copy()
+    y[::7] = -1  # label mode: unlabeled rows are in pass 1 but not in pass 2
+    params = {"random_state": 0, "n_instances": 2, "mode": "label"}
+    plain = fit_distributed(QSSClassifier(**params), _dask(X), y, client=client, chunk_rows=CHUNK)
+    events = []
+    seen = fit_distributed(
+        QSSClassifier(**params),
+        _dask(X),
+        y,
+        client=client,
+        chunk_rows=CHUNK,
+        progress=events.append,
+    )
+    assert seen.state_digest() == plain.state_digest()
+    assert_same_model(plain, seen, X)
+    n_labeled = int(np.count_nonzero(y != -1))
+    expected = [("pass 1", None, s, min(s + CHUNK, N)) for s in range(0, N, CHUNK)]
+    for r in range(2):
+        expected += [
+            ("pass 2", r, s, min(s + CHUNK, n_labeled)) for s in range(0, n_labeled, CHUNK)
+        ]
+    got = [(e.stage, e.instance, e.start, e.stop) for e in events]
+    assert sorted(got, key=str) == sorted(expected, key=str)  # each chunk once
+    assert [e.done for e in events] == list(range(1, len(expected) + 1))
+    assert {e.total for e in events} == {len(expected)}
+    stages = [(e.stage, e.instance) for e in events]
+    assert stages == sorted(stages, key=lambda s: (s[0], -1 if s[1] is None else s[1]))
+
+    class Bar:  # the slice of tqdm's interface the fit uses
+        total, n, descriptions = None, 0, []
+
+        def update(self, k):
+            self.n += k
+
+        def set_description(self, text, refresh=True):
+            self.descriptions.append(text)
+
+    from forgetting.distributed import fit_progress
+
+    bar = Bar()
+    with fit_progress(bar):  # the path of estimator.fit(dask input), as the CLI fits
+        hooked = QSSClassifier(**params)
+        fit_distributed(hooked, _dask(X), y, chunk_rows=CHUNK)
+    assert bar.n == bar.total == len(expected)
+    assert bar.descriptions == ["pass 1", "pass 2, instance 0", "pass 2, instance 1"]
+    assert hooked.state_digest() == plain.state_digest()
+    with pytest.raises(TypeError, match="progress"):
+        fit_distributed(QSSClassifier(**params), _dask(X), y, chunk_rows=CHUNK, progress=3)

@@ -8,15 +8,24 @@ import it; the functions that need it import it when called. The chunked row wor
 from __future__ import annotations
 
 from .chunks import DEFAULT_CHUNK_ROWS, LocalRowWork, check_chunk_rows
-from .fit import fit_distributed, insert_distributed, is_distributed_input, keep_rows_on_disk
+from .fit import (
+    ChunkDone,
+    fit_distributed,
+    fit_progress,
+    insert_distributed,
+    is_distributed_input,
+    keep_rows_on_disk,
+)
 from .work import DaskRowWork
 
 __all__ = [
+    "ChunkDone",
     "DEFAULT_CHUNK_ROWS",
     "DaskRowWork",
     "LocalRowWork",
     "check_chunk_rows",
     "fit_distributed",
+    "fit_progress",
     "insert_distributed",
     "is_distributed_input",
     "keep_rows_on_disk",

@@ -8,13 +8,17 @@ partial sums are added exactly. See docs/distributed.md for what runs where.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..ids import normalize_ids
-from ..labels import UNLABELED
+from ..labels import UNLABELED, is_labeled
 from ..rows import DiskRows
 from ..schema.membership import derive_key
 from .chunks import DEFAULT_CHUNK_ROWS, LocalRowWork, check_chunk_rows, chunk_bounds
@@ -115,6 +119,74 @@ def _targets(estimator, y: Any, n: int) -> tuple[np.ndarray, int]:
     return y_valid, 1
 
 
+@dataclass(frozen=True)
+class ChunkDone:
+    """One chunk of a distributed fit's row work, finished (what ``progress`` receives).
+
+    A fit has ``n_chunks`` chunks in pass 1 (every row: features checked, draws, hashes), then,
+    per instance, one chunk per ``chunk_rows`` labeled rows in pass 2 (contributions, reduced
+    into the instance); the schema of each instance is trained on the coordinator just before
+    its pass 2. ``done`` counts the chunks finished so far over the whole fit, out of
+    ``total`` (both passes, every instance), so ``done == total`` once the last one is in.
+    """
+
+    stage: str
+    """"pass 1" or "pass 2"."""
+    instance: int | None
+    """Pass 2: the instance being built (0 .. p-1); None in pass 1."""
+    start: int
+    stop: int
+    """Pass 1: the chunk's rows ``[start, stop)``; pass 2: offsets into the labeled rows."""
+    done: int
+    total: int
+
+
+Progress = Callable[[ChunkDone], Any]
+
+_PROGRESS: contextvars.ContextVar[Any] = contextvars.ContextVar("fit_progress", default=None)
+
+
+@contextlib.contextmanager
+def fit_progress(progress: Any) -> Iterator[None]:
+    """Report the chunks of every :func:`fit_distributed` in this context to ``progress``
+    (as its ``progress`` argument would), also when the fit is reached through
+    ``estimator.fit(dask_input)`` — the path the CLI and ``DurableModel.create`` take, which
+    have no argument to pass it through."""
+    token = _PROGRESS.set(progress)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
+
+def _reporter(progress: Any) -> Callable[[ChunkDone], None] | None:
+    """A function of :class:`ChunkDone` for ``progress``: a callable is called with each; a
+    tqdm-like bar (has ``update``) gets its total, a description per stage and one step per
+    chunk."""
+    if progress is None:
+        return None
+    if not hasattr(progress, "update"):
+        if not callable(progress):
+            raise TypeError(
+                f"progress must be a callable or a tqdm-like bar, got {type(progress).__name__}"
+            )
+        return progress
+    bar, shown = progress, [None]
+
+    def report(event: ChunkDone) -> None:
+        if getattr(bar, "total", None) != event.total:
+            bar.total = event.total
+        stage = event.stage
+        if event.instance is not None:
+            stage = f"{stage}, instance {event.instance}"
+        if stage != shown[0] and hasattr(bar, "set_description"):
+            bar.set_description(stage, refresh=False)
+            shown[0] = stage
+        bar.update(1)
+
+    return report
+
+
 def fit_distributed(
     estimator,
     X: Any,
@@ -124,6 +196,7 @@ def fit_distributed(
     client=None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     rows_dir: str | os.PathLike | None = None,
+    progress: Progress | Any = None,
 ):
     """Fit ``estimator`` (QSSClassifier or QSSRegressor) on a dask array or DataFrame.
 
@@ -138,6 +211,11 @@ def fit_distributed(
     With ``rows_dir`` the features never sit in the coordinator's RAM: chunks go straight to
     a file there (see :func:`keep_rows_on_disk`), and rebuilds stream them back in chunks.
 
+    ``progress`` (default: the one set by :func:`fit_progress`, else none) hears of every
+    chunk once, as it finishes: a callable gets a :class:`ChunkDone`, a tqdm-like bar one
+    ``update(1)`` (its ``total`` set to the fit's chunks, its description to the stage). It
+    only observes: the fitted bits are the same with or without it.
+
     Returns ``estimator``, fitted: its ``state_digest()`` and predictions equal a local
     ``estimator.fit(X.compute(), y, ids)`` bit for bit. On any error the previous fit stays.
     """
@@ -146,6 +224,7 @@ def fit_distributed(
     chunk_rows = check_chunk_rows(chunk_rows)
     client = _client(client)
     estimator._check_params()
+    report = _reporter(_PROGRESS.get() if progress is None else progress)
 
     def run():
         Xd, names = _as_dask_array(X, chunk_rows)
@@ -168,6 +247,8 @@ def fit_distributed(
         engine = QSSEngine(config, key, d, targets.dtype)
         p = config.n_instances
         bounds = chunk_bounds(n, chunk_rows)
+        n_build = len(chunk_bounds(int(np.count_nonzero(is_labeled(targets))), chunk_rows))
+        count = _ChunkCounter(report, len(bounds) + p * n_build)
         parts = client.compute(list(Xd.to_delayed().ravel()))
         if rows_dir is None:
             X32 = np.empty((n, d), dtype=np.float32)
@@ -185,8 +266,14 @@ def fit_distributed(
                 draws[start:stop] = chunk["draws"]
                 row_hash[start:stop] = chunk["row_hash"]
                 prepared[i] = future
+                count("pass 1", None, start, stop)
             del parts
-            engine.row_work = DaskRowWork(client, chunk_rows, ResidentChunks(prepared, n))
+            engine.row_work = DaskRowWork(
+                client,
+                chunk_rows,
+                ResidentChunks(prepared, n),
+                on_chunk=None if report is None else count.built,
+            )
             engine.fit(
                 id_list, None, X32, targets, draws=draws, row_hash=row_hash, rows_dir=rows_dir
             )
@@ -204,6 +291,24 @@ def fit_distributed(
         return estimator
 
     return estimator._fit_atomically(run)
+
+
+class _ChunkCounter:
+    """Numbers a fit's finished chunks and hands them to the reporter (if any)."""
+
+    def __init__(self, report: Callable[[ChunkDone], None] | None, total: int):
+        self.report, self.total, self.done = report, total, 0
+
+    def __call__(self, stage: str, instance: int | None, start: int, stop: int) -> None:
+        if self.report is None:
+            return
+        self.done += 1
+        self.report(ChunkDone(stage, instance, start, stop, self.done, self.total))
+
+    def built(self, build: int, start: int, stop: int) -> None:
+        """A pass-2 chunk (DaskRowWork's ``on_chunk``): the fit builds instance 0, 1, ...
+        in order, so the n-th build is instance n."""
+        self("pass 2", build, start, stop)
 
 
 def insert_distributed(

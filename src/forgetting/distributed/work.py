@@ -17,7 +17,7 @@ a rebuild ships the rows of its snapshot to the workers chunk by chunk.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,11 +115,28 @@ class DaskRowWork:
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         resident: ResidentChunks | None = None,
         in_flight: int | None = None,
+        on_chunk: Callable[[int, int, int], None] | None = None,
     ):
         self.client = client
         self.chunk_rows = check_chunk_rows(chunk_rows)
         self.resident = resident
         self.in_flight = in_flight
+        self.on_chunk = on_chunk
+        """Called as ``on_chunk(build, start, stop)`` when a chunk's result is handed to the
+        reduction: ``build`` counts the :meth:`map_chunks` calls (0, 1, ...: a fit builds its
+        instances in order), ``[start, stop)`` are offsets into the build's rows. A fit's
+        progress report (:func:`forgetting.distributed.fit_distributed`)."""
+        self._builds = 0
+
+    def map_chunks(self, config, schema, X, targets, row_hash, folds, rows):
+        build, self._builds = self._builds, self._builds + 1
+        chunks = self._map_chunks(config, schema, X, targets, row_hash, folds, rows)
+        if self.on_chunk is None:
+            yield from chunks
+            return
+        for start, result in chunks:
+            yield start, result
+            self.on_chunk(build, start, start + len(result.contrib.codes))
 
     def _running(self) -> bool:
         return getattr(self.client, "status", None) == "running"
@@ -133,7 +150,7 @@ class DaskRowWork:
             workers = len(self.client.scheduler_info()["workers"])
         return max(2, 2 * workers)
 
-    def map_chunks(self, config, schema, X, targets, row_hash, folds, rows):
+    def _map_chunks(self, config, schema, X, targets, row_hash, folds, rows):
         if not self._running():
             yield from LocalRowWork(self.chunk_rows).map_chunks(
                 config, schema, X, targets, row_hash, folds, rows
