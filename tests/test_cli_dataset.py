@@ -307,3 +307,33 @@ def test_read_dataset_orders_files_naturally_and_names_a_bad_cells_file(tmp_path
     where = r"part\.2\.parquet, row 2, column 'label': nan is not an integer class"
     with pytest.raises(tables.TableError, match=where):
         tables.label_column(table, task="classification")
+
+
+def test_a_terminal_sees_a_bar_over_the_clusters_chunks(tmp_path, capsys, scheduler, monkeypatch):
+    """On a terminal (forced here: tests' stderr is a pipe, where the bar stays silent), fit
+    --data shows one tqdm bar through fit_distributed's progress: pass 1's chunk, then each
+    instance's pass 2 (240 rows, one 65,536-row chunk each: 1 + 3 chunks); the store is the
+    one fitted without it."""
+    from tqdm import tqdm
+
+    import forgetting.cli.commands as commands
+
+    X, y = classification_data()
+    single = write_dataset(tmp_path / "rows", X, y)
+    code, out_file, _ = run(
+        capsys, "fit", "--data", single, "--store", tmp_path / "a.db", *FAST_ARGS
+    )
+    assert code == 0
+    monkeypatch.setattr(
+        commands,
+        "progress",
+        lambda it, **kw: tqdm(it, disable=False, file=sys.stderr, leave=True, **kw),
+    )
+    code, out_dir, err = run(
+        capsys, "fit", "--data", tmp_path / "rows", "--store", tmp_path / "b.db",
+        "--scheduler", scheduler, *FAST_ARGS,
+    )  # fmt: skip
+    assert code == 0, err
+    # tqdm redraws at most every 0.1 s, so the earlier stages may not show; the last does
+    assert "pass 2, instance 2: 100%" in err and "4/4" in err and "chunk" in err
+    assert digest_line(out_dir) == digest_line(out_file)

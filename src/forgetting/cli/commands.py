@@ -86,6 +86,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
             f"features from {shown}{where} ...",
             file=sys.stderr,
         )
+        if dataset:
+            # one bar over the cluster's chunks (pass 1, then each instance's pass 2), on a
+            # terminal only (progress() is silent on pipes, CI and tests)
+            from ..distributed import fit_progress
+
+            bar = stack.enter_context(progress(None, desc="fitting", unit="chunk"))
+            stack.enter_context(fit_progress(bar))
         started = time.perf_counter()
         store = durable_class().create(
             args.store,
