@@ -80,7 +80,7 @@ class Schema:
     def features(self, X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
         """φ(f(x)) for raw rows, in canonical blocks (row-wise bits never depend on the batch)."""
         if self.encoder is None:
-            return rowwise(self.preprocessor.transform, X, block_rows)
+            return rowwise(self.preprocessor.transform, X, block_rows, owner=self.preprocessor)
         return rowwise(
             lambda b: self.preprocessor.transform(self.encoder.transform(b)), X, block_rows
         )
@@ -104,7 +104,7 @@ class Schema:
         """Codes, g(x) and the features φ(f(x)) themselves (the head's inputs)."""
         Z = self.features(X, block_rows)
         codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
-        return codes, rowwise(self.base_model.predict, Z, block_rows), Z
+        return codes, rowwise(self.base_model.predict, Z, block_rows, owner=self.base_model), Z
 
     def digest(self) -> bytes:
         """SHA-256 over the schema's learned parameters, in a canonical order."""

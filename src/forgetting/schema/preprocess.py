@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 
+from .._rowwise import block_matmul
 from .direct import lda_transform
 
 
@@ -48,7 +49,7 @@ class Preprocessor:
         if self.lda is None:
             return Z
         if self.projection is not None:
-            return l2_normalize(np.concatenate((Z, Z @ self.projection), axis=1))
+            return l2_normalize(np.concatenate((Z, block_matmul(Z, self.projection)), axis=1))
         return l2_normalize(np.concatenate((Z, lda_transform(self.lda, Z)), axis=1))
 
 
