@@ -38,7 +38,8 @@ DELETION_COLUMNS = [
     "n", "rho", "p", "q_rebuild", "forget_p50_ms", "t_fast_p50_ms", "t_fast_p99_ms",
     "predict_1row_ms", "d0_hits", "d0_forget_predict_ms", "t_rebuild_s", "expected_ms",
     "retrain_s", "speedup_vs_retrain", "sisa_shard_retrain_s", "speedup_vs_sisa_shard",
-    "t_fast_vs_sisa_shard", "batch_forget_rows_per_s", "exact_vs_refit",
+    "t_fast_vs_sisa_shard", "batch_forget_rows_per_s", "random_batch_first_predict_s",
+    "random_batch_rebuilt_s", "exact_vs_refit",
 ]  # fmt: skip
 THROUGHPUT_COLUMNS = [
     "n", "fit_s", "fit_rows_per_s", "faiss_encode_rows_per_s", "exact_encode_rows_per_s",
@@ -145,12 +146,23 @@ def speed_row(
         if receipt.instances_hit:
             hit_s.append(total)
             rebuild_s.append(time.perf_counter() - started)
+    # A batch drawn at random from the remaining rows, D° rows included: at ρ = 0.5 % a
+    # 20k-id batch holds ~100 D° rows of every instance, so it starts p rebuilds, and the
+    # first prediction waits until one instance is back. Timed as the caller sees it.
+    remaining = np.setdiff1d(ids, np.concatenate([victims, np.array(hits, dtype=np.int64)]))
+    random_batch = rng.choice(remaining, size=min(batch, len(remaining) // 4), replace=False)
+    t0 = time.perf_counter()
+    model.forget(random_batch.tolist())
+    model.predict(x1)
+    random_first_s = time.perf_counter() - t0
+    model.wait_for_rebuilds()
+    random_rebuilt_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     model.predict(X[:20_000])
     predict_rate = min(n, 20_000) / (time.perf_counter() - t0)
     state_bytes = array_bytes(model.engine_.instances)
     store_bytes = array_bytes(model.engine_.rows)
-    gone = np.concatenate([victims, np.array(hits, dtype=np.int64)])
+    gone = np.concatenate([victims, np.array(hits, dtype=np.int64), random_batch])
     keep = np.setdiff1d(ids, gone)
     t0 = time.perf_counter()
     refit = QSSClassifier(**params).fit(X[keep], y[keep], keep)
@@ -197,6 +209,8 @@ def speed_row(
         "speedup_vs_sisa_shard": sisa_shard_s / expected,
         "t_fast_vs_sisa_shard": sisa_shard_s / t_fast,
         "batch_forget_rows_per_s": batch_rate,
+        "random_batch_first_predict_s": random_first_s,
+        "random_batch_rebuilt_s": random_rebuilt_s,
         "predict_rows_per_s": predict_rate,
         "model_state_mb": state_bytes / 2**20,
         "row_store_mb": store_bytes / 2**20,
@@ -332,6 +346,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
         "batch_forget_rows_per_s = ids / the wall time of one `forget` of `--batch` ids "
         "outside every D° together with the first prediction after it (a bulk change leaves "
         "the tables' totals to the next read, so the prediction is part of the cost). "
+        "random_batch_first_predict_s: a `forget` of `--batch` ids drawn at random from the "
+        "remaining rows (D° rows included: at ρ = 0.5 % every instance is hit, p rebuilds "
+        "start) and the first prediction after it, which waits for the first rebuilt "
+        "instance; random_batch_rebuilt_s: until every rebuild has landed. "
         "model_state_mb = bytes of every array of the p instances (schemas + statistics), "
         "row_store_mb of the stored rows (inputs, codes, residuals). encode_vs_faiss compares "
         "our exact encoder with faiss's own RQ encoder (beam 1) on the same preprocessed rows "
