@@ -10,7 +10,8 @@ codebook at this n (``choose_n_centroids``/``choose_n_levels``), on the same pre
 
 Everything is timed in one process, repeats interleaved (fit, fit with the hashlib loop,
 faiss, …) so that other jobs on a shared machine slow all of them alike; medians are
-reported. BLAS and OpenMP are limited to ``--threads`` (default 1: one instance, one core).
+reported. BLAS, OpenMP and the library's per-instance threads are limited to ``--threads``
+(default 1: one instance at a time, one core).
 The hashlib fit (``FORGETTING_HASH_BACKEND=hashlib``: one ``hashlib`` call per row, the
 package before the compiled hasher) is the "before" figure, and its state digest must equal
 the compiled fit's: the hashing change is bit for bit.
@@ -217,6 +218,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
     import faiss
 
     faiss.omp_set_num_threads(args.threads)
+    # the library's per-instance threads (forgetting._parallel) get the same limit
+    os.environ["FORGETTING_THREADS"] = str(args.threads)
     rows, hashing = [], []
     with threadpool_limits(limits=args.threads):
         for n in filter(None, args.sizes.split(",")):
