@@ -314,3 +314,99 @@ def test_progress_sees_every_chunk_once_and_changes_no_bit(client):
     assert hooked.state_digest() == plain.state_digest()
     with pytest.raises(TypeError, match="progress"):
         fit_distributed(QSSClassifier(**params), _dask(X), y, chunk_rows=CHUNK, progress=3)
+
+
+# -- the row store keeps a fit's gathered columns (no second copy) -----------------------------
+def _store(n_features=3, p=2):
+    from forgetting.rows import RowStore
+    from forgetting.schema.membership import MembershipRule
+
+    return RowStore(n_features, p, MembershipRule(0.2, 5), np.int64)
+
+
+def _columns(n, d=3, p=2, seed=0):
+    rng = np.random.default_rng(seed)
+    return (
+        rng.normal(size=(n, d)).astype(np.float32),
+        rng.integers(0, 3, n).astype(np.int64),
+        rng.random((n, p + 1)),
+        rng.integers(0, 256, (n, 32), dtype=np.uint8),
+    )
+
+
+def test_an_empty_store_keeps_handed_over_columns_and_copies_the_rest():
+    from forgetting.rows import hand_over
+
+    n = 200
+    X, t, draws, hashes = _columns(n)
+    kept, copied = _store(), _store()
+    ids = list(range(n))
+    kept.append(ids, None, hand_over(X), hand_over(t), hand_over(draws), row_hash=hand_over(hashes))
+    copied.append(ids, None, X.copy(), t.copy(), draws.copy(), row_hash=hashes.copy())
+    for name, given in (("X", X), ("targets", t), ("draws", draws), ("row_hash", hashes)):
+        assert np.shares_memory(getattr(kept, name), given), name
+        assert type(getattr(kept, name)) is np.ndarray
+        assert np.array_equal(getattr(kept, name), getattr(copied, name))
+    assert kept.multiset_hash == copied.multiset_hash
+    assert np.array_equal(kept.thresholds, copied.thresholds)
+    # the store owns them now: a removal and an insert behave as on copied columns
+    for store in (kept, copied):
+        store.remove(np.array([0, 5, n - 1]))
+        X2, t2, d2, h2 = _columns(10, seed=1)
+        store.append(list(range(n, n + 10)), None, X2, t2, d2, row_hash=h2)
+    for name in ("X", "targets", "draws", "row_hash", "serial", "in_pool"):
+        assert np.array_equal(
+            getattr(kept, name)[: kept.size], getattr(copied, name)[: copied.size]
+        )
+    assert kept.multiset_hash == copied.multiset_hash and kept.ids == copied.ids
+    # not kept: a plain array, a wrong dtype, a non-empty store, a capacity above the rows
+    store = _store()
+    store.append(ids, None, X, hand_over(t.astype(np.int32)), hand_over(draws), row_hash=hashes)
+    assert not np.shares_memory(store.X, X) and not np.shares_memory(store.row_hash, hashes)
+    assert np.shares_memory(store.draws, draws) and store.targets.dtype == np.int64
+    small = _store()
+    Xs, ts, ds, hs = _columns(20)
+    small.append(list(range(20)), None, hand_over(Xs), ts, ds, row_hash=hs)  # capacity 64
+    assert not np.shares_memory(small.X, Xs) and small.capacity == 64
+    small.append([99], None, hand_over(Xs[:1]), ts[:1], ds[:1], row_hash=hs[:1])
+    assert not np.shares_memory(small.X, Xs)
+
+
+def test_set_instance_rows_adopts_a_whole_fresh_build_only():
+    from forgetting.content.fingerprint import Contributions
+
+    n = 100
+    X, t, draws, hashes = _columns(n)
+    store = _store()
+    store.append(list(range(n)), None, X, t, draws, row_hash=hashes)
+    codes = np.arange(2 * n, dtype=np.uint16).reshape(n, 2)
+    contrib = Contributions(codes, np.ones((n, 3), dtype="<i8"), hashes.copy())
+    store.set_instance_rows(0, np.arange(n), contrib, adopt=True)
+    assert store.codes[0] is codes
+    store.set_instance_rows(1, np.arange(n), contrib)  # not given away: copied
+    assert not np.shares_memory(store.codes[1], codes)
+    part = Contributions(codes[:10].copy(), np.ones((10, 3), "<i8"), hashes[:10].copy())
+    store.set_instance_rows(1, np.arange(10, 20), part, adopt=True)  # not every row: copied
+    assert not np.shares_memory(store.codes[1], part.codes)
+    assert np.array_equal(store.codes[1][10:20], part.codes)
+    shuffled = np.arange(n)[::-1].copy()
+    store.set_instance_rows(1, shuffled, contrib, adopt=True)  # not in order: copied
+    assert np.array_equal(store.codes[1], codes[::-1])
+
+
+def test_a_distributed_fit_hands_its_columns_to_the_store_not_the_callers_targets(client):
+    """The store keeps pass 1's gathered arrays (views of them, no second copy); a regressor's
+    targets that are the caller's own y are copied, so a forget never writes into y."""
+    X, y = _data(n=2100)
+    model = fit_distributed(QSSClassifier(random_state=0), _dask(X), y, chunk_rows=CHUNK)
+    rows = model.engine_.rows
+    assert all(getattr(rows, c).base is not None for c in ("X", "draws", "row_hash"))
+    assert_same_model(QSSClassifier(random_state=0).fit(X, y), model, X)
+    local_rows = QSSClassifier(random_state=0).fit(X, y).engine_.rows
+    assert local_rows.X.base is None  # a local fit copies (the caller's X is the caller's)
+    yr = X[:, 0].astype(np.float64) * 2.0 + 0.5
+    before = yr.copy()
+    reg = fit_distributed(QSSRegressor(random_state=0), _dask(X), yr, chunk_rows=CHUNK)
+    assert not np.shares_memory(reg.engine_.rows.targets, yr)
+    reg.forget(list(range(0, 2100, 3)))
+    assert np.array_equal(yr, before)

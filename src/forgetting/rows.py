@@ -39,6 +39,31 @@ def row_hashes(
     )
 
 
+class HandedOver(np.ndarray):
+    """An array its owner gives to the row store (see :func:`hand_over`)."""
+
+
+def hand_over(values: np.ndarray) -> HandedOver:
+    """Mark a freshly made array as given away: an empty store's :meth:`RowStore.append`
+    then keeps it as the column itself when its shape and dtype are the column's, instead of
+    copying it. Why: a distributed fit gathers the rows' float32 features, keyed draws and
+    identity hashes into arrays of exactly the store's shape, and a copy would hold every row
+    twice for the whole fit (docs/distributed.md). The caller must not use the array after
+    the store took it (the store overwrites removed rows in place); a view, no copy."""
+    return np.asarray(values).view(HandedOver)
+
+
+def _adoptable(values, column) -> bool:
+    return (
+        isinstance(values, HandedOver)
+        and isinstance(column, np.ndarray)
+        and values.shape == column.shape
+        and values.dtype == column.dtype
+        and values.flags.c_contiguous
+        and values.flags.writeable
+    )
+
+
 class DiskRows:
     """float32 feature rows of fixed width in a file: the row store's X out of RAM.
 
@@ -253,7 +278,7 @@ class RowStore:
         return self.X.shape[0]
 
     # -- derived views -------------------------------------------------------------------
-    def labeled(self, pos: np.ndarray | None = None) -> np.ndarray:
+    def labeled(self, pos: np.ndarray | slice | None = None) -> np.ndarray:
         """Mask of labeled rows (all rows, or those at ``pos``)."""
         return is_labeled(self.targets[: self.size] if pos is None else self.targets[pos])
 
@@ -391,27 +416,43 @@ class RowStore:
         multiset hash is the same sum either way.
         """
         n = len(ids)
+        fresh = self.size == 0
         self._grow(self.size + n)
-        pos = np.arange(self.size, self.size + n)
-        copy_rows(self.X, self.size, X, n)
-        self.targets[pos] = targets
-        self.draws[pos] = draws
-        self.in_pool[pos] = in_pool
-        self.serial[pos] = np.arange(self._next_serial, self._next_serial + n)
+        # an empty store whose capacity is exactly these rows may keep handed-over arrays
+        fresh = fresh and self.capacity == n
+        start = self.size
+        at = slice(start, start + n)  # the new rows: views of the columns, not copies
+        pos = np.arange(start, start + n)
+
+        def put(name: str, values) -> None:
+            column = getattr(self, name)
+            if fresh and _adoptable(values, column):
+                setattr(self, name, values.view(np.ndarray))
+            elif name == "X":
+                copy_rows(column, start, values, n)
+            else:
+                column[at] = values
+
+        put("X", X)
+        put("targets", targets)
+        put("draws", draws)
+        self.in_pool[at] = in_pool
+        self.serial[at] = np.arange(self._next_serial, self._next_serial + n)
         self._next_serial += n
         for i, row_id in enumerate(ids):
-            self.position[row_id] = self.size + i
+            self.position[row_id] = start + i
         self.ids.extend(ids)
         self.size += n
-        self._n_labeled += int(np.count_nonzero(self.labeled(pos)))
-        self._n_pool += int(np.count_nonzero(self.in_pool[pos]))
-        self._count(pos, +1)
+        self._n_labeled += int(np.count_nonzero(self.labeled(at)))
+        self._n_pool += int(np.count_nonzero(self.in_pool[at]))
+        self._count(at, +1)
         if row_hash is None:
             self._set_row_hash(pos, id_bytes)
         else:
-            self._add_row_hash(pos, row_hash)
+            put("row_hash", row_hash)
+            self._sum_row_hash(at)
         # Only rows landing below a threshold can move it (see MembershipRule).
-        self._refresh_thresholds(self._touched(pos))
+        self._refresh_thresholds(self._touched(at))
         return pos
 
     def _count(self, pos: np.ndarray, sign: int) -> None:
@@ -438,6 +479,10 @@ class RowStore:
 
     def _add_row_hash(self, pos: np.ndarray, hashes: np.ndarray) -> None:
         self.row_hash[pos] = hashes
+        self._sum_row_hash(pos)
+
+    def _sum_row_hash(self, pos: np.ndarray | slice) -> None:
+        """Add the stored hashes of the rows at ``pos`` to the multiset hash."""
         self.multiset_hash = (self.multiset_hash + multiset_sum(self.row_hash[pos])) % MODULUS
 
     def _unhash(self, pos: np.ndarray) -> None:
@@ -501,10 +546,33 @@ class RowStore:
             self.codes[instance][pos], self.residuals[instance][pos], self.digests[instance][pos]
         )
 
-    def set_instance_rows(self, instance: int, pos: np.ndarray, contrib: Contributions) -> None:
-        """Store an instance's contributions for the rows at ``pos``."""
+    def set_instance_rows(
+        self, instance: int, pos: np.ndarray, contrib: Contributions, *, adopt: bool = False
+    ) -> None:
+        """Store an instance's contributions for the rows at ``pos``.
+
+        With ``adopt`` the caller gives the arrays away (a fresh build's result, used by
+        nothing else): when ``pos`` is every row in order and the store's capacity is its
+        size (right after a fit), each array becomes the store's column without a copy — a
+        fit would otherwise hold every row's contributions twice until it returns.
+        """
         values_by_field = (contrib.codes, contrib.residuals, contrib.digests)
+        whole = (
+            adopt
+            and self.capacity == self.size
+            and len(pos) == self.size
+            and np.array_equal(pos, np.arange(self.size))
+        )
         for field, values in zip(self._instance_fields(), values_by_field, strict=True):
+            if (
+                whole
+                and type(values) is np.ndarray
+                and values.flags.c_contiguous
+                and values.flags.writeable
+                and len(values) == self.size
+            ):
+                field[instance] = values
+                continue
             current = field[instance]
             if (
                 current is None

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..ids import normalize_ids
 from ..labels import UNLABELED, is_labeled
-from ..rows import DiskRows
+from ..rows import DiskRows, hand_over
 from ..schema.membership import derive_key
 from .chunks import DEFAULT_CHUNK_ROWS, LocalRowWork, check_chunk_rows, chunk_bounds
 from .work import DaskRowWork, ResidentChunks, map_prepare
@@ -233,7 +233,8 @@ def fit_distributed(
             raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
         if d < 1:
             raise ValueError("Found array with 0 feature(s) while a minimum of 1 is required.")
-        targets, n_outputs = _targets(estimator, _materialize(y), n)
+        y_values = _materialize(y)
+        targets, n_outputs = _targets(estimator, y_values, n)
         id_values = _materialize(ids)
         id_list = normalize_ids(id_values, n)
         chunk_ids = None if id_values is None else id_list
@@ -274,8 +275,19 @@ def fit_distributed(
                 ResidentChunks(prepared, n),
                 on_chunk=None if report is None else count.built,
             )
+            # The gathered columns have the row store's shapes: handed over, the store keeps
+            # them instead of a second copy of every row (targets only when they are not the
+            # caller's own array, which the store would later overwrite).
+            if not np.may_share_memory(targets, np.asarray(y_values)):
+                targets = hand_over(targets)
             engine.fit(
-                id_list, None, X32, targets, draws=draws, row_hash=row_hash, rows_dir=rows_dir
+                id_list,
+                None,
+                X32 if isinstance(X32, DiskRows) else hand_over(X32),
+                targets,
+                draws=hand_over(draws),
+                row_hash=hand_over(row_hash),
+                rows_dir=rows_dir,
             )
         finally:
             if isinstance(X32, DiskRows):
