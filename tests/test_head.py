@@ -10,10 +10,15 @@ from sklearn.datasets import make_regression
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting.content.head import (
     FEATURE_BITS,
+    NEWTON_PENALTY,
+    WEIGHT_BITS,
     FixedWeights,
     LinearHead,
+    NewtonHead,
     exact_products,
+    exact_weighted_grams,
     head_features,
+    newton_weights,
 )
 
 HEAD = dict(rho=0.1, n_instances=3, partition="trees", head="ridge", rebuild="sync")
@@ -173,3 +178,118 @@ def test_auto_head_is_off_for_the_codebook_and_dp():
     X, y = linear_data(n=300)
     rq = QSSClassifier(partition="rq", rho=0.2, rebuild="sync").fit(X, y)
     assert rq.corrections_ == ["codebook"] * 3
+
+
+# -- the Newton head (one step of one-vs-rest logistic regression from g) -------------------
+def newton_problem(n=1500, d=12, k=4, seed=3):
+    """Unit-norm features, labels from a logistic model, and a weak g (a shrunken, noisy copy
+    of the true scores) as the head would see them: head features, int64 residuals, folds."""
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(n, d))
+    Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+    B = rng.normal(size=(d, k)) * 6.0
+    scores = Z @ B
+    y = np.array([rng.choice(k, p=p) for p in _softmax(scores)])
+    g = _softmax(0.3 * scores + rng.normal(size=(n, k)))
+    residuals = np.rint(np.ldexp(np.eye(k)[y] - g, 32)).astype(np.int64)
+    return head_features(Z), residuals, rng.integers(0, 2, size=n), g, y
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_newton_weights_are_p_times_one_minus_p_on_their_grid():
+    rng = np.random.default_rng(4)
+    p = rng.uniform(size=(400, 3))
+    y = rng.integers(0, 2, size=(400, 3))
+    r = np.rint(np.ldexp(y - p, 32)).astype(np.int64)
+    w = newton_weights(r, 32)
+    for value, weight in zip(r.ravel().tolist(), w.ravel().tolist(), strict=True):
+        a = abs(value)  # Python integers: the exact value, rounded half up to 2^-8
+        exact = a * (2**32 - a)
+        assert weight == (exact + 2**55) >> 56
+    assert w.min() >= 0 and w.max() <= 2 ** (WEIGHT_BITS - 2)
+    assert np.abs(w / 2.0**WEIGHT_BITS - p * (1 - p)).max() <= 2.0 ** -(WEIGHT_BITS + 1) + 1e-9
+    with pytest.raises(ValueError, match="classification"):
+        newton_weights(r, 24)
+
+
+@pytest.mark.parametrize("n", [5, 3000])
+def test_weighted_grams_equal_integer_products(n):
+    rng = np.random.default_rng(5)
+    v = rng.integers(-(2**14), 2**14 + 1, size=(n, 9))
+    w = rng.integers(0, 2 ** (WEIGHT_BITS - 2) + 1, size=(n, 3))
+    w[:, 1] = 0  # a class without weight is skipped, and stays zero
+    expected = np.stack([(v * w[:, c, None]).T @ v for c in range(3)])
+    assert np.array_equal(exact_weighted_grams(v, w), expected)
+
+
+def test_newton_head_sums_are_history_independent():
+    v, r, folds, _, _ = newton_problem()
+    a, b, c = (NewtonHead.empty(v.shape[1] - 1, r.shape[1], 32) for _ in range(3))
+    a.add(v, r, folds)
+    for i in (7, 100, 1499):  # one-row forgets (their own update path)
+        a.subtract(v[i : i + 1], r[i : i + 1], folds[i : i + 1])
+    a.subtract(v[200:260], r[200:260], folds[200:260])
+    keep = np.setdiff1d(np.arange(len(v)), [7, 100, 1499, *range(200, 260)])
+    order = np.random.default_rng(6).permutation(keep)
+    b.add(v[order], r[order], folds[order])
+    c.add(v[keep[:500]], r[keep[:500]], folds[keep[:500]])
+    part = NewtonHead.empty(v.shape[1] - 1, r.shape[1], 32)
+    part.add(v[keep[500:]], r[keep[500:]], folds[keep[500:]])
+    c.merge(part)
+    assert a.equals(b) and a.equals(c)
+    assert not a.equals(LinearHead(a.gram, a.cross, a.counts, a.scale_bits))
+    with pytest.raises(TypeError):
+        c.merge(LinearHead.empty(v.shape[1] - 1, r.shape[1], 32))
+    # the served step is a function of the sums: same bits after either history
+    (gain_a, wa), (gain_b, wb) = a.solution(), b.solution()
+    assert gain_a == gain_b
+    assert np.array_equal(wa.logits.weights, wb.logits.weights)
+    assert np.array_equal(wa.logits.exponents, wb.logits.exponents)
+
+
+def test_newton_step_solves_the_penalized_newton_system():
+    v, r, folds, g, y = newton_problem()
+    head = NewtonHead.empty(v.shape[1] - 1, r.shape[1], 32)
+    head.add(v, r, folds)
+    _, weights = head.solution()
+    V = v / 2.0**FEATURE_BITS
+    R = r / 2.0**32
+    w = newton_weights(r, 32) / 2.0**WEIGHT_BITS
+    for c in range(r.shape[1]):
+        A = (V * w[:, c, None]).T @ V
+        A += NEWTON_PENALTY * np.trace(A) / len(A) * np.eye(len(A))
+        expected = np.linalg.solve(A, V.T @ R[:, c])
+        served = np.ldexp(weights.logits.weights[:, c], -int(weights.logits.exponents[c]))
+        assert np.linalg.norm(served - expected) <= 1e-3 * np.linalg.norm(expected)
+
+
+def test_newton_outputs_are_rowwise_probabilities_and_beat_the_ridge_head():
+    v, r, folds, g, y = newton_problem(n=4000)
+    fit, test = slice(0, 3000), slice(3000, None)
+    newton = NewtonHead.empty(v.shape[1] - 1, r.shape[1], 32)
+    newton.add(v[fit], r[fit], folds[fit])
+    ridge = LinearHead.empty(v.shape[1] - 1, r.shape[1], 32)
+    ridge.add(v[fit], r[fit], folds[fit])
+    _, step = newton.solution()
+    _, ridge_weights = ridge.solution()
+    out = step.outputs(v[test], g[test])
+    assert np.allclose(out.sum(axis=1), 1.0) and out.min() >= 0.0
+    one_by_one = np.vstack([step.outputs(v[i : i + 1], g[i : i + 1]) for i in range(3000, 3100)])
+    assert np.array_equal(out[:100], one_by_one)
+    assert np.array_equal(step.correction(v[test], g[test]), out - g[test])
+    accuracy = lambda s: float(np.mean(s.argmax(axis=1) == y[test]))  # noqa: E731
+    ridge_acc = accuracy(g[test] + ridge_weights.apply(v[test]))
+    assert accuracy(out) > ridge_acc > accuracy(g[test])
+
+
+def test_newton_head_refuses_more_rows_than_it_can_sum_exactly():
+    v, r, folds, _, _ = newton_problem(n=50)
+    head = NewtonHead.empty(v.shape[1] - 1, r.shape[1], 32)
+    head.counts[0] = 2**28 - 10
+    with pytest.raises(OverflowError):
+        head.add(v, r, folds)
+    assert not head.weighted.any()  # nothing was added before the refusal
