@@ -717,7 +717,7 @@ def _instance_outputs(schema, content, X: np.ndarray) -> np.ndarray:
 def _combine(schema, content, codes: np.ndarray, g: np.ndarray, Z: np.ndarray) -> np.ndarray:
     """g(x) + α·correction(cells) in the target's units, from a row's codes and g(x)."""
     if isinstance(content, FlatContent):
-        out = g + content.correction(codes, Z)
+        out = content.outputs(codes, g, Z)
     else:
         correction = np.zeros_like(g)
         for m in range(codes.shape[1]):

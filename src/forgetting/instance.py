@@ -20,7 +20,7 @@ from .content.accumulators import (
     quantize_residuals,
 )
 from .content.fingerprint import MODULUS, Contributions, multiset_sum
-from .content.head import LinearHead, head_features
+from .content.head import LinearHead, NewtonHead, head_features
 from .content.materialize import Content, build_content
 from .content.tables import FlatContent, FlatTables, build_flat_content
 from .labels import is_labeled
@@ -61,7 +61,7 @@ class Instance:
     content_hash: int
     content: Content | FlatContent | None = field(default=None)
     head: LinearHead | None = None
-    """The exact ridge head's sums (schema.head), or None."""
+    """The exact head's sums (schema.head: ridge or Newton), or None."""
 
     def head_inputs(self, X: np.ndarray | None) -> np.ndarray | None:
         """The head's fixed-point features of raw rows ``X`` (statistics blocks), or None
@@ -149,7 +149,9 @@ def contributions_with_features(
 ) -> tuple[Contributions, np.ndarray | None]:
     """Contributions and, with a ridge head, the head's features (φ in HEAD_BLOCK_ROWS)."""
     codes, g = schema.transform(X)
-    features = head_features(schema.features(X, HEAD_BLOCK_ROWS)) if schema.head else None
+    features = (
+        head_features(schema.features(X, HEAD_BLOCK_ROWS)) if schema.head_kind is not None else None
+    )
     base = schema.base_model
     if base.task == "classification":
         target = np.zeros_like(g)
@@ -220,8 +222,9 @@ def empty_instance(config: SchemaConfig, schema: Schema) -> Instance:
         )
         tables.set_probes(schema.probe_codes, schema.probe_folds)
         head = None
-        if schema.head:
-            head = LinearHead.empty(schema.n_features, config.n_outputs, scale_bits)
+        if schema.head_kind is not None:
+            kind = NewtonHead if schema.head_kind == "newton" else LinearHead
+            head = kind.empty(schema.n_features, config.n_outputs, scale_bits)
         return Instance(schema, tables, schema.digest(), 0, head=head)
     acc = Accumulators.empty(
         schema.codebook.n_levels, schema.codebook.n_centroids, config.n_outputs, scale_bits

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .accumulators import MAX_ROWS
-from .head import FixedWeights, LinearHead, head_features
+from .head import FixedWeights, LinearHead, NewtonWeights, head_features
 from .kernels import table_kernels
 
 SHRINKAGE_GRID = (0.5, 2.0, 8.0, 32.0)
@@ -867,13 +867,23 @@ class FlatContent:
     tables: FlatTables
     alpha: float
     shrinkage: float
-    head: FixedWeights | None = None
+    head: FixedWeights | NewtonWeights | None = None
 
     def correction(self, codes: np.ndarray, Z: np.ndarray | None = None) -> np.ndarray:
-        """The correction to g(x) for rows with cell ``codes`` and features ``Z`` (φ)."""
+        """The correction added to g(x) for rows with cell ``codes`` and features ``Z`` (φ)
+        (a ridge head's output, or the tables'); a Newton head is served by :meth:`outputs`."""
+        if isinstance(self.head, NewtonWeights):
+            raise TypeError("a Newton head is not added to g: serve it with outputs()")
         if self.head is not None:
             return self.head.apply(head_features(Z))
         return self.alpha * self.tables.correction(codes, self.shrinkage)
+
+    def outputs(self, codes: np.ndarray, g: np.ndarray, Z: np.ndarray | None) -> np.ndarray:
+        """What the instance serves: softmax(log g + δᵀv) with a Newton head (one Newton step
+        of logistic regression from g, content.head.NewtonHead), else g + the correction."""
+        if isinstance(self.head, NewtonWeights):
+            return self.head.outputs(head_features(Z), g)
+        return g + self.correction(codes, Z)
 
 
 def build_flat_content(

@@ -25,6 +25,20 @@ from .partitions import ThresholdPartition, fit_partition
 from .preprocess import Preprocessor, fit_preprocessor
 from .selection import choose_lda, choose_n_centroids, choose_n_levels
 
+HEAD_KINDS = ("ridge", "newton")
+
+
+def head_kind(head: bool | str | None) -> str | None:
+    """A schema's ``head`` as "ridge", "newton" or None; True (a model saved when the ridge
+    head was the only one) is "ridge". Anything else is refused."""
+    if head is True:
+        return "ridge"
+    if head is False or head is None:
+        return None
+    if head in HEAD_KINDS:
+        return str(head)
+    raise ValueError(f"unknown head {head!r}; expected one of {HEAD_KINDS} or False")
+
 
 @dataclass(frozen=True)
 class SchemaConfig:
@@ -47,9 +61,9 @@ class SchemaConfig:
     partition: str = "rq"
     """How rows are cut into cells: "rq" (the paper's residual codebook) or a flat partition
     ("trees", "hyperplanes"), see :mod:`.partitions`."""
-    head: bool = False
-    """Keep an exact ridge head on all rows (:mod:`forgetting.content.head`); flat partitions
-    only."""
+    head: bool | str = False
+    """Keep an exact head on all rows (:mod:`forgetting.content.head`): "ridge" (or True) or
+    "newton"; flat partitions only."""
 
     @property
     def membership(self) -> MembershipRule:
@@ -72,10 +86,16 @@ class Schema:
     at most :data:`MAX_PROBES` of them (:func:`probe_rows`) — on which the content estimates
     the square term of its α cross-fit (see content.tables)."""
     probe_folds: np.ndarray | None = None
-    head: bool = False
-    """The instance keeps an exact ridge head on φ over all rows (content.head)."""
+    head: bool | str = False
+    """The instance keeps an exact head on φ over all rows (content.head): "ridge" — True in
+    models saved before there was a choice — or "newton"; False for none."""
     n_features: int = 0
     """Dimension of φ(f(x)) (set with a head: its sums are (d + 1)²)."""
+
+    @property
+    def head_kind(self) -> str | None:
+        """ "ridge", "newton" or None (``head`` normalized: True is "ridge")."""
+        return head_kind(self.head)
 
     def features(self, X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
         """φ(f(x)) for raw rows, in canonical blocks (row-wise bits never depend on the batch)."""
@@ -122,8 +142,10 @@ class Schema:
             h.update(b"flat-partition")
             _hash_value(h, (self.partition, self.probe_codes, self.probe_folds))
         h.update(str(self.n_schema_rows).encode())
-        if self.head:
+        if self.head_kind == "ridge":
             h.update(b"ridge-head")
+        elif self.head_kind == "newton":
+            h.update(b"newton-head")
         if self.residual_clip is not None:
             h.update(repr(("residual_clip", float(self.residual_clip))).encode())
         return h.digest()
