@@ -43,3 +43,20 @@ def test_array_bytes_counts_each_array_once():
     a = np.zeros(100, dtype=np.int64)
     assert array_bytes({"x": a, "y": [a, (a,)]}) == 800
     assert array_bytes([a, np.zeros(3, dtype=np.float32)]) == 812
+
+
+def test_heads_benchmark_on_digits(tmp_path):
+    from forgetting.bench import heads
+
+    code = heads.main(
+        ["--datasets", "digits", "--seeds", "1", "--deletions", "3", "--out", str(tmp_path)]
+    )
+    assert code == 0
+    with open(tmp_path / "heads-heads.csv") as f:
+        rows = {row["head"]: row for row in csv.DictReader(f)}
+    assert set(rows) == {"ridge", "newton"}
+    for row in rows.values():
+        assert 0.5 < float(row["accuracy"]) <= 1.0 and float(row["t_fast_p50_ms"]) > 0
+        assert float(row["delta_vs_sisa_pp"]) == pytest.approx(
+            100 * (float(row["accuracy"]) - float(row["sisa"]))
+        )

@@ -36,6 +36,7 @@ BENCHMARKS = (
     "durability",
     "throughput",
     "scale",
+    "heads",
 )
 
 #: ``forgetting audit NAME``: modules with ``configure(parser)`` and ``run(args) -> int``.
