@@ -410,3 +410,38 @@ def test_a_distributed_fit_hands_its_columns_to_the_store_not_the_callers_target
     assert not np.shares_memory(reg.engine_.rows.targets, yr)
     reg.forget(list(range(0, 2100, 3)))
     assert np.array_equal(yr, before)
+
+
+@pytest.mark.parametrize("head", ["ridge", "newton"])
+def test_a_large_insert_runs_on_the_workers_and_keeps_the_bits(client, monkeypatch, head):
+    """An insert of ≥ REMOTE_INSERT_ROWS rows into a model fitted on the cluster computes its
+    rows' contributions and head sums on the workers (only the head's (D, D) sums per chunk
+    come back): the model equals a local fit on the same rows, and forgets like it after.
+    The inserted rows are rows forgotten first (outside every D°), so no instance rebuilds
+    and every instance takes the workers' path."""
+    from forgetting import ensemble
+
+    monkeypatch.setattr(ensemble, "REMOTE_INSERT_ROWS", 64)
+    X, y = _data()
+    ids = list(range(N))
+    params = dict(random_state=0, rebuild="sync", head=head)
+    model = fit_distributed(
+        QSSClassifier(**params), _dask(X), y, ids, client=client, chunk_rows=CHUNK
+    )
+    back = outside_all_schemas(model)[:300]
+    model.forget(back)
+    work = model.engine_.row_work
+    calls = []
+    original = work.map_chunks
+    monkeypatch.setattr(
+        work, "map_chunks", lambda *a: calls.append(len(a[-1])) or original(*a), raising=False
+    )
+    receipt = model.insert(X[back], y[back], back)
+    assert not receipt.instances_hit
+    assert calls == [len(back)] * model.n_instances  # every instance's rows went out
+    local = QSSClassifier(**params).fit(X, y, ids)
+    assert_same_model(local, model, X)
+    gone = outside_all_schemas(local)[300:304]
+    local.forget(gone)
+    model.forget(gone)
+    assert_same_model(local, model, X)

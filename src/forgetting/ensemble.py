@@ -52,6 +52,10 @@ from .schema.selection import schema_problem
 from .snapshots import EngineSnapshot, InstanceSnapshot
 
 STATE_FORMAT = b"forgetting-state-v1"
+REMOTE_INSERT_ROWS = 4096
+"""An insert of at least this many labeled rows into a model fitted on a cluster
+(``row_work`` with ``remote``: forgetting.distributed) computes its rows' contributions on the
+workers; below it, shipping the schema and the rows costs more than computing them here."""
 
 
 @dataclass(frozen=True)
@@ -424,6 +428,40 @@ class QSSEngine:
         rows = self.rows
         return contributions_for(inst.schema, rows.X[pos], rows.targets[pos], rows.row_hash[pos])
 
+    def _computed_by(self, work, inst: Instance, pos: np.ndarray) -> tuple[Contributions, Any]:
+        """The contributions of the stored rows at ``pos`` under ``inst``'s schema, and their
+        head sums, computed chunk by chunk by ``work`` (a cluster: forgetting.distributed) —
+        the per-row φ, g, cells and head features an insert would otherwise compute here.
+        Only the (D, D) head sums of each chunk come back besides the rows' contributions."""
+        rows = self.rows
+        n = len(pos)
+        chunks = work.map_chunks(
+            self.config.schema,
+            inst.schema,
+            rows.X[pos],
+            rows.targets[pos],
+            rows.row_hash[pos],
+            rows.folds(pos),
+            np.arange(n),
+        )
+        parts: list[tuple[int, Contributions]] = []
+        head = None
+        for start, result in chunks:  # in the order the workers finish
+            parts.append((start, result.contrib))
+            if head is None:
+                head = result.head
+            elif result.head is not None:
+                head.merge(result.head)  # integer sums: exact in any order
+        parts.sort(key=lambda part: part[0])
+        contrib = Contributions(
+            np.concatenate([c.codes for _, c in parts]),
+            np.concatenate([c.residuals for _, c in parts]),
+            np.concatenate([c.digests for _, c in parts]),
+        )
+        if len(contrib.codes) != n:
+            raise RuntimeError(f"row work returned {len(contrib.codes)} rows, expected {n}")
+        return contrib, head
+
     def _subtract(self, r: int, inst: Instance, pos: np.ndarray) -> None:
         labeled = pos[self.rows.labeled(pos)]
         inst.subtract_rows(
@@ -443,15 +481,27 @@ class QSSEngine:
             folds = self.rows.folds(labeled)
             kept = [r for r, inst in enumerate(self.instances) if inst is not None and r not in hit]
             each = map_instances if len(labeled) >= PARALLEL_ROWS else serial_map
+            work = getattr(self, "row_work", None)
+            remote = getattr(work, "remote", False) and len(labeled) >= REMOTE_INSERT_ROWS
             try:
-                computed = each(lambda r: self._contributions(self.instances[r], labeled), kept)
-                for r, contributions in zip(kept, computed, strict=True):
-                    self.rows.set_instance_rows(r, labeled, contributions)
+                if remote:  # each instance's chunks on the cluster's workers, one after the other
+                    computed = [self._computed_by(work, self.instances[r], labeled) for r in kept]
+                else:
+                    computed = each(lambda r: self._contributions(self.instances[r], labeled), kept)
+                for r, result in zip(kept, computed, strict=True):
+                    self.rows.set_instance_rows(r, labeled, result[0] if remote else result)
             except BaseException:
                 self.rows.remove(pos)
                 raise
-            X_new = self.rows.X[labeled]
-            each(lambda r: self.instances[r].add_rows(computed[kept.index(r)], folds, X_new), kept)
+            if remote:
+                for r, (contrib, head) in zip(kept, computed, strict=True):
+                    self.instances[r].add_computed(contrib, folds, head)
+            else:
+                X_new = self.rows.X[labeled]
+                each(
+                    lambda r: self.instances[r].add_rows(computed[kept.index(r)], folds, X_new),
+                    kept,
+                )
             self._bulk_change = self._bulk_change or len(labeled) >= PARALLEL_ROWS
             self._start_rebuilds(hit)
             return self.receipt("insert", "instance", id_bytes, hit, started)

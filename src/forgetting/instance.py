@@ -86,6 +86,18 @@ class Instance:
         self.content_hash = (self.content_hash + multiset_sum(contrib.digests)) % MODULUS
         self.content = None
 
+    def add_computed(self, contrib: Contributions, folds: np.ndarray, head) -> None:
+        """Add labeled rows whose contributions — and, with a head, head sums — were computed
+        elsewhere (a cluster's workers, forgetting.distributed): the integers ``add_rows``
+        would add, without evaluating φ here for the head's features."""
+        if (self.head is None) != (head is None):
+            raise ValueError("head sums must come exactly when the instance keeps a head")
+        self.accumulators.add(contrib.codes, contrib.residuals, folds)
+        if self.head is not None:
+            self.head.merge(head)
+        self.content_hash = (self.content_hash + multiset_sum(contrib.digests)) % MODULUS
+        self.content = None
+
     def refresh(self) -> None:
         """Compute now what a bulk change left for the next read (the flat tables' totals and
         probe sums): builds and loads call it off the serving path, so the first prediction

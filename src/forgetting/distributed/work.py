@@ -109,6 +109,10 @@ class DaskRowWork:
     same wherever a chunk runs.
     """
 
+    remote = True
+    """Chunks run elsewhere: an insert of many rows hands its per-row work here too
+    (QSSEngine.insert, REMOTE_INSERT_ROWS)."""
+
     def __init__(
         self,
         client,
