@@ -294,3 +294,21 @@ def test_newton_head_refuses_more_rows_than_it_can_sum_exactly():
     with pytest.raises(OverflowError):
         head.add(v, r, folds)
     assert not head.weighted.any()  # nothing was added before the refusal
+
+
+def test_newton_solution_falls_back_to_float64_and_skips_weightless_classes(monkeypatch):
+    import forgetting.content.head as head_module
+
+    v, r, folds, _, _ = newton_problem()
+    r[:, 2] = 0  # no row with 0 < p_2 < 1: the class has no curvature and gets no step
+    head = NewtonHead.empty(v.shape[1] - 1, r.shape[1], 32)
+    head.add(v, r, folds)
+    assert not head.weighted[2].any()
+    _, single = head.solution()
+    assert not single.logits.weights[:, 2].any()
+    monkeypatch.setattr(head_module, "_SPOTRF", lambda a, **kw: (a, 1))  # float32 "fails"
+    _, double = head.solution()
+    assert not double.logits.weights[:, 2].any()
+    s = lambda w: np.ldexp(w.logits.weights, -w.logits.exponents[None, :])  # noqa: E731
+    assert not np.array_equal(s(single), s(double))  # the float64 path ran
+    assert np.allclose(s(single), s(double), rtol=0, atol=1e-3 * np.abs(s(double)).max())
