@@ -9,6 +9,7 @@ from sklearn.datasets import make_regression
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting.content.head import (
+    BOUND_ROWS,
     FEATURE_BITS,
     NEWTON_PENALTY,
     WEIGHT_BITS,
@@ -261,7 +262,7 @@ def test_newton_step_solves_the_penalized_newton_system():
     R = r / 2.0**32
     w = newton_weights(r, 32) / 2.0**WEIGHT_BITS
     for c in range(r.shape[1]):
-        A = (V * w[:, c, None]).T @ V
+        A = (V * w[:, c, None]).T @ V + BOUND_ROWS / len(V) * (V.T @ V) / 4
         A += NEWTON_PENALTY * np.trace(A) / len(A) * np.eye(len(A))
         expected = np.linalg.solve(A, V.T @ R[:, c]) * newton_step(r.shape[1])
         served = np.ldexp(weights.logits.weights[:, c], -int(weights.logits.exponents[c]))
@@ -296,11 +297,11 @@ def test_newton_head_refuses_more_rows_than_it_can_sum_exactly():
     assert not head.weighted.any()  # nothing was added before the refusal
 
 
-def test_newton_solution_falls_back_to_float64_and_skips_weightless_classes(monkeypatch):
+def test_newton_solve_falls_back_to_float64_and_a_class_without_gradient_gets_no_step(monkeypatch):
     import forgetting.content.head as head_module
 
     v, r, folds, _, _ = newton_problem()
-    r[:, 2] = 0  # no row with 0 < p_2 < 1: the class has no curvature and gets no step
+    r[:, 2] = 0  # no row with 0 < p_2 < 1, no gradient: only the bound curvature, no step
     head = NewtonHead.empty(v.shape[1] - 1, r.shape[1], 32)
     head.add(v, r, folds)
     assert not head.weighted[2].any()
