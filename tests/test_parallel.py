@@ -91,3 +91,21 @@ def test_parallel_fit_insert_forget_equal_serial_and_refit(threads):
     probe = X[:500]
     assert np.array_equal(parallel.predict_proba(probe), serial.predict_proba(probe))
     assert np.array_equal(parallel.predict_proba(probe), refit.predict_proba(probe))
+
+
+def test_a_forked_child_gets_its_own_pool(threads):
+    """A child forked after the pool started has none of its threads: it must start a new
+    pool, not queue work on the parent's (which would never run)."""
+    import multiprocessing
+
+    threads(1)
+    assert _parallel.map_instances(lambda i: i + 1, range(3)) == [1, 2, 3]  # pool started
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        result = pool.apply_async(_child_map).get(timeout=30)
+    assert result == [0, 2, 4]
+
+
+def _child_map() -> list[int]:
+    _parallel.worker_count = lambda: 1  # the child's own count (the fixture's patch is gone)
+    return _parallel.map_instances(lambda i: 2 * i, range(3))

@@ -58,6 +58,18 @@ def worker_count() -> int:
     return max(cores - 1, 0)
 
 
+def _forget_pool_in_child() -> None:
+    """A forked child inherits the pool object but none of its threads: it would queue work
+    that no thread runs. The child starts its own pool on first use instead."""
+    global _POOL, _POOL_LOCK
+    _POOL = None
+    _POOL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 def _pool(workers: int) -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
