@@ -218,13 +218,14 @@ def test_newton_weights_are_p_times_one_minus_p_on_their_grid():
         newton_weights(r, 24)
 
 
-@pytest.mark.parametrize("n", [5, 3000])
-def test_weighted_grams_equal_integer_products(n):
+@pytest.mark.parametrize(("n", "D", "k"), [(5, 9, 3), (3000, 9, 3), (300, 90, 50)])
+def test_weighted_grams_equal_integer_products(n, D, k):
+    """Few rows (int64 products), classes stacked in one product (small k·D), class by class."""
     rng = np.random.default_rng(5)
-    v = rng.integers(-(2**14), 2**14 + 1, size=(n, 9))
-    w = rng.integers(0, 2 ** (WEIGHT_BITS - 2) + 1, size=(n, 3))
-    w[:, 1] = 0  # a class without weight is skipped, and stays zero
-    expected = np.stack([(v * w[:, c, None]).T @ v for c in range(3)])
+    v = rng.integers(-(2**14), 2**14 + 1, size=(n, D))
+    w = rng.integers(0, 2 ** (WEIGHT_BITS - 2) + 1, size=(n, k))
+    w[:, 1] = 0  # a class without weight stays zero
+    expected = np.stack([(v * w[:, c, None]).T @ v for c in range(k)])
     assert np.array_equal(exact_weighted_grams(v, w), expected)
 
 

@@ -333,7 +333,7 @@ def exact_weighted_grams(v: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Σ_i w_ic v_i v_iᵀ per class c, (k, D, D) int64, exact.
 
     Small batches (a forget or insert of a few rows) use numpy's int64 products. Larger ones use
-    float64 BLAS on integer values in chunks of 2^18 rows: every product is below 2^34 and a
+    float64 BLAS on integer values in chunks of at most 2^18 rows: every product is below 2^34 and a
     chunk's sum below 2^52, so float64 holds them exactly whatever order the kernel sums in; the
     chunks are then added as int64. A class whose weights are all zero in a batch is skipped.
     """
@@ -345,6 +345,14 @@ def exact_weighted_grams(v: np.ndarray, w: np.ndarray) -> np.ndarray:
             if w[:, c].any():
                 out[c] = (v * w[:, c, None]).T @ v
         return out
+    if k * D <= _STACKED_WIDTH:  # small systems: all classes in one product per block
+        rows = min(_CHUNK_ROWS, _STACKED_FLOATS // (k * D))
+        for start in range(0, n, rows):
+            vf = v[start : start + rows].astype(np.float64)
+            wf = w[start : start + rows].astype(np.float64)
+            stacked = (wf[:, :, None] * vf[:, None, :]).reshape(len(vf), k * D)
+            out += (stacked.T @ vf).astype(np.int64).reshape(k, D, D)
+        return out
     for start in range(0, n, _CHUNK_ROWS):
         vf = v[start : start + _CHUNK_ROWS].astype(np.float64)
         wf = w[start : start + _CHUNK_ROWS].astype(np.float64)
@@ -352,6 +360,13 @@ def exact_weighted_grams(v: np.ndarray, w: np.ndarray) -> np.ndarray:
             if wf[:, c].any():
                 out[c] += ((vf * wf[:, c, None]).T @ vf).astype(np.int64)
     return out
+
+
+_STACKED_WIDTH = 4096
+_STACKED_FLOATS = 1 << 23
+"""With k (d + 1) ≤ 4096 the weighted rows of all classes are stacked side by side (≤ 64 MB per
+block) and multiplied in one BLAS call: at small d a loop over classes is dominated by its
+per-class elementwise products (letter, d = 16, k = 26: 0.64 s of a 1.8 s fit)."""
 
 
 @dataclass
