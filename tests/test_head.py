@@ -98,10 +98,12 @@ def test_the_head_serves_where_it_wins_and_is_more_accurate(served):
     assert model.score(X_test, y_test) > tables.score(X_test, y_test)
 
 
+@pytest.mark.parametrize("head", ["ridge", "newton"])
 @pytest.mark.parametrize("which", ["outside", "one_schema", "all_schemas", "many"])
-def test_forget_equals_refit_with_the_head(served, which):
+def test_forget_equals_refit_with_the_head(served, which, head):
     model0, X, y, ids = served
-    model = QSSClassifier(**HEAD).fit(X, y, ids)
+    params = {**HEAD, "head": head}
+    model = QSSClassifier(**params).fit(X, y, ids)
     out = outside_all_schemas(model)
     s0, s1, s2 = (schema_ids(model, r) for r in range(3))
     removed = {
@@ -111,7 +113,7 @@ def test_forget_equals_refit_with_the_head(served, which):
         "many": ids[::4],
     }[which]
     model.forget(removed)
-    again = refit(QSSClassifier, X, y, ids, removed, **HEAD)
+    again = refit(QSSClassifier, X, y, ids, removed, **params)
     assert "head" in again.corrections_
     assert model.corrections_ == again.corrections_
     assert_same_model(model, again, X)
