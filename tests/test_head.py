@@ -316,3 +316,24 @@ def test_newton_solve_falls_back_to_float64_and_a_class_without_gradient_gets_no
     s = lambda w: np.ldexp(w.logits.weights, -w.logits.exponents[None, :])  # noqa: E731
     assert not np.array_equal(s(single), s(double))  # the float64 path ran
     assert np.allclose(s(single), s(double), rtol=0, atol=1e-3 * np.abs(s(double)).max())
+
+
+def test_the_newton_step_is_computed_only_when_the_head_is_served(monkeypatch):
+    """serve_if sees the ridge gain first: when the tables win, no class is factored (the
+    change costs the ridge gain alone); when the head wins, the same step as without it."""
+    from forgetting.content import head as head_module
+
+    v, r, folds, _, _ = newton_problem()
+    head = NewtonHead.empty(v.shape[1] - 1, r.shape[1], 32)
+    head.add(v, r, folds)
+    gain, served = head.solution()
+    gain_yes, same = head.solution(serve_if=lambda g: True)
+    assert gain_yes == gain and np.array_equal(same.logits.weights, served.logits.weights)
+
+    def no_factorization(*args, **kwargs):
+        raise AssertionError("a class was factored for a head that is not served")
+
+    monkeypatch.setattr(head_module, "_SPOTRF", no_factorization)  # the classes' (float32)
+    seen = []
+    gain_no, none = head.solution(serve_if=lambda g: seen.append(g) or False)
+    assert (gain_no, none) == (gain, None) and seen == [gain]

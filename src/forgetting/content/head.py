@@ -29,6 +29,7 @@ logistic regression's accuracy (MNIST-HOG 0.973 vs 0.963) at k times the solve w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -185,8 +186,12 @@ class LinearHead:
             H *= 2.0 ** (TARGET_LIMIT_BITS - 10)
         return G, H
 
-    def solution(self) -> tuple[float, FixedWeights | None]:
-        """The out-of-fold gain and the served weights, from one factorization.
+    def solution(
+        self, serve_if: Callable[[float], bool] | None = None
+    ) -> tuple[float, FixedWeights | None]:
+        """The out-of-fold gain and the served weights, from one factorization (weights None
+        when ``serve_if(gain)`` says the head will not be served: the caller compares the gain
+        with the tables' first).
 
         The served W solves the full-data system (Cholesky). The gain needs each fold's own
         solution W_a, scored on the other fold's sums: Σ_b 2⟨W_a, H_b⟩ − ⟨W_a, G_b W_a⟩ (the
@@ -238,6 +243,8 @@ class LinearHead:
             gain = (2.0 * float(np.sum(W0 * H1)) - float(np.sum(W0 * G1W0))) + (
                 2.0 * float(np.sum(W1 * H0)) - float(np.sum(W1 * G0W1))
             )
+        if serve_if is not None and not serve_if(gain):
+            return gain, None
         return gain, FixedWeights.of(W)
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -433,8 +440,13 @@ class NewtonHead(LinearHead):
         super().merge(other)
         self.weighted += other.weighted
 
-    def solution(self) -> tuple[float, NewtonWeights | None]:  # type: ignore[override]
-        """The ridge head's out-of-fold gain (what decides head vs tables) and the Newton step.
+    def solution(  # type: ignore[override]
+        self, serve_if: Callable[[float], bool] | None = None
+    ) -> tuple[float, NewtonWeights | None]:
+        """The ridge head's out-of-fold gain (what decides head vs tables) and the Newton step
+        — computed only when ``serve_if(gain)`` (or no ``serve_if``) says the head is served:
+        where the tables win (e.g. Letter) a change costs the ridge gain alone, not k more
+        factorizations.
 
         δ_c solves (A_c + λ_c I) δ_c = H_c per class, A_c = W_c + (BOUND_ROWS / n) G / 4 and
         λ_c = NEWTON_PENALTY · mean diag A_c, in float32 (LAPACK spotrf/spotrs on one BLAS
@@ -443,7 +455,7 @@ class NewtonHead(LinearHead):
         served accuracy (relative difference in δ 6e-4 on MNIST-HOG, validation accuracy
         equal); a class whose float32 factorization fails falls back to float64.
         """
-        gain, ridge = LinearHead.solution(self)
+        gain, ridge = LinearHead.solution(self, serve_if)
         if ridge is None:
             return gain, None
         D, k = self.cross.shape[1], self.cross.shape[2]
