@@ -875,14 +875,14 @@ class FlatContent:
         if isinstance(self.head, NewtonWeights):
             raise TypeError("a Newton head is not added to g: serve it with outputs()")
         if self.head is not None:
-            return self.head.apply(head_features(Z))
+            return self.head.apply(head_features(Z, np.float64))
         return self.alpha * self.tables.correction(codes, self.shrinkage)
 
     def outputs(self, codes: np.ndarray, g: np.ndarray, Z: np.ndarray | None) -> np.ndarray:
         """What the instance serves: softmax(log g + δᵀv) with a Newton head (one Newton step
         of logistic regression from g, content.head.NewtonHead), else g + the correction."""
         if isinstance(self.head, NewtonWeights):
-            return self.head.outputs(head_features(Z), g)
+            return self.head.outputs(head_features(Z, np.float64), g)
         return g + self.correction(codes, Z)
 
 
