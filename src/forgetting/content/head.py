@@ -97,7 +97,8 @@ _CHUNK_ROWS = 1 << 18
 
 
 def exact_products(v: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(vᵀv, vᵀr) as int64, computed with float64 BLAS on integer values.
+    """(vᵀv, vᵀr) as int64, computed with float64 BLAS on integer values (``v`` int64, or
+    float64 holding integers).
 
     Every product and partial sum of a chunk is an integer below 2^53, so float64 holds it
     exactly whatever order the kernel sums in (numpy's int64 matmul is exact too, but runs
@@ -105,11 +106,14 @@ def exact_products(v: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray
     """
     D, k = v.shape[1], r.shape[1]
     if len(v) <= _SMALL_ROWS:  # a forget or insert of a few rows: int64 matmul, exact
-        return v.T @ v, v.T @ r
+        vi = v.astype(np.int64, copy=False)
+        return vi.T @ vi, vi.T @ r
     gram = np.zeros((D, D), dtype=np.int64)
     cross = np.zeros((D, k), dtype=np.int64)
     for start in range(0, len(v), _CHUNK_ROWS):
-        vf = v[start : start + _CHUNK_ROWS].astype(np.float64)
+        # features given as float64 (the same integers: head_features(Z, np.float64)) are
+        # used as they are — no int64 → float64 copy of every row
+        vf = np.asarray(v[start : start + _CHUNK_ROWS], dtype=np.float64)
         rf = r[start : start + _CHUNK_ROWS].astype(np.float64)
         upper = scipy.linalg.blas.dsyrk(1.0, vf, trans=1)  # vᵀv, upper triangle only
         upper = np.triu(upper)
@@ -153,7 +157,9 @@ class LinearHead:
             return
         if sign > 0 and self.n_rows + len(features) > MAX_ROWS:
             raise OverflowError(f"more than {MAX_ROWS} rows cannot be accumulated exactly")
-        v = np.asarray(features, dtype=np.int64)
+        v = np.asarray(features)
+        if v.dtype != np.float64:  # float64 holds the same integers (|v| ≤ 2^14): kept
+            v = v.astype(np.int64, copy=False)
         r = head_targets(residuals, self.scale_bits)
         folds = np.asarray(folds)
         for f in (0, 1):
