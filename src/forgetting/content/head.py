@@ -418,14 +418,10 @@ class NewtonHead(LinearHead):
 
     @classmethod
     def empty(cls, n_features: int, n_outputs: int, scale_bits: int) -> NewtonHead:
+        ridge = LinearHead.empty(n_features, n_outputs, scale_bits)
         D = n_features + 1
-        return cls(
-            np.zeros((2, D, D), dtype=np.int64),
-            np.zeros((2, D, n_outputs), dtype=np.int64),
-            np.zeros(2, dtype=np.int64),
-            scale_bits,
-            np.zeros((n_outputs, D, D), dtype=np.int64),
-        )
+        weighted = np.zeros((n_outputs, D, D), dtype=np.int64)
+        return cls(ridge.gram, ridge.cross, ridge.counts, ridge.scale_bits, weighted)
 
     def _update(self, features, residuals, folds, sign: int) -> None:
         if len(features) == 0:
