@@ -337,3 +337,25 @@ def test_the_newton_step_is_computed_only_when_the_head_is_served(monkeypatch):
     seen = []
     gain_no, none = head.solution(serve_if=lambda g: seen.append(g) or False)
     assert (gain_no, none) == (gain, None) and seen == [gain]
+
+
+def test_two_classes_share_one_factorization_with_the_same_bits(monkeypatch):
+    """Binary tasks: both classes' curvature sums are equal, so one factorization serves both
+    — and the step equals the one from factoring each class (bits, not just values)."""
+    from forgetting.content import head as head_module
+
+    v, r, folds, _, _ = newton_problem()
+    r2 = np.stack([r[:, 0], -r[:, 0]], axis=1)  # y − p for two classes: r_1 = −r_0
+    head = NewtonHead.empty(v.shape[1] - 1, 2, 32)
+    head.add(v, r2, folds)
+    assert np.array_equal(head.weighted[0], head.weighted[1])
+    calls = []
+    real = head_module._SPOTRF
+    monkeypatch.setattr(head_module, "_SPOTRF", lambda *a, **k: calls.append(1) or real(*a, **k))
+    _, shared = head.solution()
+    assert len(calls) == 1
+    monkeypatch.setattr(head_module, "_same_curvature", lambda w: False)  # factor both
+    _, separate = head.solution()
+    assert len(calls) == 3
+    assert np.array_equal(shared.logits.weights, separate.logits.weights)
+    assert np.array_equal(shared.logits.exponents, separate.logits.exponents)

@@ -467,34 +467,49 @@ class NewtonHead(LinearHead):
         H = np.add(self.cross[0], self.cross[1]).astype(np.float64)
         H *= 2.0 ** -(FEATURE_BITS + TARGET_LIMIT_BITS)
         delta = np.zeros((D, k), dtype=np.float64)
-        diag = np.diag_indices(D)
         scale = 2.0 ** -(2 * FEATURE_BITS + WEIGHT_BITS)
         bound = np.add(self.gram[0], self.gram[1]).astype(np.float64)
         bound *= BOUND_ROWS / (4.0 * self.n_rows) * 2.0 ** (-2 * FEATURE_BITS)
         bound_trace = float(np.trace(bound))
         bound32 = bound.astype(np.float32)
+        # Two classes have the same curvature (p(1 − p) of either class is the same number,
+        # so the integer sums are equal — checked, not assumed): factored once. A function of
+        # the sums either way, so the bits are the same as factoring both.
+        shared = k == 2 and _same_curvature(self.weighted)
+        single = False  # whether the factor in hand is float32
         with one_blas_thread():
             for c in range(k):
-                trace = float(np.diagonal(self.weighted[c]).astype(np.float64).sum()) * scale
-                lam = NEWTON_PENALTY * (trace + bound_trace) / D
-                # int64 → float32 in one pass, scaled by a power of two (exact); the transpose
-                # is the same symmetric matrix in Fortran order, factored in place without a copy
-                A = self.weighted[c].astype(np.float32)
-                A *= np.float32(scale)
-                A += bound32
-                A[diag] += np.float32(lam)
-                factor, info = _SPOTRF(A.T, lower=1, clean=0, overwrite_a=1)
-                if info == 0:
+                if not (shared and c == 1):
+                    factor, single = self._factor(c, scale, bound, bound32, bound_trace)
+                if single:
                     x, _ = _SPOTRS(factor, H[:, c].astype(np.float32), lower=1)
-                else:  # float32 too coarse for this system: the same solve in float64
-                    A64 = self.weighted[c].astype(np.float64) * scale + bound
-                    A64[diag] += lam
-                    factor, info = _POTRF(A64.T, lower=1, clean=0, overwrite_a=1)
-                    if info != 0:
-                        raise np.linalg.LinAlgError(f"Newton head: class {c} not positive definite")
+                else:
                     x, _ = _POTRS(factor, H[:, c], lower=1)
                 delta[:, c] = x
         return gain, NewtonWeights(FixedWeights.of(delta * newton_step(k)))
+
+    def _factor(self, c: int, scale: float, bound, bound32, bound_trace: float):
+        """Cholesky factor of class ``c``'s penalized curvature, and whether it is float32."""
+        D = self.weighted.shape[1]
+        diag = np.diag_indices(D)
+        trace = float(np.diagonal(self.weighted[c]).astype(np.float64).sum()) * scale
+        lam = NEWTON_PENALTY * (trace + bound_trace) / D
+        # int64 → float32 in one pass, scaled by a power of two (exact); the transpose is the
+        # same symmetric matrix in Fortran order, factored in place without a copy
+        A = self.weighted[c].astype(np.float32)
+        A *= np.float32(scale)
+        A += bound32
+        A[diag] += np.float32(lam)
+        factor, info = _SPOTRF(A.T, lower=1, clean=0, overwrite_a=1)
+        if info == 0:
+            return factor, True
+        # float32 too coarse for this system: the same solve in float64
+        A64 = self.weighted[c].astype(np.float64) * scale + bound
+        A64[diag] += lam
+        factor, info = _POTRF(A64.T, lower=1, clean=0, overwrite_a=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"Newton head: class {c} not positive definite")
+        return factor, False
 
     def equals(self, other: LinearHead) -> bool:
         return (
@@ -502,6 +517,11 @@ class NewtonHead(LinearHead):
             and LinearHead.equals(self, other)
             and np.array_equal(self.weighted, other.weighted)
         )
+
+
+def _same_curvature(weighted: np.ndarray) -> bool:
+    """Whether a two-class head's curvature sums are equal (then one factor serves both)."""
+    return bool(np.array_equal(weighted[0], weighted[1]))
 
 
 @dataclass(frozen=True)
