@@ -33,6 +33,7 @@ from .instance import (
     Instance,
     RowData,
     contributions_for,
+    contributions_with_features,
     empty_instance,
     schema_rows,
 )
@@ -483,25 +484,31 @@ class QSSEngine:
             each = map_instances if len(labeled) >= PARALLEL_ROWS else serial_map
             work = getattr(self, "row_work", None)
             remote = getattr(work, "remote", False) and len(labeled) >= REMOTE_INSERT_ROWS
+            rows = self.rows
+            X_new, targets, hashes = rows.X[labeled], rows.targets[labeled], rows.row_hash[labeled]
+
+            def encode(r: int):
+                """(contributions, the head's part): head sums from the cluster's workers
+                (one instance after the other; the workers share its chunks), or head
+                features computed here with the contributions (one φ pass per instance)."""
+                if remote:
+                    return self._computed_by(work, self.instances[r], labeled)
+                schema = self.instances[r].schema
+                return contributions_with_features(schema, X_new, targets, hashes)
+
             try:
-                if remote:  # each instance's chunks on the cluster's workers, one after the other
-                    computed = [self._computed_by(work, self.instances[r], labeled) for r in kept]
-                else:
-                    computed = each(lambda r: self._contributions(self.instances[r], labeled), kept)
-                for r, result in zip(kept, computed, strict=True):
-                    self.rows.set_instance_rows(r, labeled, result[0] if remote else result)
+                computed = (serial_map if remote else each)(encode, kept)
+                for r, (contrib, _) in zip(kept, computed, strict=True):
+                    rows.set_instance_rows(r, labeled, contrib)
             except BaseException:
-                self.rows.remove(pos)
+                rows.remove(pos)
                 raise
-            if remote:
-                for r, (contrib, head) in zip(kept, computed, strict=True):
-                    self.instances[r].add_computed(contrib, folds, head)
-            else:
-                X_new = self.rows.X[labeled]
-                each(
-                    lambda r: self.instances[r].add_rows(computed[kept.index(r)], folds, X_new),
-                    kept,
-                )
+
+            def add(item) -> None:
+                inst, (contrib, head_part) = item
+                (inst.add_computed if remote else inst.add_encoded)(contrib, folds, head_part)
+
+            each(add, list(zip((self.instances[r] for r in kept), computed, strict=True)))
             self._bulk_change = self._bulk_change or len(labeled) >= PARALLEL_ROWS
             self._start_rebuilds(hit)
             return self.receipt("insert", "instance", id_bytes, hit, started)

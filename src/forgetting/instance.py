@@ -77,9 +77,11 @@ class Instance:
         self, contrib: Contributions, folds: np.ndarray, X: np.ndarray | None = None
     ) -> None:
         """Add labeled rows' contributions; ``X`` (their inputs) feeds the ridge head."""
-        self._add_rows(contrib, folds, self.head_inputs(X))
+        self.add_encoded(contrib, folds, self.head_inputs(X))
 
-    def _add_rows(self, contrib, folds, features) -> None:
+    def add_encoded(self, contrib, folds, features) -> None:
+        """Add labeled rows whose head ``features`` were computed with their contributions
+        (``contributions_with_features``): no second φ pass."""
         self.accumulators.add(contrib.codes, contrib.residuals, folds)
         if self.head is not None:
             self.head.add(features, contrib.residuals, folds)
@@ -221,7 +223,7 @@ def build_instance(
         schema, data.X[labeled], data.targets[labeled], data.row_hash[labeled]
     )
     instance = empty_instance(config, schema)
-    instance._add_rows(contrib, data.folds[labeled], features)
+    instance.add_encoded(contrib, data.folds[labeled], features)
     return instance, labeled, contrib
 
 

@@ -87,7 +87,7 @@ def chunk_contributions(
         schema, np.asarray(X, dtype=np.float32), targets, row_hash
     )
     part = empty_instance(config, schema)
-    part._add_rows(contrib, folds, features)
+    part.add_encoded(contrib, folds, features)
     return ChunkResult(contrib, part.accumulators, part.head, part.content_hash)
 
 
