@@ -906,7 +906,7 @@ def build_flat_content(
     a, lam, gain = tables.best(alpha, shrinkage)
     if head is not None and alpha == "auto" and shrinkage == "auto":
         tables_gain = float(np.sqrt(max(gain, 0.0) * tables.per_table_gain()))
-        head_gain, weights = head.solution(serve_if=lambda gain: gain > tables_gain)
-        if weights is not None and head_gain > tables_gain:
+        _, weights = head.solution(serve_if=lambda gain: gain > tables_gain)
+        if weights is not None:  # the head's gain beat the tables' (serve_if said so)
             return FlatContent(tables, a, lam, weights)
     return FlatContent(tables, a, lam)
