@@ -14,6 +14,8 @@ from forgetting.content.head import (
     NEWTON_PENALTY,
     WEIGHT_BITS,
     FixedWeights,
+    GramCache,
+    GramSystem,
     LinearHead,
     NewtonHead,
     exact_products,
@@ -98,7 +100,7 @@ def test_the_head_serves_where_it_wins_and_is_more_accurate(served):
     assert model.score(X_test, y_test) > tables.score(X_test, y_test)
 
 
-@pytest.mark.parametrize("head", ["ridge", "newton"])
+@pytest.mark.parametrize("head", ["ridge", "newton", "shared-ridge"])
 @pytest.mark.parametrize("which", ["outside", "one_schema", "all_schemas", "many"])
 def test_forget_equals_refit_with_the_head(served, which, head):
     model0, X, y, ids = served
@@ -120,11 +122,13 @@ def test_forget_equals_refit_with_the_head(served, which, head):
     assert model.audit_content()
 
 
-def test_insert_equals_fit_with_the_head(served):
+@pytest.mark.parametrize("head", ["ridge", "shared-ridge"])
+def test_insert_equals_fit_with_the_head(served, head):
     _, X, y, ids = served
-    model = QSSClassifier(**HEAD).fit(X[:700], y[:700], ids[:700])
+    params = {**HEAD, "head": head}
+    model = QSSClassifier(**params).fit(X[:700], y[:700], ids[:700])
     model.insert(X[700:], y[700:], ids[700:])
-    assert_same_model(model, QSSClassifier(**HEAD).fit(X, y, ids), X)
+    assert_same_model(model, QSSClassifier(**params).fit(X, y, ids), X)
 
 
 def test_save_load_keeps_the_head_exact(served, tmp_path):
@@ -359,3 +363,72 @@ def test_two_classes_share_one_factorization_with_the_same_bits(monkeypatch):
     assert len(calls) == 3
     assert np.array_equal(shared.logits.weights, separate.logits.weights)
     assert np.array_equal(shared.logits.exponents, separate.logits.exponents)
+
+
+# -- one Gram for every instance: head="shared-ridge" ------------------------------------------
+def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, monkeypatch):
+    """The "shared-ridge" head fits on the normalized input (no D° LDA directions, which φ has here),
+    so all three instances hold the same Gram sums after fit and after a forget, and the
+    first prediction after a change factors them once for the three; the "ridge" head on φ
+    (different per instance here) factors three times."""
+    _, X, y, ids = served
+    calls = []
+    real_of = GramSystem.of.__func__
+
+    def counting_of(cls, gram):
+        calls.append(1)
+        return real_of(cls, gram)
+
+    monkeypatch.setattr(GramSystem, "of", classmethod(counting_of))
+    for head, per_change in (("shared-ridge", 1), ("ridge", 3)):
+        model = QSSClassifier(**{**HEAD, "head": head}).fit(X, y, ids)
+        heads = [inst.head for inst in model.engine_.instances]
+        assert all(inst.schema.preprocessor.uses_lda for inst in model.engine_.instances)
+        same = [np.array_equal(heads[0].gram, h.gram) for h in heads[1:]]
+        assert same == ([True, True] if head == "shared-ridge" else [False, False])
+        model.predict(X[:5])
+        model.forget(outside_all_schemas(model)[:2])
+        calls.clear()
+        model.predict(X[:5])
+        assert len(calls) == per_change, head
+        heads = [inst.head for inst in model.engine_.instances]
+        assert all(np.array_equal(heads[0].gram, h.gram) for h in heads) == (head == "shared-ridge")
+
+
+def test_a_shared_factorization_gives_the_bits_of_factoring_alone(served):
+    """The cache hands out a function of the integers: a head solved with it returns exactly
+    what it returns solving alone — for the head that filled the cache and for the others."""
+    _, X, y, ids = served
+    model = QSSClassifier(**{**HEAD, "head": "shared-ridge"}).fit(X, y, ids)
+    heads = [inst.head for inst in model.engine_.instances]
+    shared = [h.solution() for h in heads]
+    for h in heads:
+        h.share_solves(None)
+    alone = [h.solution() for h in heads]
+    for (g1, w1), (g2, w2) in zip(shared, alone, strict=True):
+        assert g1 == g2
+        assert np.array_equal(w1.weights, w2.weights)
+        assert np.array_equal(w1.exponents, w2.exponents)
+    cache = GramCache()
+    other = LinearHead.empty(heads[0].gram.shape[1] - 1, 3, 32)
+    rng = np.random.default_rng(0)
+    v = head_features(rng.normal(size=(50, heads[0].gram.shape[1] - 1)) / 10)
+    other.add(v, rng.integers(-(2**31), 2**31, size=(50, 3)), rng.integers(0, 2, 50))
+    cache.system_for(heads[0].gram)
+    assert cache.system_for(other.gram).serves(other.gram)  # a different Gram: not reused
+    assert not cache.system_for(other.gram).serves(heads[0].gram)
+
+
+def test_shared_ridge_is_exact_for_regression_and_through_save_and_load(served, tmp_path):
+    X, y = make_regression(n_samples=600, n_features=20, noise=5.0, random_state=0)
+    ids = list(range(len(y)))
+    params = {**HEAD, "head": "shared-ridge"}
+    model = QSSRegressor(**params).fit(X, y, ids)
+    assert "head" in model.corrections_
+    path = tmp_path / "m.qss"
+    model.save(path)
+    loaded = QSSRegressor.load(path)
+    assert_same_model(model, loaded, X)
+    removed = ids[::5]
+    loaded.forget(removed)
+    assert_same_model(loaded, refit(QSSRegressor, X, y, ids, removed, **params), X)

@@ -27,6 +27,7 @@ import numpy as np
 from ._parallel import PARALLEL_ROWS, map_instances, serial_map
 from ._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
 from .content.fingerprint import Contributions, multiset_sum
+from .content.head import GramCache
 from .content.tables import FlatContent, FlatTables
 from .distributed.chunks import build_instance
 from .instance import (
@@ -112,6 +113,8 @@ class QSSEngine:
                 clip=config.schema.residual_clip,
             )
         self.rebuild_seconds: list[float] = []
+        self._gram_cache = GramCache()
+        """The factorization of the head Gram sums last solved (content.head.GramCache)."""
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self.on_install: Callable[[int], None] | None = None
@@ -234,8 +237,15 @@ class QSSEngine:
         self.rows.set_instance_rows(r, pos, contrib, adopt=True)
         self._activate(r, instance)
 
+    def _share(self, instance: Instance) -> None:
+        """Give an instance's head the engine's Gram cache: heads with equal Gram sums (every
+        instance's, with head="shared-ridge") factor them once per change (design.md §5.13)."""
+        if instance.head is not None:
+            instance.head.share_solves(self._gram_cache)
+
     def _activate(self, r: int, instance: Instance) -> None:
         """Make a fully built instance serve, and tell the listener."""
+        self._share(instance)
         self.instances[r] = instance
         self._errors[r] = None
         self._changed.notify_all()
@@ -750,6 +760,7 @@ class QSSEngine:
                 inst = empty_instance(config.schema, inst_snap.schema)
                 inst.add_rows(contrib, store.folds(labeled), store.X[labeled])
                 inst.refresh()  # a load pays the tables' totals, not the first prediction
+                engine._share(inst)
                 engine.instances[r] = inst
                 store.set_instance_rows(r, labeled, contrib)
             if snapshot.privacy is not None:

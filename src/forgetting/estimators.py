@@ -67,7 +67,7 @@ class _QSSBase(BaseEstimator):
         "n_levels": [None, Interval(Integral, 1, 16, closed="both")],
         "n_centroids": [None, Interval(Integral, 2, 65536, closed="both")],
         "partition": [StrOptions({"auto", "rq", "trees", "hyperplanes"})],
-        "head": [StrOptions({"auto", "ridge", "newton", "none"})],
+        "head": [StrOptions({"auto", "ridge", "shared-ridge", "newton", "none"})],
         "alpha": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
         "shrinkage": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
         "base_model": [StrOptions({"auto"}), HasMethods(["fit", "predict"])],
@@ -161,7 +161,9 @@ class _QSSBase(BaseEstimator):
         partition = self._partition()
         if partition != "rq" and (self.n_levels is not None or self.n_centroids is not None):
             raise ValueError("n_levels and n_centroids shape partition='rq' only")
-        if self.head in ("ridge", "newton") and (partition == "rq" or self.mode == "dp"):
+        if self.head in ("ridge", "shared-ridge", "newton") and (
+            partition == "rq" or self.mode == "dp"
+        ):
             raise ValueError(
                 f"head={self.head!r} needs a flat partition ('trees' or 'hyperplanes') and a "
                 "mode other than 'dp' (its exact sums would be released without noise)"
@@ -504,7 +506,7 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         features. The flat partitions need few D° rows, are far more accurate in exact mode
         on many classes, and a forget touches only one cell per table: nothing is
         re-materialized before the next prediction. See docs/partitions.md.
-    head : {"auto", "ridge", "newton", "none"}
+    head : {"auto", "ridge", "shared-ridge", "newton", "none"}
         "ridge": each instance also keeps an exact ridge regression of g's residuals on φ(x)
         over *all* rows, from int64 sums Σvvᵀ and Σvrᵀ (exact under deletion), and serves it
         instead of the tables when its out-of-fold gain is larger (g is fit on D° alone; the
@@ -514,8 +516,13 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         regression started from g's probabilities, also from exact integer sums (per class
         Σ p_c(1 − p_c) v vᵀ), served as softmax(log g + δᵀv) — closer to SISA's logistic
         shards on image features (MNIST-HOG 0.973 vs the ridge head's 0.963), at k more
-        (d + 1)² sums and factorizations per instance. "auto": "ridge" with a flat partition
-        outside mode="dp"; "none": tables only.
+        (d + 1)² sums and factorizations per instance. "shared-ridge": the ridge head on the
+        L2-normalized input x itself instead of φ(x) (no D°-fitted LDA directions), so every
+        instance holds the same Gram matrix and the p instances share one factorization and
+        one stacked solve after a change (the fastest head to forget and serve; the same
+        accuracy as "ridge" on the paper benchmark, benchmarks/results/heads.md). With a
+        learned encoder its input is the instance's f(x): per-instance Grams again. "auto":
+        "ridge" with a flat partition outside mode="dp"; "none": tables only.
     alpha : float or "auto"
         Weight of the quantized correction; "auto" cross-fits it on the statistics' two folds.
     shrinkage : float or "auto"

@@ -71,7 +71,7 @@ class Instance:
             return None
         if X is None:
             raise ValueError("an instance with a ridge head needs the rows' inputs")
-        return head_features(self.schema.features(X, HEAD_BLOCK_ROWS), np.float64)
+        return head_features(self.schema.head_inputs(X, HEAD_BLOCK_ROWS), np.float64)
 
     def add_rows(
         self, contrib: Contributions, folds: np.ndarray, X: np.ndarray | None = None
@@ -164,7 +164,7 @@ def contributions_with_features(
     """Contributions and, with a ridge head, the head's features (φ in HEAD_BLOCK_ROWS)."""
     codes, g = schema.transform(X)
     features = (
-        head_features(schema.features(X, HEAD_BLOCK_ROWS), np.float64)
+        head_features(schema.head_inputs(X, HEAD_BLOCK_ROWS), np.float64)
         if schema.head_kind is not None
         else None
     )

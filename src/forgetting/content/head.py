@@ -29,6 +29,7 @@ logistic regression's accuracy (MNIST-HOG 0.973 vs 0.963) at k times the solve w
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -181,18 +182,10 @@ class LinearHead:
             raise OverflowError(f"more than {MAX_ROWS} rows cannot be accumulated exactly")
 
     # -- solving ------------------------------------------------------------------------------
-    def _real(self, folds: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        if len(folds) == 1:
-            G = self.gram[folds[0]].astype(np.float64)
-            H = self.cross[folds[0]].astype(np.float64)
-        else:  # integer sums: exact, then one rounding to float64
-            G = np.add(*(self.gram[f] for f in folds)).astype(np.float64)
-            H = np.add(*(self.cross[f] for f in folds)).astype(np.float64)
-        G *= 2.0 ** (-2 * FEATURE_BITS)
-        H *= 2.0 ** -(FEATURE_BITS + TARGET_LIMIT_BITS)
-        if self.scale_bits < 32:  # regression: the head grid is 2^-10
-            H *= 2.0 ** (TARGET_LIMIT_BITS - 10)
-        return G, H
+    def share_solves(self, cache: GramCache | None) -> None:
+        """Use ``cache`` for the part of :meth:`solution` that depends on the Gram sums alone
+        (heads whose sums are equal — every instance's, for "shared-ridge" — factor once)."""
+        self._gram_cache = cache
 
     def solution(
         self, serve_if: Callable[[float], bool] | None = None
@@ -221,20 +214,29 @@ class LinearHead:
         G_0 and three solves in all (~0.25 ms at D = 138, k = 10; ~0.6 ms computed fold by
         fold). Equal to the fold-by-fold steps in exact arithmetic; in floats a different but
         equally deterministic function of the sums, which is what exactness needs.
+
+        Everything that depends on the Gram sums alone — their floats, the penalties, the
+        factorization (:class:`GramSystem`) — comes from the shared :class:`GramCache` when
+        another head with the same sums computed it since the last change: a function of the
+        integers, so the same bits as computing it here.
         """
-        G, H = self._real((0, 1))
-        (G0, H0), (G1, H1) = self._real((0,)), self._real((1,))  # each fold's G, H; no penalty
-        lam, s0, s1 = _penalty(G), _penalty(G0), _penalty(G1)
-        if lam <= 0.0 or s0 <= 0.0 or s1 <= 0.0:
+        cache = getattr(self, "_gram_cache", None)
+        system = GramSystem.of(self.gram) if cache is None else cache.system_for(self.gram)
+        if system.factor is None:  # no rows, or a fold without rows: no penalty, no head
             return -np.inf, None
-        A = G.copy()
-        A[np.diag_indices_from(A)] += lam
+        H = np.add(self.cross[0], self.cross[1]).astype(np.float64)
+        H0 = self.cross[0].astype(np.float64)
+        H1 = self.cross[1].astype(np.float64)
+        unit = 2.0 ** -(FEATURE_BITS + TARGET_LIMIT_BITS)
+        if self.scale_bits < 32:  # regression: the head grid is 2^-10
+            unit *= 2.0 ** (TARGET_LIMIT_BITS - 10)
+        H *= unit
+        H0 *= unit
+        H1 *= unit
+        factor, G0, lam, s0 = system.factor, system.G0, system.lam, system.s0
         # One BLAS thread: a (d + 1)² factorization is too small to gain from threads, and on
         # a busy machine oversubscribed threads made it 10× slower (measured at d = 520).
         with one_blas_thread():
-            factor, info = _POTRF(A, lower=1, clean=0)
-            if info != 0:
-                raise np.linalg.LinAlgError(f"ridge head: system not positive definite ({info})")
             W, _ = _POTRS(factor, H, lower=1)
             G0W = G0 @ W
             R = H0 - (G0W + s0 * W)  # H_0 − A_0 W; fold 1's is −R
@@ -268,6 +270,66 @@ class LinearHead:
 def _penalty(G: np.ndarray) -> float:
     """The ridge penalty c · mean diag G (0 when G is empty: no rows)."""
     return PENALTY * (float(np.trace(G)) / G.shape[0])
+
+
+@dataclass(frozen=True)
+class GramSystem:
+    """The part of :meth:`LinearHead.solution` that depends on the Gram sums alone: G_0 as
+    floats, the penalties λ (of G = G_0 + G_1) and s_0, and the Cholesky factor of G + λI
+    (None when a penalty is not positive: no rows in a fold). A deterministic float function
+    of the integers ``gram``, kept with them so a cache can tell whom it serves."""
+
+    gram: np.ndarray
+    G0: np.ndarray
+    lam: float
+    s0: float
+    factor: np.ndarray | None
+
+    @classmethod
+    def of(cls, gram: np.ndarray) -> GramSystem:
+        scale = 2.0 ** (-2 * FEATURE_BITS)
+        G = np.add(gram[0], gram[1]).astype(np.float64)  # integer sums: exact, then one rounding
+        G *= scale
+        G0 = gram[0].astype(np.float64)
+        G0 *= scale
+        G1 = gram[1].astype(np.float64)
+        G1 *= scale
+        lam, s0, s1 = _penalty(G), _penalty(G0), _penalty(G1)
+        factor = None
+        if lam > 0.0 and s0 > 0.0 and s1 > 0.0:
+            G[np.diag_indices_from(G)] += lam
+            # G + λI is symmetric: its transpose is the same matrix in Fortran order, factored
+            # in place without LAPACK's copy (the same input values, so the same factor)
+            with one_blas_thread():
+                factor, info = _POTRF(G.T, lower=1, clean=0, overwrite_a=1)
+            if info != 0:
+                raise np.linalg.LinAlgError(f"ridge head: system not positive definite ({info})")
+        return cls(gram.copy(), G0, lam, s0, factor)
+
+    def serves(self, gram: np.ndarray) -> bool:
+        return self.gram.shape == gram.shape and bool(np.array_equal(self.gram, gram))
+
+
+class GramCache:
+    """The :class:`GramSystem` of the Gram sums last asked for, shared by the heads of one
+    engine: with "shared-ridge" (design.md §5.13) every instance's Gram sums are equal, so
+    after a change the first head to solve factors them and the others reuse it — checked
+    against the integers (an equality test of (2, D, D) int64, ~20 µs), never assumed.
+    Thread-safe: the first read after a bulk change solves the instances' heads on several
+    threads (forgetting._parallel)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: GramSystem | None = None
+
+    def system_for(self, gram: np.ndarray) -> GramSystem:
+        with self._lock:
+            last = self._last
+            if last is not None and last.serves(gram):
+                return last
+            system = GramSystem.of(gram)
+            self._last = system
+            return system
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,20 @@ from .base_model import BaseModel, fit_base_model
 from .codebook import Codebook, train_codebook
 from .membership import MembershipRule
 from .partitions import ThresholdPartition, fit_partition
-from .preprocess import Preprocessor, fit_preprocessor
+from .preprocess import Preprocessor, fit_preprocessor, l2_normalize
 from .selection import choose_lda, choose_n_centroids, choose_n_levels
 
-HEAD_KINDS = ("ridge", "newton")
+HEAD_KINDS = ("ridge", "newton", "shared-ridge")
+"""The exact heads an instance may keep (content.head): "ridge" and "newton" on φ — the
+normalized input plus the D°-fitted LDA directions, so each instance's features differ — and
+"shared-ridge", the ridge head on the normalized input itself: the same features, hence the
+same Gram matrix, in every instance, so the p instances share one factorization (design.md
+§5.13)."""
 
 
 def head_kind(head: bool | str | None) -> str | None:
-    """A schema's ``head`` as "ridge", "newton" or None; True (a model saved when the ridge
-    head was the only one) is "ridge". Anything else is refused."""
+    """A schema's ``head`` as one of :data:`HEAD_KINDS` or None; True (a model saved when the
+    ridge head was the only one) is "ridge". Anything else is refused."""
     if head is True:
         return "ridge"
     if head is False or head is None:
@@ -62,8 +67,8 @@ class SchemaConfig:
     """How rows are cut into cells: "rq" (the paper's residual codebook) or a flat partition
     ("trees", "hyperplanes"), see :mod:`.partitions`."""
     head: bool | str = False
-    """Keep an exact head on all rows (:mod:`forgetting.content.head`): "ridge" (or True) or
-    "newton"; flat partitions only."""
+    """Keep an exact head on all rows (:mod:`forgetting.content.head`): "ridge" (or True),
+    "newton" or "shared-ridge"; flat partitions only."""
 
     @property
     def membership(self) -> MembershipRule:
@@ -87,15 +92,28 @@ class Schema:
     the square term of its α cross-fit (see content.tables)."""
     probe_folds: np.ndarray | None = None
     head: bool | str = False
-    """The instance keeps an exact head on φ over all rows (content.head): "ridge" — True in
-    models saved before there was a choice — or "newton"; False for none."""
+    """The instance keeps an exact head over all rows (content.head): "ridge" — True in
+    models saved before there was a choice — or "newton" on φ, "shared-ridge" on the
+    normalized input; False for none."""
     n_features: int = 0
-    """Dimension of φ(f(x)) (set with a head: its sums are (d + 1)²)."""
+    """Dimension of the head's features (φ(f(x)), or f(x) for "shared-ridge"; set with a
+    head: its sums are (d + 1)²)."""
 
     @property
     def head_kind(self) -> str | None:
-        """ "ridge", "newton" or None (``head`` normalized: True is "ridge")."""
+        """One of :data:`HEAD_KINDS` or None (``head`` normalized: True is "ridge")."""
         return head_kind(self.head)
+
+    def head_inputs(self, X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
+        """The real-valued features the head is fitted on, for raw rows, in canonical blocks:
+        φ(f(x)) for "ridge" and "newton"; for "shared-ridge" the L2-normalized f(x) alone
+        (φ's first step, without the D°-fitted LDA directions), which does not depend on D°
+        when the features are used as given — every instance then holds the same Gram."""
+        if self.head_kind != "shared-ridge":
+            return self.features(X, block_rows)
+        if self.encoder is None:
+            return rowwise(l2_normalize, X, block_rows)
+        return rowwise(lambda b: l2_normalize(self.encoder.transform(b)), X, block_rows)
 
     def features(self, X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
         """φ(f(x)) for raw rows, in canonical blocks (row-wise bits never depend on the batch)."""
@@ -121,10 +139,14 @@ class Schema:
     def encode(
         self, X: np.ndarray, block_rows: int = BLOCK_ROWS
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Codes, g(x) and the features φ(f(x)) themselves (the head's inputs)."""
+        """Codes, g(x) and the head's inputs (:meth:`head_inputs`: φ(f(x)) itself, or the
+        normalized f(x) for "shared-ridge")."""
         Z = self.features(X, block_rows)
         codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
-        return codes, rowwise(self.base_model.predict, Z, block_rows, owner=self.base_model), Z
+        g = rowwise(self.base_model.predict, Z, block_rows, owner=self.base_model)
+        if self.head_kind == "shared-ridge":
+            Z = self.head_inputs(X, block_rows)
+        return codes, g, Z
 
     def digest(self) -> bytes:
         """SHA-256 over the schema's learned parameters, in a canonical order."""
@@ -146,6 +168,8 @@ class Schema:
             h.update(b"ridge-head")
         elif self.head_kind == "newton":
             h.update(b"newton-head")
+        elif self.head_kind == "shared-ridge":
+            h.update(b"shared-ridge-head")
         if self.residual_clip is not None:
             h.update(repr(("residual_clip", float(self.residual_clip))).encode())
         return h.digest()
@@ -285,7 +309,9 @@ def _train_schema(
             probe_codes=partition.cells(Z_schema[probes]),
             probe_folds=np.asarray(folds, dtype=np.int64)[probes],
             head=config.head,
-            n_features=int(Z_schema.shape[1]),
+            n_features=int(
+                X_schema.shape[1] if head_kind(config.head) == "shared-ridge" else Z_schema.shape[1]
+            ),
         )
     n_centroids = config.n_centroids or choose_n_centroids(
         Z_codebook.shape[0], n_schema, config.rho
