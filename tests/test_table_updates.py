@@ -1,0 +1,265 @@
+"""The compiled incremental update (``update_cells``) and the compiled bulk refresh give the
+numpy definitions' integers and floats bit for bit where it is hardest for them to.
+
+``update_cells`` computes the probe terms once per touched fold-qualified cell and adds the
+difference to every probe in it, rewrites a probe's float copy once from its final sums, and
+prefetches; the bulk refresh skips cells whose terms are exactly zero and computes a cell's
+probe terms once for all probes in it. These tests crowd many probes into few cells (so one
+cell holds many probe entries and one probe sits in several touched cells), flip signs
+(insert after forget), use both folds, both scale widths, and states whose terms leave
+int64 (where the kernel must refuse and leave the tables as they were, so numpy decides).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from forgetting.content import kernels
+from forgetting.content.accumulators import CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS
+from forgetting.content.tables import MEAN_BITS, SHRINKAGE_GRID, FlatTables, loss_bits, square_bits
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
+    module = kernels.table_kernels(1)
+    assert module is not None
+    return module
+
+
+def _with(backend: str, fn):
+    previous = os.environ.get("FORGETTING_KERNELS")
+    os.environ["FORGETTING_KERNELS"] = backend
+    try:
+        return fn()
+    finally:
+        if previous is None:
+            del os.environ["FORGETTING_KERNELS"]
+        else:
+            os.environ["FORGETTING_KERNELS"] = previous
+
+
+def _rows(rng, n, T, C, k, scale_bits):
+    codes = rng.integers(0, C, (n, T)).astype(np.uint16)
+    bound = 2**scale_bits if scale_bits >= 32 else 2 ** (scale_bits + 10)
+    residuals = rng.integers(-bound, bound, (n, k))
+    folds = rng.integers(0, 2, n)
+    return codes, residuals, folds
+
+
+def _state(t: FlatTables):
+    """Everything a prediction or a digest can read, as exact values."""
+    return (
+        t.sums.copy(),
+        t.counts.copy(),
+        list(t.cross),
+        list(t.square),
+        t.probe_sums.copy(),
+        t.best("auto", "auto"),
+        [t.probe_square(g) for g in range(len(t.grid))],
+        t.n_rows,
+    )
+
+
+def _same(a, b) -> bool:
+    pairs = zip(a, b, strict=True)
+    return all(np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y for x, y in pairs)
+
+
+@pytest.mark.parametrize("scale_bits", [CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS])
+def test_crowded_probes_step_by_step(compiled, scale_bits: int) -> None:
+    """T = 4 tables of 8 cells and 120 probes: every touched cell holds ~7 probe entries of
+    its fold and every probe sits in several touched cells. After each one-row or few-row
+    forget or insert, the compiled tables equal the numpy tables in every integer and every
+    float a prediction reads."""
+    rng = np.random.default_rng(scale_bits)
+    T, C, k, n = 4, 8, 3, 1500
+    codes, residuals, folds = _rows(rng, n, T, C, k, scale_bits)
+    probes = rng.choice(n, 120, replace=False)
+    steps = []
+    order = rng.permutation(n)
+    at = 0
+    for size in (1, 1, 3, 1, 2, 1, 1, 3):
+        steps.append(("subtract", order[at : at + size]))
+        at += size
+    steps.append(("add", order[:2]))  # the sign flips back: an insert of forgotten rows
+    steps.append(("subtract", order[:1]))
+    steps.append(("add", order[:1]))
+
+    def history():
+        t = FlatTables.empty(T, C, k, scale_bits)
+        t.set_probes(codes[probes], folds[probes])
+        t.add(codes, residuals, folds)
+        states = [_state(t)]
+        for how, part in steps:
+            getattr(t, how)(codes[part], residuals[part], folds[part])
+            states.append(_state(t))
+        return states
+
+    fast = history()
+    slow = _with("numpy", history)
+    assert len(fast) == len(slow)
+    for a, b in zip(fast, slow, strict=True):
+        assert _same(a, b)
+    # and the end state equals a fresh build of the rows left
+    keep = np.setdiff1d(np.arange(n), order[2 : 2 + 11])
+    ref = FlatTables.empty(T, C, k, scale_bits)
+    ref.add(codes[keep], residuals[keep], folds[keep])
+    ref.set_probes(codes[probes], folds[probes])
+    assert _same(fast[-1], _state(ref))
+
+
+def _kernel_args(t: FlatTables, codes, residuals, folds, sign: int):
+    """The arguments ``FlatTables._update_compiled`` passes to ``update_cells``."""
+    T, C, k = t.n_tables, t.n_cells, t.n_outputs
+    floats = t._probe_floats()
+    start, probe_of = t._probe_csr()
+    return (
+        t.sums.reshape(2, T * C, k),
+        t.counts.reshape(2, T * C),
+        np.ascontiguousarray(codes),
+        np.ascontiguousarray(folds),
+        np.ascontiguousarray(residuals, dtype=np.int64),
+        sign < 0,
+        floats.grid,
+        2.0**-t.scale_bits,
+        2.0 ** loss_bits(t.scale_bits),
+        start,
+        probe_of,
+        floats.probe_sums,
+        2.0**MEAN_BITS,
+        2.0 ** square_bits(t.scale_bits),
+        floats.position,
+        floats.means,
+        floats.squares,
+        2.0**-MEAN_BITS / T,
+        2.0 ** -square_bits(t.scale_bits) / T,
+        np.zeros(2 * T * C, dtype=np.uint8),
+        np.zeros(2 * len(t.grid) + 3, dtype=np.int64),
+    )
+
+
+def test_update_refuses_overflow_and_leaves_everything(compiled) -> None:
+    """A row whose new terms leave int64: ``update_cells`` returns False with sums, counts,
+    probe sums and float copies untouched; through ``FlatTables`` numpy then applies it, the
+    same as a numpy-only history."""
+    rng = np.random.default_rng(3)
+    T, C, k, n = 4, 8, 2, 400
+    codes, residuals, folds = _rows(rng, n, T, C, k, 32)
+    big = np.full((1, k), 2**62, dtype=np.int64)  # |S|·|μ| · 2^24 far beyond 2^63
+
+    def build():
+        t = FlatTables.empty(T, C, k, 32)
+        t.set_probes(codes[:60], folds[:60])
+        t.add(codes, residuals, folds)
+        t.refresh()
+        return t
+
+    t = build()
+    floats = t._probe_floats()
+    before = (t.sums.copy(), t.counts.copy(), floats.probe_sums.copy(), floats.means.copy())
+    args = _kernel_args(t, codes[:1], big, folds[:1], 1)
+    assert not compiled.update_cells(*args)
+    after = (t.sums, t.counts, floats.probe_sums, floats.means)
+    assert all(np.array_equal(x, y) for x, y in zip(before, after, strict=True))
+
+    def history(t):
+        t.add(codes[:1], big, folds[:1])
+        t.subtract(codes[5:6], residuals[5:6], folds[5:6])
+        return t
+
+    a = history(t)
+    b = _with("numpy", lambda: history(build()))
+    assert a.equals(b)
+    assert np.array_equal(a.sums, b.sums) and a.probe_sums.tolist() == b.probe_sums.tolist()
+
+
+@pytest.mark.parametrize("scale_bits", [CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS])
+def test_update_cells_against_per_entry_terms(compiled, scale_bits: int) -> None:
+    """The kernel's deltas equal the definition written out entry by entry: new − old probe
+    terms of every probe entry in a touched cell (numpy's terms), added per probe with
+    ``np.add.at``; the totals' change equals the touched cells' numpy terms, new − old."""
+    rng = np.random.default_rng(scale_bits + 7)
+    T, C, k, n = 6, 16, 4, 2000
+    codes, residuals, folds = _rows(rng, n, T, C, k, scale_bits)
+    t = FlatTables.empty(T, C, k, scale_bits)
+    t.set_probes(codes[:150], folds[:150])
+    t.add(codes, residuals, folds)
+    t.refresh()
+    for trial in range(12):
+        rows = rng.choice(n, 1 + trial % 3, replace=False)
+        sign = -1 if trial % 4 else 1
+        ref = t.copy()
+        flat = ref._flat(codes[rows], folds[rows])
+        touched = np.unique(flat % (T * C))
+        probe, qual = ref._probe_hits(np.unique(flat))
+        old_terms = ref._probe_terms_numpy(qual)
+        old_cells = ref._terms_numpy(touched)
+        values = residuals[rows] * sign
+        np.add.at(ref.sums.reshape(2 * T * C, -1), flat, np.repeat(values, T, axis=0))
+        np.add.at(ref.counts.reshape(-1), flat, sign)
+        want_probes = ref._probe_sums.copy()
+        np.add.at(want_probes, (slice(None), probe), ref._probe_terms_numpy(qual) - old_terms)
+        new_cells = ref._terms_numpy(touched)
+        out = np.zeros(2 * len(t.grid) + 3, dtype=np.int64)
+        args = list(_kernel_args(t, codes[rows], residuals[rows], folds[rows], sign))
+        args[-1] = out
+        assert compiled.update_cells(*args)
+        G = len(t.grid)
+        assert np.array_equal(out[:G], new_cells[0].sum(0) - old_cells[0].sum(0))
+        assert np.array_equal(out[G : 2 * G], new_cells[1].sum(0) - old_cells[1].sum(0))
+        assert np.array_equal(t.sums, ref.sums) and np.array_equal(t.counts, ref.counts)
+        floats = t._floats
+        assert np.array_equal(floats.probe_sums, want_probes)
+        order = np.argsort(t.probe_folds, kind="stable")
+        want_means = want_probes[:, order, :k].astype(np.float64) * (2.0**-MEAN_BITS / T)
+        assert np.array_equal(floats.means, want_means)
+        # keep the Python-side totals in step, as _update_compiled does
+        for g in range(G):
+            t._cross[g] += int(out[g])
+            t._square[g] += int(out[G + g])
+        ones = int(out[2 * G])
+        t._fold_rows[0] += sign * (len(rows) - ones)
+        t._fold_rows[1] += sign * ones
+        for b in (0, 1):
+            if out[2 * G + 1 + b]:
+                floats.forget_fold(b)
+        if sign > 0:  # undo so the rows stay forgettable
+            t.subtract(codes[rows], residuals[rows], folds[rows])
+        else:
+            t.add(codes[rows], residuals[rows], folds[rows])
+    fresh = FlatTables.empty(T, C, k, scale_bits)
+    fresh.add(codes, residuals, folds)
+    fresh.set_probes(codes[:150], folds[:150])
+    assert t.equals(fresh)
+    assert t.best("auto", "auto") == fresh.best("auto", "auto")
+
+
+def test_grid_values_and_empty_folds(compiled) -> None:
+    """Grids with λ = 0 (0/0 terms: numpy decides) and tiny λ, and cells with one fold
+    empty, through a short history: compiled = numpy."""
+    rng = np.random.default_rng(9)
+    T, C, k, n = 4, 16, 2, 300
+    codes, residuals, folds = _rows(rng, n, T, C, k, 32)
+    folds[: n // 2] = 0  # many cells hold one fold only
+    for grid in (SHRINKAGE_GRID, (0.0, 2.0), (1e-300, 3.0)):
+
+        def history(grid=grid):
+            t = FlatTables.empty(T, C, k, 32, grid)
+            t.set_probes(codes[:40], folds[:40])
+            t.add(codes, residuals, folds)
+            states = [_state(t)]
+            for i in (7, 8, 200):
+                t.subtract(codes[i : i + 1], residuals[i : i + 1], folds[i : i + 1])
+                states.append(_state(t))
+            return states
+
+        fast = history()
+        slow = _with("numpy", history)
+        for a, b in zip(fast, slow, strict=True):
+            assert _same(a, b), grid
