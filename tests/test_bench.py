@@ -54,7 +54,7 @@ def test_heads_benchmark_on_digits(tmp_path):
     assert code == 0
     with open(tmp_path / "heads-heads.csv") as f:
         rows = {row["head"]: row for row in csv.DictReader(f)}
-    assert set(rows) == {"ridge", "newton"}
+    assert set(rows) == {"ridge", "shared-ridge", "newton"}
     for row in rows.values():
         assert 0.5 < float(row["accuracy"]) <= 1.0 and float(row["t_fast_p50_ms"]) > 0
         assert float(row["delta_vs_sisa_pp"]) == pytest.approx(

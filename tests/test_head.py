@@ -8,6 +8,7 @@ from conftest import assert_same_model, outside_all_schemas, schema_ids
 from sklearn.datasets import make_regression
 
 from forgetting import QSSClassifier, QSSRegressor
+from forgetting.content import head as head_module
 from forgetting.content.head import (
     BOUND_ROWS,
     FEATURE_BITS,
@@ -367,10 +368,11 @@ def test_two_classes_share_one_factorization_with_the_same_bits(monkeypatch):
 
 # -- one Gram for every instance: head="shared-ridge" ------------------------------------------
 def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, monkeypatch):
-    """The "shared-ridge" head fits on the normalized input (no D° LDA directions, which φ has here),
-    so all three instances hold the same Gram sums after fit and after a forget, and the
-    first prediction after a change factors them once for the three; the "ridge" head on φ
-    (different per instance here) factors three times."""
+    """The "shared-ridge" head fits on the normalized input (no D° LDA directions, which φ
+    has here), so all three instances hold the same Gram sums after fit and after a forget:
+    a forget computes the leaving rows' Gram terms once and the first prediction after it
+    factors once for the three; the "ridge" head on φ (different per instance) does each
+    three times."""
     _, X, y, ids = served
     calls = []
     real_of = GramSystem.of.__func__
@@ -380,6 +382,13 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         return real_of(cls, gram)
 
     monkeypatch.setattr(GramSystem, "of", classmethod(counting_of))
+    grams = []
+    real_fold_grams = head_module.fold_grams
+
+    def counting_fold_grams(v, folds):
+        grams.append(1)
+        return real_fold_grams(v, folds)
+
     for head, per_change in (("shared-ridge", 1), ("ridge", 3)):
         model = QSSClassifier(**{**HEAD, "head": head}).fit(X, y, ids)
         heads = [inst.head for inst in model.engine_.instances]
@@ -387,7 +396,11 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         same = [np.array_equal(heads[0].gram, h.gram) for h in heads[1:]]
         assert same == ([True, True] if head == "shared-ridge" else [False, False])
         model.predict(X[:5])
+        grams.clear()
+        monkeypatch.setattr(head_module, "fold_grams", counting_fold_grams)
         model.forget(outside_all_schemas(model)[:2])
+        assert len(grams) == per_change, head  # the leaving rows' Gram terms: once, or per head
+        monkeypatch.setattr(head_module, "fold_grams", real_fold_grams)
         calls.clear()
         model.predict(X[:5])
         assert len(calls) == per_change, head

@@ -3,12 +3,13 @@
 Run ``python -m forgetting.bench.heads`` (issue 15: exact mode within 1 pp of SISA on every
 low-k set of the paper benchmark; the default chosen by a benchmark). On the paper
 benchmark's own data, features and ρ (:mod:`forgetting.bench.paper.data`), for each head of
-exact mode — "ridge" (least squares on g's residuals, today's default) and "newton" (one
+exact mode — "ridge" (least squares on g's residuals over φ, today's default), "shared-ridge"
+(the same on the normalized input alone: one Gram for every instance) and "newton" (one
 Newton step of one-vs-rest logistic regression from g) — it reports test accuracy (mean ± std
-over seeds; nothing is tuned on test data: both heads' constants were fixed on validation
+over seeds; nothing is tuned on test data: the heads' constants were fixed on validation
 splits carved from the training sets), SISA (5 logistic-regression shards, same seeds) and,
 at seed 0, what a user waits for: the fit, and a `forget` together with the first prediction
-after it (p50 over single deletions of rows outside every D°, in one process, the two models
+after it (p50 over single deletions of rows outside every D°, in one process, the models
 taking turns on the same ids).
 """
 
@@ -28,7 +29,7 @@ from .paper.models import make_qss, make_sisa, model_scores, timed_fit
 from .paper.stages import in_any_schema
 from .report import write_results
 
-HEADS = ("ridge", "newton")
+HEADS = ("ridge", "shared-ridge", "newton")
 COLUMNS = [
     "dataset", "k", "n_train", "rho", "seeds", "head", "accuracy", "accuracy_std", "sisa",
     "delta_vs_sisa_pp", "fit_s", "t_fast_p50_ms", "t_fast_p95_ms", "corrections",
@@ -60,15 +61,17 @@ def t_fast(models: dict, X_probe: np.ndarray, n: int, seed: int = 1) -> dict[str
     }
 
 
-def dataset_rows(name: str, seeds: Sequence[int], deletions: int) -> list[dict]:
+def dataset_rows(
+    name: str, seeds: Sequence[int], deletions: int, heads: Sequence[str] = HEADS
+) -> list[dict]:
     data = load_data(name, None)
     if not data.classification:
-        raise ValueError(f"{name}: the Newton head is for classification sets")
+        raise ValueError(f"{name}: this benchmark compares heads on classification sets")
     sisa = [model_scores(data, m)["accuracy"] for m in _fitted_sisa(data, seeds)]
-    accs: dict[str, list[float]] = {head: [] for head in HEADS}
+    accs: dict[str, list[float]] = {head: [] for head in heads}
     fit0: dict[str, float] = {}
     first: dict[str, object] = {}
-    for head in HEADS:
+    for head in heads:
         for seed in tqdm(seeds, desc=f"{name}: head={head}", unit="seed", leave=False):
             model = make_qss(data, "exact", seed, head=head)
             fit_s = timed_fit(model, data)
@@ -80,7 +83,7 @@ def dataset_rows(name: str, seeds: Sequence[int], deletions: int) -> list[dict]:
     }
     timing = t_fast(first, data.X_test[:1], deletions)
     rows = []
-    for head in HEADS:
+    for head in heads:
         rows.append(
             {
                 "dataset": name,
@@ -121,23 +124,30 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
     parser.add_argument(
         "--deletions", type=int, default=40, help="single deletions timed per head (seed 0)"
     )
+    parser.add_argument(
+        "--heads", default=",".join(HEADS), help=f"comma-separated heads, of {', '.join(HEADS)}"
+    )
     parser.add_argument("--out", default="benchmarks/results", help="output folder")
     parser.add_argument("--name", default="heads", help="results file name")
     args = parser.parse_args(argv)
+    heads = [h.strip() for h in args.heads.split(",") if h.strip()]
+    unknown = sorted(set(heads) - set(HEADS))
+    if unknown or not heads:
+        parser.error(f"--heads: expected some of {', '.join(HEADS)}, got {args.heads!r}")
     rows: list[dict] = []
     for name in filter(None, args.datasets.split(",")):
-        rows += dataset_rows(name.strip(), list(range(args.seeds)), args.deletions)
+        rows += dataset_rows(name.strip(), list(range(args.seeds)), args.deletions, heads)
     notes = (
         "accuracy: test accuracy of exact mode (QSS-E, the paper benchmark's data, features "
         "and ρ) with each head, mean (± accuracy_std) over `seeds` seeds; sisa: SISA's "
         "(5 logistic-regression shards) over the same seeds; delta_vs_sisa_pp = accuracy − "
         "sisa in percentage points. fit_s, t_fast (forget of one row outside every D° + the "
-        "first predict of one row, p50/p95 over --deletions deletions) at seed 0, the two "
+        "first predict of one row, p50/p95 over --deletions deletions) at seed 0, the "
         "models taking turns on the same ids in one process. corrections: what each "
         "instance serves (head or tables, chosen by the ridge head's out-of-fold gain). "
-        "Both heads' constants (ridge penalty 1e-3 · mean diag; Newton penalty, weight "
+        "The heads' constants (ridge penalty 1e-3 · mean diag; Newton penalty, weight "
         "grid, step, bound rows) were fixed on validation splits carved from the training "
-        "sets, never on the test split."
+        "sets, never on the test split; shared-ridge reuses the ridge head's penalty unchanged."
     )
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join([prog, *argv])

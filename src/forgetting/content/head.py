@@ -105,22 +105,48 @@ def exact_products(v: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray
     exactly whatever order the kernel sums in (numpy's int64 matmul is exact too, but runs
     without BLAS, ~50× slower); chunks are then added as int64.
     """
-    D, k = v.shape[1], r.shape[1]
+    return exact_gram(v), exact_cross(v, r)
+
+
+def exact_gram(v: np.ndarray) -> np.ndarray:
+    """vᵀv as int64 (see :func:`exact_products`)."""
+    D = v.shape[1]
     if len(v) <= _SMALL_ROWS:  # a forget or insert of a few rows: int64 matmul, exact
         vi = v.astype(np.int64, copy=False)
-        return vi.T @ vi, vi.T @ r
+        return vi.T @ vi
     gram = np.zeros((D, D), dtype=np.int64)
-    cross = np.zeros((D, k), dtype=np.int64)
     for start in range(0, len(v), _CHUNK_ROWS):
         # features given as float64 (the same integers: head_features(Z, np.float64)) are
         # used as they are — no int64 → float64 copy of every row
         vf = np.asarray(v[start : start + _CHUNK_ROWS], dtype=np.float64)
-        rf = r[start : start + _CHUNK_ROWS].astype(np.float64)
         upper = scipy.linalg.blas.dsyrk(1.0, vf, trans=1)  # vᵀv, upper triangle only
         upper = np.triu(upper)
         gram += (upper + np.triu(upper, 1).T).astype(np.int64)
+    return gram
+
+
+def exact_cross(v: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """vᵀr as int64 (see :func:`exact_products`)."""
+    D, k = v.shape[1], r.shape[1]
+    if len(v) <= _SMALL_ROWS:
+        return v.astype(np.int64, copy=False).T @ r
+    cross = np.zeros((D, k), dtype=np.int64)
+    for start in range(0, len(v), _CHUNK_ROWS):
+        vf = np.asarray(v[start : start + _CHUNK_ROWS], dtype=np.float64)
+        rf = r[start : start + _CHUNK_ROWS].astype(np.float64)
         cross += (vf.T @ rf).astype(np.int64)
-    return gram, cross
+    return cross
+
+
+def fold_grams(v: np.ndarray, folds: np.ndarray) -> list[np.ndarray | None]:
+    """Σ v vᵀ over the rows of each statistic fold (None for a fold without rows)."""
+    return [exact_gram(v[folds == f]) if np.any(folds == f) else None for f in (0, 1)]
+
+
+SHARED_DELTA_ROWS = 1 << 15
+"""A change of at most this many rows hands its Gram terms to the other instances' heads
+(:meth:`GramCache.fold_grams_for`); larger ones (a fit's chunks) compute their own rather
+than keep a copy of the rows' features to compare with."""
 
 
 @dataclass
@@ -163,14 +189,18 @@ class LinearHead:
             v = v.astype(np.int64, copy=False)
         r = head_targets(residuals, self.scale_bits)
         folds = np.asarray(folds)
+        cache = getattr(self, "_gram_cache", None)
+        if cache is not None and len(v) <= SHARED_DELTA_ROWS:
+            grams = cache.fold_grams_for(v, folds)
+        else:
+            grams = fold_grams(v, folds)
+        update = np.add if sign > 0 else np.subtract
         for f in (0, 1):
-            mine = folds == f
-            if not mine.any():
+            if grams[f] is None:
                 continue
-            gram, cross = exact_products(v[mine], r[mine])
-            update = np.add if sign > 0 else np.subtract
-            update(self.gram[f], gram, out=self.gram[f])
-            update(self.cross[f], cross, out=self.cross[f])
+            mine = folds == f
+            update(self.gram[f], grams[f], out=self.gram[f])
+            update(self.cross[f], exact_cross(v[mine], r[mine]), out=self.cross[f])
             self.counts[f] += sign * int(mine.sum())
 
     def merge(self, other: LinearHead) -> None:
@@ -321,6 +351,25 @@ class GramCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last: GramSystem | None = None
+        self._rows: tuple[np.ndarray, np.ndarray, list] | None = None
+
+    def fold_grams_for(self, v: np.ndarray, folds: np.ndarray) -> list[np.ndarray | None]:
+        """:func:`fold_grams` of a change's head features ``v`` and ``folds``: computed by the
+        first head the change reaches and handed to the others when their rows' features are
+        the same numbers (every instance's, with "shared-ridge") — compared, not assumed. The
+        integers are the same whoever computes them."""
+        with self._lock:
+            last = self._rows
+            if (
+                last is not None
+                and last[0].shape == v.shape
+                and np.array_equal(last[0], v)
+                and np.array_equal(last[1], folds)
+            ):
+                return last[2]
+            grams = fold_grams(v, folds)
+            self._rows = (v.copy(), folds.copy(), grams)
+            return grams
 
     def system_for(self, gram: np.ndarray) -> GramSystem:
         with self._lock:
