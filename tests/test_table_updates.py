@@ -263,3 +263,133 @@ def test_grid_values_and_empty_folds(compiled) -> None:
         slow = _with("numpy", history)
         for a, b in zip(fast, slow, strict=True):
             assert _same(a, b), grid
+
+
+# -- the bulk refresh: totals and probe sums in one pass ----------------------------------
+
+
+ODD = ("plain", "sum without count", "negative", "negative, fold 0 empty", "negative, fold 1 empty")
+
+
+def _odd_tables(rng, scale_bits: int, grid, case: str, T=4, C=64, k=3) -> FlatTables:
+    """Counts and sums a build could hold, with many one-fold-empty cells (their terms
+    vanish and are skipped), plus three cells of one odd ``case`` the skip rule must not
+    swallow: a sum without a count, a negative count, a negative count beside an empty fold
+    (0 · (S / (−2 + λ)) is NaN at λ = 2, not 0). One odd case per table: one NaN anywhere
+    hands the whole pass to numpy, which would hide a wrong skip elsewhere. Three cells, not
+    two: numpy's int64 casts of NaN are −2^63, and those cancel in pairs."""
+    t = FlatTables.empty(T, C, k, scale_bits, grid)
+    shape = t.counts.shape
+    per_row = 2**scale_bits if scale_bits >= 32 else 2 ** (scale_bits + 10)
+    t.counts[:] = rng.integers(0, 5, size=shape) * (rng.random(shape) < 0.6)
+    t.sums[:] = rng.integers(-per_row, per_row, size=t.sums.shape) * t.counts[..., None]
+    flat_counts, flat_sums = t.counts.reshape(2, -1), t.sums.reshape(2, T * C, k)
+    cells = rng.choice(T * C, 3, replace=False)
+    if case == "sum without count":
+        flat_counts[1, cells] = 0
+        flat_sums[1, cells, 0] = 7
+    elif case == "negative":
+        flat_counts[0, cells] = -1
+    elif case.startswith("negative, fold"):
+        empty = int(case[len("negative, fold ")])
+        flat_counts[1 - empty, cells] = -2
+        flat_counts[empty, cells] = 0
+        flat_sums[empty, cells] = 0
+    return t
+
+
+def _separately(t: FlatTables):
+    """Totals and probe sums from the separate passes, in numpy."""
+
+    def run():
+        u = FlatTables(t.sums.copy(), t.counts.copy(), t.scale_bits, t.grid)
+        u.rebuild_totals()
+        u.set_probes(t.probe_cells - np.arange(t.n_tables) * t.n_cells, t.probe_folds)
+        return list(u.cross), list(u.square), u.probe_sums.copy()
+
+    return _with("numpy", run)
+
+
+@pytest.mark.parametrize("scale_bits", [CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS])
+@pytest.mark.parametrize("grid", [SHRINKAGE_GRID, (0.0, 2.0), (1e-300, 3.0), (8.0,)])
+@pytest.mark.parametrize("case", ODD)
+def test_refresh_together_equals_separate_numpy(compiled, scale_bits: int, grid, case) -> None:
+    """The one-pass refresh (skipping cells whose terms vanish, probe terms from the
+    totals' means, probes in skipped cells computed on their own) gives numpy's totals and
+    probe sums; probes are drawn inside cells of every kind above."""
+    rng = np.random.default_rng([scale_bits, len(grid), int(grid[-1]), len(case)])
+    for trial in range(3):
+        t = _odd_tables(rng, scale_bits, grid, case)
+        probes = rng.integers(0, t.n_cells, (80, t.n_tables))
+        t.set_probes(probes, rng.integers(0, 2, 80))
+        assert not t._totals_fresh and not t._probes_fresh
+        got = (list(t.cross), list(t.square), t.probe_sums.copy())  # the fused pass
+        want = _separately(t)
+        assert got[0] == want[0] and got[1] == want[1], (grid, trial)
+        assert np.array_equal(got[2], want[2]), (grid, trial)
+
+
+def test_refresh_together_hands_each_part_to_numpy(compiled) -> None:
+    """Terms beyond int64 in a cell with no probe: the totals go to numpy, the probe sums
+    stay compiled; in a probe's cell: both go to numpy. Either way the numpy values."""
+    rng = np.random.default_rng(5)
+    for where in ("no probe", "probe cell"):
+        t = FlatTables.empty(4, 64, 3, 32)
+        t.counts[:] = rng.integers(0, 5, size=t.counts.shape)
+        t.sums[:] = rng.integers(-(2**32), 2**32, size=t.sums.shape) * t.counts[..., None]
+        probes = rng.integers(0, t.n_cells, (40, t.n_tables))
+        folds = rng.integers(0, 2, 40)
+        qualified = (1 - folds)[:, None] * (t.n_tables * t.n_cells) + probes
+        qualified = qualified + np.arange(t.n_tables) * t.n_cells
+        busy = set(qualified.ravel() % (t.n_tables * t.n_cells))
+        free = [c for c in range(t.n_tables * t.n_cells) if c not in busy]
+        cell = int(qualified[0, 0] % (t.n_tables * t.n_cells)) if where == "probe cell" else free[0]
+        flat_sums, flat_counts = t.sums.reshape(2, -1, t.n_outputs), t.counts.reshape(2, -1)
+        flat_sums[:, cell] = 2**62
+        flat_counts[:, cell] = 1
+        t.set_probes(probes, folds)
+        module = compiled
+        T, C, k, G = t.n_tables, t.n_cells, t.n_outputs, len(t.grid)
+        start, probe_of = t._probe_csr()
+        grid, scale, mean_unit, square_unit = t._probe_units()
+        done = module.refresh_terms(
+            t.sums.reshape(2, T * C, k),
+            t.counts.reshape(2, T * C),
+            1 << 16,
+            grid,
+            scale,
+            2.0 ** loss_bits(32),
+            np.empty((1, G), np.int64),
+            np.empty((1, G), np.int64),
+            start,
+            probe_of,
+            mean_unit,
+            square_unit,
+            np.empty((G, 40, k + 1), np.int64),
+        )
+        assert done == (2 if where == "no probe" else 0)
+        got = (list(t.cross), list(t.square), t.probe_sums.copy())
+        want = _separately(t)
+        assert got[0] == want[0] and got[1] == want[1]
+        assert np.array_equal(got[2], want[2])
+
+
+def test_refresh_after_a_batch_equals_step_by_step(compiled) -> None:
+    """A batch forget (deferred, then the one-pass refresh) lands on the totals and probe
+    sums that one-row updates reach, with probes crowded into few cells."""
+    rng = np.random.default_rng(12)
+    T, C, k, n = 4, 16, 3, 1200
+    codes, residuals, folds = _rows(rng, n, T, C, k, 32)
+    probes = rng.choice(n, 100, replace=False)
+    bulk = FlatTables.empty(T, C, k, 32)
+    bulk.set_probes(codes[probes], folds[probes])
+    bulk.add(codes, residuals, folds)
+    steps = bulk.copy()
+    steps.refresh()
+    gone = rng.choice(n, 300, replace=False)
+    bulk.subtract(codes[gone], residuals[gone], folds[gone])  # ≥ C/2 rows: deferred
+    assert not bulk._totals_fresh
+    for i in gone:
+        steps.subtract(codes[i : i + 1], residuals[i : i + 1], folds[i : i + 1])
+    assert steps._totals_fresh and steps._probes_fresh
+    assert _same(_state(bulk), _state(steps))

@@ -179,9 +179,53 @@ class FlatTables:
     def _refresh_totals(self) -> None:
         if self._totals_fresh:
             return
+        if self.probe_cells is not None and not self._probes_fresh:
+            self._refresh_together()
+            if self._totals_fresh:
+                return
         self._cross, self._square = self._all_terms()
         self._fold_rows = self._count_fold_rows()
         self._totals_fresh = True
+
+    def _refresh_together(self) -> None:
+        """Totals and probe sums in one compiled pass over the cells
+        (:func:`._table_kernels.refresh_terms`: the probe terms are rounded from the means
+        the totals divide out), when both are stale; each part it could not compute exactly
+        (a term beyond int64) stays stale for the separate passes, which hand it to numpy."""
+        T, C, k, G = self.n_tables, self.n_cells, self.n_outputs, len(self.grid)
+        kernels = table_kernels(T * C * k)
+        if kernels is None or T == 0:
+            return
+        start, probe_of = self._probe_csr()
+        blocks = -(-(T * C) // _TOTALS_CHUNK)
+        cross = np.empty((blocks, G), dtype=np.int64)
+        square = np.empty((blocks, G), dtype=np.int64)
+        probe_sums = np.empty((G, len(self.probe_folds), k + 1), dtype=np.int64)
+        grid, scale, mean_unit, square_unit = self._probe_units()
+        done = kernels.refresh_terms(
+            self.sums.reshape(2, T * C, k),
+            self.counts.reshape(2, T * C),
+            _TOTALS_CHUNK,
+            grid,
+            scale,
+            2.0 ** loss_bits(self.scale_bits),
+            cross,
+            square,
+            start,
+            probe_of,
+            mean_unit,
+            square_unit,
+            probe_sums,
+        )
+        if done & 1:
+            self._cross = [sum(int(v) for v in cross[:, g]) for g in range(G)]
+            self._square = [sum(int(v) for v in square[:, g]) for g in range(G)]
+            self._fold_rows = self._count_fold_rows()
+            self._totals_fresh = True
+        if done & 2:
+            self._probe_sums = probe_sums
+            self._floats = None
+            self._probes_fresh = True
 
     def _all_terms(self) -> tuple[list[int], list[int]]:
         """The totals from every cell: int64 sums per block of 2^16 cells, in one compiled
@@ -221,6 +265,10 @@ class FlatTables:
     def _refresh_probes(self) -> None:
         if self._probes_fresh:
             return
+        if not self._totals_fresh:
+            self._refresh_together()
+            if self._probes_fresh:
+                return
         self._probe_sums = self._all_probe_sums()
         self._floats = None
         self._probes_fresh = True
@@ -235,18 +283,21 @@ class FlatTables:
         )
 
     def _all_probe_sums(self) -> np.ndarray:
-        """:meth:`set_probes`' sums from every probe entry: one compiled pass adding each
-        probe's terms, or numpy's terms scattered with ``np.add.at`` (the same integers)."""
+        """:meth:`set_probes`' sums from every probe entry: one compiled pass over the probe
+        index (a cell's terms once, added to each probe in it), or numpy's terms scattered
+        with ``np.add.at`` (the same integers)."""
         T, C = self.n_tables, self.n_cells
         m = len(self.probe_folds)
         qualified = (1 - self.probe_folds)[:, None] * (T * C) + self.probe_cells
         out = np.zeros((len(self.grid), m, self.n_outputs + 1), dtype=np.int64)
         kernels = table_kernels(m * T * self.n_outputs * len(self.grid))
         if kernels is not None and m and T:
-            if kernels.all_probe_terms(
+            keys, probe_of = self._probe_keys()  # kept with the probes: free after the 1st
+            if kernels.probe_sums_by_cell(
                 self.sums.reshape(2 * T * C, -1),
                 self.counts.reshape(-1),
-                np.ascontiguousarray(qualified, dtype=np.int64),
+                keys,
+                probe_of,
                 *self._probe_units(),
                 out,
             ):
