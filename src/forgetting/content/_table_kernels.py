@@ -406,12 +406,10 @@ def scatter_codes(sums, counts, codes, folds, values, negate) -> bool:
 @numba.njit(cache=True, nogil=True, inline="always")
 def _fold_empty(sums, counts, f, c) -> bool:
     """Fold ``f`` of cell ``c`` holds nothing: count 0 and every sum 0."""
-    if counts[f, c] != 0:
-        return False
+    bits = counts[f, c]
     for j in range(sums.shape[2]):
-        if sums[f, c, j] != 0:
-            return False
-    return True
+        bits |= sums[f, c, j]
+    return bits == 0
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -427,11 +425,7 @@ def _terms_vanish(sums, counts, c) -> bool:
     inf/NaN, which must reach the range test (numpy decides)."""
     e0 = _fold_empty(sums, counts, 0, c)
     e1 = _fold_empty(sums, counts, 1, c)
-    if e0:
-        return e1 or counts[1, c] >= 1
-    if e1:
-        return counts[0, c] >= 1
-    return False
+    return (e0 & (e1 | (counts[1, c] >= 1))) | (e1 & (counts[0, c] >= 1))
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -461,10 +455,8 @@ def total_terms(sums, counts, chunk, grid, scale, unit, cross, square) -> bool:
         b = first // chunk
         m = 0
         for c in range(first, min(R, first + chunk)):
-            if skip and _terms_vanish(sums, counts, c):
-                continue
-            index[m] = c
-            m += 1
+            index[m] = c  # kept unless its terms vanish (no branch: half the cells do)
+            m += np.int64(not (skip & _terms_vanish(sums, counts, c)))
             if m == BLOCK_CELLS:
                 ok = ok & _block_terms_into(
                     sums,
@@ -625,31 +617,20 @@ def refresh_terms(
         skip = skip and grid[g] > 0.0  # False for NaN too
     ok = True
     ok_probes = True
+    pending = np.empty(chunk, dtype=np.int64)  # skipped cells that hold probe entries
     for first in range(0, R, chunk):
         b = first // chunk
         m = 0
+        npend = 0
         for c in range(first, min(R, first + chunk)):
-            if skip and _terms_vanish(sums, counts, c):
-                for f in range(2):
-                    q = f * R + c
-                    if probe_start[q + 1] > probe_start[q]:
-                        ok_probes = ok_probes & _probe_terms_into(
-                            flat_sums,
-                            flat_counts,
-                            q,
-                            grid,
-                            scale,
-                            mean_unit,
-                            square_unit,
-                            scaled,
-                            one,
-                        )
-                        _add_probe_terms(
-                            probe_out, probe_of, probe_start[q], probe_start[q + 1], one
-                        )
-                continue
+            vanish = skip & _terms_vanish(sums, counts, c)
+            held = (probe_start[c + 1] > probe_start[c]) | (
+                probe_start[R + c + 1] > probe_start[R + c]
+            )
+            pending[npend] = c  # no branches: which cells vanish is a coin flip
+            npend += np.int64(vanish & held)
             index[m] = c
-            m += 1
+            m += np.int64(not vanish)
             if m == BLOCK_CELLS:
                 ok = ok & _block_terms_into(
                     sums,
@@ -685,6 +666,14 @@ def refresh_terms(
             ok_probes = ok_probes & _block_probe_terms(
                 means, index, m, R, probe_start, probe_of, mean_unit, square_unit, one, probe_out
             )
+        for e in range(npend):
+            for f in range(2):
+                q = f * R + pending[e]
+                if probe_start[q + 1] > probe_start[q]:
+                    ok_probes = ok_probes & _probe_terms_into(
+                        flat_sums, flat_counts, q, grid, scale, mean_unit, square_unit, scaled, one
+                    )
+                    _add_probe_terms(probe_out, probe_of, probe_start[q], probe_start[q + 1], one)
     return (1 if ok else 0) | (2 if ok_probes else 0)
 
 
