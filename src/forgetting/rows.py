@@ -12,12 +12,15 @@ from __future__ import annotations
 import os
 import tempfile
 import weakref
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from itertools import repeat
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
 
 from .content.fingerprint import MODULUS, Contributions, digest_rows, multiset_sum
+from .ids import _SMALL, IntIdTable
 from .labels import is_labeled, unlabeled_value
 from .schema.membership import MembershipRule
 from .snapshots import RowsSnapshot
@@ -223,6 +226,154 @@ def copy_rows(dst, dst_start: int, src, n_rows: int) -> None:
         dst[dst_start + a : dst_start + b] = src[a:b]
 
 
+def _row_view(a):
+    """``a`` as a 1-D array of whole rows (one opaque item per row) when it is an in-memory
+    C-contiguous array of rows of more than one value, else None.
+
+    Why: numpy's fancy indexing moves a 2-D array's rows value by value (its inner loop runs
+    over the columns of each row), while ``take``/``put`` on the row-sized void view copy each
+    row as one item — 2–4× faster for the store's narrow columns (32-byte hashes and digests,
+    4 draws, 10 residuals, 64 codes), with the very same bytes."""
+    if not (isinstance(a, np.ndarray) and a.ndim >= 2 and a.shape[0] and a.flags.c_contiguous):
+        return None
+    row_bytes = a.itemsize * (a.size // a.shape[0])
+    if row_bytes <= a.itemsize or a.dtype.hasobject:
+        return None
+    flat = a.reshape(a.shape[0], -1)  # a view: a is C-contiguous
+    return flat.view(np.dtype((np.void, row_bytes))).reshape(a.shape[0])
+
+
+_ROW_VIEW_MIN = 32
+"""Fewer rows than this are indexed plainly: making the view costs more than it saves (a
+one-row forget touches a dozen columns)."""
+
+_FEW_ROWS = 4
+"""Up to this many rows move one by one with plain integer indexing: numpy's fancy indexing
+of a 2-D column costs ~1.8 µs even for one row, a basic ``a[i] = a[j]`` ~0.25 µs."""
+
+
+def take_rows(a, pos):
+    """``a[pos]`` (a copy, the same bits); an integer position array of many rows goes
+    through the rows' void view when there is one (see :func:`_row_view`), a single position
+    through a one-row slice."""
+    if isinstance(pos, np.ndarray) and pos.dtype.kind in "iu":
+        if pos.size >= _ROW_VIEW_MIN:
+            view = _row_view(a)
+            if view is not None:
+                return view.take(pos).view(a.dtype).reshape((pos.size,) + a.shape[1:])
+        elif pos.size == 1 and pos.ndim == 1 and isinstance(a, np.ndarray):
+            p = int(pos[0])
+            if -a.shape[0] <= p < a.shape[0]:
+                p %= a.shape[0]
+                return a[p : p + 1].copy()
+    return a[pos]
+
+
+def _move_rows(a, holes: np.ndarray, fillers: np.ndarray, few: list | None) -> None:
+    """``a[holes] = a[fillers]``: whole rows as single items where that is faster; ``few``
+    is the (hole, filler) pairs as Python ints when there are at most ``_FEW_ROWS``."""
+    if few is not None and isinstance(a, np.ndarray):
+        for hole, filler in few:
+            a[hole] = a[filler]
+        return
+    if holes.size == 0:
+        return
+    view = _row_view(a) if holes.size >= _ROW_VIEW_MIN else None
+    if view is not None:
+        view.put(holes, view.take(fillers))
+    else:
+        a[holes] = a[fillers]
+
+
+def _unique(pos) -> np.ndarray:
+    """Sorted distinct positions (``np.unique``'s answer; numpy 2.4's unique took 2.3 ms on
+    20k positions, a sort and a neighbour comparison 0.6 ms)."""
+    pos = np.sort(np.asarray(pos, dtype=np.intp).reshape(-1))
+    if pos.size > 1:
+        distinct = np.empty(pos.size, dtype=bool)
+        distinct[0] = True
+        np.not_equal(pos[1:], pos[:-1], out=distinct[1:])
+        if not distinct.all():
+            pos = pos[distinct]
+    return pos
+
+
+class RowIds(Sequence):
+    """The external id of every row, in position order: a read-only view of the store.
+
+    Ids live in the store's columns (int ids as the keys of its :class:`IntIdTable`, one slot
+    per row; string ids in an object column), not in a Python list, so a removal moves them
+    with the rows' other columns in one pass and overwrites the ids of the rows that leave.
+    Indexing, ``len``, iteration, ``in`` (a hash lookup, not a scan) and comparison with a
+    list behave as the list this replaces did."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: RowStore):
+        self._store = store
+
+    def __len__(self) -> int:
+        return self._store.size
+
+    def __getitem__(self, key):
+        store = self._store
+        if isinstance(key, slice):
+            return store._id_list()[key]
+        p = int(key)
+        if p < 0:
+            p += store.size
+        if not 0 <= p < store.size:
+            raise IndexError("row position out of range")
+        return store._id_at(p)
+
+    def __iter__(self) -> Iterator[int | str]:
+        return iter(self._store._id_list())
+
+    def __contains__(self, row_id) -> bool:
+        return self._store._position_of(row_id) >= 0
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, RowIds | list | tuple):
+            return self._store._id_list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RowIds({self._store._id_list()!r})"
+
+
+class RowPositions(Mapping):
+    """id → position of every row: a read-only mapping view of the store's id index (what a
+    ``dict`` attribute answered before). Batch lookups go through
+    :meth:`RowStore.positions_of` / :meth:`RowStore.lookup` instead: vectorized."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: RowStore):
+        self._store = store
+
+    def __getitem__(self, row_id) -> int:
+        if type(row_id) is int:  # the common case, without the general dispatch
+            p = self._store._int_ids.get(row_id)
+        else:
+            p = self._store._position_of(row_id)
+        if p < 0:
+            raise KeyError(row_id)
+        return p
+
+    def __contains__(self, row_id) -> bool:
+        if type(row_id) is int:
+            return self._store._int_ids.get(row_id) >= 0
+        return self._store._position_of(row_id) >= 0
+
+    def __len__(self) -> int:
+        return self._store.size
+
+    def __iter__(self) -> Iterator[int | str]:
+        return iter(self._store._id_list())
+
+
 class RowStore:
     def __init__(
         self,
@@ -239,8 +390,11 @@ class RowStore:
         self.n_instances = n_instances
         self.target_dtype = np.dtype(target_dtype)
         self.size = 0
-        self.ids: list[int | str] = []
-        self.position: dict[int | str, int] = {}
+        self._int_ids = IntIdTable()
+        """Index of the int ids (a row's slot in it: ``_slot``)."""
+        self._str_ids: dict[str, int] = {}
+        """Index of the string ids (a row's id itself: ``_id_str``)."""
+        self._n_str = 0
         self._next_serial = 0
         self.multiset_hash = 0
         self.class_counts = np.zeros(0, dtype=np.int64)
@@ -269,9 +423,32 @@ class RowStore:
         self.draws = np.zeros((capacity, self.n_instances + 1), dtype=np.float64)
         self.in_pool = np.zeros(capacity, dtype=bool)
         self.row_hash = np.zeros((capacity, 32), dtype=np.uint8)
+        self._slot = np.zeros(capacity, dtype=np.int64)
+        """Per row with an int id, the slot of its id in ``_int_ids`` (-1 for a string id)."""
+        self._id_str = np.full(capacity, None, dtype=object)
+        """Per row with a string id, the id (None for an int id or a free slot)."""
 
     def _row_arrays(self) -> list[np.ndarray]:
-        return [self.X, self.targets, self.serial, self.draws, self.in_pool, self.row_hash]
+        return [
+            self.X,
+            self.targets,
+            self.serial,
+            self.draws,
+            self.in_pool,
+            self.row_hash,
+            self._slot,
+            self._id_str,
+        ]
+
+    @property
+    def ids(self) -> RowIds:
+        """The rows' external ids in position order (a read-only sequence view)."""
+        return RowIds(self)
+
+    @property
+    def position(self) -> RowPositions:
+        """id → position (a read-only mapping view; batches: :meth:`positions_of`)."""
+        return RowPositions(self)
 
     @property
     def capacity(self) -> int:
@@ -288,7 +465,7 @@ class RowStore:
 
     def in_schema(self, pos: np.ndarray) -> np.ndarray:
         """(len(pos), p) mask: is the row at ``pos`` in D°_r under the current thresholds."""
-        draws = self.draws[pos, : self.n_instances]
+        draws = take_rows(self.draws, pos)[:, : self.n_instances]
         return self.labeled(pos)[:, None] & (draws < self.thresholds)
 
     def effective_rho(self) -> np.ndarray:
@@ -345,7 +522,7 @@ class RowStore:
         asks "is D° at least this big" passes the bar as ``cap``. Duplicate positions count
         once.
         """
-        pos = np.unique(np.asarray(pos, dtype=np.intp))
+        pos = _unique(pos)
         leaving = pos[self.labeled(pos)]
         n_labeled = self._n_labeled - leaving.size
         pool = self._n_pool if unlabel else self._n_pool - int(np.count_nonzero(self.in_pool[pos]))
@@ -439,9 +616,7 @@ class RowStore:
         self.in_pool[at] = in_pool
         self.serial[at] = np.arange(self._next_serial, self._next_serial + n)
         self._next_serial += n
-        for i, row_id in enumerate(ids):
-            self.position[row_id] = start + i
-        self.ids.extend(ids)
+        self._index_ids(ids, start)
         self.size += n
         self._n_labeled += int(np.count_nonzero(self.labeled(at)))
         self._n_pool += int(np.count_nonzero(self.in_pool[at]))
@@ -486,19 +661,22 @@ class RowStore:
         self.multiset_hash = (self.multiset_hash + multiset_sum(self.row_hash[pos])) % MODULUS
 
     def _unhash(self, pos: np.ndarray) -> None:
-        self.multiset_hash = (self.multiset_hash - multiset_sum(self.row_hash[pos])) % MODULUS
+        hashes = take_rows(self.row_hash, pos)
+        self.multiset_hash = (self.multiset_hash - multiset_sum(hashes)) % MODULUS
 
     def remove(self, pos: np.ndarray) -> None:
-        """Remove rows at ``pos``: holes are filled by surviving tail rows, freed slots zeroed."""
-        pos = np.unique(np.asarray(pos, dtype=np.intp))
+        """Remove rows at ``pos``: holes are filled by surviving tail rows, freed slots zeroed.
+
+        The ids move with the other columns (they are columns: ``_slot``, ``_id_str``); the
+        leaving rows' entries in the id index are deleted first and the moved rows' entries
+        re-pointed after — O(batch) array operations, no per-id Python step for int ids."""
+        pos = _unique(pos)
         touched = self._touched(pos)
         self._n_labeled -= int(np.count_nonzero(self.labeled(pos)))
         self._n_pool -= int(np.count_nonzero(self.in_pool[pos]))
         self._count(pos, -1)
         self._unhash(pos)
-        ids, position = self.ids, self.position
-        for p in pos.tolist():
-            del position[ids[p]]
+        self._unindex(pos)
         new_size = self.size - pos.size
         holes = pos[pos < new_size]
         # the surviving rows of the tail fill the holes: O(batch), no O(n) mask (at 10 M rows
@@ -509,15 +687,15 @@ class RowStore:
         arrays = self._row_arrays() + [
             a for field in self._instance_fields() for a in field if a is not None
         ]
+        few = (
+            list(zip(holes.tolist(), fillers.tolist(), strict=True))
+            if holes.size <= _FEW_ROWS
+            else None
+        )
         for a in arrays:
-            a[holes] = a[fillers]
-            a[new_size : self.size] = 0
-        holes_list = holes.tolist()
-        moved = [ids[f] for f in fillers.tolist()]
-        for hole, row_id in zip(holes_list, moved, strict=True):
-            ids[hole] = row_id
-        position.update(zip(moved, holes_list, strict=True))
-        del ids[new_size:]
+            _move_rows(a, holes, fillers, few)
+            a[new_size : self.size] = None if a.dtype == object else 0
+        self._reindex(holes)
         self.size = new_size
         self._refresh_thresholds(touched)
 
@@ -543,8 +721,15 @@ class RowStore:
     def contributions(self, instance: int, pos: np.ndarray) -> Contributions:
         """The stored contributions of the rows at ``pos`` to ``instance``."""
         return Contributions(
-            self.codes[instance][pos], self.residuals[instance][pos], self.digests[instance][pos]
+            take_rows(self.codes[instance], pos),
+            take_rows(self.residuals[instance], pos),
+            take_rows(self.digests[instance], pos),
         )
+
+    def features_at(self, pos: np.ndarray) -> np.ndarray:
+        """``X[pos]`` (a copy) for an integer position array: whole rows per item in RAM
+        (see :func:`take_rows`), read from the file when the features are on disk."""
+        return take_rows(self.X, pos)
 
     def set_instance_rows(
         self, instance: int, pos: np.ndarray, contrib: Contributions, *, adopt: bool = False
@@ -607,11 +792,150 @@ class RowStore:
         """Copies of the primary data of the rows at ``pos`` (default: all, in order)."""
         pos = np.arange(self.size) if pos is None else np.asarray(pos, dtype=np.intp)
         return RowsSnapshot(
-            ids=[self.ids[p] for p in pos.tolist()],
+            ids=self._id_list(pos),
             X=self.X[pos].copy(),
             targets=self.targets[pos].copy(),
             in_pool=self.in_pool[pos].copy(),
         )
 
+    # -- ids ------------------------------------------------------------------------------
+    def _id_at(self, p: int) -> int | str:
+        row_id = self._id_str[p]
+        return int(self._int_ids.keys[self._slot[p]]) if row_id is None else row_id
+
+    def _id_list(self, pos: np.ndarray | None = None) -> list[int | str]:
+        """The ids of the rows at ``pos`` (default: all, in order) as Python values."""
+        slots = self._slot[: self.size] if pos is None else self._slot[pos]
+        if self._n_str == 0:
+            return self._int_ids.keys[slots].tolist()
+        strs = self._id_str[: self.size] if pos is None else self._id_str[pos]
+        if self._n_str == self.size:
+            return strs.tolist()
+        is_str = np.not_equal(strs, None)
+        out = self._int_ids.keys[np.where(is_str, 0, slots)].tolist()
+        for i in np.flatnonzero(is_str).tolist():
+            out[i] = strs[i]
+        return out
+
+    def _position_of(self, row_id) -> int:
+        """Position of one id, or -1. Ints and strings as the ``dict`` this replaces matched
+        them: numpy integers (and, as there, bools) are the int of their value."""
+        kind = type(row_id)
+        if kind is int:
+            return self._int_ids.get(row_id)
+        if kind is str or isinstance(row_id, str):
+            return self._str_ids.get(row_id, -1)
+        if isinstance(row_id, Integral):
+            return self._int_ids.get(int(row_id))
+        return -1
+
+    def lookup(self, ids: Sequence[Hashable]) -> np.ndarray:
+        """Position of each id, -1 where no row holds it (one vectorized pass for int ids).
+
+        A batch is looked up by its first id's kind — int ids as one int64 array in the hash
+        table, string ids through the dict in one C-level ``map`` — and any id that pass did
+        not find is looked up again on its own, so a batch mixing kinds is answered right."""
+        n = len(ids)
+        if n <= _SMALL:
+            return np.fromiter(map(self._position_of, ids), dtype=np.intp, count=n)
+        out = None
+        if isinstance(ids[0], str):
+            out = np.fromiter(map(self._str_ids.get, ids, repeat(-1, n)), dtype=np.intp, count=n)
+        else:
+            try:
+                keys = np.asarray(ids)
+            except (OverflowError, ValueError):
+                keys = None
+            if keys is not None and keys.ndim == 1 and keys.dtype.kind == "i":
+                out = self._int_ids.lookup(keys).astype(np.intp, copy=False)
+        if out is None:
+            return np.fromiter(map(self._position_of, ids), dtype=np.intp, count=n)
+        if self._n_str and self._n_str < self.size:  # both kinds held: retry the misses
+            for i in np.flatnonzero(out < 0).tolist():
+                out[i] = self._position_of(ids[i])
+        return out
+
     def positions_of(self, ids: Sequence[Hashable]) -> np.ndarray:
-        return np.fromiter(map(self.position.__getitem__, ids), dtype=np.intp, count=len(ids))
+        """Positions of ``ids``; KeyError (the first unknown id) if a row is missing."""
+        if len(ids) <= _SMALL:
+            out = []
+            for row_id in ids:
+                p = self._position_of(row_id)
+                if p < 0:
+                    raise KeyError(row_id)
+                out.append(p)
+            return np.array(out, dtype=np.intp)
+        pos = self.lookup(ids)
+        if pos.size and pos.min() < 0:
+            raise KeyError(ids[int(np.flatnonzero(pos < 0)[0])])
+        return pos
+
+    def unknown_ids(self, ids: Sequence[Hashable]) -> list:
+        """The ids of ``ids`` no row holds, in order (one vectorized lookup)."""
+        if len(ids) > _SMALL and isinstance(ids[0], str) and self._n_str == self.size:
+            # only string ids held: one C-level pass answers the usual case (all known)
+            if all(map(self._str_ids.__contains__, ids)):
+                return []
+        return [ids[i] for i in np.flatnonzero(self.lookup(ids) < 0).tolist()]
+
+    def _index_ids(self, ids: Sequence[int | str], start: int) -> None:
+        """Index new rows' ids (validated as new) at positions ``start, start + 1, ...``."""
+        n = len(ids)
+        keys = None
+        if n > _SMALL and not isinstance(ids[0], str):
+            try:
+                keys = np.asarray(ids)
+            except (OverflowError, ValueError):
+                keys = None
+            if keys is not None and (keys.ndim != 1 or keys.dtype.kind != "i"):
+                keys = None
+        if keys is not None:  # all int ids: one vectorized insert
+            int_pos, int_keys = np.arange(start, start + n), keys
+        else:
+            int_at, int_list = [], []
+            for i, row_id in enumerate(ids):
+                if isinstance(row_id, str):
+                    self._str_ids[row_id] = start + i
+                    self._id_str[start + i] = row_id
+                    self._slot[start + i] = -1
+                    self._n_str += 1
+                else:
+                    int_at.append(start + i)
+                    int_list.append(int(row_id))
+            int_pos = np.asarray(int_at, dtype=np.intp)
+            int_keys = np.asarray(int_list, dtype=np.int64)
+        if int_pos.size:
+            slots = np.empty(int_pos.size, dtype=np.int64)
+            if self._int_ids.insert(int_keys, int_pos, slots):
+                live_slots, live_pos = self._int_ids.live()
+                self._slot[live_pos] = live_slots
+            else:
+                self._slot[int_pos] = slots
+
+    def _unindex(self, pos: np.ndarray) -> None:
+        """Delete the index entries of the rows at ``pos`` (before they are overwritten)."""
+        slots = self._slot[pos]
+        if self._n_str:
+            strs = self._id_str[pos]
+            is_str = np.not_equal(strs, None)
+            if is_str.any():
+                for row_id in strs[is_str].tolist():
+                    del self._str_ids[row_id]
+                self._n_str -= int(np.count_nonzero(is_str))
+                slots = slots[~is_str]
+        self._int_ids.delete(slots)
+
+    def _reindex(self, holes: np.ndarray) -> None:
+        """Re-point the index entries of the rows just moved into ``holes``."""
+        if holes.size == 0:
+            return
+        slots = self._slot[holes]
+        if self._n_str:
+            strs = self._id_str[holes]
+            is_str = np.not_equal(strs, None)
+            if is_str.any():
+                self._str_ids.update(
+                    zip(strs[is_str].tolist(), holes[is_str].tolist(), strict=True)
+                )
+                slots, holes = slots[~is_str], holes[~is_str]
+        self._int_ids.repoint(slots, holes)
