@@ -105,6 +105,7 @@ class FlatTables:
         self._probe_start: np.ndarray | None = None
         self._floats: _ProbeFloats | None = None
         self._marks: np.ndarray | None = None
+        self._update_args: tuple | None = None
 
     @classmethod
     def empty(
@@ -385,21 +386,54 @@ class FlatTables:
         return (folds[:, None] * (T * C) + cell).ravel()
 
     def _update_compiled(self, kernels, codes, residuals, folds, sign: int) -> bool:
-        T, C, k = self.n_tables, self.n_cells, self.n_outputs
-        G = len(self.grid)
         floats = self._probe_floats()
-        if self._marks is None:
-            self._marks = np.zeros(2 * T * C, dtype=np.uint8)
-        start, probe_of = self._probe_csr()
-        out = np.empty(2 * G + 3, dtype=np.int64)
+        args = self._update_args
+        if (
+            args is None
+            or args[0] is not floats
+            or args[1] is not self.sums
+            or args[2] is not self.counts
+            or args[3] is not self._probe_start
+        ):
+            args = self._update_args = self._compiled_args(floats)
+        tables, probes, out = args[4], args[5], args[6]
         codes_c, folds_c = _index_arrays(codes, folds)
         ok = kernels.update_cells(
-            self.sums.reshape(2, T * C, k),
-            self.counts.reshape(2, T * C),
+            *tables,
             codes_c,
             folds_c,
             np.ascontiguousarray(residuals, dtype=np.int64),
             sign < 0,
+            *probes,
+            out,
+        )
+        G = len(self.grid)
+        if not ok:
+            return False
+        values = out.tolist()
+        for g in range(G):
+            self._cross[g] += values[g]
+            self._square[g] += values[G + g]
+        ones = values[2 * G]
+        self._fold_rows[0] += sign * (codes.shape[0] - ones)
+        self._fold_rows[1] += sign * ones
+        for b in (0, 1):
+            if values[2 * G + 1 + b]:
+                floats.forget_fold(b)
+        return True
+
+    def _compiled_args(self, floats: _ProbeFloats) -> tuple:
+        """What every compiled update passes besides the rows, kept between updates: the
+        reshaped views, the probe index and float copies, the fixed-point units, the scratch
+        marks and the result array. A one-row forget is ~0.1 ms, so building these ~20
+        objects per call was a visible part of it. Rebuilt when any of the objects it was
+        made from is replaced (``_update_compiled`` compares them by identity)."""
+        T, C, k = self.n_tables, self.n_cells, self.n_outputs
+        if self._marks is None:
+            self._marks = np.zeros(2 * T * C, dtype=np.uint8)
+        start, probe_of = self._probe_csr()
+        tables = (self.sums.reshape(2, T * C, k), self.counts.reshape(2, T * C))
+        probes = (
             floats.grid,
             2.0**-self.scale_bits,
             2.0 ** loss_bits(self.scale_bits),
@@ -414,21 +448,9 @@ class FlatTables:
             2.0**-MEAN_BITS / T,
             2.0 ** -square_bits(self.scale_bits) / T,
             self._marks,
-            out,
         )
-        if not ok:
-            return False
-        values = out.tolist()
-        for g in range(G):
-            self._cross[g] += values[g]
-            self._square[g] += values[G + g]
-        ones = values[2 * G]
-        self._fold_rows[0] += sign * (codes.shape[0] - ones)
-        self._fold_rows[1] += sign * ones
-        for b in (0, 1):
-            if values[2 * G + 1 + b]:
-                floats.forget_fold(b)
-        return True
+        out = np.empty(2 * len(self.grid) + 3, dtype=np.int64)
+        return (floats, self.sums, self.counts, start, tables, probes, out)
 
     def _update_numpy(self, codes, residuals, folds, sign: int) -> None:
         """The incremental update in numpy: the definition :meth:`_update_compiled` follows."""
@@ -595,7 +617,11 @@ class FlatTables:
         """
         if self.probe_cells is None:
             return None
-        floats = self._probe_floats()
+        return self._probe_square(self._probe_floats(), g)
+
+    def _probe_square(self, floats: _ProbeFloats, g: int) -> float | None:
+        """:meth:`probe_square` on current float copies (``best`` fetches them once for the
+        whole grid)."""
         if min(floats.n_probes) == 0:
             return None
         average = per_table = 0.0
@@ -704,11 +730,13 @@ class FlatTables:
         )
         scale = 2.0 ** -loss_bits(self.scale_bits) / self.n_tables
         best = (-np.inf, 0.0, self.grid[options[0]])
+        totals_cross, totals_square = self.cross, self.square  # brought up to date once
+        floats = None if self.probe_cells is None else self._probe_floats()
         for g in options:
-            cross = float(self.cross[g]) * scale  # exact integers → the same float every time
-            square = self.probe_square(g)
+            cross = float(totals_cross[g]) * scale  # exact integers → the same float every time
+            square = None if floats is None else self._probe_square(floats, g)
             if square is None:
-                square = float(self.square[g]) * scale
+                square = float(totals_square[g]) * scale
             if alpha == "auto":
                 a = cross / square if cross > 0.0 and square > 0.0 else 0.0
             else:
