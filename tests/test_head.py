@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from conftest import assert_same_model, outside_all_schemas, schema_ids
@@ -408,20 +410,20 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         assert all(np.array_equal(heads[0].gram, h.gram) for h in heads) == (head == "shared-ridge")
 
 
-def test_a_shared_factorization_gives_the_bits_of_factoring_alone(served):
-    """The cache hands out a function of the integers: a head solved with it returns exactly
-    what it returns solving alone — for the head that filled the cache and for the others."""
+def test_a_stacked_head_gets_the_same_bits_solved_alone_or_with_its_siblings(served):
+    """Slot r's columns do not depend on what the other slots hold: each head solved alone
+    in its slot (the others zero) returns exactly what the engine's joint solve served."""
     _, X, y, ids = served
     model = QSSClassifier(**{**HEAD, "head": "shared-ridge"}).fit(X, y, ids)
+    model.predict(X[:3])  # the engine solves the three heads together
     heads = [inst.head for inst in model.engine_.instances]
-    shared = [h.solution() for h in heads]
-    for h in heads:
-        h.share_solves(None)
-    alone = [h.solution() for h in heads]
-    for (g1, w1), (g2, w2) in zip(shared, alone, strict=True):
-        assert g1 == g2
-        assert np.array_equal(w1.weights, w2.weights)
-        assert np.array_equal(w1.exponents, w2.exponents)
+    together = [h.solution() for h in heads]
+    for r, h in enumerate(heads):
+        h.share_solves(GramCache(), (r, 3))  # forgets the joint result
+        gain, weights = h.solution()
+        assert gain == together[r][0]
+        assert np.array_equal(weights.weights, together[r][1].weights)
+        assert np.array_equal(weights.exponents, together[r][1].exponents)
     cache = GramCache()
     other = LinearHead.empty(heads[0].gram.shape[1] - 1, 3, 32)
     rng = np.random.default_rng(0)
@@ -430,6 +432,37 @@ def test_a_shared_factorization_gives_the_bits_of_factoring_alone(served):
     cache.system_for(heads[0].gram)
     assert cache.system_for(other.gram).serves(other.gram)  # a different Gram: not reused
     assert not cache.system_for(other.gram).serves(heads[0].gram)
+
+
+def test_stacked_heads_serve_the_refits_bits_while_a_sibling_rebuilds(served):
+    """While instance 0 rebuilds in the background (its slot empty), instances 1 and 2 serve
+    exactly what the refit's instances 1 and 2 serve (all three slots full)."""
+    _, X, y, ids = served
+    params = {**HEAD, "head": "shared-ridge", "rebuild": "background"}
+    model = QSSClassifier(**params).fit(X, y, ids)
+    s0, s1, s2 = (schema_ids(model, r) for r in range(3))
+    removed = [i for i in s0 if i not in s1 and i not in s2][:1]
+    engine = model.engine_
+    release = threading.Event()
+    build = engine._build
+
+    def held_build(r, data):
+        release.wait(60)
+        return build(r, data)
+
+    engine._build = held_build
+    try:
+        model.forget(removed)
+        assert engine.instances[0] is None
+        during = [engine.predict_outputs(np.asarray(X, np.float32), instance=r) for r in (1, 2)]
+        assert engine.instances[0] is None  # still rebuilding: the solves above had 2 heads
+    finally:
+        release.set()
+    model.wait_for_rebuilds()
+    again = refit(QSSClassifier, X, y, ids, removed, **{**params, "rebuild": "sync"})
+    for r, out in zip((1, 2), during, strict=True):
+        assert np.array_equal(out, again.engine_.predict_outputs(np.asarray(X, np.float32), r))
+    assert_same_model(model, again, X)
 
 
 def test_shared_ridge_is_exact_for_regression_and_through_save_and_load(served, tmp_path):

@@ -27,7 +27,7 @@ import numpy as np
 from ._parallel import PARALLEL_ROWS, map_instances, serial_map
 from ._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
 from .content.fingerprint import Contributions, multiset_sum
-from .content.head import GramCache
+from .content.head import GramCache, solve_stacked
 from .content.tables import FlatContent, FlatTables
 from .distributed.chunks import build_instance
 from .instance import (
@@ -237,15 +237,28 @@ class QSSEngine:
         self.rows.set_instance_rows(r, pos, contrib, adopt=True)
         self._activate(r, instance)
 
-    def _share(self, instance: Instance) -> None:
-        """Give an instance's head the engine's Gram cache: heads with equal Gram sums (every
-        instance's, with head="shared-ridge") factor them once per change (design.md §5.13)."""
-        if instance.head is not None:
-            instance.head.share_solves(self._gram_cache)
+    def _share(self, r: int, instance: Instance) -> None:
+        """Give instance ``r``'s head the engine's Gram cache: heads with equal Gram sums factor
+        them once per change. A "shared-ridge" head on the features as given (the same Gram
+        in every instance) is also placed in slot r of the stacked solve (design.md §5.13)."""
+        if instance.head is None:
+            return
+        schema = instance.schema
+        stacked = schema.head_kind == "shared-ridge" and schema.encoder is None
+        slot = (r, self.config.n_instances) if stacked else None
+        instance.head.share_solves(self._gram_cache, slot)
+
+    def _solve_heads(self, instances: Sequence[Instance]) -> None:
+        """Solve the stacked heads of ``instances`` changed since their last solve, together
+        (content.head.solve_stacked: three LAPACK/BLAS calls for all of them)."""
+        solve_stacked(
+            [inst.head for inst in instances if inst.head is not None and inst.content is None],
+            self._gram_cache,
+        )
 
     def _activate(self, r: int, instance: Instance) -> None:
         """Make a fully built instance serve, and tell the listener."""
-        self._share(instance)
+        self._share(r, instance)
         self.instances[r] = instance
         self._errors[r] = None
         self._changed.notify_all()
@@ -299,6 +312,8 @@ class QSSEngine:
         """What each instance adds to g when serving: "head" (the exact ridge head), "tables"
         (flat partition), "codebook" (RQ), or None while it rebuilds."""
         with self._lock:
+            if self.privacy is None:
+                self._solve_heads([inst for inst in self.instances if inst is not None])
             kinds: list[str | None] = []
             for inst in self.instances:
                 if inst is None:
@@ -336,6 +351,8 @@ class QSSEngine:
             # After a bulk change each instance's content (deferred table totals, probe terms,
             # its head solve) is milliseconds of work: each on its own core (_parallel). After
             # a few rows it is a fraction of a millisecond, less than a thread hand-off costs.
+            if self.privacy is None:  # mode="dp" serves no head
+                self._solve_heads(serving)
             each = map_instances if self._bulk_change else serial_map
             contents = each(self._content, serving)
             self._bulk_change = False
@@ -760,7 +777,7 @@ class QSSEngine:
                 inst = empty_instance(config.schema, inst_snap.schema)
                 inst.add_rows(contrib, store.folds(labeled), store.X[labeled])
                 inst.refresh()  # a load pays the tables' totals, not the first prediction
-                engine._share(inst)
+                engine._share(r, inst)
                 engine.instances[r] = inst
                 store.set_instance_rows(r, labeled, contrib)
             if snapshot.privacy is not None:

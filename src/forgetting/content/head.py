@@ -30,7 +30,7 @@ logistic regression's accuracy (MNIST-HOG 0.973 vs 0.963) at k times the solve w
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -187,9 +187,10 @@ class LinearHead:
         v = np.asarray(features)
         if v.dtype != np.float64:  # float64 holds the same integers (|v| ≤ 2^14): kept
             v = v.astype(np.int64, copy=False)
+        self._solved = None
         r = head_targets(residuals, self.scale_bits)
         folds = np.asarray(folds)
-        cache = getattr(self, "_gram_cache", None)
+        cache = self._gram_cache
         if cache is not None and len(v) <= SHARED_DELTA_ROWS:
             grams = cache.fold_grams_for(v, folds)
         else:
@@ -205,6 +206,7 @@ class LinearHead:
 
     def merge(self, other: LinearHead) -> None:
         """Add another head's sums (a chunk's partial sums): integer adds, exact in any order."""
+        self._solved = None
         self.gram += other.gram
         self.cross += other.cross
         self.counts += other.counts
@@ -212,10 +214,20 @@ class LinearHead:
             raise OverflowError(f"more than {MAX_ROWS} rows cannot be accumulated exactly")
 
     # -- solving ------------------------------------------------------------------------------
-    def share_solves(self, cache: GramCache | None) -> None:
+    def __post_init__(self) -> None:
+        self._gram_cache: GramCache | None = None
+        self._slot: tuple[int, int] | None = None
+        """(r, p): this head is solved in the stacked layout, as slot r of p (solve_stacked)."""
+        self._solved: tuple[float, np.ndarray | None] | None = None
+        """The stacked solve's (gain, W) for the current sums, or None until solved."""
+
+    def share_solves(self, cache: GramCache | None, slot: tuple[int, int] | None = None) -> None:
         """Use ``cache`` for the part of :meth:`solution` that depends on the Gram sums alone
-        (heads whose sums are equal — every instance's, for "shared-ridge" — factor once)."""
+        (heads whose sums are equal factor them once per change); with ``slot`` = (r, p) the
+        head is solved in the stacked layout of p heads (:func:`solve_stacked`)."""
         self._gram_cache = cache
+        self._slot = slot
+        self._solved = None
 
     def solution(
         self, serve_if: Callable[[float], bool] | None = None
@@ -229,31 +241,34 @@ class LinearHead:
         fall in squared error of the residuals, comparable to the tables' cross-fitted gain).
         Factoring each fold's system too would triple the cost of the first prediction after
         a change, so W_a is approximated by :data:`REFINEMENT_STEPS` preconditioned Richardson
-        steps from W with the full factorization (A_a ≤ A, so 2A⁻¹A_a has its spectrum in
-        (0, 2] and the steps converge). The steps are a fixed, deterministic function of the
-        sums, so the gain — and the choice it drives — is the same after any history: exactness
-        needs determinism, not an exact W_a.
-
-        This runs after every change, before the next prediction, so it is lean: LAPACK's
-        potrf/potrs called directly (what scipy's ``cho_factor``/``cho_solve`` call, without
-        their wrappers), and fold 1's steps taken from fold 0's through exact identities of the
-        sums — G = G_0 + G_1, H = H_0 + H_1, λ = s_0 + s_1 (the penalty is linear in the trace)
-        and A W = H — instead of being computed: with R = H_0 − A_0 W, fold 1's first residual
-        is −R, and both folds' second residuals coincide, so one solve per step serves both
-        folds, and G_1 X = G X − G_0 X with G X read off the solves. Three (D, k) products with
-        G_0 and three solves in all (~0.25 ms at D = 138, k = 10; ~0.6 ms computed fold by
-        fold). Equal to the fold-by-fold steps in exact arithmetic; in floats a different but
-        equally deterministic function of the sums, which is what exactness needs.
+        steps from W with the full factorization (:func:`_solve`). The steps are a fixed,
+        deterministic function of the sums, so the gain — and the choice it drives — is the
+        same after any history: exactness needs determinism, not an exact W_a.
 
         Everything that depends on the Gram sums alone — their floats, the penalties, the
         factorization (:class:`GramSystem`) — comes from the shared :class:`GramCache` when
         another head with the same sums computed it since the last change: a function of the
-        integers, so the same bits as computing it here.
+        integers, so the same bits as computing it here. A head placed in a slot
+        (:meth:`share_solves`) is solved in the stacked layout (:func:`solve_stacked`) —
+        usually already, with its siblings, before the engine asks.
         """
-        cache = getattr(self, "_gram_cache", None)
-        system = GramSystem.of(self.gram) if cache is None else cache.system_for(self.gram)
-        if system.factor is None:  # no rows, or a fold without rows: no penalty, no head
-            return -np.inf, None
+        if self._slot is not None:
+            if self._solved is None:
+                solve_stacked([self], self._gram_cache)
+            gain, W = self._solved  # type: ignore[misc]
+        else:
+            cache = self._gram_cache
+            system = GramSystem.of(self.gram) if cache is None else cache.system_for(self.gram)
+            if system.factor is None:  # no rows, or a fold without rows: no penalty, no head
+                return -np.inf, None
+            W, parts = _solve(system, *self.float_cross())
+            gain = _gain(parts)
+        if W is None or (serve_if is not None and not serve_if(gain)):
+            return gain, None
+        return gain, FixedWeights.of(W)
+
+    def float_cross(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """H = H_0 + H_1, H_0 and H_1 as floats in real units (integer sums, then one rounding)."""
         H = np.add(self.cross[0], self.cross[1]).astype(np.float64)
         H0 = self.cross[0].astype(np.float64)
         H1 = self.cross[1].astype(np.float64)
@@ -263,29 +278,7 @@ class LinearHead:
         H *= unit
         H0 *= unit
         H1 *= unit
-        factor, G0, lam, s0 = system.factor, system.G0, system.lam, system.s0
-        # One BLAS thread: a (d + 1)² factorization is too small to gain from threads, and on
-        # a busy machine oversubscribed threads made it 10× slower (measured at d = 520).
-        with one_blas_thread():
-            W, _ = _POTRS(factor, H, lower=1)
-            G0W = G0 @ W
-            R = H0 - (G0W + s0 * W)  # H_0 − A_0 W; fold 1's is −R
-            S, _ = _POTRS(factor, R, lower=1)  # first step: W_0 = W + 2S, W_1 = W − 2S
-            G0S = G0 @ S
-            R2 = R - 2.0 * (G0S + s0 * S)  # both folds' second residual
-            S2, _ = _POTRS(factor, R2, lower=1)
-            G0S2 = G0 @ S2
-            W0 = W + 2.0 * S + 2.0 * S2
-            W1 = W - 2.0 * S + 2.0 * S2
-            G0W1 = G0W - 2.0 * G0S + 2.0 * G0S2
-            # G_1 X = G X − G_0 X, with G W = H − λW, G S = R − λS, G S2 = R2 − λS2
-            G1W0 = (H - lam * W - G0W) + 2.0 * (R - lam * S - G0S) + 2.0 * (R2 - lam * S2 - G0S2)
-            gain = (2.0 * float(np.sum(W0 * H1)) - float(np.sum(W0 * G1W0))) + (
-                2.0 * float(np.sum(W1 * H0)) - float(np.sum(W1 * G0W1))
-            )
-        if serve_if is not None and not serve_if(gain):
-            return gain, None
-        return gain, FixedWeights.of(W)
+        return H, H0, H1
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def equals(self, other: LinearHead) -> bool:
@@ -300,6 +293,97 @@ class LinearHead:
 def _penalty(G: np.ndarray) -> float:
     """The ridge penalty c · mean diag G (0 when G is empty: no rows)."""
     return PENALTY * (float(np.trace(G)) / G.shape[0])
+
+
+def _solve(system: GramSystem, H: np.ndarray, H0: np.ndarray, H1: np.ndarray):
+    """W = A⁻¹H and the terms of each fold's out-of-fold gain, for the columns of ``H``
+    (one head's k, or p heads' stacked side by side: every step is column by column).
+
+    W_a, each fold's ridge solution, is approximated by two preconditioned Richardson steps
+    from W with the full factorization (A_a ≤ A, so 2A⁻¹A_a has its spectrum in (0, 2] and
+    the steps converge), fold 1's taken from fold 0's through exact identities of the sums —
+    G = G_0 + G_1, H = H_0 + H_1, λ = s_0 + s_1 (the penalty is linear in the trace) and
+    A W = H: with R = H_0 − A_0 W, fold 1's first residual is −R, and both folds' second
+    residuals coincide, so one solve per step serves both folds, and G_1 X = G X − G_0 X with
+    G X read off the solves. Three products with G_0 and three solves in all. Equal to the
+    fold-by-fold steps in exact arithmetic; in floats a different but equally deterministic
+    function of the sums, which is what exactness needs. LAPACK's potrs is called directly
+    (what scipy's ``cho_solve`` calls, without its wrapper).
+    """
+    factor, G0, lam, s0 = system.factor, system.G0, system.lam, system.s0
+    # One BLAS thread: a (d + 1)² system is too small to gain from threads, and on a busy
+    # machine oversubscribed threads made it 10× slower (measured at d = 520).
+    with one_blas_thread():
+        W, _ = _POTRS(factor, H, lower=1)
+        G0W = G0 @ W
+        R = H0 - (G0W + s0 * W)  # H_0 − A_0 W; fold 1's is −R
+        S, _ = _POTRS(factor, R, lower=1)  # first step: W_0 = W + 2S, W_1 = W − 2S
+        G0S = G0 @ S
+        R2 = R - 2.0 * (G0S + s0 * S)  # both folds' second residual
+        S2, _ = _POTRS(factor, R2, lower=1)
+        G0S2 = G0 @ S2
+    W0 = W + 2.0 * S + 2.0 * S2
+    W1 = W - 2.0 * S + 2.0 * S2
+    G0W1 = G0W - 2.0 * G0S + 2.0 * G0S2
+    # G_1 X = G X − G_0 X, with G W = H − λW, G S = R − λS, G S2 = R2 − λS2
+    G1W0 = (H - lam * W - G0W) + 2.0 * (R - lam * S - G0S) + 2.0 * (R2 - lam * S2 - G0S2)
+    return W, (W0, H1, G1W0, W1, H0, G0W1)
+
+
+def _gain(parts, columns: slice = slice(None)) -> float:
+    """Σ_b 2⟨W_a, H_b⟩ − ⟨W_a, G_b W_a⟩ over one head's ``columns`` of :func:`_solve`'s terms:
+    the fall in squared error of each fold's head on the other fold's rows."""
+    W0, H1, G1W0, W1, H0, G0W1 = (a[:, columns] for a in parts)
+    return (2.0 * float(np.sum(W0 * H1)) - float(np.sum(W0 * G1W0))) + (
+        2.0 * float(np.sum(W1 * H0)) - float(np.sum(W1 * G0W1))
+    )
+
+
+def solve_stacked(heads: Sequence[LinearHead], cache: GramCache | None = None) -> None:
+    """Solve every head of ``heads`` placed in a slot and not solved since its last change,
+    in the stacked layout: slot r of p holds its H in columns [r·k, (r + 1)·k) of one
+    (D, p·k) right-hand side, the other columns its siblings' H (zero for a sibling that is
+    absent, rebuilding or already solved); heads with the same Gram sums share one stacked
+    solve (design.md §5.13).
+
+    Why the fixed layout: a head's bits must not depend on which siblings happen to be
+    solved with it (a rebuilding instance, a refit where all p are there). Every step of
+    :func:`_solve` treats columns independently — a triangular solve or a product does not mix
+    columns, elementwise operations do not — but a BLAS kernel may pick its blocking, and so
+    its summation order, from the matrix's shape; with the shape (D, p·k) and the slot's
+    position fixed, a head's columns get the same operations whatever the other columns hold.
+    Three calls for p heads instead of 3p: after a one-row change the p solves cost about
+    what one did.
+    """
+    groups: list[tuple[GramSystem, list[LinearHead]]] = []
+    for head in heads:
+        if head._slot is None or head._solved is not None:
+            continue
+        system = GramSystem.of(head.gram) if cache is None else cache.system_for(head.gram)
+        for known, members in groups:
+            if known is system or known.serves(head.gram):
+                members.append(head)
+                break
+        else:
+            groups.append((system, [head]))
+    for system, members in groups:
+        if system.factor is None:  # no rows, or a fold without rows: no penalty, no head
+            for head in members:
+                head._solved = (-np.inf, None)
+            continue
+        p = members[0]._slot[1]  # type: ignore[index]
+        D, k = members[0].cross.shape[1], members[0].cross.shape[2]
+        H, H0, H1 = (np.zeros((D, p * k)) for _ in range(3))
+        for head in members:
+            r, slots = head._slot  # type: ignore[misc]
+            if slots != p or head.cross.shape[1:] != (D, k):
+                raise ValueError("heads solved together must share one layout")
+            at = slice(r * k, (r + 1) * k)
+            H[:, at], H0[:, at], H1[:, at] = head.float_cross()
+        W, parts = _solve(system, H, H0, H1)
+        for head in members:
+            at = slice(head._slot[0] * k, (head._slot[0] + 1) * k)  # type: ignore[index]
+            head._solved = (_gain(parts, at), np.ascontiguousarray(W[:, at]))
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,8 @@ class Schema:
         if self.head_kind != "shared-ridge":
             return self.features(X, block_rows)
         if self.encoder is None:
-            return rowwise(l2_normalize, X, block_rows)
+            # a fixed row-local function: many blocks per call once checked (_rowwise)
+            return rowwise(l2_normalize, X, block_rows, owner=l2_normalize)
         return rowwise(lambda b: l2_normalize(self.encoder.transform(b)), X, block_rows)
 
     def features(self, X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
