@@ -210,6 +210,22 @@ def test_whitespace_and_case_make_different_string_ids():
     assert store.unknown_ids(ids[:8]) == ["u5", 5]
 
 
+@pytest.mark.parametrize("n_str", [1, 3, 40])
+def test_removing_the_last_string_ids_clears_their_column(n_str):
+    """Rows with string ids (the empty string among them) at the front, int rows behind: once
+    every string row is gone the int rows fill their slots and no string is left anywhere."""
+    rng = np.random.default_rng(n_str)
+    store, ref = _store(), _Reference()
+    strings = [""] + [f"s{i}" for i in range(n_str - 1)]
+    _append(store, ref, strings + list(range(100)), rng)
+    store.remove(store.positions_of(strings[::-1]))
+    ref.remove(list(range(n_str)))
+    _check(store, ref)
+    assert store._n_str == 0 and not any(v is not None for v in store._id_str.tolist())
+    _append(store, ref, ["", "x"], rng)  # and they may come back
+    _check(store, ref)
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 4, 5, 31, 32, 33, 350])
 def test_take_and_move_rows_are_fancy_indexing_bit_for_bit(n):
     rng = np.random.default_rng(n)

@@ -676,6 +676,7 @@ class RowStore:
         self._n_pool -= int(np.count_nonzero(self.in_pool[pos]))
         self._count(pos, -1)
         self._unhash(pos)
+        strings = self._n_str > 0
         self._unindex(pos)
         new_size = self.size - pos.size
         holes = pos[pos < new_size]
@@ -692,6 +693,8 @@ class RowStore:
             if holes.size <= _FEW_ROWS
             else None
         )
+        if not strings:  # the string-id column is all None, before and after
+            arrays = [a for a in arrays if a is not self._id_str]
         for a in arrays:
             _move_rows(a, holes, fillers, few)
             a[new_size : self.size] = None if a.dtype == object else 0
