@@ -2,9 +2,13 @@
 
 Rows are addressed by stable external ids; positions are an internal detail (a removed row's
 slot is filled by the last row). Every field of a removed row is overwritten, so the object
-keeps no residue of it (design.md §5.7). Each row also gets a *serial* that changes whenever its
-content changes; background rebuilds use serials to reconcile the rows they trained on with
-the rows present when they finish.
+keeps no residue of it (design.md §5.7) — its id included: ids are columns too (int ids as
+keys of an int64 hash table, :class:`forgetting.ids.IntIdTable`, whose deleted entries are
+zeroed; string ids in an object column and a dict, which drop their references — Python
+does not scrub a freed string's memory), so a batch's ids are looked up, dropped
+and re-pointed with array operations rather than a Python step per id. Each row also gets a
+*serial* that changes whenever its content changes; background rebuilds use serials to
+reconcile the rows they trained on with the rows present when they finish.
 """
 
 from __future__ import annotations
