@@ -393,3 +393,26 @@ def test_refresh_after_a_batch_equals_step_by_step(compiled) -> None:
         steps.subtract(codes[i : i + 1], residuals[i : i + 1], folds[i : i + 1])
     assert steps._totals_fresh and steps._probes_fresh
     assert _same(_state(bulk), _state(steps))
+
+
+@pytest.mark.parametrize("n, ones", [(256, 3), (257, 40), (300, 299), (2000, 1000)])
+def test_bulk_scatter_equals_add_at(compiled, n: int, ones: int) -> None:
+    """The bulk scatter (≥ 256 rows, with its look-ahead prefetch) adds and subtracts the
+    integers ``np.add.at`` does, whatever the split of rows between the folds (a fold with
+    fewer rows than the look-ahead, or none ahead at the end of a table)."""
+    rng = np.random.default_rng([n, ones])
+    T, C, k = 5, 32, 3
+    codes, residuals, _ = _rows(rng, n, T, C, k, 32)
+    folds = np.zeros(n, dtype=np.int64)
+    folds[rng.choice(n, ones, replace=False)] = 1
+    sums = rng.integers(-(2**40), 2**40, (2, T * C, k))
+    counts = rng.integers(0, 9, (2, T * C))
+    flat = (folds[:, None] * (T * C) + np.arange(T) * C + codes.astype(np.int64)).ravel()
+    for negate in (False, True):
+        want_sums, want_counts = sums.copy(), counts.copy()
+        sign = -1 if negate else 1
+        np.add.at(want_sums.reshape(-1, k), flat, np.repeat(sign * residuals, T, axis=0))
+        np.add.at(want_counts.reshape(-1), flat, sign)
+        got_sums, got_counts = sums.copy(), counts.copy()
+        assert compiled.scatter_codes(got_sums, got_counts, codes, folds, residuals, negate)
+        assert np.array_equal(got_sums, want_sums) and np.array_equal(got_counts, want_counts)
