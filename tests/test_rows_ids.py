@@ -18,7 +18,7 @@ from conftest import FAST, assert_same_model, classification_data
 
 from forgetting import QSSClassifier
 from forgetting.content.fingerprint import Contributions
-from forgetting.rows import RowStore, _move_rows, take_rows
+from forgetting.rows import DiskRows, RowStore, _move_rows, take_rows
 from forgetting.schema.membership import MembershipRule, id_bytes
 
 P = 2
@@ -53,8 +53,8 @@ class _Reference:
         del self.ids[new_size:]
 
 
-def _store() -> RowStore:
-    return RowStore(D, P, MembershipRule(0.3, 2), np.int64)
+def _store(rows_dir=None) -> RowStore:
+    return RowStore(D, P, MembershipRule(0.3, 2), np.int64, rows_dir=rows_dir)
 
 
 def _rows(rng, n: int):
@@ -140,11 +140,15 @@ def _new_ids(kind: str, start: int, n: int, rng) -> list:
     return [start + i if rng.random() < 0.5 else f" {start + i} " for i in range(n)]
 
 
-@pytest.mark.parametrize("kind", ["int", "str", "mixed"])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_random_histories_match_the_list_and_dict_store(kind, seed):
+@pytest.mark.parametrize(
+    "kind,seed,disk",
+    [(k, s, False) for k in ("int", "str", "mixed") for s in (0, 1)] + [("mixed", 2, True)],
+)
+def test_random_histories_match_the_list_and_dict_store(kind, seed, disk, tmp_path):
+    """``disk``: the features in a DiskRows file (moved by its own path, not the void view)."""
     rng = np.random.default_rng(seed)
-    store, ref = _store(), _Reference()
+    store, ref = _store(tmp_path if disk else None), _Reference()
+    assert isinstance(store.X, DiskRows) == disk
     made = 0
     for size in (500, 1, 3, 17, 40):
         _append(store, ref, _new_ids(kind, made, size, rng), rng)
