@@ -412,7 +412,7 @@ def test_a_distributed_fit_hands_its_columns_to_the_store_not_the_callers_target
     assert np.array_equal(yr, before)
 
 
-@pytest.mark.parametrize("head", ["ridge", "newton"])
+@pytest.mark.parametrize("head", ["ridge", "newton", "shared-ridge"])
 def test_a_large_insert_runs_on_the_workers_and_keeps_the_bits(client, monkeypatch, head):
     """An insert of ≥ REMOTE_INSERT_ROWS rows into a model fitted on the cluster computes its
     rows' contributions and head sums on the workers (only the head's (D, D) sums per chunk
