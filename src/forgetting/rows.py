@@ -683,20 +683,29 @@ class RowStore:
         strings = self._n_str > 0
         self._unindex(pos)
         new_size = self.size - pos.size
-        holes = pos[pos < new_size]
         # the surviving rows of the tail fill the holes: O(batch), no O(n) mask (at 10 M rows
         # a mask of every row cost more than the rest of a one-row forget)
-        doomed_tail = np.zeros(pos.size, dtype=bool)
-        doomed_tail[pos[pos >= new_size] - new_size] = True
-        fillers = np.flatnonzero(~doomed_tail) + new_size
+        few = None
+        if pos.size <= _FEW_ROWS:  # a few rows: the same pairs, in Python ints
+            leaving = pos.tolist()
+            doomed = set(leaving)
+            few = list(
+                zip(
+                    [p for p in leaving if p < new_size],
+                    [p for p in range(new_size, self.size) if p not in doomed],
+                    strict=True,  # as many survivors in the tail as holes before it
+                )
+            )
+            holes = np.array([h for h, _ in few], dtype=np.intp)
+            fillers = np.array([f for _, f in few], dtype=np.intp)  # for a DiskRows X
+        else:
+            holes = pos[pos < new_size]
+            doomed_tail = np.zeros(pos.size, dtype=bool)
+            doomed_tail[pos[pos >= new_size] - new_size] = True
+            fillers = np.flatnonzero(~doomed_tail) + new_size
         arrays = self._row_arrays() + [
             a for field in self._instance_fields() for a in field if a is not None
         ]
-        few = (
-            list(zip(holes.tolist(), fillers.tolist(), strict=True))
-            if holes.size <= _FEW_ROWS
-            else None
-        )
         if not strings:  # the string-id column is all None, before and after
             arrays = [a for a in arrays if a is not self._id_str]
         for a in arrays:
