@@ -513,7 +513,7 @@ def probe_sums_by_cell(
     G = grid.shape[0]
     scaled = np.empty(k, dtype=np.float64)
     one = np.empty((G, k + 1), dtype=np.int64)
-    out[:, :, :] = 0
+    acc = np.zeros((M, G, k + 1), dtype=np.int64)
     ok = True
     e = 0
     while e < keys.shape[0]:
@@ -521,29 +521,41 @@ def probe_sums_by_cell(
         ok = ok & _probe_terms_into(
             flat_sums, flat_counts, q, grid, scale, mean_unit, square_unit, scaled, one
         )
+        lo = e
         while e < keys.shape[0] and keys[e] == q:
-            p = probe_of[e]
-            for g in range(G):
-                for j in range(k + 1):
-                    out[g, p, j] += one[g, j]
             e += 1
+        _add_probe_terms(acc, probe_of, lo, e, one)
+    _probe_major_into(acc, out)
     return ok
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _add_probe_terms(probe_out, probe_of, lo, hi, one) -> None:
-    """probe_out[:, probe_of[x], :] += one for every probe entry x in lo..hi−1."""
-    G, _, K = probe_out.shape
+def _add_probe_terms(acc, probe_of, lo, hi, one) -> None:
+    """acc[probe_of[x]] += one for every probe entry x in lo..hi−1: ``acc`` (m, G, k + 1)
+    is probe-major, so one entry adds G·(k + 1) contiguous int64 (~6 cache lines at k = 10)
+    where the (G, m, k + 1) layout scattered them over G rows ~m·(k + 1)·8 bytes apart
+    (:func:`_probe_major_into` writes them out in that layout at the end)."""
+    G, K = one.shape
     for x in range(lo, hi):
-        p = probe_of[x]
+        row = acc[probe_of[x]]
         for g in range(G):
             for j in range(K):
-                probe_out[g, p, j] += one[g, j]
+                row[g, j] += one[g, j]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _probe_major_into(acc, out) -> None:
+    """out[g, p, j] = acc[p, g, j]."""
+    M, G, K = acc.shape
+    for g in range(G):
+        for p in range(M):
+            for j in range(K):
+                out[g, p, j] = acc[p, g, j]
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _block_probe_terms(
-    means, index, m, R, probe_start, probe_of, mean_unit, square_unit, one, probe_out
+    means, index, m, R, probe_start, probe_of, mean_unit, square_unit, one, acc
 ) -> bool:
     """The probe terms of both folds of the block's cells ``index[:m]`` that hold probe
     entries, rounded from the block's ``means`` (:func:`_block_terms_into`) exactly as
@@ -570,7 +582,7 @@ def _block_probe_terms(
                     one[g, j] = np.int64(x if inside else 0.0)
                     total += np.int64(y if inside else 0.0)
                 one[g, k] = total
-            _add_probe_terms(probe_out, probe_of, lo, hi, one)
+            _add_probe_terms(acc, probe_of, lo, hi, one)
     return ok
 
 
@@ -623,6 +635,7 @@ def refresh_terms(
     scratch = np.empty((2 * k + 6, BLOCK_CELLS), dtype=np.float64)
     means = np.empty((2, G, k, BLOCK_CELLS), dtype=np.float64)
     index = np.empty(BLOCK_CELLS, dtype=np.int64)
+    acc = np.zeros((M, G, k + 1), dtype=np.int64)  # probe-major sums, copied out at the end
     scaled = np.empty(k, dtype=np.float64)
     one = np.empty((G, k + 1), dtype=np.int64)
     skip = scale <= 1.0 and unit < np.inf
@@ -669,7 +682,7 @@ def refresh_terms(
                     mean_unit,
                     square_unit,
                     one,
-                    probe_out,
+                    acc,
                 )
                 m = 0
         if m > 0:
@@ -677,7 +690,7 @@ def refresh_terms(
                 sums, counts, index, 0, m, grid, scale, unit, scratch, means, cross[b], square[b]
             )
             ok_probes = ok_probes & _block_probe_terms(
-                means, index, m, R, probe_start, probe_of, mean_unit, square_unit, one, probe_out
+                means, index, m, R, probe_start, probe_of, mean_unit, square_unit, one, acc
             )
         for e in range(npend):
             for f in range(2):
@@ -686,7 +699,8 @@ def refresh_terms(
                     ok_probes = ok_probes & _probe_terms_into(
                         flat_sums, flat_counts, q, grid, scale, mean_unit, square_unit, scaled, one
                     )
-                    _add_probe_terms(probe_out, probe_of, probe_start[q], probe_start[q + 1], one)
+                    _add_probe_terms(acc, probe_of, probe_start[q], probe_start[q + 1], one)
+    _probe_major_into(acc, probe_out)
     return (1 if ok else 0) | (2 if ok_probes else 0)
 
 
