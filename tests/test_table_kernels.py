@@ -435,7 +435,7 @@ def test_probe_squares_follow_every_step(compiled) -> None:
 
 
 def test_bulk_updates_defer_the_totals(compiled) -> None:
-    """A fit's add (and a batch of ≥ C/2 rows) only scatters; the totals computed when read
+    """A fit's add (and a batch of ≥ C/6 rows) only scatters; the totals computed when read
     are those of updating them step by step."""
     rng = np.random.default_rng(22)
     T, C, k, n = 8, 64, 3, 2000
@@ -447,11 +447,11 @@ def test_bulk_updates_defer_the_totals(compiled) -> None:
     stepwise = FlatTables.empty(T, C, k, 32)
     stepwise.rebuild_totals()  # fresh: every add below is incremental
     stepwise.set_probes(codes[:30], folds[:30])
-    for i in range(0, n, 25):
-        stepwise.add(codes[i : i + 25], residuals[i : i + 25], folds[i : i + 25])
+    for i in range(0, n, 10):  # 10 < C/6: by difference
+        stepwise.add(codes[i : i + 10], residuals[i : i + 10], folds[i : i + 10])
     assert stepwise._totals_fresh and stepwise._probes_fresh
     assert t.equals(stepwise)
-    t.subtract(codes[:40], residuals[:40], folds[:40])  # 40 ≥ C/2: deferred again
+    t.subtract(codes[:40], residuals[:40], folds[:40])  # 40 ≥ C/6: deferred again
     assert not t._totals_fresh
     stepwise.subtract(codes[:40], residuals[:40], folds[:40])
     assert t.equals(stepwise)

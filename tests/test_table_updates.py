@@ -185,7 +185,7 @@ def test_update_cells_against_per_entry_terms(compiled, scale_bits: int) -> None
     terms of every probe entry in a touched cell (numpy's terms), added per probe with
     ``np.add.at``; the totals' change equals the touched cells' numpy terms, new − old."""
     rng = np.random.default_rng(scale_bits + 7)
-    T, C, k, n = 6, 16, 4, 2000
+    T, C, k, n = 6, 64, 4, 2000  # ≤ 3 rows per update stay below C/6: by difference
     codes, residuals, folds = _rows(rng, n, T, C, k, scale_bits)
     t = FlatTables.empty(T, C, k, scale_bits)
     t.set_probes(codes[:150], folds[:150])
@@ -387,7 +387,7 @@ def test_refresh_after_a_batch_equals_step_by_step(compiled) -> None:
     steps = bulk.copy()
     steps.refresh()
     gone = rng.choice(n, 300, replace=False)
-    bulk.subtract(codes[gone], residuals[gone], folds[gone])  # ≥ C/2 rows: deferred
+    bulk.subtract(codes[gone], residuals[gone], folds[gone])  # ≥ C/6 rows: deferred
     assert not bulk._totals_fresh
     for i in gone:
         steps.subtract(codes[i : i + 1], residuals[i : i + 1], folds[i : i + 1])
