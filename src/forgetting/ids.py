@@ -250,12 +250,24 @@ class IntIdTable:
         self.n_live += q.size
         return rebuilt
 
+    def insert_one(self, key: int, position: int) -> tuple[int, bool]:
+        """:meth:`insert` of one key (a Python int, absent): (its slot, whether the table
+        was rebuilt first)."""
+        rebuilt = False
+        if 2 * (self.n_used + 1) > self.vals.size:
+            self._rebuild(self.n_live + 1)
+            rebuilt = True
+        return self._insert_one(key, position), rebuilt
+
     def _insert_one(self, key: int, position: int) -> int:
         keys, vals, mask, shift = self._state
-        slot = self._home_scalar(key, shift)
-        while vals[slot] >= 0:
+        z = (key & _MASK64) ^ self._salt  # _home_scalar, inlined (a one-row insert)
+        z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
+        z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
+        slot = (z ^ (z >> 31)) >> int(shift)
+        while vals.item(slot) >= 0:
             slot = (slot + 1) & mask
-        if vals[slot] == _EMPTY:
+        if vals.item(slot) == _EMPTY:
             self.n_used += 1
         keys[slot], vals[slot] = key, position
         self.n_live += 1

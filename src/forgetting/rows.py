@@ -907,6 +907,22 @@ class RowStore:
                 keys = None
         if keys is not None:  # all int ids: one vectorized insert
             int_pos, int_keys = np.arange(start, start + n), keys
+        elif n <= _SMALL:  # a few ids (a one-row insert): no arrays at all
+            table, rebuilt = self._int_ids, False
+            for i, row_id in enumerate(ids):
+                if isinstance(row_id, str):
+                    self._str_ids[row_id] = start + i
+                    self._id_str[start + i] = row_id
+                    self._slot[start + i] = -1
+                    self._n_str += 1
+                else:
+                    slot, grew = table.insert_one(int(row_id), start + i)
+                    self._slot[start + i] = slot
+                    rebuilt = rebuilt or grew
+            if rebuilt:  # every earlier int row's slot moved
+                live_slots, live_pos = table.live()
+                self._slot[live_pos] = live_slots
+            return
         else:
             int_at, int_list = [], []
             for i, row_id in enumerate(ids):
