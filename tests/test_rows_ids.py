@@ -214,6 +214,25 @@ def test_whitespace_and_case_make_different_string_ids():
     assert store.unknown_ids(ids[:8]) == ["u5", 5]
 
 
+def test_one_row_inserts_through_table_rebuilds():
+    """Rows inserted one or a few at a time into an empty store (the per-id insert path)
+    cross several table rebuilds; removals in between leave tombstones to reuse."""
+    rng = np.random.default_rng(7)
+    store, ref = _store(), _Reference()
+    made = 0
+    for step in range(150):
+        size = 1 if step % 4 else 3
+        ids = [made + i if (made + i) % 3 else f"s{made + i}" for i in range(size)]
+        _append(store, ref, ids, rng)
+        made += size
+        if step % 5 == 4:
+            gone = [ref.ids[int(rng.integers(store.size))]]
+            store.remove(store.positions_of(gone))
+            ref.remove(ref.positions_of(gone))
+    assert store._int_ids.vals.size > 64  # it grew
+    _check(store, ref)
+
+
 @pytest.mark.parametrize("n_str", [1, 3, 40])
 def test_removing_the_last_string_ids_clears_their_column(n_str):
     """Rows with string ids (the empty string among them) at the front, int rows behind: once
