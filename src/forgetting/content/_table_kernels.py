@@ -16,6 +16,12 @@ kernel writes nothing and returns False so the caller runs the numpy code instea
 float kernels use numba's ``error_model="numpy"``: a division by zero gives IEEE inf/NaN, as
 in numpy, instead of raising.
 ``tests/test_table_kernels.py`` compares both on random and extreme inputs.
+
+Work is shared only where the operations are identical: a cell's probe terms are rounded
+from the very quotient its cross-fit terms divided out (S·scale / (n + λ), same operands,
+same order), and computed once per cell for all probes in it; cells are skipped only where
+every term is provably ±0 (:func:`_terms_vanish`). Prefetch hints (:func:`_prefetch`) move
+no value. ``tests/test_table_updates.py`` checks these paths against numpy's definitions.
 """
 
 from __future__ import annotations
