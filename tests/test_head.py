@@ -27,6 +27,7 @@ from forgetting.content.head import (
     newton_step,
     newton_weights,
 )
+from forgetting.instance import Instance
 
 HEAD = dict(rho=0.1, n_instances=3, partition="trees", head="ridge", rebuild="sync")
 
@@ -391,6 +392,13 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         grams.append(1)
         return real_fold_grams(v, folds)
 
+    inputs = []
+    real_head_inputs = Instance.head_inputs
+
+    def counting_head_inputs(self, X):
+        inputs.append(1)
+        return real_head_inputs(self, X)
+
     for head, per_change in (("shared-ridge", 1), ("ridge", 3)):
         model = QSSClassifier(**{**HEAD, "head": head}).fit(X, y, ids)
         heads = [inst.head for inst in model.engine_.instances]
@@ -399,10 +407,14 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         assert same == ([True, True] if head == "shared-ridge" else [False, False])
         model.predict(X[:5])
         grams.clear()
+        inputs.clear()
         monkeypatch.setattr(head_module, "fold_grams", counting_fold_grams)
+        monkeypatch.setattr(Instance, "head_inputs", counting_head_inputs)
         model.forget(outside_all_schemas(model)[:2])
         assert len(grams) == per_change, head  # the leaving rows' Gram terms: once, or per head
+        assert len(inputs) == per_change, head  # and their head features
         monkeypatch.setattr(head_module, "fold_grams", real_fold_grams)
+        monkeypatch.setattr(Instance, "head_inputs", real_head_inputs)
         calls.clear()
         model.predict(X[:5])
         assert len(calls) == per_change, head

@@ -411,8 +411,9 @@ class QSSEngine:
             hit = self._hits(pos, pool_changes=self.config.label_mode and erase_inputs)
             self._check_after_removal(pos, hit, label_only)
             kept = [r for r, inst in enumerate(self.instances) if inst is not None and r not in hit]
+            features = self._input_head_features(kept, pos)
             each = map_instances if len(pos) >= PARALLEL_ROWS else serial_map
-            each(lambda r: self._subtract(r, self.instances[r], pos), kept)
+            each(lambda r: self._subtract(r, self.instances[r], pos, features), kept)
             self._bulk_change = self._bulk_change or len(pos) >= PARALLEL_ROWS
             if label_only:
                 self.rows.unlabel(pos, id_bytes)
@@ -490,10 +491,22 @@ class QSSEngine:
             raise RuntimeError(f"row work returned {len(contrib.codes)} rows, expected {n}")
         return contrib, head
 
-    def _subtract(self, r: int, inst: Instance, pos: np.ndarray) -> None:
+    def _input_head_features(self, kept: list[int], pos: np.ndarray) -> np.ndarray | None:
+        """The leaving labeled rows' head features, computed once when every instance in
+        ``kept`` has a head on the input itself (Instance.input_head: the same numbers in
+        each), else None (each instance computes its own)."""
+        if len(kept) < 2 or not all(self.instances[r].input_head for r in kept):
+            return None
+        labeled = pos[self.rows.labeled(pos)]
+        return self.instances[kept[0]].head_inputs(self.rows.X[labeled])
+
+    def _subtract(self, r: int, inst: Instance, pos: np.ndarray, features=None) -> None:
         labeled = pos[self.rows.labeled(pos)]
         inst.subtract_rows(
-            self.rows.contributions(r, labeled), self.rows.folds(labeled), self.rows.X[labeled]
+            self.rows.contributions(r, labeled),
+            self.rows.folds(labeled),
+            self.rows.X[labeled] if features is None else None,
+            features,
         )
 
     # -- insert --------------------------------------------------------------------------

@@ -63,6 +63,16 @@ class Instance:
     head: LinearHead | None = None
     """The exact head's sums (schema.head: ridge or Newton), or None."""
 
+    @property
+    def input_head(self) -> bool:
+        """Whether the head's features are a fixed function of the input alone — the same
+        numbers in every instance ("shared-ridge" on features used as given)."""
+        return (
+            self.head is not None
+            and self.schema.head_kind == "shared-ridge"
+            and self.schema.encoder is None
+        )
+
     def head_inputs(self, X: np.ndarray | None) -> np.ndarray | None:
         """The head's fixed-point features of raw rows ``X`` (statistics blocks), or None
         without a head. Recomputed from the stored rows when they leave: storing them would
@@ -108,11 +118,20 @@ class Instance:
             self.accumulators.refresh()
 
     def subtract_rows(
-        self, contrib: Contributions, folds: np.ndarray, X: np.ndarray | None = None
+        self,
+        contrib: Contributions,
+        folds: np.ndarray,
+        X: np.ndarray | None = None,
+        features: np.ndarray | None = None,
     ) -> None:
+        """Subtract labeled rows' contributions; the head takes their ``features`` when the
+        caller computed them (:attr:`input_head`: the same for every such instance), else
+        recomputes them from ``X``."""
         self.accumulators.subtract(contrib.codes, contrib.residuals, folds)
         if self.head is not None:
-            self.head.subtract(self.head_inputs(X), contrib.residuals, folds)
+            if features is None:
+                features = self.head_inputs(X)
+            self.head.subtract(features, contrib.residuals, folds)
         self.content_hash = (self.content_hash - multiset_sum(contrib.digests)) % MODULUS
         self.content = None
 
