@@ -202,6 +202,24 @@ def test_unknown_ids_give_the_same_errors(kind, size):
         assert other not in store.position and store.lookup([other]).tolist() == [-1]
 
 
+@pytest.mark.parametrize("held", ["int", "str"])
+def test_a_batch_led_by_the_other_kind_finds_every_id(held):
+    """A batch whose first id is of the kind the store does not hold (so the fast pass of
+    that kind finds nothing) still finds the ids of the kind it holds."""
+    rng = np.random.default_rng(11)
+    store, ref = _store(), _Reference()
+    _append(store, ref, _new_ids(held, 0, 300, rng), rng)
+    stranger = "s-1" if held == "int" else -1
+    batch = [stranger, *ref.ids[5:40]]
+    want = [-1, *range(5, 40)]
+    assert store.lookup(batch).tolist() == want
+    assert store.unknown_ids(batch) == [stranger]
+    with pytest.raises(KeyError) as err:
+        store.positions_of(batch)
+    assert err.value.args == (stranger,)
+    assert store.positions_of(batch[1:]).tolist() == want[1:]
+
+
 def test_whitespace_and_case_make_different_string_ids():
     rng = np.random.default_rng(0)
     store, ref = _store(), _Reference()

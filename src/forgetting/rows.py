@@ -848,28 +848,27 @@ class RowStore:
     def lookup(self, ids: Sequence[Hashable]) -> np.ndarray:
         """Position of each id, -1 where no row holds it (one vectorized pass for int ids).
 
-        A batch is looked up by its first id's kind — int ids as one int64 array in the hash
-        table, string ids through the dict in one C-level ``map`` — and any id that pass did
-        not find is looked up again on its own, so a batch mixing kinds is answered right."""
+        A batch led by a string goes through the dict in one C-level ``map``, and its misses
+        are looked up again one by one when int ids are held too (one of them may be an int).
+        Any other batch that numpy reads as an int64 array (ints only) is one vectorized
+        lookup in the hash table; the rest (mixed kinds, floats, ints past int64) one by one.
+        A batch mixing kinds is answered right either way."""
         n = len(ids)
         if n <= _SMALL:
             return np.fromiter(map(self._position_of, ids), dtype=np.intp, count=n)
-        out = None
         if isinstance(ids[0], str):
             out = np.fromiter(map(self._str_ids.get, ids, repeat(-1, n)), dtype=np.intp, count=n)
-        else:
-            try:
-                keys = np.asarray(ids)
-            except (OverflowError, ValueError):
-                keys = None
-            if keys is not None and keys.ndim == 1 and keys.dtype.kind == "i":
-                out = self._int_ids.lookup(keys).astype(np.intp, copy=False)
-        if out is None:
-            return np.fromiter(map(self._position_of, ids), dtype=np.intp, count=n)
-        if self._n_str and self._n_str < self.size:  # both kinds held: retry the misses
-            for i in np.flatnonzero(out < 0).tolist():
-                out[i] = self._position_of(ids[i])
-        return out
+            if self._n_str < self.size:  # int ids held too: a miss may be one of them
+                for i in np.flatnonzero(out < 0).tolist():
+                    out[i] = self._position_of(ids[i])
+            return out
+        try:
+            keys = np.asarray(ids)
+        except (OverflowError, ValueError):
+            keys = None
+        if keys is not None and keys.ndim == 1 and keys.dtype.kind == "i":  # ints only
+            return self._int_ids.lookup(keys).astype(np.intp, copy=False)
+        return np.fromiter(map(self._position_of, ids), dtype=np.intp, count=n)
 
     def positions_of(self, ids: Sequence[Hashable]) -> np.ndarray:
         """Positions of ``ids``; KeyError (the first unknown id) if a row is missing."""
