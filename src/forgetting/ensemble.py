@@ -274,9 +274,12 @@ class QSSEngine:
         return row_id in self.rows.position
 
     def unknown_ids(self, ids: Sequence) -> list:
-        """The ids of ``ids`` that no row holds (one pass; a 20k-id forget checks them all)."""
-        position = self.rows.position
-        return [i for i in ids if i not in position]
+        """The ids of ``ids`` that no row holds (one vectorized lookup: RowStore.unknown_ids)."""
+        return self.rows.unknown_ids(ids)
+
+    def known_ids(self, ids: Sequence) -> list:
+        """The ids of ``ids`` that a row holds, in order (one vectorized lookup)."""
+        return [ids[i] for i in np.flatnonzero(self.rows.lookup(ids) >= 0).tolist()]
 
     def ids(self) -> list:
         with self._lock:
@@ -505,7 +508,7 @@ class QSSEngine:
         inst.subtract_rows(
             self.rows.contributions(r, labeled),
             self.rows.folds(labeled),
-            self.rows.X[labeled] if features is None else None,
+            self.rows.features_at(labeled) if features is None else None,
             features,
         )
 

@@ -360,7 +360,7 @@ class _QSSBase(BaseEstimator):
         X = self._check_X(X)
         targets = self._encode_targets(y, X.shape[0])
         id_list, id_raw = self._check_ids(ids, X.shape[0])
-        known = [i for i in id_list if self.engine_.has_id(i)]
+        known = self.engine_.known_ids(id_list)
         if known:
             raise ValueError(f"ids already present: {known[:5]}; forget them first")
         return self.engine_.insert(id_list, id_raw, X, targets)

@@ -190,20 +190,41 @@ def hash_segments(src, starts, lengths, h0, key_block, keyed, out):
     """BLAKE2b of every row i: the concatenation of ``src[starts[i, c] : + lengths[i, c]]``
     over c, after the padded key block when ``keyed``. ``h0`` is IV ⊕ the parameter block
     (digest length, key length, fanout 1, depth 1, personalization); the first
-    ``out.shape[1]`` bytes of the final state are row i's digest."""
+    ``out.shape[1]`` bytes of the final state are row i's digest.
+
+    Keyed: the key block is the first block of every row's input, and — unless the row's
+    message is empty — not the last one, so it is compressed the same way (counter 128, not
+    final) for every row: it is compressed once per call and each row starts from that state
+    (one compression per short row instead of two). A row with an empty message ends on the
+    key block and takes the long way."""
     n, n_segments = starts.shape
     digest_size = out.shape[1]
     h = np.empty(8, dtype=np.uint64)
+    h_keyed = np.empty(8, dtype=np.uint64)
     block = np.empty(128, dtype=np.uint8)
+    for w in range(8):
+        h_keyed[w] = h0[w]
+    if keyed:
+        for k in range(128):
+            block[k] = key_block[k]
+        _compress(h_keyed, block, 128, False)
     for i in range(n):
-        for w in range(8):
-            h[w] = h0[w]
+        total = 0
+        for c in range(n_segments):
+            total += lengths[i, c]
         t = 0
         pos = 0
-        if keyed:
-            for k in range(128):
-                block[k] = key_block[k]
-            pos = 128
+        if keyed and total > 0:
+            for w in range(8):
+                h[w] = h_keyed[w]
+            t = 128
+        else:
+            for w in range(8):
+                h[w] = h0[w]
+            if keyed:
+                for k in range(128):
+                    block[k] = key_block[k]
+                pos = 128
         for c in range(n_segments):
             start = starts[i, c]
             for j in range(lengths[i, c]):

@@ -400,9 +400,9 @@ class DurableModel:
             if len(set(wanted)) != len(wanted):
                 raise ValueError("duplicate ids in the request")
             engine = est.engine_
-            position = engine.rows.position
-            present = [i for i in wanted if i in position]
-            candidates = [i for i in wanted if i not in position]
+            found = engine.rows.lookup(wanted) >= 0
+            present = [i for i, f in zip(wanted, found.tolist(), strict=True) if f]
+            candidates = [i for i, f in zip(wanted, found.tolist(), strict=True) if not f]
             if present and est.mode == "label" and not erase_inputs:
                 targets = engine.snapshot(ids=present, instances=[]).rows.targets
                 done = ~is_labeled(targets)
