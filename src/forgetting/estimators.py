@@ -257,11 +257,20 @@ class _QSSBase(BaseEstimator):
         return "trees" if self.mode == "exact" and not wants_codebook else "rq"
 
     def _head(self) -> str | bool:
-        """Resolve ``head="auto"``: the exact ridge head on all rows wherever it can run (flat
+        """Resolve ``head="auto"``: an exact ridge head on all rows wherever it can run (flat
         partitions, modes other than "dp"); each instance serves its head only when the ridge
-        head's out-of-fold gain beats the tables' (content.tables.build_flat_content)."""
+        head's out-of-fold gain beats the tables' (content.tables.build_flat_content).
+
+        "shared-ridge" (one Gram and one stacked solve for the p instances, design.md §5.13)
+        unless a learned encoder makes every instance's inputs its own ("ridge" then): on the
+        paper benchmark's sets the two are the same model (φ has no LDA directions at ρ = 0.5 %)
+        and on 100k-row synthetic data with them 0.05–0.10 pp apart, while a forget with its
+        first prediction costs 2.7 instead of 3.3 ms at n = 300k (benchmarks/results/heads.md,
+        core.md)."""
         if self.head == "auto":
-            return "ridge" if self._partition() != "rq" and self.mode != "dp" else False
+            if self._partition() == "rq" or self.mode == "dp":
+                return False
+            return "ridge" if self.encoder is not None else "shared-ridge"
         return False if self.head == "none" else self.head
 
     def _min_schema_rows(self, n_outputs: int) -> int:
@@ -522,7 +531,8 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         one stacked solve after a change (the fastest head to forget and serve; the same
         accuracy as "ridge" on the paper benchmark, benchmarks/results/heads.md). With a
         learned encoder its input is the instance's f(x): per-instance Grams again. "auto":
-        "ridge" with a flat partition outside mode="dp"; "none": tables only.
+        "shared-ridge" with a flat partition outside mode="dp" ("ridge" with a learned
+        encoder); "none": tables only.
     alpha : float or "auto"
         Weight of the quantized correction; "auto" cross-fits it on the statistics' two folds.
     shrinkage : float or "auto"
