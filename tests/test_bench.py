@@ -60,3 +60,27 @@ def test_heads_benchmark_on_digits(tmp_path):
         assert float(row["delta_vs_sisa_pp"]) == pytest.approx(
             100 * (float(row["accuracy"]) - float(row["sisa"]))
         )
+
+
+def test_breakdown_benchmark_times_every_step_and_restores_them(tmp_path):
+    from forgetting import QSSClassifier
+    from forgetting.bench import breakdown
+    from forgetting.content.tables import FlatTables
+    from forgetting.ensemble import QSSEngine
+
+    before = (QSSEngine.__dict__["forget"], FlatTables.__dict__["subtract"])
+    own_forget = "forget" in vars(QSSClassifier)  # inherited: the wrapper must go again
+    code = breakdown.main(["--n", "3000", "--deletions", "5", "--out", str(tmp_path)])
+    assert code == 0
+    with open(tmp_path / "breakdown-where_a_deletion_s_time_goes.csv") as f:
+        rows = {row["step"]: row for row in csv.DictReader(f)}
+    assert set(rows) == {step for step, *_ in breakdown.STEPS}
+    assert float(rows["forget"]["calls_per_deletion"]) == 1.0
+    assert float(rows["instance subtract"]["calls_per_deletion"]) == 3.0  # p = 3 instances
+    assert (
+        0
+        < float(rows["engine forget"]["ms_per_deletion"])
+        < float(rows["forget"]["ms_per_deletion"])
+    )
+    assert (QSSEngine.__dict__["forget"], FlatTables.__dict__["subtract"]) == before
+    assert ("forget" in vars(QSSClassifier)) == own_forget

@@ -31,6 +31,8 @@ from .paper.stages import in_any_schema
 from .report import write_results
 
 HEADS = ("ridge", "shared-ridge", "newton")
+CHOICES = (*HEADS, "none")
+"""What --heads may name: the heads, and "none" (the tables alone) for reference."""
 COLUMNS = [
     "dataset", "k", "n_train", "rho", "seeds", "head", "accuracy", "accuracy_std", "sisa",
     "delta_vs_sisa_pp", "fit_s", "t_fast_p50_ms", "t_fast_p95_ms", "corrections",
@@ -153,15 +155,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
         "--deletions", type=int, default=40, help="single deletions timed per head (seed 0)"
     )
     parser.add_argument(
-        "--heads", default=",".join(HEADS), help=f"comma-separated heads, of {', '.join(HEADS)}"
+        "--heads",
+        default=",".join(HEADS),
+        help=f"comma-separated heads, of {', '.join(CHOICES)} ('none': the tables alone)",
     )
     parser.add_argument("--out", default="benchmarks/results", help="output folder")
     parser.add_argument("--name", default="heads", help="results file name")
     args = parser.parse_args(argv)
     heads = [h.strip() for h in args.heads.split(",") if h.strip()]
-    unknown = sorted(set(heads) - set(HEADS))
+    unknown = sorted(set(heads) - set(CHOICES))
     if unknown or not heads:
-        parser.error(f"--heads: expected some of {', '.join(HEADS)}, got {args.heads!r}")
+        parser.error(f"--heads: expected some of {', '.join(CHOICES)}, got {args.heads!r}")
     rows: list[dict] = []
     for name in filter(None, args.datasets.split(",")):
         rows += dataset_rows(name.strip(), list(range(args.seeds)), args.deletions, heads)

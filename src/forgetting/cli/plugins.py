@@ -37,6 +37,7 @@ BENCHMARKS = (
     "throughput",
     "scale",
     "heads",
+    "breakdown",
 )
 
 #: ``forgetting audit NAME``: modules with ``configure(parser)`` and ``run(args) -> int``.
