@@ -107,3 +107,28 @@ def db(request, tmp_path):
 
 def user_ids(n: int) -> list[str]:
     return [f"user-{i:05d}" for i in range(n)]
+
+
+@pytest.fixture
+def compiled(monkeypatch):
+    """The flat tables' compiled kernels, forced on (numba is a core dependency: it must
+    load)."""
+    from forgetting.content import kernels
+
+    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
+    module = kernels.table_kernels(1)
+    assert module is not None
+    return module
+
+
+def with_kernels(backend: str, fn):
+    """``fn()`` with FORGETTING_KERNELS set to ``backend`` ("numba" or "numpy"), restored after."""
+    previous = os.environ.get("FORGETTING_KERNELS")
+    os.environ["FORGETTING_KERNELS"] = backend
+    try:
+        return fn()
+    finally:
+        if previous is None:
+            del os.environ["FORGETTING_KERNELS"]
+        else:
+            os.environ["FORGETTING_KERNELS"] = previous

@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import with_kernels as _with
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting.content import kernels
@@ -35,27 +36,6 @@ from forgetting.content.tables import (
 from forgetting.schema.partitions import ThresholdPartition, fit_linear, to_grid
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-
-
-@pytest.fixture
-def compiled(monkeypatch):
-    """The kernels, forced on (numba is a core dependency: it must load)."""
-    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
-    module = kernels.table_kernels(1)
-    assert module is not None
-    return module
-
-
-def _with(backend: str, fn):
-    previous = os.environ.get("FORGETTING_KERNELS")
-    os.environ["FORGETTING_KERNELS"] = backend
-    try:
-        return fn()
-    finally:
-        if previous is None:
-            del os.environ["FORGETTING_KERNELS"]
-        else:
-            os.environ["FORGETTING_KERNELS"] = previous
 
 
 def test_backend_switch(compiled, monkeypatch) -> None:

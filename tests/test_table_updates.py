@@ -12,36 +12,14 @@ int64 (where the kernel must refuse and leave the tables as they were, so numpy 
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+from conftest import with_kernels as _with
 
-from forgetting.content import kernels
 from forgetting.content.accumulators import CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS
 from forgetting.content.tables import MEAN_BITS, SHRINKAGE_GRID, FlatTables, loss_bits, square_bits
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-
-
-@pytest.fixture
-def compiled(monkeypatch):
-    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
-    module = kernels.table_kernels(1)
-    assert module is not None
-    return module
-
-
-def _with(backend: str, fn):
-    previous = os.environ.get("FORGETTING_KERNELS")
-    os.environ["FORGETTING_KERNELS"] = backend
-    try:
-        return fn()
-    finally:
-        if previous is None:
-            del os.environ["FORGETTING_KERNELS"]
-        else:
-            os.environ["FORGETTING_KERNELS"] = previous
 
 
 def _rows(rng, n, T, C, k, scale_bits):

@@ -910,10 +910,7 @@ class RowStore:
             table, rebuilt = self._int_ids, False
             for i, row_id in enumerate(ids):
                 if isinstance(row_id, str):
-                    self._str_ids[row_id] = start + i
-                    self._id_str[start + i] = row_id
-                    self._slot[start + i] = -1
-                    self._n_str += 1
+                    self._index_str(row_id, start + i)
                 else:
                     slot, grew = table.insert_one(int(row_id), start + i)
                     self._slot[start + i] = slot
@@ -926,10 +923,7 @@ class RowStore:
             int_at, int_list = [], []
             for i, row_id in enumerate(ids):
                 if isinstance(row_id, str):
-                    self._str_ids[row_id] = start + i
-                    self._id_str[start + i] = row_id
-                    self._slot[start + i] = -1
-                    self._n_str += 1
+                    self._index_str(row_id, start + i)
                 else:
                     int_at.append(start + i)
                     int_list.append(int(row_id))
@@ -942,6 +936,13 @@ class RowStore:
                 self._slot[live_pos] = live_slots
             else:
                 self._slot[int_pos] = slots
+
+    def _index_str(self, row_id: str, at: int) -> None:
+        """Index a string id at position ``at``: in the dict, the row's id column, no slot."""
+        self._str_ids[row_id] = at
+        self._id_str[at] = row_id
+        self._slot[at] = -1
+        self._n_str += 1
 
     def _unindex(self, pos: np.ndarray) -> None:
         """Delete the index entries of the rows at ``pos`` (before they are overwritten)."""
