@@ -638,8 +638,10 @@ class QSSEngine:
         labeled_now = np.flatnonzero(rows.labeled())
         kept = labeled_now[present_before[labeled_now]]
         fresh = labeled_now[~present_before[labeled_now]]
-        fresh_contrib = self._contributions(instance, fresh)
-        instance.add_rows(fresh_contrib, rows.folds(fresh), rows.X[fresh])
+        fresh_contrib, fresh_features = contributions_with_features(
+            instance.schema, rows.X[fresh], rows.targets[fresh], rows.row_hash[fresh]
+        )  # one φ pass for the contributions and the head's features
+        instance.add_encoded(fresh_contrib, rows.folds(fresh), fresh_features)
         rows.set_instance_rows(r, kept, built.take(slot[order[at[kept]]]))
         rows.set_instance_rows(r, fresh, fresh_contrib)
         self._activate(r, instance)
