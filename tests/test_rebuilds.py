@@ -57,10 +57,21 @@ def test_background_rebuild_serves_from_valid_instance_and_lands_exact():
     assert_same_model(model, refit, X)
 
 
-def test_deletions_and_inserts_during_a_rebuild_reach_the_rebuilt_instance():
+HEADED = dict(rho=0.25, n_instances=3, rebuild="background", random_state=0, partition="trees")
+
+
+@pytest.mark.parametrize(
+    "params",
+    [BG, {**HEADED, "head": "shared-ridge"}, {**HEADED, "head": "ridge"}],
+    ids=["rq", "shared-ridge", "ridge"],
+)
+def test_deletions_and_inserts_during_a_rebuild_reach_the_rebuilt_instance(params):
+    """Rows forgotten and inserted while instance 0 rebuilds reach it when it lands (the
+    reconcile step: their contributions — and with a head, its sums — added or subtracted):
+    the result is the refit's, bit for bit."""
     X, y = classification_data(n=600)
     base = list(range(500))
-    model = QSSClassifier(**BG).fit(X[base], y[base], base)
+    model = QSSClassifier(**params).fit(X[base], y[base], base)
     gate = _gate_rebuilds(model)
     first = _only_in(model, 0)[:1]
     model.forget(first)
@@ -74,8 +85,9 @@ def test_deletions_and_inserts_during_a_rebuild_reach_the_rebuilt_instance():
     gate.set()
     model.wait_for_rebuilds(timeout=60)
     keep = [i for i in range(520) if i not in set(first) | set(later)]
-    refit = QSSClassifier(**BG).fit(X[keep], y[keep], keep)
+    refit = QSSClassifier(**params).fit(X[keep], y[keep], keep)
     assert_same_model(model, refit, X)
+    assert model.audit_content()  # the head's sums too, recomputed from the stored rows
 
 
 def test_a_schema_hit_during_a_rebuild_restarts_it():
