@@ -394,3 +394,46 @@ def test_bulk_scatter_equals_add_at(compiled, n: int, ones: int) -> None:
         got_sums, got_counts = sums.copy(), counts.copy()
         assert compiled.scatter_codes(got_sums, got_counts, codes, folds, residuals, negate)
         assert np.array_equal(got_sums, want_sums) and np.array_equal(got_counts, want_counts)
+
+
+@pytest.mark.parametrize("scale_bits", [CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS])
+def test_compiled_serving_correction_equals_the_numpy_definition(compiled, scale_bits: int):
+    """FlatTables.correction through the compiled gather gives numpy's bits for every row,
+    every shrinkage of the grid and a few off it; the cases the kernel refuses (an empty cell
+    at λ = 0, a code outside its table) go to the numpy definition, which decides."""
+    rng = np.random.default_rng(7)
+    T, C, k, n = 8, 32, 3, 3000
+    t = FlatTables.empty(T, C, k, scale_bits)
+    codes = rng.integers(0, C, size=(n, T))
+    limit = 2**scale_bits
+    t.add(codes, rng.integers(-limit, limit, size=(n, k)), rng.integers(0, 2, n))
+    t.counts[:, 0, 5] = 0  # one empty cell in table 0 (its sums zero too)
+    t.sums[:, 0, 5] = 0
+    probe = rng.integers(0, C, size=(500, T))
+    probe[:7, 0] = 5
+    for lam in (*SHRINKAGE_GRID, 0.37, 1e-9):
+        fast = _with("numba", lambda lam=lam: t.correction(probe, lam))
+        slow = t._correction_numpy(probe, lam)
+        assert np.array_equal(fast, slow), lam
+    assert not compiled.serve_correction(  # λ = 0 on the empty cell: not an ordinary number
+        t.sums.reshape(2, T * C, k),
+        t.counts.reshape(2, T * C),
+        np.ascontiguousarray(probe, dtype=np.int64),
+        2.0**-scale_bits,
+        0.0,
+        2.0**MEAN_BITS,
+        2.0**-MEAN_BITS,
+        np.empty((len(probe), k)),
+    )
+    with np.errstate(all="ignore"):
+        assert np.array_equal(
+            _with("numba", lambda: t.correction(probe, 0.0)), t._correction_numpy(probe, 0.0)
+        )
+    bad = probe.copy()
+    bad[3, 2] = C  # outside its table: the kernel refuses, numpy's definition answers
+    assert np.array_equal(
+        _with("numba", lambda: t.correction(bad, 1.0)), t._correction_numpy(bad, 1.0)
+    )
+    bad[4, T - 1] = C  # past the last table: numpy's IndexError
+    with pytest.raises(IndexError):
+        _with("numba", lambda: t.correction(bad, 1.0))

@@ -938,3 +938,45 @@ def update_cells(
         out[G + g] = d_square[g] - old_square[g]
     out[2 * G] = ones
     return True
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def serve_correction(sums, counts, codes, scale, shrinkage, mean_unit, out_unit, out) -> bool:
+    """``FlatTables._correction`` for rows with cell ``codes`` (n, T), into ``out`` (n, k):
+    per table μ = S·scale / (n + λ) of the cell's two folds (S, n exact int64 sums), rounded to
+    the 2^-MEAN_BITS grid, summed over tables as int64, then · 2^-MEAN_BITS / T — the same
+    float operations in the same order as the numpy definition, element by element, with no
+    (n, T, k) temporaries (a 20k-row prediction gathered 12.8 M of them per instance).
+
+    False, with ``out`` unspecified, on anything but ordinary numbers and valid cells (a code
+    outside its table, an empty cell at λ = 0, a mean outside int64): the caller then runs
+    the numpy definition, which decides (reads, raises or rounds exactly as it always did).
+    """
+    n_rows, T = codes.shape
+    TC = sums.shape[1]
+    k = sums.shape[2]
+    if T == 0 or TC % T != 0:
+        return False
+    C = TC // T
+    total = np.empty(k, dtype=np.int64)
+    for i in range(n_rows):
+        for c in range(k):
+            total[c] = 0
+        for t in range(T):
+            code = codes[i, t]
+            if code < 0 or code >= C:
+                return False
+            cell = t * C + code
+            rows = np.float64(counts[0, cell] + counts[1, cell])
+            denominator = rows + shrinkage
+            if denominator == 0.0:
+                return False
+            for c in range(k):
+                mu = np.float64(sums[0, cell, c] + sums[1, cell, c]) * scale / denominator
+                fixed = np.rint(mu * mean_unit)
+                if not (-9.2e18 < fixed < 9.2e18):
+                    return False
+                total[c] += np.int64(fixed)
+        for c in range(k):
+            out[i, c] = np.float64(total[c]) * out_unit / T
+    return True

@@ -789,6 +789,25 @@ class FlatTables:
         return out
 
     def _correction(self, codes: np.ndarray, shrinkage: float) -> np.ndarray:
+        kernels = table_kernels(codes.shape[0] * self.n_tables * self.n_outputs)
+        if kernels is not None:
+            out = np.empty((codes.shape[0], self.n_outputs), dtype=np.float64)
+            T, C = self.n_tables, self.n_cells
+            if kernels.serve_correction(
+                self.sums.reshape(2, T * C, -1),
+                self.counts.reshape(2, T * C),
+                np.ascontiguousarray(codes, dtype=np.int64),
+                2.0**-self.scale_bits,
+                float(shrinkage),
+                2.0**MEAN_BITS,
+                2.0**-MEAN_BITS,
+                out,
+            ):
+                return out
+        return self._correction_numpy(codes, shrinkage)
+
+    def _correction_numpy(self, codes: np.ndarray, shrinkage: float) -> np.ndarray:
+        """The definition :func:`._table_kernels.serve_correction` follows."""
         T, C = self.n_tables, self.n_cells
         cell = np.arange(T, dtype=np.int64)[None, :] * C + codes.astype(np.int64)
         flat_sums = self.sums.reshape(2, T * C, -1)
