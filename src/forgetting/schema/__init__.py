@@ -145,7 +145,9 @@ class Schema:
         Z = self.features(X, block_rows)
         codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
         g = rowwise(self.base_model.predict, Z, block_rows, owner=self.base_model)
-        if self.head_kind == "shared-ridge":
+        if self.head_kind == "shared-ridge" and (
+            self.encoder is not None or self.preprocessor.uses_lda
+        ):  # without LDA directions (or an encoder) φ *is* the normalized input: Z serves
             Z = self.head_inputs(X, block_rows)
         return codes, g, Z
 
