@@ -458,9 +458,9 @@ def test_stacked_heads_serve_the_refits_bits_while_a_sibling_rebuilds(served):
     release = threading.Event()
     build = engine._build
 
-    def held_build(r, data):
+    def held_build(r, data, *gram):
         release.wait(60)
-        return build(r, data)
+        return build(r, data, *gram)
 
     engine._build = held_build
     try:
@@ -490,3 +490,34 @@ def test_shared_ridge_is_exact_for_regression_and_through_save_and_load(served, 
     removed = ids[::5]
     loaded.forget(removed)
     assert_same_model(loaded, refit(QSSRegressor, X, y, ids, removed, **params), X)
+
+
+@pytest.mark.parametrize("rebuild", ["sync", "background"])
+def test_a_rebuild_adopts_a_siblings_gram_and_lands_on_the_refit(served, monkeypatch, rebuild):
+    """A D° hit on one instance: its rebuild takes the Gram sums of a sibling (the same
+    integers over the same rows, with "shared-ridge") instead of recomputing them; the model
+    equals the refit and the audit, which recomputes every head sum from the rows, agrees.
+    A hit on every instance has no current sibling: the Gram sums are computed."""
+    _, X, y, ids = served
+    params = {**HEAD, "head": "shared-ridge", "rebuild": rebuild}
+    model = QSSClassifier(**params).fit(X, y, ids)
+    adopted = []
+    real = LinearHead.adopt_gram
+    monkeypatch.setattr(
+        LinearHead, "adopt_gram", lambda self, g, c: adopted.append(1) or real(self, g, c)
+    )
+    s0, s1, s2 = (schema_ids(model, r) for r in range(3))
+    one = [i for i in s0 if i not in s1 and i not in s2][:1]
+    model.forget(one)
+    model.wait_for_rebuilds()
+    assert adopted == [1]
+    assert_same_model(model, refit(QSSClassifier, X, y, ids, one, **params), X)
+    assert model.audit_content()
+    adopted.clear()
+    every = list(dict.fromkeys(next(i for i in s if i not in one) for s in (s0, s1, s2)))
+    receipt = model.forget(every)
+    assert receipt.instances_hit == (0, 1, 2)
+    model.wait_for_rebuilds()
+    assert adopted == []
+    assert_same_model(model, refit(QSSClassifier, X, y, ids, one + every, **params), X)
+    assert model.audit_content()

@@ -18,9 +18,9 @@ def _gate_rebuilds(model) -> threading.Event:
     gate = threading.Event()
     original = model.engine_._build
 
-    def slow_build(r, data):
+    def slow_build(r, data, *gram):
         gate.wait(timeout=30)
-        return original(r, data)
+        return original(r, data, *gram)
 
     model.engine_._build = slow_build
     return gate
@@ -97,10 +97,10 @@ def test_a_schema_hit_during_a_rebuild_restarts_it():
     original = model.engine_._build
     calls = []
 
-    def slow_build(r, data):
+    def slow_build(r, data, *gram):
         calls.append(r)
         gate.wait(timeout=30)
-        return original(r, data)
+        return original(r, data, *gram)
 
     model.engine_._build = slow_build
     victims = _only_in(model, 0)[:2]

@@ -124,7 +124,7 @@ def test_deletions_during_background_rebuild_reach_the_store(db):
     engine = model.estimator.engine_
     gate = threading.Event()
     original = engine._build
-    engine._build = lambda r, data: (gate.wait(timeout=30), original(r, data))[1]
+    engine._build = lambda r, data, *gram: (gate.wait(timeout=30), original(r, data, *gram))[1]
     model.forget(schema_ids(model.estimator, 0)[:1])
     protected = set().union(*[schema_ids(model.estimator, r) for r in range(3)])
     later = [i for i in ids if i not in protected][:10]

@@ -208,7 +208,20 @@ class QSSEngine:
             for r, result in enumerate(built):
                 self._install(r, *result)
 
-    def _build(self, r: int, data: RowData):
+    def _sibling_gram(
+        self, r: int, stale: Sequence[int] = ()
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """A copy of a valid sibling's head Gram sums and fold counts, when its head takes the
+        input as given (the same integers every instance holds over the current rows): what a
+        rebuild of instance ``r`` started now adopts instead of recomputing. ``stale``: the
+        instances the change being handled hit — not yet cleared, and not updated by it, so
+        their sums are not over the current rows. Under the lock."""
+        for s, inst in enumerate(self.instances):
+            if s != r and s not in stale and inst is not None and inst.input_head:
+                return inst.head.gram.copy(), inst.head.counts.copy()
+        return None
+
+    def _build(self, r: int, data: RowData, head_gram=None):
         """Build instance ``r`` on ``data``: its schema from D°_r (small, trained here), then
         every labeled row's contribution in chunks, reduced exactly.
 
@@ -226,6 +239,7 @@ class QSSEngine:
             self.config.random_state,
             self.config.label_mode,
             work=getattr(self, "row_work", None),
+            head_gram=head_gram,
         )
         result[0].refresh()  # here (a fit, or a rebuild's thread), not in the next prediction
         self.rebuild_seconds.append(time.perf_counter() - started)
@@ -573,27 +587,30 @@ class QSSEngine:
             self.instances[r] = None
             self._generation[r] += 1
             if self.config.rebuild == "sync":
-                self._rebuild_now(r)
+                self._rebuild_now(r, hit)
             else:
                 gen = self._generation[r]
                 data = self._row_data(copy=True)
                 thread = threading.Thread(
                     target=self._rebuild_worker,
-                    args=(r, gen, data),
+                    args=(r, gen, data, self._sibling_gram(r, hit)),
                     daemon=True,
                     name=f"qss-rebuild-{r}",
                 )
                 self._threads[r] = thread
                 thread.start()
 
-    def _rebuild_now(self, r: int) -> None:
+    def _rebuild_now(self, r: int, stale: Sequence[int] = ()) -> None:
         data = self._row_data(copy=False)
-        self._install(r, *self._build(r, data))
+        self._install(r, *self._build(r, data, self._sibling_gram(r, stale)))
 
-    def _rebuild_worker(self, r: int, gen: int, data: RowData) -> None:
+    def _rebuild_worker(self, r: int, gen: int, data: RowData, head_gram=None) -> None:
+        """Build instance ``r`` from the snapshot ``data`` (with ``head_gram``, a sibling's
+        Gram sums over the same rows, taken with it) and reconcile it with the rows present
+        now; start over from a fresh snapshot when rows of its D° changed meanwhile."""
         while True:
             try:
-                built = self._build(r, data)
+                built = self._build(r, data, head_gram)
             except BaseException as err:  # surfaced to callers by _raise_errors
                 with self._lock:
                     if self._generation[r] == gen:
@@ -606,6 +623,7 @@ class QSSEngine:
                 if self._reconcile(r, data, *built):
                     return
                 data = self._row_data(copy=True)
+                head_gram = self._sibling_gram(r)
 
     def _reconcile(
         self, r: int, data: RowData, instance: Instance, pos: np.ndarray, built: Contributions

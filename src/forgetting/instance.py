@@ -89,12 +89,16 @@ class Instance:
         """Add labeled rows' contributions; ``X`` (their inputs) feeds the ridge head."""
         self.add_encoded(contrib, folds, self.head_inputs(X))
 
-    def add_encoded(self, contrib, folds, features) -> None:
+    def add_encoded(self, contrib, folds, features, gram: bool = True) -> None:
         """Add labeled rows whose head ``features`` were computed with their contributions
-        (``contributions_with_features``): no second φ pass."""
+        (``contributions_with_features``): no second φ pass. ``gram=False``: the head's Gram
+        terms are left out (a rebuild adopting a sibling's, LinearHead.adopt_gram)."""
         self.accumulators.add(contrib.codes, contrib.residuals, folds)
         if self.head is not None:
-            self.head.add(features, contrib.residuals, folds)
+            if gram:
+                self.head.add(features, contrib.residuals, folds)
+            else:
+                self.head.add_cross(features, contrib.residuals, folds)
         self.content_hash = (self.content_hash + multiset_sum(contrib.digests)) % MODULUS
         self.content = None
 

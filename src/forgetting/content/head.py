@@ -177,6 +177,34 @@ class LinearHead:
         """Add rows: head ``features`` (n, D) int64, content ``residuals`` (n, k), ``folds``."""
         self._update(features, residuals, folds, 1)
 
+    def add_cross(self, features: np.ndarray, residuals: np.ndarray, folds: np.ndarray) -> None:
+        """Add rows' cross sums and counts but not their Gram terms: a rebuild whose Gram sums
+        come from a sibling instance over the same rows (:meth:`adopt_gram`)."""
+        if len(features) == 0:
+            return
+        if self.n_rows + len(features) > MAX_ROWS:
+            raise OverflowError(f"more than {MAX_ROWS} rows cannot be accumulated exactly")
+        self._solved = None
+        v = np.asarray(features)
+        if v.dtype != np.float64:
+            v = v.astype(np.int64, copy=False)
+        r = head_targets(residuals, self.scale_bits)
+        folds = np.asarray(folds)
+        for f in (0, 1):
+            mine = folds == f
+            if mine.any():
+                self.cross[f] += exact_cross(v[mine], r[mine])
+                self.counts[f] += int(mine.sum())
+
+    def adopt_gram(self, gram: np.ndarray, counts: np.ndarray) -> None:
+        """Take Gram sums computed over the very rows this head's cross sums were (a sibling's
+        with the same features: "shared-ridge"); their row counts must match, else the rows
+        were not the same and this raises."""
+        if gram.shape != self.gram.shape or not np.array_equal(counts, self.counts):
+            raise RuntimeError("adopted Gram sums are not over this head's rows")
+        self._solved = None
+        self.gram[...] = gram
+
     def subtract(self, features: np.ndarray, residuals: np.ndarray, folds: np.ndarray) -> None:
         self._update(features, residuals, folds, -1)
 

@@ -76,8 +76,10 @@ def chunk_contributions(
     targets: np.ndarray,
     row_hash: np.ndarray,
     folds: np.ndarray,
+    gram: bool = True,
 ) -> ChunkResult:
-    """Contributions of one chunk of labeled rows under ``schema``, and their partial sums.
+    """Contributions of one chunk of labeled rows under ``schema``, and their partial sums
+    (without the head's Gram terms when ``gram`` is False: see :func:`build_instance`).
 
     Runs anywhere (a worker process gets ``schema`` by value): it reads nothing but its
     arguments. The partial sums are an empty instance's, so shapes and scales match the
@@ -87,7 +89,7 @@ def chunk_contributions(
         schema, np.asarray(X, dtype=np.float32), targets, row_hash
     )
     part = empty_instance(config, schema)
-    part.add_encoded(contrib, folds, features)
+    part.add_encoded(contrib, folds, features, gram=gram)
     return ChunkResult(contrib, part.accumulators, part.head, part.content_hash)
 
 
@@ -112,15 +114,19 @@ class LocalRowWork:
     """Chunks in this process, one at a time: the transient memory of a build is that of
     one chunk (its float intermediates), whatever the number of rows."""
 
-    def __init__(self, chunk_rows: int = DEFAULT_CHUNK_ROWS):
+    def __init__(self, chunk_rows: int = DEFAULT_CHUNK_ROWS, gram: bool = True):
         self.chunk_rows = check_chunk_rows(chunk_rows)
+        self.gram = gram
+        """False: the head's Gram terms are left out (adopted from a sibling afterwards)."""
 
     def map_chunks(self, config, schema, X, targets, row_hash, folds, rows):
         for start, stop in chunk_bounds(len(rows), self.chunk_rows):
             at = rows[start:stop]
             yield (
                 start,
-                chunk_contributions(config, schema, X[at], targets[at], row_hash[at], folds[at]),
+                chunk_contributions(
+                    config, schema, X[at], targets[at], row_hash[at], folds[at], self.gram
+                ),
             )
 
 
@@ -180,6 +186,7 @@ def build_instance(
     random_state: int,
     label_mode: bool,
     work: RowWork | None = None,
+    head_gram: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[Instance, np.ndarray, Contributions]:
     """:func:`forgetting.instance.build_instance`, with the row work in chunks.
 
@@ -187,11 +194,24 @@ def build_instance(
     rows live); every labeled row's contribution then runs through ``work`` (default: this
     process, one chunk at a time) and is reduced exactly. Same signature and result, bit for
     bit (tests/test_distributed.py compares them).
+
+    ``head_gram`` = (Gram sums, fold counts) of a sibling instance over these very rows: when
+    this instance's head takes the input as given ("shared-ridge", no encoder) its Gram sums
+    are those integers, so a local build adopts them instead of recomputing Σ v vᵀ over every
+    row (~0.44 s of a 2 s rebuild at n = 300k, d = 128); the counts are checked.
     """
     schema = train_instance_schema(config, data, instance, random_state, label_mode)
     folds = data.folds
     labeled = np.flatnonzero(data.labeled)
-    work = LocalRowWork() if work is None else work
+    adopt = (
+        head_gram is not None
+        and work is None
+        and schema.head_kind == "shared-ridge"
+        and schema.encoder is None
+    )
+    work = (LocalRowWork(gram=False) if adopt else LocalRowWork()) if work is None else work
     chunks = work.map_chunks(config, schema, data.X, data.targets, data.row_hash, folds, labeled)
     built, contrib = reduce_chunks(config, schema, len(labeled), chunks)
+    if adopt:
+        built.head.adopt_gram(*head_gram)  # type: ignore[misc, union-attr]
     return built, labeled, contrib
