@@ -257,9 +257,7 @@ class QSSEngine:
         in every instance) is also placed in slot r of the stacked solve (design.md §5.13)."""
         if instance.head is None:
             return
-        schema = instance.schema
-        stacked = schema.head_kind == "shared-ridge" and schema.encoder is None
-        slot = (r, self.config.n_instances) if stacked else None
+        slot = (r, self.config.n_instances) if instance.input_head else None
         instance.head.share_solves(self._gram_cache, slot)
 
     def _solve_heads(self, instances: Sequence[Instance]) -> None:
@@ -515,7 +513,7 @@ class QSSEngine:
         if len(kept) < 2 or not all(self.instances[r].input_head for r in kept):
             return None
         labeled = pos[self.rows.labeled(pos)]
-        return self.instances[kept[0]].head_inputs(self.rows.X[labeled])
+        return self.instances[kept[0]].head_inputs(self.rows.features_at(labeled))
 
     def _subtract(self, r: int, inst: Instance, pos: np.ndarray, features=None) -> None:
         labeled = pos[self.rows.labeled(pos)]

@@ -67,11 +67,7 @@ class Instance:
     def input_head(self) -> bool:
         """Whether the head's features are a fixed function of the input alone — the same
         numbers in every instance ("shared-ridge" on features used as given)."""
-        return (
-            self.head is not None
-            and self.schema.head_kind == "shared-ridge"
-            and self.schema.encoder is None
-        )
+        return self.head is not None and self.schema.input_head
 
     def head_inputs(self, X: np.ndarray | None) -> np.ndarray | None:
         """The head's fixed-point features of raw rows ``X`` (statistics blocks), or None

@@ -180,21 +180,7 @@ class LinearHead:
     def add_cross(self, features: np.ndarray, residuals: np.ndarray, folds: np.ndarray) -> None:
         """Add rows' cross sums and counts but not their Gram terms: a rebuild whose Gram sums
         come from a sibling instance over the same rows (:meth:`adopt_gram`)."""
-        if len(features) == 0:
-            return
-        if self.n_rows + len(features) > MAX_ROWS:
-            raise OverflowError(f"more than {MAX_ROWS} rows cannot be accumulated exactly")
-        self._solved = None
-        v = np.asarray(features)
-        if v.dtype != np.float64:
-            v = v.astype(np.int64, copy=False)
-        r = head_targets(residuals, self.scale_bits)
-        folds = np.asarray(folds)
-        for f in (0, 1):
-            mine = folds == f
-            if mine.any():
-                self.cross[f] += exact_cross(v[mine], r[mine])
-                self.counts[f] += int(mine.sum())
+        LinearHead._update(self, features, residuals, folds, 1, gram=False)
 
     def adopt_gram(self, gram: np.ndarray, counts: np.ndarray) -> None:
         """Take Gram sums computed over the very rows this head's cross sums were (a sibling's
@@ -208,7 +194,7 @@ class LinearHead:
     def subtract(self, features: np.ndarray, residuals: np.ndarray, folds: np.ndarray) -> None:
         self._update(features, residuals, folds, -1)
 
-    def _update(self, features, residuals, folds, sign: int) -> None:
+    def _update(self, features, residuals, folds, sign: int, gram: bool = True) -> None:
         if len(features) == 0:
             return
         if sign > 0 and self.n_rows + len(features) > MAX_ROWS:
@@ -220,16 +206,19 @@ class LinearHead:
         r = head_targets(residuals, self.scale_bits)
         folds = np.asarray(folds)
         cache = self._gram_cache
-        if cache is not None and len(v) <= SHARED_DELTA_ROWS:
+        if not gram:
+            grams: list[np.ndarray | None] = [None, None]
+        elif cache is not None and len(v) <= SHARED_DELTA_ROWS:
             grams = cache.fold_grams_for(v, folds)
         else:
             grams = fold_grams(v, folds)
         update = np.add if sign > 0 else np.subtract
         for f in (0, 1):
-            if grams[f] is None:
-                continue
             mine = folds == f
-            update(self.gram[f], grams[f], out=self.gram[f])
+            if not mine.any():
+                continue
+            if grams[f] is not None:
+                update(self.gram[f], grams[f], out=self.gram[f])
             update(self.cross[f], exact_cross(v[mine], r[mine]), out=self.cross[f])
             self.counts[f] += sign * int(mine.sum())
 

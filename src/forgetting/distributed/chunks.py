@@ -203,12 +203,7 @@ def build_instance(
     schema = train_instance_schema(config, data, instance, random_state, label_mode)
     folds = data.folds
     labeled = np.flatnonzero(data.labeled)
-    adopt = (
-        head_gram is not None
-        and work is None
-        and schema.head_kind == "shared-ridge"
-        and schema.encoder is None
-    )
+    adopt = head_gram is not None and work is None and schema.input_head
     work = (LocalRowWork(gram=False) if adopt else LocalRowWork()) if work is None else work
     chunks = work.map_chunks(config, schema, data.X, data.targets, data.row_hash, folds, labeled)
     built, contrib = reduce_chunks(config, schema, len(labeled), chunks)

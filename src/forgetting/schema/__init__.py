@@ -104,6 +104,13 @@ class Schema:
         """One of :data:`HEAD_KINDS` or None (``head`` normalized: True is "ridge")."""
         return head_kind(self.head)
 
+    @property
+    def input_head(self) -> bool:
+        """Whether the head's features are a fixed function of the input alone — "shared-ridge"
+        on features used as given: the same numbers, hence the same Gram sums, in every
+        instance (design.md §5.13)."""
+        return self.head_kind == "shared-ridge" and self.encoder is None
+
     def head_inputs(self, X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
         """The real-valued features the head is fitted on, for raw rows, in canonical blocks:
         φ(f(x)) for "ridge" and "newton"; for "shared-ridge" the L2-normalized f(x) alone
