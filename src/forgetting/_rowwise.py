@@ -6,12 +6,13 @@ BLAS kernels choose different code paths (gemv vs gemm, edge micro-kernels) by m
 which can change the last bits of a dot product. Feeding every call the same shape — blocks of
 exactly ``BLOCK_ROWS`` rows, the last one zero-padded — removes that dependence.
 
-Two block sizes, each used for one job and never mixed: statistics (a row's contribution,
-computed at fit, insert and rebuild) use ``BLOCK_ROWS``; predictions use
-``SERVE_BLOCK_ROWS``, so that predicting one row after a deletion computes φ and g on 64 rows,
-not 1,024. Within each job a row's bits are the same in any batch, which is what exactness
-needs: contributions must not depend on how rows were batched, and a forgotten model and its
-refit must predict any input alike (both use the serving blocks).
+Three block sizes, each used for one job and never mixed: statistics (a row's contribution,
+computed at fit, insert and rebuild) use ``BLOCK_ROWS``; the head's features of those rows
+``HEAD_BLOCK_ROWS``; predictions ``SERVE_BLOCK_ROWS``, so that predicting one row after a
+deletion computes φ and g on 8 rows, not 1,024. Within each job a row's bits are the same in
+any batch, which is what exactness needs: contributions must not depend on how rows were
+batched, and a forgotten model and its refit must predict any input alike (both use the
+serving blocks).
 """
 
 from __future__ import annotations
@@ -27,7 +28,17 @@ import scipy.linalg  # noqa: F401 - loads scipy's BLAS before the libraries are 
 from threadpoolctl import ThreadpoolController
 
 BLOCK_ROWS = 1024
-SERVE_BLOCK_ROWS = 64
+SERVE_BLOCK_ROWS = 8
+"""Predictions: a prediction's bits are recomputed on every call, never stored, so this may
+change between versions. 8 rather than 64 (the value until the 2026-12 release): the first
+prediction after a deletion evaluates φ and g of one row per instance, and at 64 padded rows
+that was ~1/4 of a forget + first predict (encode of one row 134 → 96 µs per instance at
+d = 128, measured); bulk prediction is as fast (many blocks per BLAS call, :func:`rowwise`)."""
+HEAD_BLOCK_ROWS = 64
+"""The head's features of the rows in the statistics (content.head): stored sums were
+computed with them, so they must stay what they were — a forget recomputes the leaving
+rows' features and subtracts them; other bits would leave a residue in the sums. Small,
+because a one-row forget computes them for that row alone."""
 
 _LIBRARIES: list | None = None
 """(get, set) of every loaded BLAS library's process-wide thread count."""
@@ -114,18 +125,25 @@ def rowwise(
     X: np.ndarray,
     block_rows: int = BLOCK_ROWS,
     owner: object | None = None,
+    variant: str = "",
 ) -> np.ndarray:
     """Apply a row-independent ``fn`` to ``X`` block by block, each block ``block_rows`` rows.
 
     With an ``owner`` (the fitted object ``fn`` belongs to), many blocks may go through one
-    call of ``fn`` (:func:`block_matmul`), once that is checked to give the same bits.
+    call of ``fn`` (:func:`block_matmul`), once that is checked to give the same bits;
+    ``variant`` names which of the owner's functions ``fn`` is when it has several (each is
+    checked on its own).
     """
     with one_blas_thread():
         n = X.shape[0]
         if owner is None or n <= block_rows:
             return _blocks(fn, X, block_rows)
         verdicts = _verdicts_of(owner)
-        key = (block_rows, X.shape[1:], X.dtype.str)
+        key = (
+            (block_rows, X.shape[1:], X.dtype.str)
+            if not variant
+            else (variant, block_rows, X.shape[1:], X.dtype.str)
+        )
         if key not in verdicts:
             probe = X[: 3 * block_rows]
             expected = _blocks(fn, probe, block_rows)

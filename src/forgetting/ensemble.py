@@ -41,7 +41,7 @@ from .instance import (
 from .privacy import PrivacyLedger, public_state_digest
 from .receipts import Receipt
 from .rows import RowStore
-from .schema import SchemaConfig
+from .schema import SchemaConfig, normalized_rows
 from .schema.membership import (
     canonical_id,
     id_bytes,
@@ -372,9 +372,13 @@ class QSSEngine:
             contents = each(self._content, serving)
             self._bulk_change = False
             parts = [(inst, inst.schema, c) for inst, c in zip(serving, contents, strict=True)]
-        # φ, g and the cells depend on the (immutable) schema only: computed without the lock
+        # φ, g and the cells depend on the (immutable) schema only: computed without the lock;
+        # φ's first step (the normalized input) has no fitted state: once for all instances
+        normalized = None
+        if all(part[1].encoder is None for part in parts):
+            normalized = normalized_rows(X, SERVE_BLOCK_ROWS)
         each = map_instances if len(X) >= PARALLEL_ROWS else serial_map
-        encoded = each(lambda part: part[1].encode(X, SERVE_BLOCK_ROWS), parts)
+        encoded = each(lambda part: part[1].encode(X, SERVE_BLOCK_ROWS, normalized), parts)
         total = None
         with self._lock:
             # Flat tables are read in place (nothing is materialized), so their cells are

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._rowwise import SERVE_BLOCK_ROWS
+from ._rowwise import HEAD_BLOCK_ROWS
 from .content.accumulators import (
     CLASSIFICATION_SCALE_BITS,
     REGRESSION_SCALE_BITS,
@@ -157,13 +157,6 @@ class Instance:
             acc = self.accumulators if privatize is None else privatize(self.accumulators)
             self.content = build_content(acc, alpha, shrinkage)
         return self.content
-
-
-HEAD_BLOCK_ROWS = SERVE_BLOCK_ROWS
-"""The head's features are φ in 64-row blocks — its own job (design: _rowwise), computed at
-fit, insert, forget and rebuild alike. A forget recomputes them for the leaving rows only, so
-a small block keeps a one-row forget from evaluating φ on 1,024 padded rows per instance; a
-fit pays one extra φ pass in these blocks."""
 
 
 def instance_seed(random_state: int, instance: int) -> int:

@@ -111,21 +111,41 @@ class Schema:
         instance (design.md §5.13)."""
         return self.head_kind == "shared-ridge" and self.encoder is None
 
-    def head_inputs(self, X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
+    def head_inputs(
+        self, X: np.ndarray, block_rows: int = BLOCK_ROWS, normalized: np.ndarray | None = None
+    ) -> np.ndarray:
         """The real-valued features the head is fitted on, for raw rows, in canonical blocks:
         φ(f(x)) for "ridge" and "newton"; for "shared-ridge" the L2-normalized f(x) alone
         (φ's first step, without the D°-fitted LDA directions), which does not depend on D°
-        when the features are used as given — every instance then holds the same Gram."""
+        when the features are used as given — every instance then holds the same Gram.
+        ``normalized``: :func:`normalized_rows` of ``X`` in the same blocks, if already known
+        (features used as given only)."""
         if self.head_kind != "shared-ridge":
-            return self.features(X, block_rows)
+            return self.features(X, block_rows, normalized)
         if self.encoder is None:
-            # a fixed row-local function: many blocks per call once checked (_rowwise)
-            return rowwise(l2_normalize, X, block_rows, owner=l2_normalize)
+            return normalized_rows(X, block_rows) if normalized is None else normalized
         return rowwise(lambda b: l2_normalize(self.encoder.transform(b)), X, block_rows)
 
-    def features(self, X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
-        """φ(f(x)) for raw rows, in canonical blocks (row-wise bits never depend on the batch)."""
+    def features(
+        self, X: np.ndarray, block_rows: int = BLOCK_ROWS, normalized: np.ndarray | None = None
+    ) -> np.ndarray:
+        """φ(f(x)) for raw rows, in canonical blocks (row-wise bits never depend on the batch).
+
+        ``normalized`` (features used as given): :func:`normalized_rows` of ``X`` in the same
+        blocks, φ's first step, which every instance shares; φ is then finished from it with
+        the same bits (the normalization is row by row: a block of normalized rows, zero rows
+        padding it, is what :meth:`Preprocessor.transform` computes inside its own block)."""
         if self.encoder is None:
+            if normalized is not None:
+                if not self.preprocessor.uses_lda:
+                    return normalized
+                return rowwise(
+                    self.preprocessor.from_normalized,
+                    normalized,
+                    block_rows,
+                    owner=self.preprocessor,
+                    variant="from_normalized",
+                )
             return rowwise(self.preprocessor.transform, X, block_rows, owner=self.preprocessor)
         return rowwise(
             lambda b: self.preprocessor.transform(self.encoder.transform(b)), X, block_rows
@@ -145,17 +165,17 @@ class Schema:
         return codes, g
 
     def encode(
-        self, X: np.ndarray, block_rows: int = BLOCK_ROWS
+        self, X: np.ndarray, block_rows: int = BLOCK_ROWS, normalized: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Codes, g(x) and the head's inputs (:meth:`head_inputs`: φ(f(x)) itself, or the
-        normalized f(x) for "shared-ridge")."""
-        Z = self.features(X, block_rows)
+        normalized f(x) for "shared-ridge"); ``normalized`` as in :meth:`features`."""
+        Z = self.features(X, block_rows, normalized)
         codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
         g = rowwise(self.base_model.predict, Z, block_rows, owner=self.base_model)
         if self.head_kind == "shared-ridge" and (
             self.encoder is not None or self.preprocessor.uses_lda
         ):  # without LDA directions (or an encoder) φ *is* the normalized input: Z serves
-            Z = self.head_inputs(X, block_rows)
+            Z = self.head_inputs(X, block_rows, normalized)
         return codes, g, Z
 
     def digest(self) -> bytes:
@@ -183,6 +203,14 @@ class Schema:
         if self.residual_clip is not None:
             h.update(repr(("residual_clip", float(self.residual_clip))).encode())
         return h.digest()
+
+
+def normalized_rows(X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
+    """The L2-normalized rows of raw features in canonical blocks: φ's first step and the
+    "shared-ridge" head's input, a fixed function with no fitted state — the same numbers for
+    every instance of a model (so serving computes it once for all p)."""
+    # a fixed row-local function: many blocks per call once checked (_rowwise)
+    return rowwise(l2_normalize, X, block_rows, owner=l2_normalize)
 
 
 def _hash_value(h, value: Any, depth: int = 0) -> None:

@@ -30,9 +30,9 @@ from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
 from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
-from .._rowwise import BLOCK_ROWS, SERVE_BLOCK_ROWS, block_matmul, unstacked
+from .._rowwise import BLOCK_ROWS, HEAD_BLOCK_ROWS, SERVE_BLOCK_ROWS, block_matmul, unstacked
 
-_PROBE_HEIGHTS = (SERVE_BLOCK_ROWS, BLOCK_ROWS)
+_PROBE_HEIGHTS = (SERVE_BLOCK_ROWS, HEAD_BLOCK_ROWS, BLOCK_ROWS)
 _VERDICTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 

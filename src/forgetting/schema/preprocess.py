@@ -45,7 +45,13 @@ class Preprocessor:
         return self.lda is not None
 
     def transform(self, X: np.ndarray) -> np.ndarray:
-        Z = l2_normalize(X)
+        return self.from_normalized(l2_normalize(X))
+
+    def from_normalized(self, Z: np.ndarray) -> np.ndarray:
+        """φ from the L2-normalized rows ``Z`` (φ's first step done): the same operations on
+        the same numbers as :meth:`transform`, so the same bits. Why separate: the p
+        instances of a model share that first step (it has no fitted state), and serving
+        computes it once for all of them (ensemble: the normalized input)."""
         if self.lda is None:
             return Z
         if self.projection is not None:

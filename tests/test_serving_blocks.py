@@ -1,0 +1,80 @@
+"""Serving computes φ's first step once for all instances (ensemble: the normalized input) in
+8-row blocks. These tests pin that this shortcut is the same arithmetic as each instance
+computing φ from the raw rows itself, and that a row predicts the same alone or in a batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import classification_data, regression_data
+
+from forgetting import QSSClassifier, QSSRegressor
+from forgetting._rowwise import HEAD_BLOCK_ROWS, SERVE_BLOCK_ROWS
+from forgetting.ensemble import _instance_outputs
+from forgetting.schema import normalized_rows
+from forgetting.schema.preprocess import l2_normalize
+
+
+def _clustered(n: int, d: int, k: int, seed: int):
+    """Well-separated classes: with D° of a few hundred rows φ keeps LDA directions."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(scale=3.0, size=(k, d))
+    y = rng.integers(0, k, size=n)
+    return centers[y] + rng.normal(size=(n, d)), y
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(lda=True, head="shared-ridge"),
+        dict(lda=False, head="shared-ridge"),
+        dict(lda=True, head="ridge"),
+        dict(lda=True, head="none"),
+        dict(lda=True, partition="rq", n_levels=2, n_centroids=8),
+    ],
+)
+def test_shared_normalization_is_each_instances_own_arithmetic(params):
+    X, y = _clustered(3000, 24, 5, 0)
+    model = QSSClassifier(rho=0.1, rebuild="sync", random_state=0, **params).fit(X, y)
+    engine = model.engine_
+    Xq = np.random.default_rng(1).normal(scale=3.0, size=(2 * SERVE_BLOCK_ROWS + 3, 24))
+    if params.get("lda"):
+        assert any(inst.schema.preprocessor.uses_lda for inst in engine.instances)
+    for r, inst in enumerate(engine.instances):
+        content = engine._content(inst)
+        own = _instance_outputs(inst.schema, content, Xq)  # φ from the raw rows
+        assert np.array_equal(engine.predict_outputs(Xq, instance=r), own)
+    batch = model.predict_proba(Xq)
+    alone = np.vstack([model.predict_proba(Xq[i : i + 1]) for i in range(len(Xq))])
+    assert np.array_equal(batch, alone)
+
+
+def test_regressor_serves_the_same_with_the_shared_step():
+    X, y = regression_data()
+    model = QSSRegressor(rho=0.25, rebuild="sync", random_state=0).fit(X, y)
+    engine = model.engine_
+    for r, inst in enumerate(engine.instances):
+        own = _instance_outputs(inst.schema, engine._content(inst), X[:37])
+        assert np.array_equal(engine.predict_outputs(X[:37], instance=r), own)
+
+
+def test_normalized_rows_do_not_depend_on_the_block_or_batch():
+    X = classification_data(n=5 * SERVE_BLOCK_ROWS + 5, d=13, k=3)[0]
+    rows = normalized_rows(X, SERVE_BLOCK_ROWS)
+    assert np.array_equal(rows, np.vstack([l2_normalize(X[i : i + 1]) for i in range(len(X))]))
+    assert np.array_equal(normalized_rows(X, HEAD_BLOCK_ROWS), rows)
+
+
+def test_a_forget_after_the_serving_change_still_equals_the_refit():
+    """The head's statistics keep their own 64-row blocks (HEAD_BLOCK_ROWS): forgetting rows
+    subtracts exactly what was added."""
+    X, y = _clustered(2400, 16, 4, 3)
+    ids = np.arange(len(y))
+    model = QSSClassifier(rho=0.1, rebuild="sync", random_state=0).fit(X, y, ids)
+    gone = ids[5:400:7]
+    model.forget(gone.tolist())
+    model.wait_for_rebuilds()
+    keep = np.setdiff1d(ids, gone)
+    refit = QSSClassifier(rho=0.1, rebuild="sync", random_state=0).fit(X[keep], y[keep], keep)
+    assert model.state_digest() == refit.state_digest()
+    assert np.array_equal(model.predict_proba(X[:300]), refit.predict_proba(X[:300]))
