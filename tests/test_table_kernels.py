@@ -339,10 +339,14 @@ def _probe_square_by_masks(t: FlatTables, g: int) -> float | None:
         if n_probes == 0:
             return None
         weight = float(t.counts[b, 0].sum()) / n_probes
-        m = t.probe_sums[g][mine, :k].astype(np.float64) * (2.0**-MEAN_BITS / T)
-        average += float(np.einsum("ij,ij->", m, m)) * weight
-        q = t.probe_sums[g][mine, k].astype(np.float64) * (2.0 ** -square_bits(t.scale_bits) / T)
-        per_table += float(q.sum()) * weight
+        # every λ's means at once, reduced per λ (the definition: one (G, m_b, k) contraction
+        # of a C-ordered array — einsum's order follows the memory layout, and a mask on the
+        # middle axis returns another)
+        m = np.ascontiguousarray(t.probe_sums[:, mine, :k]).astype(np.float64)
+        m *= 2.0**-MEAN_BITS / T
+        average += float(np.einsum("gij,gij->g", m, m)[g]) * weight
+        q = t.probe_sums[:, mine, k].astype(np.float64) * (2.0 ** -square_bits(t.scale_bits) / T)
+        per_table += float(q.sum(axis=1)[g]) * weight
     exact_per_table = float(t.square[g]) * 2.0 ** -loss_bits(t.scale_bits) / T
     if per_table <= 0.0:
         return average

@@ -929,21 +929,30 @@ class _ProbeFloats:
             sums[:, order, k].astype(np.float64) * (2.0 ** -square_bits(tables.scale_bits) / T)
         )
         self.grid = np.asarray(tables.grid, dtype=np.float64)
-        self._norms: list[list[tuple[float, float] | None]] = [[None, None] for _ in tables.grid]
+        self._norms: list[tuple[list[float], list[float]] | None] = [None, None]
 
     def forget_fold(self, b: int) -> None:
-        for row in self._norms:
-            row[b] = None
+        self._norms[b] = None
 
     def norms(self, g: int, b: int) -> tuple[float, float]:
-        """Σ ‖m‖² and Σ q over fold b's probes for λ_g (the two sums of probe_square)."""
-        got = self._norms[g][b]
+        """Σ ‖m‖² and Σ q over fold b's probes for λ_g (the two sums of probe_square).
+
+        Computed for every λ of the grid at once when fold b's probes changed: one ``einsum``
+        over (G, m_b, k) and one row sum instead of 2G calls (each change of one row
+        recomputed a fold's four, ~4 µs of call overhead apiece). A (G, m_b, k) contraction
+        to (G,) sums each λ's block in its own order, which for large blocks is not the
+        order of a 2-D ``einsum`` on that block alone — a definition, the same after any
+        history (tests/test_table_kernels.py reduces the boolean-mask selection this way)."""
+        got = self._norms[b]
         if got is None:
             lo, hi = self.bounds[b]
-            m = self.means[g, lo:hi]
-            got = (float(_einsum("ij,ij->", m, m)), float(self.squares[g, lo:hi].sum()))
-            self._norms[g][b] = got
-        return got
+            m = self.means[:, lo:hi]
+            got = (
+                _einsum("gij,gij->g", m, m).tolist(),
+                self.squares[:, lo:hi].sum(axis=1).tolist(),
+            )
+            self._norms[b] = got
+        return got[0][g], got[1][g]
 
 
 try:  # np.einsum without its dispatch layers: for optimize=False it is this very call
@@ -1000,18 +1009,24 @@ def build_flat_content(
     """O(|grid|) after any change: the totals are maintained per cell, exactly.
 
     With a ridge head (content.head) the head is served instead of the tables when its exact
-    out-of-fold gain beats the tables': both are falls in the squared error of the same
-    residuals on the same rows. The tables' gain is only bracketed — the exact per-table gain
-    is a lower bound, the D°-probe estimate of the average's gain is noisy and optimistic on
-    small D° — so they are compared with the geometric mean of the two (chosen on validation
-    splits, benchmarks/results/partitions.md: it picks the better of the two models on every
-    set there; either bound alone misses one). The head costs one (d + 1)² factorization
-    after each change plus a few (d + 1)²·k products (LinearHead.solution).
+    out-of-fold gain exceeds :data:`~forgetting.content.head.TABLES_GAIN_FACTOR` (0.65) times
+    the tables' — both falls in the squared error of the same residuals on the same rows, the
+    tables' with the square term of their average estimated on the D° probes. The factor was
+    chosen on validation splits carved from the training sets
+    (benchmarks/results/head_rule.md): it picks the model that is better on validation on every
+    instance of every classification set there (including bench.core's Gaussian mixture, where
+    the former rule — the geometric mean of the probe estimate and the exact per-table gain —
+    served the head against tables 1–1.5 pp more accurate) and on diamonds. Both gains are
+    deterministic functions of the current integer sums, so a refit makes the same choice.
+    The head costs one (d + 1)² factorization after each change plus one solve and one
+    product over 2k columns (LinearHead.solution).
     """
+    from .head import TABLES_GAIN_FACTOR
+
     a, lam, gain = tables.best(alpha, shrinkage)
     if head is not None and alpha == "auto" and shrinkage == "auto":
-        tables_gain = float(np.sqrt(max(gain, 0.0) * tables.per_table_gain()))
-        _, weights = head.solution(serve_if=lambda gain: gain > tables_gain)
+        threshold = TABLES_GAIN_FACTOR * max(gain, 0.0)
+        _, weights = head.solution(serve_if=lambda head_gain: head_gain > threshold)
         if weights is not None:  # the head's gain beat the tables' (serve_if said so)
             return FlatContent(tables, a, lam, weights)
     return FlatContent(tables, a, lam)
