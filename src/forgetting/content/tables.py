@@ -1016,12 +1016,13 @@ def build_flat_content(
     (benchmarks/results/head_rule.md): it picks the model that is better on validation on every
     instance of every classification set there (including bench.core's Gaussian mixture, where
     the former rule — the geometric mean of the probe estimate and the exact per-table gain —
-    served the head against tables 1–1.5 pp more accurate) and on diamonds. Both gains are
+    served the head on every instance: validation accuracy 0.984 against the tables' 0.993)
+    and on diamonds. Both gains are
     deterministic functions of the current integer sums, so a refit makes the same choice.
     The head costs one (d + 1)² factorization after each change plus one solve and one
     product over 2k columns (LinearHead.solution).
     """
-    from .head import TABLES_GAIN_FACTOR
+    from .head import TABLES_GAIN_FACTOR  # the rule's constant lives with the head's gain
 
     a, lam, gain = tables.best(alpha, shrinkage)
     if head is not None and alpha == "auto" and shrinkage == "auto":
