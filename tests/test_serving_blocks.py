@@ -78,3 +78,38 @@ def test_a_forget_after_the_serving_change_still_equals_the_refit():
     refit = QSSClassifier(rho=0.1, rebuild="sync", random_state=0).fit(X[keep], y[keep], keep)
     assert model.state_digest() == refit.state_digest()
     assert np.array_equal(model.predict_proba(X[:300]), refit.predict_proba(X[:300]))
+
+
+@pytest.mark.parametrize("head", ["shared-ridge", "ridge", "none"])
+def test_statistics_share_the_normalization_with_the_same_bits(head, monkeypatch):
+    """A row's contribution and head features with φ's first step computed once equal those
+    of each step normalizing the raw rows itself (models saved before keep valid sums)."""
+    from forgetting import instance as instance_module
+    from forgetting._rowwise import BLOCK_ROWS
+    from forgetting.content.head import head_features
+    from forgetting.instance import contributions_with_features
+
+    X, y = _clustered(3000, 24, 5, 4)
+    model = QSSClassifier(rho=0.1, rebuild="sync", random_state=0, lda=True, head=head)
+    model.fit(X, y)
+    rows = np.random.default_rng(5).normal(scale=3.0, size=(BLOCK_ROWS + 77, 24))
+    targets = np.arange(len(rows)) % 5
+    hashes = np.zeros((len(rows), 32), dtype=np.uint8)
+    for inst in model.engine_.instances:
+        schema = inst.schema
+        contrib, features = contributions_with_features(schema, rows, targets, hashes)
+        codes, g = schema.transform(rows)  # φ from the raw rows, statistics blocks
+        assert np.array_equal(contrib.codes, codes)
+        with monkeypatch.context() as patch:  # every step normalizing the raw rows itself
+            patch.setattr(instance_module, "normalized_rows", lambda X, block_rows: None)
+            own_contrib, _ = contributions_with_features(schema, rows, targets, hashes)
+        assert np.array_equal(contrib.residuals, own_contrib.residuals)
+        assert np.array_equal(contrib.digests, own_contrib.digests)
+        if head == "none":
+            assert features is None
+            continue
+        own = head_features(schema.head_inputs(rows, HEAD_BLOCK_ROWS), np.float64)
+        assert np.array_equal(features, own)
+    rows_1024 = normalized_rows(rows, BLOCK_ROWS)
+    assert np.array_equal(rows_1024, normalized_rows(rows, SERVE_BLOCK_ROWS))
+    assert np.array_equal(rows_1024, normalized_rows(rows, HEAD_BLOCK_ROWS))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._rowwise import HEAD_BLOCK_ROWS
+from ._rowwise import BLOCK_ROWS, HEAD_BLOCK_ROWS
 from .content.accumulators import (
     CLASSIFICATION_SCALE_BITS,
     REGRESSION_SCALE_BITS,
@@ -25,7 +25,7 @@ from .content.materialize import Content, build_content
 from .content.tables import FlatContent, FlatTables, build_flat_content
 from .labels import is_labeled
 from .privacy import clip_residuals
-from .schema import Schema, SchemaConfig, train_schema
+from .schema import Schema, SchemaConfig, normalized_rows, train_schema
 from .schema.membership import MembershipRule
 
 
@@ -173,10 +173,16 @@ def contributions_for(
 def contributions_with_features(
     schema: Schema, X: np.ndarray, targets: np.ndarray, row_hashes: np.ndarray
 ) -> tuple[Contributions, np.ndarray | None]:
-    """Contributions and, with a ridge head, the head's features (φ in HEAD_BLOCK_ROWS)."""
-    codes, g = schema.transform(X)
+    """Contributions and, with a ridge head, the head's features (φ in HEAD_BLOCK_ROWS).
+
+    φ's first step, the L2 normalization, is computed once for both: it is row by row, so
+    the statistics' blocks and the head's give the same normalized rows (the same bits as
+    each normalizing on its own; tests/test_serving_blocks.py) — one pass over the rows
+    instead of two or three (~0.1 s each per instance at 300k × 128)."""
+    normalized = normalized_rows(X, BLOCK_ROWS) if schema.encoder is None else None
+    codes, g, _ = schema.encode(X, BLOCK_ROWS, normalized, head=False)
     features = (
-        head_features(schema.head_inputs(X, HEAD_BLOCK_ROWS), np.float64)
+        head_features(schema.head_inputs(X, HEAD_BLOCK_ROWS, normalized), np.float64)
         if schema.head_kind is not None
         else None
     )

@@ -165,15 +165,23 @@ class Schema:
         return codes, g
 
     def encode(
-        self, X: np.ndarray, block_rows: int = BLOCK_ROWS, normalized: np.ndarray | None = None
+        self,
+        X: np.ndarray,
+        block_rows: int = BLOCK_ROWS,
+        normalized: np.ndarray | None = None,
+        head: bool = True,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Codes, g(x) and the head's inputs (:meth:`head_inputs`: φ(f(x)) itself, or the
-        normalized f(x) for "shared-ridge"); ``normalized`` as in :meth:`features`."""
+        normalized f(x) for "shared-ridge"); ``normalized`` as in :meth:`features`. With
+        ``head=False`` the third item is φ whatever the head (the caller computes the head's
+        inputs in blocks of its own)."""
         Z = self.features(X, block_rows, normalized)
         codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
         g = rowwise(self.base_model.predict, Z, block_rows, owner=self.base_model)
-        if self.head_kind == "shared-ridge" and (
-            self.encoder is not None or self.preprocessor.uses_lda
+        if (
+            head
+            and self.head_kind == "shared-ridge"
+            and (self.encoder is not None or self.preprocessor.uses_lda)
         ):  # without LDA directions (or an encoder) φ *is* the normalized input: Z serves
             Z = self.head_inputs(X, block_rows, normalized)
         return codes, g, Z
