@@ -754,7 +754,10 @@ class FlatTables:
     def per_table_gain(self) -> float:
         """The largest cross-fitted gain of the per-table loss over the grid: exact, and a
         lower bound on the gain of the tables' average (Jensen: averaging tables can only
-        shrink the square term)."""
+        shrink the square term). Not part of the head-vs-tables rule any more (a loose bound:
+        2–25× below the probe estimate on the benchmark's sets, and no factor on it or on its
+        geometric mean with the probe estimate separates the sets where the head wins —
+        benchmarks/results/head_rule.md); reported there for the record."""
         scale = 2.0 ** -loss_bits(self.scale_bits) / self.n_tables
         best = 0.0
         for g in range(len(self.grid)):
