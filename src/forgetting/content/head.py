@@ -17,9 +17,10 @@ below 2^62.
 
 The penalty is c · mean(diag G) with a fixed c (:data:`PENALTY`): cross-fitting it over a
 grid would cost a factorization per value after every change. Both statistic folds are kept
-so that the head's out-of-fold gain (fold-A head scored on fold-B sums, exactly, from the
-integers) can be compared with the tables' (see :func:`forgetting.content.tables`): the served
-model uses whichever corrects g better out of fold.
+so that the head's out-of-fold gain (a fold-A head scored on fold-B sums, a deterministic
+function of the integers) can be compared with the tables'
+(:func:`forgetting.content.tables.build_flat_content`): an instance serves its head when that
+gain exceeds :data:`TABLES_GAIN_FACTOR` times theirs.
 
 :class:`NewtonHead` keeps these sums plus one weighted Gram per class and serves one Newton step
 of one-vs-rest logistic regression from g's logits instead of the least-squares fit: the same
