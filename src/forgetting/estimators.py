@@ -259,7 +259,9 @@ class _QSSBase(BaseEstimator):
     def _head(self) -> str | bool:
         """Resolve ``head="auto"``: an exact ridge head on all rows wherever it can run (flat
         partitions, modes other than "dp"); each instance serves its head only when the ridge
-        head's out-of-fold gain beats the tables' (content.tables.build_flat_content).
+        head's out-of-fold gain exceeds 0.65 × the tables' (``TABLES_GAIN_FACTOR``,
+        content.tables.build_flat_content; chosen on validation splits,
+        benchmarks/results/head_rule.md).
 
         "shared-ridge" (one Gram and one stacked solve for the p instances, design.md §5.13)
         unless a learned encoder makes every instance's inputs its own ("ridge" then): on the
