@@ -67,7 +67,7 @@ class _QSSBase(BaseEstimator):
         "n_levels": [None, Interval(Integral, 1, 16, closed="both")],
         "n_centroids": [None, Interval(Integral, 2, 65536, closed="both")],
         "partition": [StrOptions({"auto", "rq", "trees", "hyperplanes"})],
-        "head": [StrOptions({"auto", "ridge", "shared-ridge", "newton", "none"})],
+        "head": [StrOptions({"auto", "ridge", "shared-ridge", "shared-rf", "newton", "none"})],
         "alpha": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
         "shrinkage": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
         "base_model": [StrOptions({"auto"}), HasMethods(["fit", "predict"])],
@@ -161,12 +161,18 @@ class _QSSBase(BaseEstimator):
         partition = self._partition()
         if partition != "rq" and (self.n_levels is not None or self.n_centroids is not None):
             raise ValueError("n_levels and n_centroids shape partition='rq' only")
-        if self.head in ("ridge", "shared-ridge", "newton") and (
+        if self.head in ("ridge", "shared-ridge", "shared-rf", "newton") and (
             partition == "rq" or self.mode == "dp"
         ):
             raise ValueError(
                 f"head={self.head!r} needs a flat partition ('trees' or 'hyperplanes') and a "
                 "mode other than 'dp' (its exact sums would be released without noise)"
+            )
+        if self.head == "shared-rf" and self.encoder is not None:
+            raise ValueError(
+                "head='shared-rf' takes the features as given: with a learned encoder each "
+                "instance's inputs differ, so its Gram is not shared; use head='ridge' or "
+                "'newton'"
             )
         if self.head == "newton" and self._task != "classification":
             raise ValueError(
@@ -517,7 +523,7 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         features. The flat partitions need few D° rows, are far more accurate in exact mode
         on many classes, and a forget touches only one cell per table: nothing is
         re-materialized before the next prediction. See docs/partitions.md.
-    head : {"auto", "ridge", "shared-ridge", "newton", "none"}
+    head : {"auto", "ridge", "shared-ridge", "shared-rf", "newton", "none"}
         "ridge": each instance also keeps an exact ridge regression of g's residuals on φ(x)
         over *all* rows, from int64 sums Σvvᵀ and Σvrᵀ (exact under deletion), and serves it
         instead of the tables when its out-of-fold gain is larger (g is fit on D° alone; the
@@ -532,7 +538,11 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         instance holds the same Gram matrix and the p instances share one factorization and
         one stacked solve after a change (the fastest head to forget and serve; the same
         accuracy as "ridge" on the paper benchmark, benchmarks/results/heads.md). With a
-        learned encoder its input is the instance's f(x): per-instance Grams again. "auto":
+        learned encoder its input is the instance's f(x): per-instance Grams again.
+        "shared-rf": "shared-ridge" on [x̂, ψ(x̂)], x̂ the normalized input and ψ E fixed,
+        data-free random ReLU features (E = 64·⌈d/64⌉, at most 512): still one Gram for all
+        instances, closer to SISA on image features (docs/partitions.md) at a (d + E + 1)²
+        factorization per change; features as given only (refused with an encoder). "auto":
         "shared-ridge" with a flat partition outside mode="dp" ("ridge" with a learned
         encoder); "none": tables only.
     alpha : float or "auto"

@@ -23,14 +23,18 @@ from .codebook import Codebook, train_codebook
 from .membership import MembershipRule
 from .partitions import ThresholdPartition, fit_partition
 from .preprocess import Preprocessor, fit_preprocessor, l2_normalize
+from .random_features import RF_SEED, random_features, rf_width
 from .selection import choose_lda, choose_n_centroids, choose_n_levels
 
-HEAD_KINDS = ("ridge", "newton", "shared-ridge")
+HEAD_KINDS = ("ridge", "newton", "shared-ridge", "shared-rf")
 """The exact heads an instance may keep (content.head): "ridge" and "newton" on φ — the
-normalized input plus the D°-fitted LDA directions, so each instance's features differ — and
+normalized input plus the D°-fitted LDA directions, so each instance's features differ —
 "shared-ridge", the ridge head on the normalized input itself: the same features, hence the
 same Gram matrix, in every instance, so the p instances share one factorization (design.md
-§5.13)."""
+§5.13) — and "shared-rf", the same on the normalized input widened by E fixed, data-free
+random ReLU features (:mod:`.random_features`): still one Gram for every instance."""
+INPUT_HEADS = ("shared-ridge", "shared-rf")
+"""The heads whose features are a fixed function of the input as given (no encoder)."""
 
 
 def head_kind(head: bool | str | None) -> str | None:
@@ -68,7 +72,8 @@ class SchemaConfig:
     ("trees", "hyperplanes"), see :mod:`.partitions`."""
     head: bool | str = False
     """Keep an exact head on all rows (:mod:`forgetting.content.head`): "ridge" (or True),
-    "newton" or "shared-ridge"; flat partitions only."""
+    "newton", "shared-ridge" or "shared-rf" (features used as given only); flat partitions
+    only."""
 
     @property
     def membership(self) -> MembershipRule:
@@ -96,8 +101,14 @@ class Schema:
     models saved before there was a choice — or "newton" on φ, "shared-ridge" on the
     normalized input; False for none."""
     n_features: int = 0
-    """Dimension of the head's features (φ(f(x)), or f(x) for "shared-ridge"; set with a
-    head: its sums are (d + 1)²)."""
+    """Dimension of the head's features (φ(f(x)), or f(x) for "shared-ridge", or d + E for
+    "shared-rf"; set with a head: its sums are (n_features + 1)²)."""
+    rf_width: int = 0
+    """"shared-rf": E, the number of random ReLU features (:func:`.random_features.rf_width`
+    of d at fit time; kept, so a model keeps its E if the rule changes); 0 otherwise."""
+    rf_seed: int = 0
+    """"shared-rf": the seed of the random projection R (:data:`.random_features.RF_SEED` at
+    fit time); 0 otherwise."""
 
     @property
     def head_kind(self) -> str | None:
@@ -108,8 +119,9 @@ class Schema:
     def input_head(self) -> bool:
         """Whether the head's features are a fixed function of the input alone — "shared-ridge"
         on features used as given: the same numbers, hence the same Gram sums, in every
-        instance (design.md §5.13)."""
-        return self.head_kind == "shared-ridge" and self.encoder is None
+        instance (design.md §5.13); "shared-rf" likewise (its random features are data-free,
+        the same in every instance)."""
+        return self.head_kind in INPUT_HEADS and self.encoder is None
 
     def head_inputs(
         self, X: np.ndarray, block_rows: int = BLOCK_ROWS, normalized: np.ndarray | None = None
@@ -117,10 +129,19 @@ class Schema:
         """The real-valued features the head is fitted on, for raw rows, in canonical blocks:
         φ(f(x)) for "ridge" and "newton"; for "shared-ridge" the L2-normalized f(x) alone
         (φ's first step, without the D°-fitted LDA directions), which does not depend on D°
-        when the features are used as given — every instance then holds the same Gram.
+        when the features are used as given — every instance then holds the same Gram; for
+        "shared-rf" [u, ψ(u)], u the normalized input and ψ its fixed random ReLU features,
+        computed in the same ``block_rows`` blocks (:mod:`.random_features`).
         ``normalized``: :func:`normalized_rows` of ``X`` in the same blocks, if already known
         (features used as given only)."""
-        if self.head_kind != "shared-ridge":
+        kind = self.head_kind
+        if kind == "shared-rf":
+            if self.encoder is not None:
+                raise ValueError('head "shared-rf" takes the features as given (no encoder)')
+            U = normalized_rows(X, block_rows) if normalized is None else normalized
+            psi = random_features(U.shape[1], self.rf_width, self.rf_seed)(U, block_rows)
+            return np.hstack([U, psi])
+        if kind != "shared-ridge":
             return self.features(X, block_rows, normalized)
         if self.encoder is None:
             return normalized_rows(X, block_rows) if normalized is None else normalized
@@ -172,16 +193,19 @@ class Schema:
         head: bool = True,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Codes, g(x) and the head's inputs (:meth:`head_inputs`: φ(f(x)) itself, or the
-        normalized f(x) for "shared-ridge"); ``normalized`` as in :meth:`features`. With
+        normalized f(x) for "shared-ridge", [u, ψ(u)] for "shared-rf"); ``normalized`` as in
+        :meth:`features`. With
         ``head=False`` the third item is φ whatever the head (the caller computes the head's
         inputs in blocks of its own)."""
         Z = self.features(X, block_rows, normalized)
         codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
         g = rowwise(self.base_model.predict, Z, block_rows, owner=self.base_model)
-        if (
-            head
-            and self.head_kind == "shared-ridge"
-            and (self.encoder is not None or self.preprocessor.uses_lda)
+        if head and (
+            self.head_kind == "shared-rf"
+            or (
+                self.head_kind == "shared-ridge"
+                and (self.encoder is not None or self.preprocessor.uses_lda)
+            )
         ):  # without LDA directions (or an encoder) φ *is* the normalized input: Z serves
             Z = self.head_inputs(X, block_rows, normalized)
         return codes, g, Z
@@ -208,6 +232,8 @@ class Schema:
             h.update(b"newton-head")
         elif self.head_kind == "shared-ridge":
             h.update(b"shared-ridge-head")
+        elif self.head_kind == "shared-rf":
+            h.update(repr(("shared-rf-head", int(self.rf_width), int(self.rf_seed))).encode())
         if self.residual_clip is not None:
             h.update(repr(("residual_clip", float(self.residual_clip))).encode())
         return h.digest()
@@ -320,6 +346,11 @@ def _train_schema(
     """
     n_schema = X_schema.shape[0]
     encoder = None
+    if head_kind(config.head) == "shared-rf" and config.encoder is not None:
+        raise ValueError(
+            'head "shared-rf" takes the features as given: with a learned encoder every '
+            'instance\'s inputs differ, so nothing is shared; use head="ridge" or "newton"'
+        )
     if config.encoder is not None:
         encoder = copy.deepcopy(config.encoder).fit(X_schema, y_schema, seed)
         X_schema = rowwise(encoder.transform, X_schema)
@@ -344,6 +375,10 @@ def _train_schema(
         )
         folds = np.zeros(n_schema, np.int64) if schema_folds is None else schema_folds
         probes = probe_rows(n_schema)
+        kind = head_kind(config.head)
+        d = X_schema.shape[1]
+        rf = rf_width(d) if kind == "shared-rf" else 0
+        n_features = {"shared-ridge": d, "shared-rf": d + rf}.get(kind, Z_schema.shape[1])
         return Schema(
             preprocessor=pre,
             base_model=g,
@@ -355,9 +390,9 @@ def _train_schema(
             probe_codes=partition.cells(Z_schema[probes]),
             probe_folds=np.asarray(folds, dtype=np.int64)[probes],
             head=config.head,
-            n_features=int(
-                X_schema.shape[1] if head_kind(config.head) == "shared-ridge" else Z_schema.shape[1]
-            ),
+            n_features=int(n_features),
+            rf_width=int(rf),
+            rf_seed=RF_SEED if kind == "shared-rf" else 0,
         )
     n_centroids = config.n_centroids or choose_n_centroids(
         Z_codebook.shape[0], n_schema, config.rho

@@ -1,0 +1,102 @@
+"""Fixed random ReLU features of the normalized input: the "shared-rf" head's extra inputs.
+
+The "shared-ridge" head (design.md §5.13) is a ridge regression of g's residuals on
+v = [u, 1], u the L2-normalized input: linear in u, it trails SISA's logistic shards by
+1–3 pp on digits, MNIST-HOG and Fashion-HOG (benchmarks/results/heads.md). The "newton" head
+closes that gap with one weighted Gram per class and instance (k more factorizations after
+every change). "shared-rf" keeps the shared ridge head's one *unweighted* Gram and instead
+widens its input: v′ = [u, ψ(u), 1] with
+
+    ψ(u) = min(1, max(0, uᵀR) / √E),   R ~ N(0, 1)^{d × E} from the fixed seed RF_SEED,
+
+E random ReLU features (a random-features approximation of an arc-cosine kernel). R is
+*data-free*: a function of (d, E, seed) alone, the same in every instance, every refit and
+every process, so the Gram Σ v′v′ᵀ is still the same integers in every instance and the p
+instances share one factorization and one stacked solve exactly as "shared-ridge" does.
+
+Fixed point: ψ ∈ [0, 1] (the clip at 1 is almost never active — |uᵀR_j| / √E ≤ ‖R_j‖ / √E
+and ‖R_j‖ ≈ √d — and exists so that the head's bound |v| ≤ 2^14 holds by construction), so
+the head's integer sums keep their bounds (content.head: |v| ≤ 2^14, sums below 2^62).
+
+Exactness: ψ's only shape-sensitive step, the product uᵀR, goes through
+:func:`forgetting._rowwise.block_matmul` inside :func:`forgetting._rowwise.rowwise`, in the
+same canonical blocks as the head's other inputs (HEAD_BLOCK_ROWS for the statistics,
+SERVE_BLOCK_ROWS for predictions), so a row's ψ is the same bits alone or in any batch.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from .._rowwise import BLOCK_ROWS, block_matmul, rowwise
+
+RF_SEED = 20261201
+"""Seed of R, the random projection: a constant, so every instance, refit and process draws
+the same R (recorded in each schema and in its digest)."""
+RF_STEP = 64
+RF_MAX = 512
+
+
+def rf_width(d: int) -> int:
+    """E, the number of random features for a d-dimensional input: 64·⌈d/64⌉, at most 512.
+
+    Why this rule (helper H23's study on validation splits of the paper benchmark's training
+    sets; test figures are 3 seeds, additive serving, SISA in brackets): E of the order of d
+    is where the gain comes from — digits (d = 64) with E = 64 already 0.970 (0.957), Adult
+    (d = 108) with E = 108 0.855 (0.853) — and 512 at d = 520 (MNIST- and Fashion-HOG) gives
+    0.975 (0.977) and 0.864 (0.877), up from 0.963 and 0.848 with the linear head. The cap
+    bounds the cost: the system is D = d + E + 1 and a change factors it once (cubic in D),
+    ~17–21 ms of arithmetic at d = 520, E = 512 against ~5 ms for "shared-ridge"; 1024
+    features bought Fashion-HOG another ~0.7 pp at about 4× the factorization. Rounding up to
+    a multiple of 64 keeps the BLAS shapes regular. A function of d alone (no data): the
+    same for every instance and every refit.
+    """
+    if d < 1:
+        raise ValueError(f"random features need at least one input feature, got d = {d}")
+    return min(RF_MAX, RF_STEP * math.ceil(d / RF_STEP))
+
+
+class RandomFeatures:
+    """ψ for one (d, E, seed): R drawn once, kept read-only. Instances come from
+    :func:`random_features` (one object per key in the process, which also keys
+    :func:`rowwise`'s stacking verdict)."""
+
+    def __init__(self, d: int, width: int, seed: int) -> None:
+        self.d, self.width, self.seed = int(d), int(width), int(seed)
+        R = np.random.default_rng(self.seed).standard_normal((self.d, self.width))
+        R /= math.sqrt(self.width)  # ψ = relu(uᵀR) / √E: the scale folded into R, exactly
+        # once (the same division for every process), so a block is one product and a clip
+        R.setflags(write=False)
+        self.R = R
+
+    def block(self, U: np.ndarray) -> np.ndarray:
+        """ψ of a block of normalized rows (elementwise after one product)."""
+        out = block_matmul(np.asarray(U, dtype=np.float64), self.R)
+        np.clip(out, 0.0, 1.0, out=out)
+        return out
+
+    def __call__(self, U: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
+        """ψ of normalized rows ``U`` (n, d) in canonical blocks of ``block_rows`` rows."""
+        if U.shape[1] != self.d:
+            raise ValueError(f"random features for d = {self.d}, got {U.shape[1]} columns")
+        return rowwise(self.block, U, block_rows, owner=self)
+
+
+_CACHE: dict[tuple[int, int, int], RandomFeatures] = {}
+_LOCK = threading.Lock()
+
+
+def random_features(d: int, width: int, seed: int = RF_SEED) -> RandomFeatures:
+    """The process's ψ for (d, E, seed), drawn on first use (R is d·E float64: 2 MB at
+    d = 520, E = 512) and kept: every instance of every model with that key shares it."""
+    key = (int(d), int(width), int(seed))
+    found = _CACHE.get(key)
+    if found is None:
+        with _LOCK:
+            found = _CACHE.get(key)
+            if found is None:
+                found = _CACHE[key] = RandomFeatures(*key)
+    return found

@@ -1,0 +1,190 @@
+"""head="shared-rf": the shared ridge head on [u, ψ(u)], ψ fixed random ReLU features.
+
+What must hold: forget ≡ refit bit for bit (rows outside D°, D° hits, inserts, a save/load
+round trip), a row's features and prediction the same alone as in any batch, one Gram for
+every instance (one factorization per change) and a digest of its own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from conftest import assert_same_model, outside_all_schemas, schema_ids
+
+from forgetting import QSSClassifier, QSSRegressor
+from forgetting._rowwise import HEAD_BLOCK_ROWS, SERVE_BLOCK_ROWS
+from forgetting.content import head as head_module
+from forgetting.content.head import GramSystem
+from forgetting.instance import Instance
+from forgetting.schema import normalized_rows
+from forgetting.schema.random_features import RF_SEED, random_features, rf_width
+
+RF = dict(rho=0.1, n_instances=3, partition="trees", head="shared-rf", rebuild="sync")
+
+
+def curved_data(n=900, d=30, k=3, seed=0):
+    """Labels from a noisy *nonlinear* score (a tanh of a linear one, plus a product term):
+    the random features have something to add to the linear head."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    B = rng.normal(size=(d, k))
+    score = np.tanh(X @ B) + 0.5 * (X[:, :k] * X[:, k : 2 * k]) + 0.3 * rng.normal(size=(n, k))
+    return X, score.argmax(axis=1)
+
+
+def refit(cls, X, y, ids, removed, **params):
+    gone = set(removed)
+    keep = [i for i, row_id in enumerate(ids) if row_id not in gone]
+    return cls(**params).fit(X[keep], y[keep], [ids[i] for i in keep])
+
+
+@pytest.fixture(scope="module")
+def served():
+    X, y = curved_data()
+    ids = [f"r{i}" for i in range(len(y))]
+    return QSSClassifier(**RF).fit(X, y, ids), X, y, ids
+
+
+# -- the features ----------------------------------------------------------------------------
+def test_width_rule_and_features_are_the_formula_in_range():
+    assert [rf_width(d) for d in (1, 16, 64, 65, 108, 384, 520, 4096)] == [
+        64, 64, 64, 128, 128, 384, 512, 512,
+    ]  # fmt: skip
+    U = normalized_rows(np.random.default_rng(1).normal(size=(200, 30)))
+    psi = random_features(30, 64)(U, HEAD_BLOCK_ROWS)
+    R = np.random.default_rng(RF_SEED).standard_normal((30, 64))
+    assert psi.shape == (200, 64) and psi.min() >= 0.0 and psi.max() <= 1.0
+    np.testing.assert_allclose(psi, np.clip(U @ R / 8.0, 0.0, 1.0), rtol=0, atol=1e-12)
+    assert random_features(30, 64) is random_features(30, 64, RF_SEED)  # one R per key
+
+
+@pytest.mark.parametrize("block_rows", [SERVE_BLOCK_ROWS, HEAD_BLOCK_ROWS])
+def test_a_rows_features_are_the_same_alone_as_in_a_batch(served, block_rows):
+    model, X, _, _ = served
+    schema = model.engine_.instances[0].schema
+    assert schema.rf_width == 64 and schema.n_features == 30 + 64 and schema.input_head
+    Xf = np.asarray(X[:300], np.float32)
+    batch = schema.head_inputs(Xf, block_rows)  # > 3 blocks: the stacked evaluation
+    again = schema.head_inputs(Xf[::-1], block_rows)[::-1]
+    alone = np.vstack([schema.head_inputs(Xf[i : i + 1], block_rows) for i in range(0, 300, 7)])
+    assert np.array_equal(batch, again)
+    assert np.array_equal(batch[::7], alone)
+    given = schema.head_inputs(Xf, block_rows, normalized_rows(Xf, 1024))  # normalized elsewhere
+    assert np.array_equal(batch, given)
+
+
+def test_a_rows_prediction_is_the_same_alone_as_in_a_batch(served):
+    model, X, _, _ = served
+    whole = model.predict_proba(X[:200])
+    alone = np.vstack([model.predict_proba(X[i : i + 1]) for i in range(0, 200, 9)])
+    assert np.array_equal(whole[::9], alone)
+
+
+# -- forget ≡ refit --------------------------------------------------------------------------
+@pytest.mark.parametrize("which", ["outside", "one_schema", "many"])
+def test_forget_equals_refit(served, which):
+    _, X, y, ids = served
+    model = QSSClassifier(**RF).fit(X, y, ids)
+    assert "head" in model.corrections_
+    s0, s1, s2 = (schema_ids(model, r) for r in range(3))
+    removed = {
+        "outside": outside_all_schemas(model)[:3],
+        "one_schema": [i for i in s0 if i not in s1 and i not in s2][:1],  # a D° hit
+        "many": ids[::4],
+    }[which]
+    receipt = model.forget(removed)
+    if which == "one_schema":
+        assert receipt.instances_hit == (0,)
+    again = refit(QSSClassifier, X, y, ids, removed, **RF)
+    assert model.corrections_ == again.corrections_
+    assert_same_model(model, again, X)
+    assert model.audit_content()
+
+
+def test_insert_equals_fit(served):
+    _, X, y, ids = served
+    model = QSSClassifier(**RF).fit(X[:700], y[:700], ids[:700])
+    model.insert(X[700:], y[700:], ids[700:])
+    assert_same_model(model, QSSClassifier(**RF).fit(X, y, ids), X)
+
+
+def test_save_load_keeps_it_exact(served, tmp_path):
+    model, X, y, ids = served
+    path = tmp_path / "m.qss"
+    model.save(path)
+    loaded = QSSClassifier.load(path)
+    schema = loaded.engine_.instances[0].schema
+    assert (schema.head, schema.rf_width, schema.rf_seed) == ("shared-rf", 64, RF_SEED)
+    assert_same_model(model, loaded, X)
+    removed = outside_all_schemas(loaded)[:5]
+    loaded.forget(removed)
+    assert_same_model(loaded, refit(QSSClassifier, X, y, ids, removed, **RF), X)
+
+
+def test_regression_forget_equals_refit():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(500, 12))
+    y = np.sin(X[:, 0]) * 3 + X[:, 1] + 0.1 * rng.normal(size=500)
+    ids = list(range(len(y)))
+    model = QSSRegressor(**RF).fit(X, y, ids)
+    removed = ids[::6]
+    model.forget(removed)
+    assert_same_model(model, refit(QSSRegressor, X, y, ids, removed, **RF), X)
+
+
+# -- one Gram for every instance -------------------------------------------------------------
+def test_one_gram_for_every_instance_factored_once_per_change(served, monkeypatch):
+    _, X, y, ids = served
+    model = QSSClassifier(**RF).fit(X, y, ids)
+    heads = [inst.head for inst in model.engine_.instances]
+    assert heads[0].gram.shape == (2, 95, 95)
+    assert all(np.array_equal(heads[0].gram, h.gram) for h in heads[1:])
+    model.predict(X[:5])
+    systems, grams, inputs = [], [], []
+    real_of = GramSystem.of.__func__
+    monkeypatch.setattr(
+        GramSystem, "of", classmethod(lambda cls, g: systems.append(1) or real_of(cls, g))
+    )
+    real_fold_grams = head_module.fold_grams
+    monkeypatch.setattr(
+        head_module, "fold_grams", lambda v, f: grams.append(1) or real_fold_grams(v, f)
+    )
+    real_inputs = Instance.head_inputs
+    monkeypatch.setattr(Instance, "head_inputs", lambda s, X: inputs.append(1) or real_inputs(s, X))
+    model.forget(outside_all_schemas(model)[:2])
+    assert (len(grams), len(inputs)) == (1, 1)  # the leaving rows' ψ and Gram terms: once
+    model.predict(X[:5])
+    assert len(systems) == 1  # one factorization for the three heads
+    heads = [inst.head for inst in model.engine_.instances]
+    assert all(np.array_equal(heads[0].gram, h.gram) for h in heads[1:])
+
+
+# -- identity ---------------------------------------------------------------------------------
+def test_digest_names_the_head_its_width_and_seed(served):
+    model, X, y, ids = served
+    schema = model.engine_.instances[0].schema
+    ridge = QSSClassifier(**{**RF, "head": "shared-ridge"}).fit(X, y, ids)
+    assert ridge.engine_.instances[0].schema.digest() != schema.digest()
+    assert ridge.state_digest() != model.state_digest()
+    wider = dataclasses.replace(schema, rf_width=128, n_features=30 + 128)
+    reseeded = dataclasses.replace(schema, rf_seed=RF_SEED + 1)
+    assert len({schema.digest(), wider.digest(), reseeded.digest()}) == 3
+
+
+class _Learned:
+    learned = True
+
+    def fit(self, X, y, seed):
+        return self
+
+    def transform(self, X):
+        return X
+
+
+def test_refused_with_an_encoder_the_codebook_or_dp():
+    X, y = curved_data(n=200)
+    with pytest.raises(ValueError, match="features as given"):
+        QSSClassifier(**{**RF, "encoder": _Learned()}).fit(X, y)
+    with pytest.raises(ValueError, match="flat partition"):
+        QSSClassifier(**{**RF, "partition": "rq"}).fit(X, y)
