@@ -591,11 +591,13 @@ class QSSEngine:
             if self.config.rebuild == "sync":
                 self._rebuild_now(r, hit)
             else:
+                # The rows are copied by the rebuild's thread, in pieces (_snapshot): a copy
+                # of every row here would hold the caller — and every prediction — for tens
+                # of milliseconds (153 MB of features at 300k × 128).
                 gen = self._generation[r]
-                data = self._row_data(copy=True)
                 thread = threading.Thread(
                     target=self._rebuild_worker,
-                    args=(r, gen, data, self._sibling_gram(r, hit)),
+                    args=(r, gen),
                     daemon=True,
                     name=f"qss-rebuild-{r}",
                 )
@@ -606,12 +608,16 @@ class QSSEngine:
         data = self._row_data(copy=False)
         self._install(r, *self._build(r, data, self._sibling_gram(r, stale)))
 
-    def _rebuild_worker(self, r: int, gen: int, data: RowData, head_gram=None) -> None:
-        """Build instance ``r`` from the snapshot ``data`` (with ``head_gram``, a sibling's
-        Gram sums over the same rows, taken with it) and reconcile it with the rows present
-        now; start over from a fresh snapshot when rows of its D° changed meanwhile."""
+    def _rebuild_worker(self, r: int, gen: int) -> None:
+        """Build instance ``r`` from a snapshot of the rows (:meth:`_snapshot`, with a
+        sibling's Gram sums over the same rows when it has one) and reconcile it with the rows
+        present now; start over from a fresh snapshot when rows of its D° changed meanwhile."""
         while True:
             try:
+                taken = self._snapshot(r, gen)
+                if taken is None:  # superseded while copying
+                    return
+                data, head_gram = taken
                 built = self._build(r, data, head_gram)
             except BaseException as err:  # surfaced to callers by _raise_errors
                 with self._lock:
@@ -624,8 +630,50 @@ class QSSEngine:
                     return
                 if self._reconcile(r, data, *built):
                     return
-                data = self._row_data(copy=True)
-                head_gram = self._sibling_gram(r)
+
+    def _snapshot(self, r: int, gen: int) -> tuple[RowData, Any] | None:
+        """A private copy of the rows for a background rebuild of instance ``r``, and a current
+        sibling's Gram sums when they are over exactly the copied rows (else None: the build
+        computes its own). None when the rebuild was superseded meanwhile.
+
+        Copied :data:`SNAPSHOT_CHUNK_ROWS` rows at a time, the lock taken for each piece only,
+        so forgets and predictions proceed between pieces. Each row's columns are copied
+        together, so every copied row is a row as it was at some moment; a row moves only
+        from the tail into a hole of a removal (rows.remove), i.e. towards positions already
+        copied, so no row is copied twice — one moved meanwhile is missed, and the rows that
+        changed during the copy are exactly what :meth:`_reconcile` matches by serial anyway
+        (a missed D° row makes the build stale: it starts over). When nothing changed during
+        the copy (the row store's change count) it is the state of one moment, the one the
+        sibling's Gram sums were taken at. Features on disk are copied as one file, under the
+        lock, as before."""
+        with self._lock:
+            rows = self.rows
+            if self._generation[r] != gen:
+                return None
+            if not isinstance(rows.X, np.ndarray) or rows.size <= SNAPSHOT_CHUNK_ROWS:
+                return self._row_data(copy=True), self._sibling_gram(r)
+            changes, n = rows.changes, rows.size
+            gram = self._sibling_gram(r)
+            columns = [
+                np.empty((n,) + column.shape[1:], dtype=column.dtype)
+                for column in rows.primary_columns()
+            ]
+        copied = 0
+        while copied < n:
+            with self._lock:
+                if self._generation[r] != gen:
+                    return None
+                stop = min(copied + SNAPSHOT_CHUNK_ROWS, n, self.rows.size)
+                if stop <= copied:  # removals shrank the store below what is copied
+                    break
+                for out, column in zip(columns, self.rows.primary_columns(), strict=True):
+                    out[copied:stop] = column[copied:stop]
+            copied = stop
+        with self._lock:
+            consistent = self.rows.changes == changes
+        if copied < n:
+            columns = [column[:copied] for column in columns]
+        return RowData(*columns), gram if consistent else None
 
     def _reconcile(
         self, r: int, data: RowData, instance: Instance, pos: np.ndarray, built: Contributions
@@ -873,6 +921,10 @@ def canonical_params(params: dict[str, Any]) -> str:
 
     return json.dumps({k: encode(v) for k, v in sorted(params.items())}, sort_keys=True)
 
+
+SNAPSHOT_CHUNK_ROWS = 1 << 14
+"""Rows a background rebuild copies per hold of the engine lock (_snapshot): 8 MB of
+features at d = 128 float32, about a millisecond — what a prediction may wait behind it."""
 
 _BATCH_RECEIPT_IDS = 256
 """From this many ids a receipt's id hashes are computed in one batch (a 20k-id forget spent

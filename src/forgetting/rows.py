@@ -400,6 +400,9 @@ class RowStore:
         """Index of the string ids (a row's id itself: ``_id_str``)."""
         self._n_str = 0
         self._next_serial = 0
+        self.changes = 0
+        """Counts the changes of the rows (appends, removals, unlabels): a copy taken in
+        pieces (:meth:`copy_rows`) is the state of one moment when this did not move."""
         self.multiset_hash = 0
         self.class_counts = np.zeros(0, dtype=np.int64)
         self._alloc(0)
@@ -597,6 +600,7 @@ class RowStore:
         multiset hash is the same sum either way.
         """
         n = len(ids)
+        self.changes += 1
         fresh = self.size == 0
         self._grow(self.size + n)
         # an empty store whose capacity is exactly these rows may keep handed-over arrays
@@ -675,6 +679,7 @@ class RowStore:
         leaving rows' entries in the id index are deleted first and the moved rows' entries
         re-pointed after — O(batch) array operations, no per-id Python step for int ids."""
         pos = _unique(pos)
+        self.changes += 1
         touched = self._touched(pos)
         self._n_labeled -= int(np.count_nonzero(self.labeled(pos)))
         self._n_pool -= int(np.count_nonzero(self.in_pool[pos]))
@@ -717,6 +722,7 @@ class RowStore:
 
     def unlabel(self, pos: np.ndarray, id_bytes: Sequence[bytes]) -> None:
         """Remove the rows' labels (label mode): new serials, residuals and codes zeroed."""
+        self.changes += 1
         touched = self._touched(pos)
         self._n_labeled -= int(np.count_nonzero(self.labeled(pos)))
         self._count(pos, -1)
@@ -795,6 +801,11 @@ class RowStore:
         disk = DiskRows.create(rows_dir, self.n_features, self.capacity)
         copy_rows(disk, 0, self.X, self.size)
         self.rows_dir, self.X = Path(rows_dir), disk
+
+    def primary_columns(self) -> tuple:
+        """The columns a build reads, in :class:`~forgetting.instance.RowData`'s order (X,
+        targets, draws, pool flags, serials, row hashes), full capacity: for copies."""
+        return (self.X, self.targets, self.draws, self.in_pool, self.serial, self.row_hash)
 
     def features(self, n_rows: int | None = None, copy: bool = False):
         """X of the first ``n_rows`` rows (default: all): a view, or a private copy (a file of
