@@ -206,7 +206,8 @@ def test_a_rebuild_copies_the_rows_in_pieces_while_rows_change(head, monkeypatch
     assert_same_model(model, refit, X)
     assert model.audit_content()
     if head != "none":  # the rows changed during the copy: no adopted Gram sums
-        assert grams[0] == (0, False)
+        # (inserted rows may hit other instances' D°: their rebuilds are recorded too)
+        assert [adopted for r, adopted in grams if r == 0][0] is False
     # nothing changes during the next copy: the sibling's Gram sums are adopted
     monkeypatch.setattr(engine.rows, "primary_columns", columns)
     grams.clear()

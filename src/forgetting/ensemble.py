@@ -617,8 +617,11 @@ class QSSEngine:
                 taken = self._snapshot(r, gen)
                 if taken is None:  # superseded while copying
                     return
-                data, head_gram = taken
+                data, head_gram, copied_at = taken
                 built = self._build(r, data, head_gram)
+                # matching rows by serial needs the snapshot's serials sorted: done here, not
+                # under the lock, when rows changed since the copy (a peek; decided below)
+                order = None if self.rows.changes == copied_at else np.argsort(data.serial)
             except BaseException as err:  # surfaced to callers by _raise_errors
                 with self._lock:
                     if self._generation[r] == gen:
@@ -628,13 +631,17 @@ class QSSEngine:
             with self._lock:
                 if self._generation[r] != gen:
                     return
-                if self._reconcile(r, data, *built):
+                if self.rows.changes == copied_at:  # the rows are the copy's, row for row
+                    self._install(r, *built)  # nothing to reconcile
+                    return
+                if self._reconcile(r, data, *built, order=order):
                     return
 
-    def _snapshot(self, r: int, gen: int) -> tuple[RowData, Any] | None:
-        """A private copy of the rows for a background rebuild of instance ``r``, and a current
+    def _snapshot(self, r: int, gen: int) -> tuple[RowData, Any, int | None] | None:
+        """A private copy of the rows for a background rebuild of instance ``r``, a current
         sibling's Gram sums when they are over exactly the copied rows (else None: the build
-        computes its own). None when the rebuild was superseded meanwhile.
+        computes its own), and the row store's change count the copy is the state of (None
+        when rows changed during the copy). None when the rebuild was superseded meanwhile.
 
         Copied :data:`SNAPSHOT_CHUNK_ROWS` rows at a time, the lock taken for each piece only,
         so forgets and predictions proceed between pieces. Each row's columns are copied
@@ -651,7 +658,7 @@ class QSSEngine:
             if self._generation[r] != gen:
                 return None
             if not isinstance(rows.X, np.ndarray) or rows.size <= SNAPSHOT_CHUNK_ROWS:
-                return self._row_data(copy=True), self._sibling_gram(r)
+                return self._row_data(copy=True), self._sibling_gram(r), rows.changes
             changes, n = rows.changes, rows.size
             gram = self._sibling_gram(r)
             columns = [
@@ -673,20 +680,30 @@ class QSSEngine:
             consistent = self.rows.changes == changes
         if copied < n:
             columns = [column[:copied] for column in columns]
-        return RowData(*columns), gram if consistent else None
+        if not consistent:
+            return RowData(*columns), None, None
+        return RowData(*columns), gram, changes
 
     def _reconcile(
-        self, r: int, data: RowData, instance: Instance, pos: np.ndarray, built: Contributions
+        self,
+        r: int,
+        data: RowData,
+        instance: Instance,
+        pos: np.ndarray,
+        built: Contributions,
+        order: np.ndarray | None = None,
     ) -> bool:
         """Bring a rebuilt instance up to the current rows; False if its schema is stale.
 
         ``data`` is the snapshot the instance was built from and ``built`` the contributions
         of its labeled rows at ``pos``. Rows are matched by serial (a row's serial changes
-        whenever its content does).
+        whenever its content does); ``order``, the argsort of the snapshot's serials, when
+        computed already (outside the lock).
         """
         rows = self.rows
         current = rows.serial[: rows.size]
-        order = np.argsort(data.serial)
+        if order is None:
+            order = np.argsort(data.serial)
         sorted_serials = data.serial[order]
         at = np.searchsorted(sorted_serials, current).clip(max=max(len(order) - 1, 0))
         present_before = (len(order) > 0) & (sorted_serials[at] == current)

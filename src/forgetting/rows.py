@@ -289,6 +289,20 @@ def _move_rows(a, holes: np.ndarray, fillers: np.ndarray, few: list | None) -> N
         a[holes] = a[fillers]
 
 
+def _span(pos: np.ndarray) -> slice | None:
+    """``pos`` as a slice when it is a run of consecutive positions (a rebuild storing every
+    row's contributions: ~4× faster to copy as a block than to scatter 300k rows), else None."""
+    pos = np.asarray(pos)
+    if pos.ndim != 1 or pos.dtype.kind not in "iu" or pos.size < _ROW_VIEW_MIN:
+        return None
+    first = int(pos[0])
+    if int(pos[-1]) - first + 1 != pos.size or not np.array_equal(
+        pos, np.arange(first, first + pos.size)
+    ):
+        return None
+    return slice(first, first + pos.size)
+
+
 def _unique(pos) -> np.ndarray:
     """Sorted distinct positions (``np.unique``'s answer; numpy 2.4's unique took 2.3 ms on
     20k positions, a sort and a neighbour comparison 0.6 ms)."""
@@ -764,6 +778,7 @@ class RowStore:
         fit would otherwise hold every row's contributions twice until it returns.
         """
         values_by_field = (contrib.codes, contrib.residuals, contrib.digests)
+        span = None
         whole = (
             adopt
             and self.capacity == self.size
@@ -787,7 +802,12 @@ class RowStore:
                 or (current.dtype != values.dtype)
             ):
                 field[instance] = np.zeros((self.capacity,) + values.shape[1:], dtype=values.dtype)
-            field[instance][pos] = values
+            if span is None:
+                span = _span(pos)
+            if span is not None:  # a run of positions: a block copy, not a gather-scatter
+                field[instance][span] = values
+            else:
+                field[instance][pos] = values
 
     def spill(self, rows_dir: str | os.PathLike) -> None:
         """Move the features out of RAM into a :class:`DiskRows` file in ``rows_dir``.
