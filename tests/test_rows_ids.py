@@ -334,3 +334,40 @@ def test_estimator_errors_for_unknown_forgotten_and_duplicate_ids():
     with pytest.raises(ValueError, match=r"ids already present: \[50\]"):
         model.insert(X[:1], y[:1], [50])
     assert model.n_rows_ == 220 and 30 in model.engine_.rows.position
+
+
+@pytest.mark.parametrize(
+    "pos",
+    [np.arange(40, 140), np.arange(0, 200), np.arange(40, 140)[::-1], np.r_[0:50, 51:101]],
+    ids=["run", "all", "reversed", "gap"],
+)
+def test_contributions_for_a_run_of_positions_are_stored_as_by_scatter(pos):
+    """set_instance_rows copies a run of consecutive positions as one block (rows._span);
+    anything else — a reversed run, a gap — is scattered. Both store the same values."""
+    from forgetting.rows import _span
+
+    rng = np.random.default_rng(3)
+    contrib = Contributions(
+        rng.integers(0, 2**16, (len(pos), 64)).astype(np.uint16),
+        rng.integers(-(2**40), 2**40, (len(pos), 10)),
+        rng.integers(0, 256, (len(pos), 32)).astype(np.uint8),
+    )
+    store = _store()
+    ids = list(range(200))
+    store.append(
+        ids,
+        [id_bytes(i) for i in ids],
+        np.zeros((200, D)),
+        np.arange(200) % 3,
+        rng.random((200, P + 1)),
+    )
+    store.set_instance_rows(0, pos, contrib)
+    assert (_span(pos) is not None) == (pos.size > 1 and np.all(np.diff(pos) == 1))
+    for stored, values in zip(
+        (store.codes[0], store.residuals[0], store.digests[0]),
+        (contrib.codes, contrib.residuals, contrib.digests),
+        strict=True,
+    ):
+        expected = np.zeros_like(stored)
+        expected[pos] = values
+        assert np.array_equal(stored, expected)
