@@ -88,9 +88,12 @@ def test_parallel_fit_insert_forget_equal_serial_and_refit(threads):
     keep = np.setdiff1d(ids, gone)
     refit = QSSClassifier(rho=0.05, random_state=0).fit(X[keep], y[keep], keep)
     assert parallel.state_digest() == serial.state_digest() == refit.state_digest()
-    probe = X[:500]
+    probe = X[:500]  # ≥ PARALLEL_ROWS rows: encoded and combined one instance per thread
     assert np.array_equal(parallel.predict_proba(probe), serial.predict_proba(probe))
     assert np.array_equal(parallel.predict_proba(probe), refit.predict_proba(probe))
+    threaded = parallel.predict_proba(probe)
+    threads(0)
+    assert np.array_equal(parallel.predict_proba(probe), threaded)  # the same bits inline
 
 
 def test_a_forked_child_gets_its_own_pool(threads):

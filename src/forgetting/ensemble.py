@@ -379,15 +379,23 @@ class QSSEngine:
             normalized = normalized_rows(X, SERVE_BLOCK_ROWS)
         each = map_instances if len(X) >= PARALLEL_ROWS else serial_map
         encoded = each(lambda part: part[1].encode(X, SERVE_BLOCK_ROWS, normalized), parts)
-        total = None
+
+        def combine(item):
+            (inst, schema, content), (codes, g, Z) = item
+            if isinstance(content, FlatContent):
+                content = self._content(inst)
+            return _combine(schema, content, codes, g, Z)
+
         with self._lock:
             # Flat tables are read in place (nothing is materialized), so their cells are
-            # gathered under the lock, with the (α, λ) of the very state they hold.
-            for (inst, schema, content), (codes, g, Z) in zip(parts, encoded, strict=True):
-                if isinstance(content, FlatContent):
-                    content = self._content(inst)
-                out = _combine(schema, content, codes, g, Z)
-                total = out if total is None else total + out
+            # gathered under the lock, with the (α, λ) of the very state they hold — by the
+            # pool's threads too for many rows (they only read; the caller holds the lock,
+            # and the gather is a compiled kernel that releases the GIL: ~40 % of a 20k-row
+            # prediction per instance)
+            outs = each(combine, list(zip(parts, encoded, strict=True)))
+        total = outs[0]
+        for out in outs[1:]:  # summed in instance order, whoever computed them
+            total = total + out
         return total / len(parts)
 
     def _content(self, inst: Instance):
