@@ -4,8 +4,10 @@ Run ``python -m forgetting.bench.heads`` (issue 15: exact mode within 1 pp of SI
 low-k set of the paper benchmark; the default chosen by a benchmark). On the paper
 benchmark's own data, features and ρ (:mod:`forgetting.bench.paper.data`), for each head of
 exact mode — "ridge" (least squares on g's residuals over φ, today's default), "shared-ridge"
-(the same on the normalized input alone: one Gram for every instance) and "newton" (one
-Newton step of one-vs-rest logistic regression from g) — it reports test accuracy (mean ± std
+(the same on the normalized input alone: one Gram for every instance), "newton" (one
+Newton step of one-vs-rest logistic regression from g) and, opt-in through --heads,
+"shared-rf" (shared-ridge on the normalized input widened by E fixed random ReLU features,
+E = 64·⌈d/64⌉ ≤ 512: still one Gram) — it reports test accuracy (mean ± std
 over seeds; nothing is tuned on test data: the heads' constants were fixed on validation
 splits carved from the training sets), SISA (5 logistic-regression shards, same seeds) and,
 at seed 0, what a user waits for: the fit, and a `forget` together with the first prediction
@@ -31,8 +33,10 @@ from .paper.stages import in_any_schema
 from .report import write_results
 
 HEADS = ("ridge", "shared-ridge", "newton")
-CHOICES = (*HEADS, "none")
-"""What --heads may name: the heads, and "none" (the tables alone) for reference."""
+"""The heads compared by default."""
+CHOICES = (*HEADS, "shared-rf", "none")
+"""What --heads may name: the heads (also the opt-in "shared-rf"), and "none" (the tables
+alone) for reference."""
 COLUMNS = [
     "dataset", "k", "n_train", "rho", "seeds", "head", "accuracy", "accuracy_std", "sisa",
     "delta_vs_sisa_pp", "fit_s", "t_fast_p50_ms", "t_fast_p95_ms", "corrections",
@@ -181,6 +185,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
         "grid, step, bound rows) were fixed on validation splits carved from the training "
         "sets, never on the test split; shared-ridge reuses the ridge head's penalty unchanged."
     )
+    if "shared-rf" in heads:
+        notes += (
+            " shared-rf: the shared-ridge head on [u, ψ(u)], u the normalized input, ψ(u) = "
+            "min(1, relu(uᵀR)/√E), R a fixed N(0, 1) draw (seed 20261201, no data), "
+            "E = 64·⌈d/64⌉ capped at 512 (a rule of d, from helper H23's validation study), the "
+            "same ridge penalty; served additively (g + Wᵀv)."
+        )
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join([prog, *argv])
     md = write_results(Path(args.out), args.name, command, {"heads": (rows, COLUMNS)}, notes)
