@@ -188,3 +188,24 @@ def test_refused_with_an_encoder_the_codebook_or_dp():
         QSSClassifier(**{**RF, "encoder": _Learned()}).fit(X, y)
     with pytest.raises(ValueError, match="flat partition"):
         QSSClassifier(**{**RF, "partition": "rq"}).fit(X, y)
+
+
+def test_a_chunked_build_equals_the_one_piece_build():
+    """The row work a cluster runs (chunks of 1,024 rows, the last one short, reduced
+    exactly) gives the same head sums as one piece: ψ is row by row, the sums are integers."""
+    from forgetting.distributed import LocalRowWork
+    from forgetting.instance import build_instance
+
+    X, y = curved_data(n=2100)
+    model = QSSClassifier(**{**RF, "n_instances": 2}).fit(X, y)
+    engine = model.engine_
+    data = engine._row_data(copy=False)
+    engine.row_work = LocalRowWork(1024)
+    for r in range(2):
+        one, _, _ = build_instance(
+            engine.config.schema, data, r, engine.config.random_state, engine.config.label_mode
+        )
+        chunked, _, _ = engine._build(r, data)
+        assert one.digest() == chunked.digest()
+        assert one.head.equals(chunked.head)
+        assert one.head.gram.shape == (2, 95, 95)
