@@ -209,3 +209,21 @@ def test_a_chunked_build_equals_the_one_piece_build():
         assert one.digest() == chunked.digest()
         assert one.head.equals(chunked.head)
         assert one.head.gram.shape == (2, 95, 95)
+
+
+def test_forget_equals_refit_at_the_image_sets_width():
+    """d = 520 (the HOG features' width): E = 512, a (1033, 1033) Gram — the shapes of
+    MNIST- and Fashion-HOG, where BLAS takes other kernels than at d = 30. The head is
+    served (labels linear in x), a row outside D° and a D° hit are forgotten."""
+    rng = np.random.default_rng(0)
+    X = np.abs(rng.normal(size=(4000, 520)))
+    y = (X @ rng.normal(size=(520, 10)) + 2 * rng.normal(size=(4000, 10))).argmax(axis=1)
+    ids = list(range(len(y)))
+    params = {**RF, "rho": 0.05}
+    model = QSSClassifier(**params).fit(X, y, ids)
+    assert model.engine_.instances[0].schema.n_features == 520 + 512
+    assert model.corrections_ == ["head"] * 3
+    s0, s1, s2 = (schema_ids(model, r) for r in range(3))
+    removed = outside_all_schemas(model)[:2] + [i for i in s0 if i not in s1 and i not in s2][:1]
+    model.forget(removed)
+    assert_same_model(model, refit(QSSClassifier, X, y, ids, removed, **params), X[:300])
