@@ -20,7 +20,7 @@ from .content.accumulators import (
     quantize_residuals,
 )
 from .content.fingerprint import MODULUS, Contributions, multiset_sum
-from .content.head import LinearHead, NewtonHead, head_features
+from .content.head import LinearHead, LogitRidgeHead, NewtonHead, head_features
 from .content.materialize import Content, build_content
 from .content.tables import FlatContent, FlatTables, build_flat_content
 from .labels import is_labeled
@@ -257,7 +257,11 @@ def empty_instance(config: SchemaConfig, schema: Schema) -> Instance:
         tables.set_probes(schema.probe_codes, schema.probe_folds)
         head = None
         if schema.head_kind is not None:
-            kind = NewtonHead if schema.head_kind == "newton" else LinearHead
+            kind = LinearHead
+            if schema.head_kind == "newton":
+                kind = NewtonHead
+            elif schema.head_kind == "shared-rf" and config.task == "classification":
+                kind = LogitRidgeHead  # its step served from g's logits (content.head)
             head = kind.empty(schema.n_features, config.n_outputs, scale_bits)
         return Instance(schema, tables, schema.digest(), 0, head=head)
     acc = Accumulators.empty(
