@@ -13,6 +13,9 @@ E random ReLU features (a random-features approximation of an arc-cosine kernel)
 *data-free*: a function of (d, E, seed) alone, the same in every instance, every refit and
 every process, so the Gram Σ v′v′ᵀ is still the same integers in every instance and the p
 instances share one factorization and one stacked solve exactly as "shared-ridge" does.
+For classification the solved weights are served as a logistic step from g's logits
+(content.head.LogitRidgeHead: each class's W divided by its mean curvature p(1 − p), k more
+integer sums per instance), not added to g.
 
 Fixed point: ψ ∈ [0, 1] (the clip at 1 is almost never active — |uᵀR_j| / √E ≤ ‖R_j‖ / √E
 and ‖R_j‖ ≈ √d — and exists so that the head's bound |v| ≤ 2^14 holds by construction), so
