@@ -190,7 +190,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
             " shared-rf: the shared-ridge head on [u, ψ(u)], u the normalized input, ψ(u) = "
             "min(1, relu(uᵀR)/√E), R a fixed N(0, 1) draw (seed 20261201, no data), "
             "E = 64·⌈d/64⌉ capped at 512 (a rule of d, from helper H23's validation study), the "
-            "same ridge penalty; served additively (g + Wᵀv)."
+            "same ridge penalty; for classification served as a logistic step from g's logits, "
+            "softmax(log g + 0.75·(k − 1)/k · Wᵀv / a_c), a_c the class's mean p(1 − p) "
+            "(content.head.LogitRidgeHead)."
         )
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join([prog, *argv])
