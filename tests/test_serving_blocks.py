@@ -113,3 +113,15 @@ def test_statistics_share_the_normalization_with_the_same_bits(head, monkeypatch
     rows_1024 = normalized_rows(rows, BLOCK_ROWS)
     assert np.array_equal(rows_1024, normalized_rows(rows, SERVE_BLOCK_ROWS))
     assert np.array_equal(rows_1024, normalized_rows(rows, HEAD_BLOCK_ROWS))
+
+
+def test_shared_rf_inputs_computed_once_are_each_instances_own():
+    """With "shared-rf" the engine computes the head's inputs (u and ψ(u)) once for the p
+    instances: the served mean equals the mean of each instance's own arithmetic."""
+    X, y = _clustered(2000, 24, 5, 6)
+    model = QSSClassifier(rho=0.1, rebuild="sync", random_state=0, head="shared-rf").fit(X, y)
+    engine = model.engine_
+    assert engine.instances[0].schema.input_head_key is not None
+    Xq = np.random.default_rng(7).normal(scale=3.0, size=(3 * SERVE_BLOCK_ROWS + 1, 24))
+    own = [_instance_outputs(i.schema, engine._content(i), Xq) for i in engine.instances]
+    assert np.array_equal(engine.predict_outputs(Xq), (own[0] + own[1] + own[2]) / 3)

@@ -132,15 +132,8 @@ class QSSEngine:
         """
         n = self.rows.size
         take = (lambda a: a[:n].copy()) if copy else (lambda a: a[:n])
-        r = self.rows
-        return RowData(
-            r.features(n, copy=copy),
-            take(r.targets),
-            take(r.draws),
-            take(r.in_pool),
-            take(r.serial),
-            take(r.row_hash),
-        )
+        others = self.rows.primary_columns()[1:]  # RowData's order, as _snapshot copies them
+        return RowData(self.rows.features(n, copy=copy), *(take(a) for a in others))
 
     def _problem(self, data: RowData, instance: int) -> str | None:
         members, pool = schema_rows(
@@ -377,8 +370,22 @@ class QSSEngine:
         normalized = None
         if all(part[1].encoder is None for part in parts):
             normalized = normalized_rows(X, SERVE_BLOCK_ROWS)
+        # an input head's features ("shared-rf": u and its random features) are the same in
+        # every instance with the same key: computed once too
+        shared = None
+        first = parts[0][1]
+        if (
+            len(parts) > 1
+            and first.input_head_key is not None
+            and not first.head_takes_phi
+            and all(part[1].input_head_key == first.input_head_key for part in parts)
+        ):
+            shared = first.head_inputs(X, SERVE_BLOCK_ROWS, normalized)
         each = map_instances if len(X) >= PARALLEL_ROWS else serial_map
-        encoded = each(lambda part: part[1].encode(X, SERVE_BLOCK_ROWS, normalized), parts)
+        encoded = each(
+            lambda part: part[1].encode(X, SERVE_BLOCK_ROWS, normalized, head_inputs=shared),
+            parts,
+        )
 
         def combine(item):
             (inst, schema, content), (codes, g, Z) = item

@@ -191,24 +191,36 @@ class Schema:
         block_rows: int = BLOCK_ROWS,
         normalized: np.ndarray | None = None,
         head: bool = True,
+        head_inputs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Codes, g(x) and the head's inputs (:meth:`head_inputs`: φ(f(x)) itself, or the
         normalized f(x) for "shared-ridge", [u, ψ(u)] for "shared-rf"); ``normalized`` as in
-        :meth:`features`. With
-        ``head=False`` the third item is φ whatever the head (the caller computes the head's
-        inputs in blocks of its own)."""
+        :meth:`features`; ``head_inputs``: those inputs in these blocks when already computed
+        (the p instances of an input head share them). With ``head=False`` the third item is
+        φ whatever the head (the caller computes the head's inputs in blocks of its own)."""
         Z = self.features(X, block_rows, normalized)
         codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
         g = rowwise(self.base_model.predict, Z, block_rows, owner=self.base_model)
-        if head and (
-            self.head_kind == "shared-rf"
-            or (
-                self.head_kind == "shared-ridge"
-                and (self.encoder is not None or self.preprocessor.uses_lda)
-            )
-        ):  # without LDA directions (or an encoder) φ *is* the normalized input: Z serves
-            Z = self.head_inputs(X, block_rows, normalized)
+        if head and not self.head_takes_phi:
+            Z = self.head_inputs(X, block_rows, normalized) if head_inputs is None else head_inputs
         return codes, g, Z
+
+    @property
+    def head_takes_phi(self) -> bool:
+        """Whether the head's inputs are φ itself: "ridge", "newton" (or no head), and
+        "shared-ridge" where φ is the normalized input (no LDA directions, no encoder)."""
+        kind = self.head_kind
+        if kind == "shared-ridge":
+            return self.encoder is None and not self.preprocessor.uses_lda
+        return kind != "shared-rf"
+
+    @property
+    def input_head_key(self) -> tuple | None:
+        """What an input head's features depend on — (kind, E, seed) — or None when they are
+        not a fixed function of the input: instances with equal keys have equal head inputs."""
+        if not self.input_head:
+            return None
+        return (self.head_kind, int(self.rf_width), int(self.rf_seed))
 
     def digest(self) -> bytes:
         """SHA-256 over the schema's learned parameters, in a canonical order."""
