@@ -54,7 +54,9 @@ def test_the_gain_scores_each_folds_half_gram_solution_on_the_other_fold():
     head = random_head(3000, 12, 4)
     H, H0, H1, G0, G1 = fold_terms(head)
     G = G0 + G1
-    A = G + PENALTY * np.trace(G) / len(G) * np.eye(len(G))
+    # the penalty: c · mean diag G rounded to the nearest power of two (head_penalty)
+    lam = PENALTY * 2.0 ** round(np.log2(np.trace(G) / len(G)))
+    A = G + lam * np.eye(len(G))
     W, gains = _solve(GramSystem.of(head.gram), H, H0, H1)
     np.testing.assert_allclose(W, scipy.linalg.solve(A, H, assume_a="pos"), rtol=1e-9, atol=1e-12)
     W0 = 2 * scipy.linalg.solve(A, H0, assume_a="pos")

@@ -255,11 +255,14 @@ class QSSEngine:
 
     def _solve_heads(self, instances: Sequence[Instance]) -> None:
         """Solve the stacked heads of ``instances`` changed since their last solve, together
-        (content.head.solve_stacked: three LAPACK/BLAS calls for all of them)."""
-        solve_stacked(
-            [inst.head for inst in instances if inst.head is not None and inst.content is None],
-            self._gram_cache,
-        )
+        (content.head.solve_stacked: three LAPACK/BLAS calls for all of them) — unless the
+        gain filter tracks them (content.gain_filter): then where it is certain the tables
+        serve, nothing is solved, and the first head it is unsure of solves all p."""
+        heads = [inst.head for inst in instances if inst.head is not None and inst.content is None]
+        stacked = [inst.head for inst in self.instances if inst is not None and inst.input_head]
+        if heads and self._gram_cache.filter_engaged(stacked):
+            return  # the gain filter decides first; a head it cannot decide for solves all
+        solve_stacked(heads, self._gram_cache)
 
     def _activate(self, r: int, instance: Instance) -> None:
         """Make a fully built instance serve, and tell the listener."""
@@ -602,6 +605,7 @@ class QSSEngine:
                 # compete with it for the CPU.
                 continue
             self.instances[r] = None
+            self._gram_cache.release(r)  # its head leaves the stacked solve until rebuilt
             self._generation[r] += 1
             if self.config.rebuild == "sync":
                 self._rebuild_now(r, hit)

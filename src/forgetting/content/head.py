@@ -30,6 +30,7 @@ logistic regression's accuracy (MNIST-HOG 0.973 vs 0.963) at k times the solve w
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from scipy.linalg.lapack import spotrs as _SPOTRS
 
 from .._rowwise import SERVE_BLOCK_ROWS, one_blas_thread, rowwise
 from .accumulators import CLASSIFICATION_SCALE_BITS, MAX_ROWS
+from .gain_filter import GainFilter
 
 FEATURE_BITS = 14
 """v = rint(2^14 · φ(x)); φ's rows have unit norm, so |v| ≤ 2^14."""
@@ -218,7 +220,7 @@ class LinearHead:
         were not the same and this raises."""
         if gram.shape != self.gram.shape or not np.array_equal(counts, self.counts):
             raise RuntimeError("adopted Gram sums are not over this head's rows")
-        self._solved = None
+        self._changed()
         self.gram[...] = gram
 
     def subtract(self, features: np.ndarray, residuals: np.ndarray, folds: np.ndarray) -> None:
@@ -232,7 +234,7 @@ class LinearHead:
         v = np.asarray(features)
         if v.dtype != np.float64:  # float64 holds the same integers (|v| ≤ 2^14): kept
             v = v.astype(np.int64, copy=False)
-        self._solved = None
+        self._changed()
         r = head_targets(residuals, self.scale_bits)
         folds = np.asarray(folds)
         cache = self._gram_cache
@@ -251,10 +253,16 @@ class LinearHead:
                 update(self.gram[f], grams[f], out=self.gram[f])
             update(self.cross[f], exact_cross(v[mine], r[mine]), out=self.cross[f])
             self.counts[f] += sign * int(mine.sum())
+        if gram and cache is not None and self._slot is not None:
+            # the gain filter tracks the head's solution through this change (content.
+            # gain_filter); a change without its Gram terms is not logged, so it resets there
+            real_v = np.ldexp(np.asarray(v, dtype=np.float64), -FEATURE_BITS)
+            real_r = r.astype(np.float64) * self._target_unit()
+            cache.gains.log(self, real_v, real_r, folds, sign)
 
     def merge(self, other: LinearHead) -> None:
         """Add another head's sums (a chunk's partial sums): integer adds, exact in any order."""
-        self._solved = None
+        self._changed()
         self.gram += other.gram
         self.cross += other.cross
         self.counts += other.counts
@@ -268,6 +276,17 @@ class LinearHead:
         """(r, p): this head is solved in the stacked layout, as slot r of p (solve_stacked)."""
         self._solved: tuple[float, np.ndarray | None] | None = None
         """The stacked solve's (gain, W) for the current sums, or None until solved."""
+        self._changes = 0
+
+    @property
+    def changes(self) -> int:
+        """How many times the sums changed since this head was made: how the gain filter
+        (content.gain_filter) knows it saw every change."""
+        return self._changes
+
+    def _changed(self) -> None:
+        self._solved = None
+        self._changes += 1
 
     def share_solves(self, cache: GramCache | None, slot: tuple[int, int] | None = None) -> None:
         """Use ``cache`` for the part of :meth:`solution` that depends on the Gram sums alone
@@ -276,6 +295,28 @@ class LinearHead:
         self._gram_cache = cache
         self._slot = slot
         self._solved = None
+        if cache is not None and slot is not None:
+            cache.register(self, slot)
+
+    def served_over(self, threshold: float):
+        """The served weights when the head's out-of-fold gain exceeds ``threshold`` (the
+        rule of content.tables.build_flat_content), else None.
+
+        A stacked head asks the engine's gain filter first (content.gain_filter): when it is
+        certain the gain is below the threshold, the head is not served and nothing is solved
+        — the same choice the exact gain makes, so the same bits as a refit. Otherwise (the
+        filter unsure, or the head served: its weights need the exact solve anyway) the exact
+        route decides, and tells the filter what it chose."""
+        cache = self._gram_cache
+        filtered = cache is not None and self._slot is not None
+        if filtered and self._solved is None:
+            lam = head_penalty(self.gram)
+            if cache.gains.certainly_below(self, threshold, lam):  # type: ignore[union-attr]
+                return None
+        _, weights = self.solution(serve_if=lambda gain: gain > threshold)
+        if filtered:
+            cache.gains.decided(self, weights is not None)  # type: ignore[union-attr]
+        return weights
 
     def solution(
         self, serve_if: Callable[[float], bool] | None = None
@@ -302,8 +343,10 @@ class LinearHead:
         usually already, with its siblings, before the engine asks.
         """
         if self._slot is not None:
-            if self._solved is None:
-                solve_stacked([self], self._gram_cache)
+            if self._solved is None:  # solved with the siblings in their slots, if any
+                cache = self._gram_cache
+                members = cache.members() if cache is not None else []
+                solve_stacked(members if any(h is self for h in members) else [self], cache)
             gain, W = self._solved  # type: ignore[misc]
         else:
             cache = self._gram_cache
@@ -319,6 +362,10 @@ class LinearHead:
     def _served(self, W: np.ndarray):
         """What serves the solved weights W: their fixed-point copy, added to g."""
         return FixedWeights.of(W)
+
+    def _target_unit(self) -> float:
+        """A head residual's grid step in real units (2^-20 classification, 2^-10 regression)."""
+        return 2.0**-TARGET_LIMIT_BITS if self.scale_bits >= 32 else 2.0**-10
 
     def float_cross(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """H = H_0 + H_1, H_0 and H_1 as floats in real units (integer sums, then one rounding)."""
@@ -343,12 +390,24 @@ class LinearHead:
         )
 
 
-def _penalty(G: np.ndarray) -> float:
-    """The ridge penalty c · mean diag G (0 when G is empty: no rows)."""
-    return PENALTY * (float(np.trace(G)) / G.shape[0])
+def head_penalty(gram: np.ndarray) -> float:
+    """The ridge penalty: c times mean diag G rounded to the nearest power of two (0 when
+    G is empty: no rows), from the integer sums ``gram`` (2, D, D).
+
+    Why rounded: the penalty then stays the same number while rows come and go (it moves
+    when the Gram's trace crosses a power of √2 boundary — at n = 300k, after ~120k
+    deletions), so the system A = G + λI changes by the rows' outer products alone and the
+    gain filter (content.gain_filter) can track its solution row by row. The penalty's size
+    was chosen on a 1000× grid (:data:`PENALTY`); within √2 of it is the same choice."""
+    D = gram.shape[-1]
+    diag = np.add(np.diagonal(gram[0]), np.diagonal(gram[1])).astype(np.float64)
+    mean = float(diag.sum()) * 2.0 ** (-2 * FEATURE_BITS) / D
+    if not mean > 0.0:
+        return 0.0
+    return PENALTY * 2.0 ** round(math.log2(mean))
 
 
-def _solve(system: GramSystem, H: np.ndarray, H0: np.ndarray, H1: np.ndarray):
+def _solve_columns(system: GramSystem, H: np.ndarray, H0: np.ndarray, H1: np.ndarray):
     """W = A⁻¹H and, per column of ``H``, the out-of-fold gain of approximate fold solutions
     (one head's k columns, or p heads' stacked side by side: every step is column by column).
 
@@ -376,7 +435,8 @@ def _solve(system: GramSystem, H: np.ndarray, H0: np.ndarray, H1: np.ndarray):
     sums. LAPACK's potrs is called directly (what scipy's ``cho_solve`` calls, without its
     wrapper) on a Fortran-order right-hand side it overwrites (no copies).
 
-    Returns W and the per-column gain Σ_b 2⟨W_a, H_b⟩ − ⟨W_a, G_b W_a⟩ (summed over a head's
+    Returns X = A⁻¹[H | H_0] (what the gain filter tracks, content.gain_filter), W (a view of
+    X) and the per-column gain Σ_b 2⟨W_a, H_b⟩ − ⟨W_a, G_b W_a⟩ (summed over a head's
     columns by :func:`_gain`).
     """
     factor, G0, lam = system.factor, system.G0, system.lam
@@ -407,7 +467,13 @@ def _solve(system: GramSystem, H: np.ndarray, H0: np.ndarray, H1: np.ndarray):
     score1 -= P[:, m:]
     score1 *= W1
     score0 += score1
-    return W, np.sum(score0, axis=0)
+    return X, W, np.sum(score0, axis=0)
+
+
+def _solve(system: GramSystem, H: np.ndarray, H0: np.ndarray, H1: np.ndarray):
+    """(W, per-column gains) of :func:`_solve_columns`."""
+    _, W, gains = _solve_columns(system, H, H0, H1)
+    return W, gains
 
 
 def _gain(gains: np.ndarray, columns: slice = slice(None)) -> float:
@@ -458,10 +524,15 @@ def solve_stacked(heads: Sequence[LinearHead], cache: GramCache | None = None) -
                 raise ValueError("heads solved together must share one layout")
             at = slice(r * k, (r + 1) * k)
             H[:, at], H0[:, at], H1[:, at] = head.float_cross()
-        W, gains = _solve(system, H, H0, H1)
+        X, W, gains = _solve_columns(system, H, H0, H1)
         for head in members:
             at = slice(head._slot[0] * k, (head._slot[0] + 1) * k)  # type: ignore[index]
             head._solved = (_gain(gains, at), np.ascontiguousarray(W[:, at]))
+        if cache is not None and cache.complete(members):
+            # every slot solved together: the filter tracks this solution from here on
+            slots = [h._slot[0] for h in members]  # type: ignore[index]
+            B = np.concatenate([H, H0], axis=1)
+            cache.gains.rebase(members, slots, system.factor, X, B, system.G0, system.lam)
 
 
 @dataclass(frozen=True)
@@ -483,7 +554,7 @@ class GramSystem:
         G *= scale
         G0 = gram[0].astype(np.float64)
         G0 *= scale
-        lam = _penalty(G)
+        lam = head_penalty(gram)
         # a fold has rows iff its Gram's trace is positive (every row adds 2^28 for the bias)
         folds_filled = all(int(np.trace(gram[f])) > 0 for f in (0, 1))
         factor = None
@@ -513,6 +584,47 @@ class GramCache:
         self._lock = threading.Lock()
         self._last: GramSystem | None = None
         self._rows: tuple[np.ndarray, np.ndarray, list] | None = None
+        self._slots: dict[int, LinearHead] = {}
+        self._n_slots = 0
+        self.gains = GainFilter()
+        """The filter that decides "not served" without solving when that is certain."""
+
+    def register(self, head: LinearHead, slot: tuple[int, int]) -> None:
+        """``head`` now holds slot ``slot`` = (r, p) of the stacked solve (an instance built
+        or rebuilt); the filter forgets what it tracked for the head it replaces."""
+        with self._lock:
+            r, p = slot
+            if p != self._n_slots:
+                self._slots.clear()
+                self._n_slots = p
+            if self._slots.get(r) is not head:
+                self._slots[r] = head
+                self.gains.invalidate()
+
+    def release(self, slot: int) -> None:
+        """Slot ``slot``'s instance stopped serving (a rebuild): its head gets no more changes,
+        so it leaves the stacked solve and the filter until its successor registers."""
+        with self._lock:
+            if self._slots.pop(slot, None) is not None:
+                self.gains.invalidate()
+
+    def members(self) -> list[LinearHead]:
+        """The heads in the slots, in slot order."""
+        with self._lock:
+            return [self._slots[r] for r in sorted(self._slots)]
+
+    def complete(self, heads: Sequence[LinearHead]) -> bool:
+        """Whether ``heads`` are exactly the registered slot heads (every serving one)."""
+        with self._lock:
+            return len(heads) == len(self._slots) > 0 and all(
+                self._slots.get(h._slot[0]) is h  # type: ignore[index]
+                for h in heads
+            )
+
+    def filter_engaged(self, heads: Sequence[LinearHead]) -> bool:
+        """Whether the filter may decide for ``heads`` (the engine then leaves their solve to
+        the first head the filter cannot decide for: LinearHead.served_over)."""
+        return self.complete(heads) and self.gains.engaged()
 
     def fold_grams_for(self, v: np.ndarray, folds: np.ndarray) -> list[np.ndarray | None]:
         """:func:`fold_grams` of a change's head features ``v`` and ``folds``: computed by the

@@ -1023,14 +1023,15 @@ def build_flat_content(
     and on diamonds. Both gains are
     deterministic functions of the current integer sums, so a refit makes the same choice.
     The head costs one (d + 1)² factorization after each change plus one solve and one
-    product over 2k columns (LinearHead.solution).
+    product over 2k columns (LinearHead.solution) — unless the engine's gain filter is certain
+    the head's gain is below the threshold (content.gain_filter: the same choice, no solve).
     """
     from .head import TABLES_GAIN_FACTOR  # the rule's constant lives with the head's gain
 
     a, lam, gain = tables.best(alpha, shrinkage)
     if head is not None and alpha == "auto" and shrinkage == "auto":
         threshold = TABLES_GAIN_FACTOR * max(gain, 0.0)
-        _, weights = head.solution(serve_if=lambda head_gain: head_gain > threshold)
-        if weights is not None:  # the head's gain beat the tables' (serve_if said so)
+        weights = head.served_over(threshold)
+        if weights is not None:  # the head's gain beat the tables'
             return FlatContent(tables, a, lam, weights)
     return FlatContent(tables, a, lam)

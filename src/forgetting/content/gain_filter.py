@@ -1,0 +1,269 @@
+"""A floating-point filter for the head-vs-tables choice: "the head is not served" decided
+without solving the head, when that is certain.
+
+Why: an instance serves its ridge head when the head's out-of-fold gain exceeds
+``TABLES_GAIN_FACTOR`` × the tables' (content.tables.build_flat_content). Where the tables
+serve — bench.core's Gaussian mixture, Letter, diamonds — every change still paid the exact
+gain: a factorization of the (d + 1)² system and a solve of 2·p·k columns, 0.49 of a 1.74 ms
+forget + first predict at n = 300k (benchmarks/results/breakdown.md), for a choice that one
+row almost never moves (the gains are sums over ~n rows; a row moves them by ~1 unit, the
+margin is thousands).
+
+The choice must stay the exact rule's — a refit computes the exact gain, and a different
+choice would serve different bits — so this is a *filter* in the computational-geometry sense:
+an approximation with an error bound decides when the bound says the answer is certain, and
+the exact computation decides otherwise. After an exact stacked solve of all p heads (one
+Gram system), this keeps X = A⁻¹[H | H_0] (the same (D, 2m) layout as
+content.head._solve), A⁻¹ and Q = G_0 X as floats and updates them row by row
+(Sherman–Morrison) as the integer sums change: per row O(D² + D·2m) flops
+(~10 µs at D = 129) instead of a factorization and a 2m-column solve. The head's gain is then
+read off X and Q with the exact route's formula (:func:`fold_scores`), together with the
+scale Σ|terms| the rounding errors act on; the head is certainly not served when
+gain + TOLERANCE · scale < threshold.
+
+Why the tolerance holds: the penalty λ is constant between power-of-two buckets of the Gram's
+trace (content.head.head_penalty), so the tracked A is the exact route's matrix in real
+arithmetic and the two differ only by rounding. A is λ-regularized with
+λ ≥ PENALTY/√2 · mean diag G, so cond(A) ≤ 1 + √2·D/PENALTY (1.8·10⁵ at D = 129,
+1.5·10⁶ at D = 1033): a backward-stable solve is accurate to ~D·cond·ε relative
+(≤ 4·10⁻⁸ at D = 129), and the row updates (at most REFRESH_ROWS between exact solves) add
+about cond·ε per row. TOLERANCE = 10⁻⁵ of the scale is ≥ 100× those estimates, and the tests
+measure the filter's error against the exact gain over long forget/insert sequences (observed
+≤ 10⁻¹⁰ of the scale). A filter can only send a decision to the exact route, never make one
+the exact route would not: when unsure (inside the tolerance, a head replaced or changed by a
+path that does not log, a change of more than LOG_ROWS rows, λ's bucket moved, an instance
+rebuilding) it answers "unknown".
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg.blas as blas
+from scipy.linalg.lapack import dpotri as _POTRI
+
+TOLERANCE = 1e-5
+"""The filter's error bound, relative to the scale Σ|terms| of the gain (see the module
+docstring: ≥ 100× the rounding estimates, ≥ 10⁴× the errors measured in the tests)."""
+REFRESH_ROWS = 512
+"""Rows the tracked solution may be updated by before the exact route runs again: bounds the
+rounding drift of the row updates (each adds ~cond·ε)."""
+LOG_ROWS = 16
+"""A change of more rows than this is not logged: the exact route (one solve) is cheaper
+than that many row updates, and bulk changes solve their heads on several threads anyway."""
+
+
+def fold_scores(X: np.ndarray, Q: np.ndarray, B: np.ndarray, lam: float):
+    """Per-column out-of-fold gain of the fold heads W_0 = 2Y, W_1 = 2(W − Y), from
+    X = [W | Y] = A⁻¹B, B = [H | H_0] and Q = G_0 X (content.head._solve's definitions), and
+    the per-column scale Σ|terms| of that sum (what rounding errors are relative to).
+
+    fold 0's head on fold 1: ⟨W_0, 2H_1 − 2H_0 + λW_0 + G_0 W_0⟩; fold 1's on fold 0:
+    ⟨W_1, 2H_0 − G_0 W_1⟩ — written as few whole-array steps (one call per change for all
+    p heads: ~20 small numpy calls)."""
+    m = X.shape[1] // 2
+    W, Y, QW, QY, H, H0 = X[:, :m], X[:, m:], Q[:, :m], Q[:, m:], B[:, :m], B[:, m:]
+    # with W_0 = 2Y, W_1 = 2(W − Y), H_1 = H − H_0 the terms are 4× those of
+    # a0 = ⟨Y, (H − 2H_0) + λY + QY⟩ and a1 = ⟨W − Y, H_0 − (QW − QY)⟩
+    Wd = W - Y
+    Qd = QW - QY
+    t0 = H - 2.0 * H0
+    t1 = lam * Y
+    score = Y * (t0 + t1 + QY) + Wd * (H0 - Qd)
+    scale = np.abs(Y) * (np.abs(t0) + np.abs(t1) + np.abs(QY)) + np.abs(Wd) * (
+        np.abs(H0) + np.abs(Qd)
+    )
+    return 4.0 * score.sum(axis=0), 4.0 * scale.sum(axis=0)
+
+
+@dataclass
+class _Change:
+    """One logged change: the rows' head features in real units, their folds and the sign."""
+
+    v: np.ndarray
+    folds: np.ndarray
+    sign: int
+    key: tuple = field(repr=False)
+
+
+class GainFilter:
+    """The tracked solution of one stacked Gram system (p heads in slots), and the log of the
+    changes made to their sums since it was last brought up to date. Thread-safe (one lock).
+
+    Every method takes the heads as they are; a head is recognized by identity (weakly held)
+    and by its count of sum changes (``LinearHead.changes``), so a head replaced by a rebuild
+    or changed by a path that does not log here (a merge, adopted Gram sums, a bulk change)
+    makes the filter answer "unknown" until the next exact solve of all p heads re-bases it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._base: tuple | None = None  # (factor, X, G0, lam) of the last exact solve
+        self._heads: list[weakref.ref] = []
+        self._slots: list[int] = []  # each tracked head's slot (its columns in X)
+        self._changes: list[int] = []  # each slot's head's change count, tracked state
+        self._served: list[bool | None] = []  # each slot's last exact choice
+        self._log: list[_Change] = []  # shared part of changes not yet applied
+        self._residuals: list[list[np.ndarray]] = []  # per slot, in the log's order
+        self._state: tuple | None = None  # (Ainv, G0, X, Q, B, lam): tracked, up to date
+        self._gains: tuple[np.ndarray, np.ndarray] | None = None  # per column, current
+        self._rows = 0  # rows applied since the base
+
+    # -- from the exact route ---------------------------------------------------------------
+    def rebase(
+        self, heads, slots, factor, X: np.ndarray, B: np.ndarray, G0: np.ndarray, lam: float
+    ) -> None:
+        """An exact stacked solve of every serving head (``heads``, in ``slots``; an absent
+        slot's columns are zero and stay so) just produced X = A⁻¹B, B = [H | H_0], with
+        Cholesky ``factor`` of A; tracking starts from it (A⁻¹ and Q computed lazily, only when a
+        change comes and no head was served)."""
+        with self._lock:
+            self._reset()
+            self._base = (factor, X, B, G0, lam)
+            self._heads = [weakref.ref(h) for h in heads]
+            self._slots = list(slots)
+            self._changes = [h.changes for h in heads]
+            self._served = [None] * len(heads)
+            self._residuals = [[] for _ in heads]
+
+    def decided(self, head, served: bool) -> None:
+        """The exact route chose for ``head``: the filter engages only once every slot's last
+        exact choice was "tables" (a served head needs the exact solve anyway)."""
+        with self._lock:
+            slot = self._slot_of(head)
+            if slot is not None and self._changes[slot] == head.changes:
+                self._served[slot] = served
+
+    def engaged(self) -> bool:
+        """Whether the filter tracks a solution and no slot's head was served."""
+        with self._lock:
+            return self._ready()
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._reset()
+
+    # -- from the heads' changes -------------------------------------------------------------
+    def log(self, head, v: np.ndarray, residuals: np.ndarray, folds, sign: int) -> None:
+        """A change of ``head``'s sums by rows with head features ``v`` (integers), head-grid
+        ``residuals`` as real numbers (n, k), ``folds``. The p heads log the same rows in
+        the same order (their features and folds are compared, not assumed)."""
+        with self._lock:
+            if self._base is None:
+                return
+            slot = self._slot_of(head)
+            if slot is None or len(v) > LOG_ROWS or not self._ready():
+                self._reset()
+                return
+            if self._changes[slot] + len(self._residuals[slot]) + 1 != head.changes:
+                self._reset()  # a change this filter did not see
+                return
+            at = len(self._residuals[slot])
+            key = (v.shape, sign)
+            if at < len(self._log):
+                known = self._log[at]
+                if known.key != key or not (
+                    np.array_equal(known.v, v) and np.array_equal(known.folds, folds)
+                ):
+                    self._reset()
+                    return
+            elif at == len(self._log):
+                self._log.append(_Change(np.array(v, dtype=np.float64), np.array(folds), sign, key))
+            else:  # pragma: no cover - the counts above make this impossible
+                self._reset()
+                return
+            self._residuals[slot].append(np.array(residuals, dtype=np.float64))
+
+    # -- the filter --------------------------------------------------------------------------
+    def certainly_below(self, head, threshold: float, lam: float) -> bool:
+        """True when ``head``'s exact out-of-fold gain is certainly ≤ ``threshold`` (the head
+        is not served); False means unknown: ask the exact route. ``lam``: the penalty of the
+        head's current sums (content.head.head_penalty)."""
+        estimate = self.estimate(head, lam)
+        if estimate is None:
+            return False
+        gain, scale = estimate
+        return gain + TOLERANCE * scale < threshold
+
+    def estimate(self, head, lam: float) -> tuple[float, float] | None:
+        """The tracked gain of ``head`` and the scale Σ|terms| its error is relative to, or
+        None when the filter cannot vouch for its tracked state (see the class docstring)."""
+        with self._lock:
+            slot = self._slot_of(head)
+            if slot is None or not self._ready() or lam != self._base[-1]:  # type: ignore[index]
+                return None
+            if any(len(r) != len(self._log) for r in self._residuals):
+                return None  # some instance did not get every change (rebuilding)
+            for r, ref in enumerate(self._heads):
+                h = ref()
+                if h is None or h.changes != self._changes[r] + len(self._residuals[r]):
+                    return None
+            if self._rows + sum(len(c.v) for c in self._log) > REFRESH_ROWS:
+                return None
+            if self._log or self._gains is None:
+                self._apply()
+                _, _, X, Q, B, lam = self._state  # type: ignore[misc]
+                self._gains = fold_scores(X, Q, B, lam)
+            gains, scales = self._gains
+            k = head.cross.shape[-1]
+            at = slice(self._slots[slot] * k, (self._slots[slot] + 1) * k)
+            return float(gains[at].sum()), float(scales[at].sum())
+
+    def _slot_of(self, head) -> int | None:
+        for r, ref in enumerate(self._heads):
+            if ref() is head:
+                return r
+        return None
+
+    def _ready(self) -> bool:
+        return self._base is not None and all(s is False for s in self._served)
+
+    def _apply(self) -> None:
+        """Bring the tracked solution up to date with the logged rows (Sherman–Morrison per
+        row: A' = A + σvvᵀ, X' = A'⁻¹[H' | H_0'], Q' = G_0'X')."""
+        if self._state is None:
+            factor, X, B, G0, lam = self._base  # type: ignore[misc]
+            Ainv, info = _POTRI(factor, lower=1)
+            if info != 0:
+                raise np.linalg.LinAlgError(f"gain filter: inverse failed ({info})")
+            Ainv = np.tril(Ainv) + np.tril(Ainv, -1).T
+            G0 = np.array(G0, order="F")
+            Q = np.asfortranarray(G0 @ X)
+            X, B = np.array(X, order="F"), np.array(B, order="F")
+            self._state = (np.asfortranarray(Ainv), G0, X, Q, B, lam)
+        Ainv, G0, X, Q, B, lam = self._state
+        m = X.shape[1] // 2
+        for i, change in enumerate(self._log):
+            r_all = np.zeros((len(change.v), m))  # absent slots: zero, like their columns
+            for slot, res in zip(self._slots, self._residuals, strict=True):
+                k = res[i].shape[1]
+                r_all[:, slot * k : (slot + 1) * k] = res[i]
+            for j in range(len(change.v)):
+                v = change.v[j]
+                sigma = float(change.sign)
+                in0 = change.folds[j] == 0
+                u = Ainv @ v
+                vu = float(v @ u)
+                s = 1.0 + sigma * vu
+                b = np.concatenate([r_all[j], r_all[j] if in0 else np.zeros_like(r_all[j])])
+                xv = v @ X
+                c = (sigma / s) * (b - xv)
+                w = G0 @ u
+                blas.dger(sigma, v, b, a=B, overwrite_a=1)
+                blas.dger(1.0, u, c, a=X, overwrite_a=1)
+                blas.dger(1.0, w, c, a=Q, overwrite_a=1)
+                if in0:
+                    blas.dger(sigma, v, xv + vu * c, a=Q, overwrite_a=1)
+                    blas.dger(sigma, v, v, a=G0, overwrite_a=1)
+                blas.dger(-sigma / s, u, u, a=Ainv, overwrite_a=1)
+        self._rows += sum(len(c.v) for c in self._log)
+        self._log.clear()
+        for r, res in enumerate(self._residuals):
+            self._changes[r] += len(res)
+            res.clear()
