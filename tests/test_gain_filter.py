@@ -53,8 +53,13 @@ def _exact_gain(head: LinearHead) -> float:
     return copy.solution()[0]
 
 
+@pytest.mark.parametrize("kernels", ["numba", "numpy"])
 @pytest.mark.parametrize("slots", [range(P), (0, 2)], ids=["all-slots", "one-rebuilding"])
-def test_the_tracked_gain_follows_the_exact_gain_through_forgets_and_inserts(slots):
+def test_the_tracked_gain_follows_the_exact_gain_through_forgets_and_inserts(
+    slots, kernels, monkeypatch
+):
+    """Both paths (the compiled kernel and numpy) stay within 10⁻⁴ of the tolerance."""
+    monkeypatch.setenv("FORGETTING_KERNELS", kernels)
     cache, heads = _stacked_heads(slots=slots)
     v, residuals, folds = _rows(200, seed=1)
     rng = np.random.default_rng(2)
@@ -200,3 +205,29 @@ def test_a_close_call_goes_to_the_exact_route_and_matches_the_refit(tables_serve
     refit = QSSClassifier(**params).fit(X[keep], y[keep], keep)
     assert refit.engine_.corrections()[0] == "head"
     assert_same_model(model, refit, X[:300])
+
+
+def test_pending_gram_rows_give_the_eager_sums_and_penalty(monkeypatch):
+    """Small changes leave their Gram terms pending (LinearHead.gram adds them when read):
+    the same integers as adding them at once, in any mix of signs and folds, also past the
+    pending cap; the penalty read from the diagonal sees the pending rows."""
+    v, residuals, folds = _rows(300, seed=6)
+    lazy = LinearHead.empty(D_IN, K, CLASSIFICATION_SCALE_BITS)
+    eager = LinearHead.empty(D_IN, K, CLASSIFICATION_SCALE_BITS)
+    lazy.add(v, residuals[0], folds)
+    eager.add(v, residuals[0], folds)
+    monkeypatch.setattr(head_module, "PENDING_ROWS", 40)  # a flush on the way
+    monkeypatch.setattr(head_module, "LAZY_ROWS", 0)  # `eager` adds at once
+    rng = np.random.default_rng(7)
+    for i in rng.permutation(120):
+        rows = slice(i, i + 1 + int(i % 4 == 0))
+        change = "add" if i % 3 == 0 else "subtract"
+        monkeypatch.setattr(head_module, "LAZY_ROWS", 16)
+        getattr(lazy, change)(v[rows], residuals[0][rows], folds[rows])
+        monkeypatch.setattr(head_module, "LAZY_ROWS", 0)
+        getattr(eager, change)(v[rows], residuals[0][rows], folds[rows])
+        if i % 17 == 0:
+            assert lazy.penalty() == head_penalty(eager.gram)
+    assert lazy.penalty() == head_penalty(eager.gram)
+    assert lazy.equals(eager)
+    assert lazy.solution()[0] == eager.solution()[0]

@@ -45,12 +45,21 @@ import numpy as np
 import scipy.linalg.blas as blas
 from scipy.linalg.lapack import dpotri as _POTRI
 
+from .kernels import LOAD_MIN_WORK, LazyKernel
+
+FEATURE_BITS = 14
+"""content.head's fixed point of the head features (v = rint(2^14 φ)); repeated here, not
+imported: content.head imports this module."""
 TOLERANCE = 1e-5
 """The filter's error bound, relative to the scale Σ|terms| of the gain (see the module
 docstring: ≥ 100× the rounding estimates, ≥ 10⁴× the errors measured in the tests)."""
 REFRESH_ROWS = 512
 """Rows the tracked solution may be updated by before the exact route runs again: bounds the
 rounding drift of the row updates (each adds ~cond·ε)."""
+_KERNEL = LazyKernel("_gain_filter_kernel", "FORGETTING_KERNELS", "numpy", LOAD_MIN_WORK)
+"""The compiled row updates and gains (content._gain_filter_kernel), loaded when the work the
+filter may do before its next exact solve (REFRESH_ROWS · D² per tracked solution) reaches
+LOAD_MIN_WORK — D ≥ 46 — or once loaded; FORGETTING_KERNELS=numpy keeps numpy."""
 LOG_ROWS = 16
 """A change of more rows than this is not logged: the exact route (one solve) is cheaper
 than that many row updates, and bulk changes solve their heads on several threads anyway."""
@@ -81,12 +90,13 @@ def fold_scores(X: np.ndarray, Q: np.ndarray, B: np.ndarray, lam: float):
 
 @dataclass
 class _Change:
-    """One logged change: the rows' head features in real units, their folds and the sign."""
+    """One logged change: the rows' head features (integers: 2^14 per unit), their folds,
+    the sign, and the array the first head was given (the others usually get the same)."""
 
     v: np.ndarray
     folds: np.ndarray
     sign: int
-    key: tuple = field(repr=False)
+    source: object = field(repr=False)
 
 
 class GainFilter:
@@ -150,10 +160,11 @@ class GainFilter:
             self._reset()
 
     # -- from the heads' changes -------------------------------------------------------------
-    def log(self, head, v: np.ndarray, residuals: np.ndarray, folds, sign: int) -> None:
-        """A change of ``head``'s sums by rows with head features ``v`` (integers), head-grid
-        ``residuals`` as real numbers (n, k), ``folds``. The p heads log the same rows in
-        the same order (their features and folds are compared, not assumed)."""
+    def log(self, head, v, residuals, unit: float, folds, sign: int) -> None:
+        """A change of ``head``'s sums by rows with head features ``v`` (integers, 2^14 per
+        unit), head-grid ``residuals`` (integers, ``unit`` each) and ``folds``. The p heads
+        log the same rows in the same order: their features and folds are compared (the
+        very array, usually: the engine computes a change's features once for all)."""
         with self._lock:
             if self._base is None:
                 return
@@ -165,20 +176,21 @@ class GainFilter:
                 self._reset()  # a change this filter did not see
                 return
             at = len(self._residuals[slot])
-            key = (v.shape, sign)
             if at < len(self._log):
                 known = self._log[at]
-                if known.key != key or not (
-                    np.array_equal(known.v, v) and np.array_equal(known.folds, folds)
+                if known.sign != sign or not (
+                    (known.source is v or np.array_equal(known.v, v))
+                    and np.array_equal(known.folds, folds)
                 ):
                     self._reset()
                     return
             elif at == len(self._log):
-                self._log.append(_Change(np.array(v, dtype=np.float64), np.array(folds), sign, key))
+                copy = np.array(v, dtype=np.float64)
+                self._log.append(_Change(copy, np.array(folds), sign, v))
             else:  # pragma: no cover - the counts above make this impossible
                 self._reset()
                 return
-            self._residuals[slot].append(np.array(residuals, dtype=np.float64))
+            self._residuals[slot].append(np.array(residuals, dtype=np.float64) * unit)
 
     # -- the filter --------------------------------------------------------------------------
     def certainly_below(self, head, threshold: float, lam: float) -> bool:
@@ -207,9 +219,10 @@ class GainFilter:
             if self._rows + sum(len(c.v) for c in self._log) > REFRESH_ROWS:
                 return None
             if self._log or self._gains is None:
-                self._apply()
+                kernel = self._apply()
                 _, _, X, Q, B, lam = self._state  # type: ignore[misc]
-                self._gains = fold_scores(X, Q, B, lam)
+                scores = fold_scores if kernel is None else kernel.fold_scores
+                self._gains = scores(X, Q, B, lam)
             gains, scales = self._gains
             k = head.cross.shape[-1]
             at = slice(self._slots[slot] * k, (self._slots[slot] + 1) * k)
@@ -224,9 +237,10 @@ class GainFilter:
     def _ready(self) -> bool:
         return self._base is not None and all(s is False for s in self._served)
 
-    def _apply(self) -> None:
+    def _apply(self):
         """Bring the tracked solution up to date with the logged rows (Sherman–Morrison per
-        row: A' = A + σvvᵀ, X' = A'⁻¹[H' | H_0'], Q' = G_0'X')."""
+        row: A' = A + σvvᵀ, X' = A'⁻¹[H' | H_0'], Q' = G_0'X'); returns the compiled kernels
+        when they did it (content._gain_filter_kernel), else None."""
         if self._state is None:
             factor, X, B, G0, lam = self._base  # type: ignore[misc]
             Ainv, info = _POTRI(factor, lower=1)
@@ -239,19 +253,23 @@ class GainFilter:
             self._state = (np.asfortranarray(Ainv), G0, X, Q, B, lam)
         Ainv, G0, X, Q, B, lam = self._state
         m = X.shape[1] // 2
+        kernel = _KERNEL.get(REFRESH_ROWS * Ainv.shape[0] ** 2)
         for i, change in enumerate(self._log):
             r_all = np.zeros((len(change.v), m))  # absent slots: zero, like their columns
             for slot, res in zip(self._slots, self._residuals, strict=True):
                 k = res[i].shape[1]
                 r_all[:, slot * k : (slot + 1) * k] = res[i]
             for j in range(len(change.v)):
-                v = change.v[j]
+                v = np.ldexp(change.v[j], -FEATURE_BITS)
                 sigma = float(change.sign)
-                in0 = change.folds[j] == 0
+                in0 = bool(change.folds[j] == 0)
+                b = np.concatenate([r_all[j], r_all[j] if in0 else np.zeros_like(r_all[j])])
+                if kernel is not None:
+                    kernel.apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0)
+                    continue
                 u = Ainv @ v
                 vu = float(v @ u)
                 s = 1.0 + sigma * vu
-                b = np.concatenate([r_all[j], r_all[j] if in0 else np.zeros_like(r_all[j])])
                 xv = v @ X
                 c = (sigma / s) * (b - xv)
                 w = G0 @ u
@@ -267,3 +285,4 @@ class GainFilter:
         for r, res in enumerate(self._residuals):
             self._changes[r] += len(res)
             res.clear()
+        return kernel
