@@ -255,6 +255,9 @@ class LinearHead:
         r = head_targets(residuals, self.scale_bits)
         folds = np.asarray(folds)
         cache = self._gram_cache
+        if gram and len(v) == 1 and LAZY_ROWS >= 1:
+            self._update_one(v, r, folds, sign)
+            return
         lazy = gram and len(v) <= LAZY_ROWS
         if lazy:
             self._defer(v, folds, sign)
@@ -277,6 +280,31 @@ class LinearHead:
         if gram and cache is not None and self._slot is not None:
             # the gain filter tracks the head's solution through this change (content.
             # gain_filter); a change without its Gram terms is not logged, so it resets there
+            cache.gains.log(self, v, r, self._target_unit(), folds, sign)
+
+    def _update_one(self, v: np.ndarray, r: np.ndarray, folds: np.ndarray, sign: int) -> None:
+        """:meth:`_update` of one row (a one-row forget or insert, the latency path): the
+        same integers — its cross terms v rᵀ as one outer product, its Gram terms pending —
+        with a fraction of the general path's calls."""
+        vi = v[0].astype(np.int64)
+        f = int(folds[0])
+        outer = np.multiply.outer(vi, r[0])
+        square = vi * vi
+        cross = self.cross[f]
+        with self._flush_lock:
+            self._pending.append((vi[None, :], folds.copy(), sign))
+            self._pending_rows += 1
+            if sign > 0:
+                np.add(cross, outer, out=cross)
+                self._pending_diag += square
+            else:
+                np.subtract(cross, outer, out=cross)
+                self._pending_diag -= square
+            self.counts[f] += sign
+        if self._pending_rows > PENDING_ROWS:
+            self._flush()
+        cache = self._gram_cache
+        if cache is not None and self._slot is not None:
             cache.gains.log(self, v, r, self._target_unit(), folds, sign)
 
     def _defer(self, v: np.ndarray, folds: np.ndarray, sign: int) -> None:
