@@ -510,8 +510,8 @@ def head_penalty(gram: np.ndarray) -> float:
     G is empty: no rows), from the integer sums ``gram`` (2, D, D).
 
     Why rounded: the penalty then stays the same number while rows come and go (it moves
-    when the Gram's trace crosses a power of √2 boundary — at n = 300k, after ~120k
-    deletions), so the system A = G + λI changes by the rows' outer products alone and the
+    only when mean diag G crosses a boundary 2^(j + 1/2): at most once per ~30 % change of
+    the row count, the next deletion only for a set that sits on a boundary), so the system A = G + λI changes by the rows' outer products alone and the
     gain filter (content.gain_filter) can track its solution row by row. The penalty's size
     was chosen on a 1000× grid (:data:`PENALTY`); within √2 of it is the same choice."""
     return _penalty_of_diagonal(np.add(np.diagonal(gram[0]), np.diagonal(gram[1])))
