@@ -29,7 +29,7 @@ from ._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
 from .content.fingerprint import Contributions, multiset_sum
 from .content.head import GramCache, solve_stacked
 from .content.tables import FlatContent, FlatTables
-from .distributed.chunks import build_instance
+from .distributed.chunks import build_instance, build_instances
 from .instance import (
     Instance,
     RowData,
@@ -190,11 +190,12 @@ class QSSEngine:
                 self.check_trainable(data, range(self.config.n_instances))
                 for r in range(self.config.n_instances):
                     self._generation[r] += 1
-                # The p builds are independent: one per core here; with a dask ``row_work``
-                # the workers already share every build's chunks, so they go one at a time.
+                # The builds' tasks (schemas, chunks) run one per core here; with a dask
+                # ``row_work`` the workers already share every build's chunks, so they go
+                # one at a time.
                 local = getattr(self, "row_work", None) is None and self.rows.size >= PARALLEL_ROWS
                 each = map_instances if local else serial_map
-                built = each(lambda r: self._build(r, data), range(self.config.n_instances))
+                built = self._build_all(data, each)
             except BaseException:
                 self.rows = previous
                 raise
@@ -213,6 +214,33 @@ class QSSEngine:
             if s != r and s not in stale and inst is not None and inst.input_head:
                 return inst.head.gram.copy(), inst.head.counts.copy()
         return None
+
+    def _build_all(self, data: RowData, each) -> list:
+        """Build every instance on ``data`` (a fit): :meth:`_build`'s results, bit for bit,
+        with the work that instances sharing an input head have in common — the head's
+        features and their Gram sums over every row — done once
+        (forgetting.distributed.chunks.build_instances). Each instance's seconds (its own
+        work and its share of the common work) go to ``rebuild_seconds``."""
+        seconds: list[float] = []
+        built = build_instances(
+            self.config.schema,
+            data,
+            range(self.config.n_instances),
+            self.config.random_state,
+            self.config.label_mode,
+            work=getattr(self, "row_work", None),
+            each=each,
+            seconds=seconds,
+        )
+
+        def refresh(i: int) -> None:
+            started = time.perf_counter()
+            built[i][0].refresh()  # here, not in the first prediction after the fit
+            seconds[i] += time.perf_counter() - started
+
+        each(refresh, range(len(built)))
+        self.rebuild_seconds.extend(seconds)
+        return built
 
     def _build(self, r: int, data: RowData, head_gram=None):
         """Build instance ``r`` on ``data``: its schema from D°_r (small, trained here), then

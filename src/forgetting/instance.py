@@ -171,21 +171,33 @@ def contributions_for(
 
 
 def contributions_with_features(
-    schema: Schema, X: np.ndarray, targets: np.ndarray, row_hashes: np.ndarray
+    schema: Schema,
+    X: np.ndarray,
+    targets: np.ndarray,
+    row_hashes: np.ndarray,
+    normalized: np.ndarray | None = None,
+    features: np.ndarray | None = None,
 ) -> tuple[Contributions, np.ndarray | None]:
     """Contributions and, with a ridge head, the head's features (φ in HEAD_BLOCK_ROWS).
 
     φ's first step, the L2 normalization, is computed once for both: it is row by row, so
     the statistics' blocks and the head's give the same normalized rows (the same bits as
     each normalizing on its own; tests/test_serving_blocks.py) — one pass over the rows
-    instead of two or three (~0.1 s each per instance at 300k × 128)."""
-    normalized = normalized_rows(X, BLOCK_ROWS) if schema.encoder is None else None
+    instead of two or three (~0.1 s each per instance at 300k × 128).
+
+    ``normalized`` (:func:`normalized_rows` of ``X`` in BLOCK_ROWS blocks) and ``features``
+    (:func:`head_features` of the head's inputs, float64) may come from the caller: instances
+    whose heads take the input as given with equal ``input_head_key`` have the same numbers
+    for both, and a build of several of them computes them once
+    (:func:`forgetting.distributed.chunks.build_instances`). Row-by-row functions: the same
+    bits as computing them here."""
+    if normalized is None and schema.encoder is None:
+        normalized = normalized_rows(X, BLOCK_ROWS)
     codes, g, _ = schema.encode(X, BLOCK_ROWS, normalized, head=False)
-    features = (
-        head_features(schema.head_inputs(X, HEAD_BLOCK_ROWS, normalized), np.float64)
-        if schema.head_kind is not None
-        else None
-    )
+    if features is None and schema.head_kind is not None:
+        features = head_features(schema.head_inputs(X, HEAD_BLOCK_ROWS, normalized), np.float64)
+    elif schema.head_kind is None:
+        features = None
     base = schema.base_model
     if base.task == "classification":
         target = np.zeros_like(g)
