@@ -402,7 +402,10 @@ def _shared_pass(
                 built[j].add_encoded(contrib, folds, v, gram=alone)
                 seen[j] += stop - start
 
-    with one_blas_thread():  # two chunks side by side, one BLAS thread each
+    # One BLAS thread per chunk, also when chunks run one at a time (a rebuild): the Gram's
+    # dsyrk on two threads of a busy 2-core machine spun itself to 0.8 GFLOP/s — a lone
+    # rebuild at 300k × 128 took 7.6–8.7 s unpinned against 1.7–2.0 s pinned (load ~3–4).
+    with one_blas_thread():
         each(chunk, range(len(bounds)))
     out = []
     for j, (instance, schema) in enumerate(zip(built, schemas, strict=True)):
