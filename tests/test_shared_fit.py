@@ -36,7 +36,7 @@ def data(task: str, n: int = N, d: int = 12, seed: int = 0):
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch):
     """Chunks of BLOCK_ROWS rows in the shared pass: several per fit, run side by side."""
-    monkeypatch.setattr(chunks_module, "SHARED_CHUNK_BYTES", 1)
+    monkeypatch.setattr(chunks_module, "PASS_CHUNK_BYTES", 1)
 
 
 def one_by_one(monkeypatch):
@@ -61,14 +61,25 @@ def fit(cls, X, y, **params):
     return cls(**{**PARAMS, **params}).fit(X, y, list(range(len(y))))
 
 
-@pytest.mark.parametrize("task", ["classification", "regression"])
-@pytest.mark.parametrize("head", HEADS)
-def test_a_fit_equals_the_one_by_one_builds(monkeypatch, task, head):
-    if task == "regression" and head == "newton":
-        pytest.skip("the Newton head is for classification")
+CASES = [
+    *(("classification", {"head": head}) for head in HEADS),
+    *(("regression", {"head": head}) for head in HEADS if head != "newton"),
+    ("classification", {"head": "none", "partition": "rq"}),  # a codebook's accumulators
+    ("classification", {"head": "shared-rf", "mode": "label"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("task", "params"), CASES, ids=[f"{t[:3]}-{'-'.join(map(str, p.values()))}" for t, p in CASES]
+)
+def test_a_fit_equals_the_one_by_one_builds(monkeypatch, task, params):
     X, y = data(task)
+    if params.get("mode") == "label":
+        y = y.copy()
+        y[::3] = -1  # a third of the rows unlabeled: only labeled rows are accumulated
+    head = params["head"]
     cls = QSSClassifier if task == "classification" else QSSRegressor
-    model = fit(cls, X, y, head=head)
+    model = fit(cls, X, y, **params)
     engine = model.engine_
     rows = engine._row_data(copy=False)
     for r, inst in enumerate(engine.instances):
@@ -85,7 +96,7 @@ def test_a_fit_equals_the_one_by_one_builds(monkeypatch, task, head):
             assert np.array_equal(getattr(stored, field), getattr(contrib, field))
     with monkeypatch.context() as m:
         one_by_one(m)
-        reference = fit(cls, X, y, head=head)
+        reference = fit(cls, X, y, **params)
     assert_same_model(model, reference, X[:400])
     # a D° hit afterwards: the rebuilt instance (adopting a sibling's Gram where the head is
     # shared) and the others equal the one-by-one model after the same deletion

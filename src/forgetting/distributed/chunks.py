@@ -227,14 +227,14 @@ def build_with_schema(
     work: RowWork | None = None,
     head_gram: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[Instance, np.ndarray, Contributions]:
-    """The row half of :func:`build_instance`, for a schema already trained."""
-    if work is None and schema.input_head_key is not None:
-        # the pass of a fit's shared heads, for one instance: chunks sized to the head's
-        # width (one 65,536-row chunk of "shared-rf" features at MNIST-HOG's D = 1033 is
-        # 540 MB), added straight into the instance; the Gram adopted when given
-        return _shared_pass(
-            config, [schema], data, shared_chunk_rows(schema), serial_map, head_gram
-        )[0]
+    """The row half of :func:`build_instance`, for a schema already trained: through
+    ``work`` when given (partial sums per chunk, :func:`reduce_chunks`), else in this process
+    — one pass over the rows (:func:`_one_pass`) for features used as given, chunks through
+    a :class:`LocalRowWork` with an encoder. ``head_gram`` is adopted by a head that takes
+    the input as given, in this process only (as :func:`build_instance` says)."""
+    if work is None and schema.encoder is None:
+        adopt = head_gram if schema.input_head_key is not None else None
+        return _one_pass(config, [schema], data, pass_chunk_rows([schema]), serial_map, adopt)[0]
     labeled = np.flatnonzero(data.labeled)
     work = LocalRowWork() if work is None else work
     folds = data.folds
@@ -243,17 +243,20 @@ def build_with_schema(
     return built, labeled, contrib
 
 
-SHARED_CHUNK_BYTES = 32 << 20
-"""The head features of one chunk of a shared pass (:func:`build_instances`) take at most
-about this many bytes (float64, n × D), so the pass's transient memory stays in the tens of
-MB per thread whatever the head's width."""
+PASS_CHUNK_BYTES = 32 << 20
+"""The head features of one chunk of a pass (:func:`_one_pass`) take at most about this many
+bytes (float64, n × D): its transient memory stays in the tens of MB per thread whatever the
+head's width (one default 65,536-row chunk of "shared-rf" features at MNIST-HOG's D = 1033
+is 540 MB). At MNIST-HOG with "shared-rf", 8 to 128 MB gave the same fit time within the
+machine's noise (4.3–8.4 s, scratch sweep; 1 MB-scale chunks of 1,024 rows were slower)."""
 
 
-def shared_chunk_rows(schema: Schema, cap: int = DEFAULT_CHUNK_ROWS) -> int:
-    """Rows per chunk for a head of ``schema``'s width: a multiple of BLOCK_ROWS (so every row
-    keeps its bits), its features at most :data:`SHARED_CHUNK_BYTES`, never more than
+def pass_chunk_rows(schemas: Sequence[Schema], cap: int = DEFAULT_CHUNK_ROWS) -> int:
+    """Rows per chunk of a pass over ``schemas``: a multiple of BLOCK_ROWS (so every row keeps
+    its bits), the widest head's features at most :data:`PASS_CHUNK_BYTES`, never more than
     ``cap`` nor fewer than BLOCK_ROWS."""
-    rows = SHARED_CHUNK_BYTES // (8 * (schema.n_features + 1))
+    width = max((s.n_features for s in schemas if s.head_kind is not None), default=0)
+    rows = PASS_CHUNK_BYTES // (8 * (width + 1))
     return max(BLOCK_ROWS, min(cap, rows // BLOCK_ROWS * BLOCK_ROWS))
 
 
@@ -267,26 +270,26 @@ def build_instances(
     each: Each = serial_map,
     seconds: list[float] | None = None,
 ) -> list[tuple[Instance, np.ndarray, Contributions]]:
-    """:func:`build_instance` for each of ``instances`` (a fit), the work their heads share
-    done once: the same results, bit for bit.
+    """:func:`build_instance` for each of ``instances`` (a fit), the work they share done
+    once: the same results, bit for bit.
 
     Instances whose heads take the input as given with the same ``input_head_key``
     ("shared-ridge", "shared-rf" without an encoder) have the same head features
     v = [u, ψ(u), 1] for every row and hence the same Gram sums Σ v vᵀ (design.md §5.13).
     Built one by one, each computed both over every row: at MNIST-HOG with "shared-rf"
     (d = 520, D = 1033) u·R, the fixed-point copy and the Gram are ~6 s of the ~7 s of
-    row work per instance. Here a group of such instances goes through the rows once
-    (:func:`_shared_pass`): per chunk, u and v are computed once, the chunk's fold Grams
-    once, then each instance's codes, g, residuals and cross sums Σ v rᵀ (those differ:
-    r = y − g(x)) from them; at the end every instance of the group adopts the one Gram
-    (``LinearHead.adopt_gram``, which checks that its own row counts match). Other
-    instances (other heads, or ``work`` on a cluster) are built as :func:`build_instance`
-    builds them.
+    row work per instance. Here the instances with features used as given go through the
+    rows in one pass (:func:`_one_pass`): per chunk, the normalized rows u (φ's first step,
+    every such instance's) once, each shared head's v and fold Grams once, then every
+    instance's codes, g, residuals and head cross sums Σ v rᵀ (those differ: r = y − g(x));
+    at the end the instances of a shared head adopt its one Gram (``LinearHead.adopt_gram``,
+    which checks that their own row counts match). Instances with an encoder, or with
+    ``work`` on a cluster, are built as :func:`build_instance` builds them.
 
     ``each`` runs independent tasks — the schemas' training, the other instances' builds,
-    the shared pass's chunks (forgetting._parallel.map_instances: on the machine's cores);
+    the pass's chunks (forgetting._parallel.map_instances: on the machine's cores);
     ``seconds``, when given, receives each instance's build seconds: its own tasks plus an
-    equal share of the group's shared work.
+    equal share of the pass.
     """
     instances = list(instances)
     started = time.perf_counter()
@@ -295,28 +298,25 @@ def build_instances(
     )
     spent = [(time.perf_counter() - started) / max(len(instances), 1)] * len(instances)
     local = work is None or isinstance(work, LocalRowWork)
-    groups: dict[tuple, list[int]] = {}
-    alone: list[int] = []
-    for i, schema in enumerate(schemas):
-        key = schema.input_head_key if local else None
-        (alone if key is None else groups.setdefault(key, [])).append(i)
+    together = [i for i, schema in enumerate(schemas) if local and schema.encoder is None]
+    apart = [i for i in range(len(schemas)) if i not in together]
     results: list = [None] * len(instances)
 
-    def build_alone(i: int):
+    def build_apart(i: int):
         began = time.perf_counter()
         out = build_with_schema(config, schemas[i], data, work)
         spent[i] += time.perf_counter() - began
         return out
 
-    for i, out in zip(alone, each(build_alone, alone), strict=True):
+    for i, out in zip(apart, each(build_apart, apart), strict=True):
         results[i] = out
-    for members in groups.values():
+    if together:
+        members = [schemas[i] for i in together]
         cap = work.chunk_rows if isinstance(work, LocalRowWork) else DEFAULT_CHUNK_ROWS
-        chunk_rows = shared_chunk_rows(schemas[members[0]], cap)
         began = time.perf_counter()
-        built = _shared_pass(config, [schemas[i] for i in members], data, chunk_rows, each)
-        share = (time.perf_counter() - began) / len(members)
-        for i, out in zip(members, built, strict=True):
+        built = _one_pass(config, members, data, pass_chunk_rows(members, cap), each)
+        share = (time.perf_counter() - began) / len(together)
+        for i, out in zip(together, built, strict=True):
             results[i] = out
             spent[i] += share
     if seconds is not None:
@@ -324,7 +324,7 @@ def build_instances(
     return results
 
 
-def _shared_pass(
+def _one_pass(
     config: SchemaConfig,
     schemas: Sequence[Schema],
     data: RowData,
@@ -332,38 +332,44 @@ def _shared_pass(
     each: Each,
     head_gram: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[tuple[Instance, np.ndarray, Contributions]]:
-    """Build the instances of ``schemas`` — heads with one ``input_head_key`` — in one pass
-    over the labeled rows, chunk by chunk (chunks run in parallel through ``each``).
+    """Build the instances of ``schemas`` (features used as given: no encoder) in one pass over
+    the labeled rows, chunk by chunk (chunks run side by side through ``each``).
 
-    A chunk computes the normalized rows u and the head features v once (their bits are a
-    row's own, whatever the chunk: row-by-row functions in canonical blocks, chunks starting
-    at multiples of BLOCK_ROWS), adds its fold Grams to the one Gram, and adds each
-    instance's contributions, accumulator sums and head cross sums straight into that
-    instance (under its lock: integer sums, exact in any order — the same integers
-    :func:`reduce_chunks` reaches from per-chunk partial sums, without a partial copy of
-    every table per chunk). Only the Gram terms are left out of the instances' heads; each
-    adopts the pass's Gram at the end — or ``head_gram``, a sibling's (Gram, counts) over
-    these rows, when given (a rebuild: no Gram computed) — its counts checked against its
-    own. A pass of one instance without ``head_gram`` (a rebuild with no current sibling)
-    adds the Gram terms to its head chunk by chunk, as any build does.
+    A chunk computes the normalized rows u once, and the head features v and fold Grams of
+    every input head that two or more of the instances share (one ``input_head_key``) once;
+    their bits are a row's own, whatever the chunk (row-by-row functions in canonical
+    blocks, chunks starting at multiples of BLOCK_ROWS). It then adds each instance's
+    contributions, accumulator sums and head sums straight into that instance (under its
+    lock: integer sums, exact in any order — the same integers :func:`reduce_chunks` reaches
+    from per-chunk partial sums, without a partial copy of every table per chunk). A shared
+    head's instances get their cross sums only and adopt the pass's Gram at the end, their
+    counts checked against their own; any other head adds its own Gram terms, as any build
+    does. ``head_gram`` (one instance, an input head: a rebuild) is a sibling's (Gram,
+    counts) over these rows, adopted instead of computing the Gram.
     """
+    if any(s.encoder is not None for s in schemas):
+        raise ValueError("a pass over the rows takes features used as given (no encoder)")
+    if head_gram is not None and (len(schemas) != 1 or schemas[0].input_head_key is None):
+        raise ValueError("an adopted Gram is for one instance with an input head")
     labeled = np.flatnonzero(data.labeled)
     n = len(labeled)
     if n == 0:
         raise ValueError("an instance needs at least one labeled row")
     folds_all = data.folds
-    key = schemas[0].input_head_key
-    if key is None or any(s.input_head_key != key for s in schemas):
-        raise ValueError("a shared pass needs instances with one input head")
     built = [empty_instance(config, schema) for schema in schemas]
-    # one instance without a sibling's Gram adds its own Gram terms, as any build does: there
-    # is nothing to share, and nothing to adopt
-    alone = head_gram is None and len(schemas) == 1
-    if head_gram is None:
-        D = built[0].head.gram.shape[-1]  # type: ignore[union-attr]
-        gram, counts = np.zeros((2, D, D), dtype=np.int64), np.zeros(2, dtype=np.int64)
-    else:
-        gram, counts = head_gram
+    keys = [s.input_head_key for s in schemas]
+    members: dict[tuple, list[int]] = {}
+    for j, key in enumerate(keys):
+        if key is not None:
+            members.setdefault(key, []).append(j)
+    # the heads whose features and Gram the pass computes once, for two or more instances
+    shared = [key for key, js in members.items() if len(js) > 1]
+    grams: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    for key in shared:
+        D = built[members[key][0]].head.gram.shape[-1]  # type: ignore[union-attr]
+        grams[key] = (np.zeros((2, D, D), dtype=np.int64), np.zeros(2, dtype=np.int64))
+    if head_gram is not None:
+        grams[keys[0]] = head_gram  # type: ignore[index]
     columns: list[list[np.ndarray] | None] = [None] * len(schemas)
     seen = [0] * len(schemas)
     locks = [threading.Lock() for _ in schemas]
@@ -377,18 +383,29 @@ def _shared_pass(
         folds = folds_all[at]
         targets, row_hash = data.targets[at], data.row_hash[at]
         u = normalized_rows(X, BLOCK_ROWS)
-        v = head_features(schemas[0].head_inputs(X, HEAD_BLOCK_ROWS, u), np.float64)
-        if head_gram is None and not alone:
-            grams = fold_grams(v, folds)
+        features: dict[tuple, np.ndarray] = {}
+        for key in shared:
+            inputs = schemas[members[key][0]].head_inputs(X, HEAD_BLOCK_ROWS, u)
+            v = head_features(inputs, np.float64)
+            features[key] = v
+            parts = fold_grams(v, folds)
             with gram_lock:
+                gram, counts = grams[key]
                 for f in (0, 1):
-                    if grams[f] is not None:
-                        gram[f] += grams[f]
+                    if parts[f] is not None:
+                        gram[f] += parts[f]
                     counts[f] += int(np.count_nonzero(folds == f))
-            del grams
+            del parts
         # chunks running side by side start on different instances: fewer waits on a lock
         for j in np.roll(np.arange(len(schemas)), -index).tolist():
-            contrib, _ = contributions_with_features(schemas[j], X, targets, row_hash, u, v)
+            contrib, v = contributions_with_features(
+                schemas[j],
+                X,
+                targets,
+                row_hash,
+                u,
+                features.get(keys[j]),  # type: ignore[arg-type]
+            )
             with locks[j]:
                 if columns[j] is None:
                     columns[j] = [
@@ -399,7 +416,7 @@ def _shared_pass(
                     columns[j], (contrib.codes, contrib.residuals, contrib.digests), strict=True
                 ):
                     column[start:stop] = a
-                built[j].add_encoded(contrib, folds, v, gram=alone)
+                built[j].add_encoded(contrib, folds, v, gram=keys[j] not in grams)
                 seen[j] += stop - start
 
     # One BLAS thread per chunk, also when chunks run one at a time (a rebuild): the Gram's
@@ -410,9 +427,9 @@ def _shared_pass(
     out = []
     for j, (instance, schema) in enumerate(zip(built, schemas, strict=True)):
         if seen[j] != n:
-            raise RuntimeError(f"the shared pass added {seen[j]} rows, expected {n}")
+            raise RuntimeError(f"the pass added {seen[j]} rows, expected {n}")
         _finish(instance, schema)
-        if not alone:
-            instance.head.adopt_gram(gram, counts)  # type: ignore[union-attr]
+        if keys[j] in grams:
+            instance.head.adopt_gram(*grams[keys[j]])  # type: ignore[union-attr, index]
         out.append((instance, labeled, Contributions(*columns[j])))  # type: ignore[misc]
     return out
