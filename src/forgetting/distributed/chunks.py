@@ -11,6 +11,11 @@ both halves, free of dask, so the engine uses the very same functions in one pro
 Chunks start at multiples of ``BLOCK_ROWS`` (``chunk_rows`` is a multiple of it), so every row
 is computed at the same offset inside the same fixed-shape float block as in one big call
 (forgetting._rowwise): the same bits.
+
+In this process, instances with features used as given are built by one pass over the rows
+(:func:`build_instances`, :func:`_one_pass`): what they have in common — the normalized rows,
+a shared input head's features and Gram sums — is computed once per chunk for all of them,
+and each chunk's integers go straight into the instances (no partial sums to reduce).
 """
 
 from __future__ import annotations
@@ -208,13 +213,14 @@ def build_instance(
 
     The schema is trained here from D°_r (small: about ρ·n rows, gathered from wherever the
     rows live); every labeled row's contribution then runs through ``work`` (default: this
-    process, one chunk at a time) and is reduced exactly. Same signature and result, bit for
-    bit (tests/test_distributed.py compares them).
+    process, one chunk at a time: :func:`build_with_schema`) and is reduced exactly. Same
+    signature and result, bit for bit (tests/test_distributed.py compares them).
 
     ``head_gram`` = (Gram sums, fold counts) of a sibling instance over these very rows: when
     this instance's head takes the input as given ("shared-ridge", no encoder) its Gram sums
     are those integers, so a local build adopts them instead of recomputing Σ v vᵀ over every
-    row (~0.44 s of a 2 s rebuild at n = 300k, d = 128); the counts are checked.
+    row (~0.44 s of a 2 s rebuild at n = 300k, d = 128); the counts are checked. A fit
+    builds all its instances at once instead (:func:`build_instances`).
     """
     schema = train_instance_schema(config, data, instance, random_state, label_mode)
     return build_with_schema(config, schema, data, work, head_gram)
@@ -248,8 +254,9 @@ PASS_CHUNK_BYTES = 32 << 20
 """The head features of one chunk of a pass (:func:`_one_pass`) take at most about this many
 bytes (float64, n × D): its transient memory stays in the tens of MB per thread whatever the
 head's width (one default 65,536-row chunk of "shared-rf" features at MNIST-HOG's D = 1033
-is 540 MB). At MNIST-HOG with "shared-rf", 8 to 128 MB gave the same fit time within the
-machine's noise (4.3–8.4 s, scratch sweep; 1 MB-scale chunks of 1,024 rows were slower)."""
+is 540 MB). A scratch sweep of the fit at MNIST-HOG with "shared-rf" (2 runs each, on the
+shared machine under load): 8 and 16 MB (chunks of 1,024 rows) 6.3–8.4 s, 32 MB 4.9–5.2 s,
+64 MB 5.1–5.7 s, 128 MB 4.3–5.9 s — flat from 32 MB on, so the smallest of those."""
 
 
 PASS_MIN_CHUNKS = 8
