@@ -28,6 +28,7 @@ from tqdm import tqdm
 from .. import QSSClassifier
 from .. import ensemble as ensemble_module
 from ..content import head as head_module
+from ..content.gain_filter import GainFilter
 from ..content.head import LinearHead
 from ..content.tables import FlatTables
 from ..ensemble import QSSEngine
@@ -56,6 +57,18 @@ STEPS: list[tuple[str, object, str, str]] = [
     ("head: Gram factorization", head_module.GramSystem, "of", "head: stacked solve"),
     ("instance content: (α, λ) and head choice", QSSEngine, "_content", "predict"),
     ("tables: (α, λ) choice", FlatTables, "best", "instance content: (α, λ) and head choice"),
+    (
+        "head: gain filter",
+        GainFilter,
+        "certainly_below",
+        "instance content: (α, λ) and head choice",
+    ),
+    (
+        "head: stacked solve the filter left",
+        head_module,
+        "solve_stacked",
+        "instance content: (α, λ) and head choice",
+    ),
     ("φ, g and cells of the predicted row", Schema, "encode", "predict"),
     ("combine", ensemble_module, "_combine", "predict"),
 ]
