@@ -31,6 +31,7 @@ from ..content.head import (
     TABLES_GAIN_FACTOR,
     GramSystem,
     LinearHead,
+    NewtonWeights,
     _gain,
     _solve,
     head_features,
@@ -120,12 +121,14 @@ def split(data: Data, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(order[n_val:]), np.sort(order[:n_val])
 
 
-def instance_rows(data: Data, seed: int) -> tuple[list[dict], dict[str, float]]:
+def instance_rows(
+    data: Data, seed: int, head_kind: str = "auto"
+) -> tuple[list[dict], dict[str, float]]:
     """Per instance: the statistics, both rules' picks and the validation comparison; and
     the served ensemble's validation score under each pick (mean over instances)."""
     fit, val = split(data, seed)
     cls = QSSClassifier if data.classification else QSSRegressor
-    model = cls(mode="exact", rho=data.rho, random_state=seed)
+    model = cls(mode="exact", rho=data.rho, random_state=seed, head=head_kind)
     model.fit(data.X_train[fit], data.y_train[fit], np.arange(len(fit)))
     X = model._check_X(data.X_train[val], model.n_features_in_)
     y = data.y_train[val]
@@ -141,7 +144,11 @@ def instance_rows(data: Data, seed: int) -> tuple[list[dict], dict[str, float]]:
         old_gain = _gain(richardson_solve(GramSystem.of(head.gram), H, H0, H1)[1])
         codes, g, Z = inst.schema.encode(X, SERVE_BLOCK_ROWS)
         with_tables = g + content.alpha * tables.correction(codes, content.shrinkage)
-        with_head = g + weights.apply(head_features(Z, np.float64))
+        v = head_features(Z, np.float64)
+        if isinstance(weights, NewtonWeights):  # a logistic step from g's logits (shared-rf)
+            with_head = weights.outputs(v, g)
+        else:
+            with_head = g + weights.apply(v)
         if data.classification:
             target = (model.classes_[None, :] == y[:, None]).astype(np.float64)
         else:
@@ -300,6 +307,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
         f"Gaussian mixture, 100k training rows), or held-out synthetic sets: {', '.join(HELD_OUT)}",
     )
     parser.add_argument("--seeds", type=int, default=4, help="validation splits and fits 0..N-1")
+    parser.add_argument(
+        "--head",
+        default="auto",
+        help="the estimators' head parameter (e.g. shared-rf, to choose its factor)",
+    )
     parser.add_argument("--no-timing", action="store_true", help="skip the solve timings")
     parser.add_argument("--out", default="benchmarks/results", help="output folder")
     parser.add_argument("--name", default="head_rule", help="results file name")
@@ -309,7 +321,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
         data = dataset(name)
         rows, scores = [], []
         for seed in tqdm(range(args.seeds), desc=name, unit="split", leave=False):
-            got, score = instance_rows(data, seed)
+            got, score = instance_rows(data, seed, args.head)
             rows += got
             scores.append(score)
         instances += rows
@@ -319,7 +331,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
         tables["solve timings"] = (timing_rows(), TIMING_COLUMNS)
     notes = (
         f"Validation: {VALIDATION_FRACTION:.0%} of each training split (seeded), exact mode "
-        "(default parameters, head='auto') fitted on the rest; the test split is never read. "
+        f"(default parameters, head={args.head!r}) fitted on the rest; the test split is "
+        "never read. "
         "better: the correction more accurate on the validation rows (classification) or with "
         "the lower squared error (regression), instance by instance (g + that correction). "
         "head_gain: the head's out-of-fold gain as served (W_a ≈ 2A⁻¹H_a); head_gain_exact: "
