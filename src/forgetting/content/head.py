@@ -511,9 +511,10 @@ def head_penalty(gram: np.ndarray) -> float:
 
     Why rounded: the penalty then stays the same number while rows come and go (it moves
     only when mean diag G crosses a boundary 2^(j + 1/2): at most once per ~30 % change of
-    the row count, the next deletion only for a set that sits on a boundary), so the system A = G + λI changes by the rows' outer products alone and the
-    gain filter (content.gain_filter) can track its solution row by row. The penalty's size
-    was chosen on a 1000× grid (:data:`PENALTY`); within √2 of it is the same choice."""
+    the row count, the next deletion only for a set that sits on a boundary), so the system
+    A = G + λI changes by the rows' outer products alone and the gain filter
+    (content.gain_filter) can track its solution row by row. The penalty's size was chosen
+    on a 1000× grid (:data:`PENALTY`); within √2 of it is the same choice."""
     return _penalty_of_diagonal(np.add(np.diagonal(gram[0]), np.diagonal(gram[1])))
 
 
