@@ -288,21 +288,10 @@ class LinearHead:
         with a fraction of the general path's calls."""
         vi = v[0].astype(np.int64)
         f = int(folds[0])
-        outer = np.multiply.outer(vi, r[0])
-        square = vi * vi
         cross = self.cross[f]
-        with self._flush_lock:
-            self._pending.append((vi[None, :], folds.copy(), sign))
-            self._pending_rows += 1
-            if sign > 0:
-                np.add(cross, outer, out=cross)
-                self._pending_diag += square
-            else:
-                np.subtract(cross, outer, out=cross)
-                self._pending_diag -= square
-            self.counts[f] += sign
-        if self._pending_rows > PENDING_ROWS:
-            self._flush()
+        (np.add if sign > 0 else np.subtract)(cross, np.multiply.outer(vi, r[0]), out=cross)
+        self.counts[f] += sign
+        self._pend(vi[None, :], folds.copy(), sign, vi * vi)
         cache = self._gram_cache
         if cache is not None and self._slot is not None:
             cache.gains.log(self, v, r, self._target_unit(), folds, sign)
@@ -310,13 +299,18 @@ class LinearHead:
     def _defer(self, v: np.ndarray, folds: np.ndarray, sign: int) -> None:
         """Keep a small change's rows for the Gram sums (:attr:`gram` adds them)."""
         vi = np.array(v, dtype=np.int64)
+        self._pend(vi, np.array(folds), sign, np.einsum("ij,ij->j", vi, vi))
+
+    def _pend(self, vi: np.ndarray, folds: np.ndarray, sign: int, squares: np.ndarray) -> None:
+        """Record rows ``vi`` (int64, owned here) as pending, with their diagonal terms
+        ``squares`` = Σ_rows v² per column; add them to the sums past PENDING_ROWS."""
         with self._flush_lock:
-            self._pending.append((vi, np.array(folds), sign))
+            self._pending.append((vi, folds, sign))
             self._pending_rows += len(vi)
             if sign > 0:
-                self._pending_diag += np.einsum("ij,ij->j", vi, vi)
+                self._pending_diag += squares
             else:
-                self._pending_diag -= np.einsum("ij,ij->j", vi, vi)
+                self._pending_diag -= squares
         if self._pending_rows > PENDING_ROWS:
             self._flush()
 
@@ -487,9 +481,7 @@ class LinearHead:
         H = np.add(self.cross[0], self.cross[1]).astype(np.float64)
         H0 = self.cross[0].astype(np.float64)
         H1 = self.cross[1].astype(np.float64)
-        unit = 2.0 ** -(FEATURE_BITS + TARGET_LIMIT_BITS)
-        if self.scale_bits < 32:  # regression: the head grid is 2^-10
-            unit *= 2.0 ** (TARGET_LIMIT_BITS - 10)
+        unit = 2.0**-FEATURE_BITS * self._target_unit()  # powers of two: exact
         H *= unit
         H0 *= unit
         H1 *= unit
