@@ -401,12 +401,16 @@ class QSSEngine:
         normalized = None
         if all(part[1].encoder is None for part in parts):
             normalized = normalized_rows(X, SERVE_BLOCK_ROWS)
+        # a head's inputs only where an instance serves its head: where the tables serve
+        # (the filter's usual case at n = 300k) the prediction reads φ, g and the cells alone
+        # ("shared-rf": ψ's product of a 64-row block, ~0.06 ms, for features no one reads)
+        heads = [_serves_head(part[2]) for part in parts]
         # an input head's features ("shared-rf": u and its random features) are the same in
         # every instance with the same key: computed once too
         shared = None
         first = parts[0][1]
         if (
-            len(parts) > 1
+            sum(heads) > 1
             and first.input_head_key is not None
             and not first.head_takes_phi
             and all(part[1].input_head_key == first.input_head_key for part in parts)
@@ -414,14 +418,20 @@ class QSSEngine:
             shared = first.head_inputs(X, SERVE_BLOCK_ROWS, normalized)
         each = map_instances if len(X) >= PARALLEL_ROWS else serial_map
         encoded = each(
-            lambda part: part[1].encode(X, SERVE_BLOCK_ROWS, normalized, head_inputs=shared),
-            parts,
+            lambda item: item[0][1].encode(
+                X, SERVE_BLOCK_ROWS, normalized, head=item[1], head_inputs=shared
+            ),
+            list(zip(parts, heads, strict=True)),
         )
 
         def combine(item):
-            (inst, schema, content), (codes, g, Z) = item
+            ((inst, schema, content), head), (codes, g, Z) = item
             if isinstance(content, FlatContent):
                 content = self._content(inst)
+                if _serves_head(content) and not head and not schema.head_takes_phi:
+                    # a change landed between the choice above and this lock, and the head
+                    # serves now: its inputs after all (φ, which encode returned, is not them)
+                    Z = schema.head_inputs(X, SERVE_BLOCK_ROWS, normalized)
             return _combine(schema, content, codes, g, Z)
 
         with self._lock:
@@ -430,7 +440,7 @@ class QSSEngine:
             # pool's threads too for many rows (they only read; the caller holds the lock,
             # and the gather is a compiled kernel that releases the GIL: ~40 % of a 20k-row
             # prediction per instance)
-            outs = each(combine, list(zip(parts, encoded, strict=True)))
+            outs = each(combine, list(zip(zip(parts, heads, strict=True), encoded, strict=True)))
         total = outs[0]
         for out in outs[1:]:  # summed in instance order, whoever computed them
             total = total + out
@@ -947,6 +957,12 @@ class QSSEngine:
 
 def _instance_outputs(schema, content, X: np.ndarray) -> np.ndarray:
     return _combine(schema, content, *schema.encode(X, SERVE_BLOCK_ROWS))
+
+
+def _serves_head(content) -> bool:
+    """Whether an instance's served content reads its head's inputs (a head's weights, not
+    the tables: content.tables.FlatContent)."""
+    return isinstance(content, FlatContent) and content.head is not None
 
 
 def _combine(schema, content, codes: np.ndarray, g: np.ndarray, Z: np.ndarray) -> np.ndarray:
