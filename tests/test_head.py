@@ -150,7 +150,10 @@ def test_audit_notices_tampered_head_sums(served):
     _, X, y, ids = served
     model = QSSClassifier(**HEAD).fit(X, y, ids)
     assert model.audit_content()
-    model.engine_.instances[0].head.gram[0, 0, 0] += 1
+    head = model.engine_.instances[0].head
+    with pytest.raises(ValueError, match="read-only"):  # the public view refuses writes
+        head.gram[0, 0, 0] += 1
+    head._own_gram()[0, 0, 0] += 1  # tampering in memory, past the view
     assert not model.audit_content()
 
 
@@ -443,9 +446,12 @@ def test_a_stacked_head_gets_the_same_bits_solved_alone_or_with_its_siblings(ser
     rng = np.random.default_rng(0)
     v = head_features(rng.normal(size=(50, heads[0].gram.shape[1] - 1)) / 10)
     other.add(v, rng.integers(-(2**31), 2**31, size=(50, 3)), rng.integers(0, 2, 50))
-    cache.system_for(heads[0].gram)
-    assert cache.system_for(other.gram).serves(other.gram)  # a different Gram: not reused
-    assert not cache.system_for(other.gram).serves(heads[0].gram)
+    first = cache.system_for(heads[0])
+    assert heads[0].gram_token == first.token and heads[0].gram is first.gram  # now shared
+    second = cache.system_for(other)  # a different Gram: not reused
+    assert second is not first and second.serves(other.gram)
+    assert not second.serves(heads[0].gram) and other.gram_token == second.token
+    assert cache.system_for(other) is second  # known by its token
 
 
 def test_stacked_heads_serve_the_refits_bits_while_a_sibling_rebuilds(served):

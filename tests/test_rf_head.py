@@ -159,6 +159,23 @@ def test_one_gram_for_every_instance_factored_once_per_change(served, monkeypatc
     assert len(systems) == 1  # one factorization for the three heads
     heads = [inst.head for inst in model.engine_.instances]
     assert all(np.array_equal(heads[0].gram, h.gram) for h in heads[1:])
+    # ... held as one read-only array, known by one token: the next change adds its terms
+    # to it once and compares no (2, D, D) sums
+    assert all(h.gram is heads[0].gram and h.gram_token == heads[0].gram_token for h in heads)
+    compared = []
+    real_equal = np.array_equal
+    monkeypatch.setattr(
+        head_module.np,
+        "array_equal",
+        lambda a, b, **kw: (
+            (compared.append(np.shape(a)) if np.ndim(a) == 3 else None) or real_equal(a, b, **kw)
+        ),
+    )
+    grams.clear(), systems.clear()
+    model.forget(outside_all_schemas(model)[:1])
+    model.predict(X[:5])
+    assert len(grams) == 1 and len(systems) == 1 and compared == []
+    assert all(h.gram is heads[0].gram for h in heads)
 
 
 # -- identity ---------------------------------------------------------------------------------
@@ -228,3 +245,51 @@ def test_forget_equals_refit_at_the_image_sets_width():
     removed = outside_all_schemas(model)[:2] + [i for i in s0 if i not in s1 and i not in s2][:1]
     model.forget(removed)
     assert_same_model(model, refit(QSSClassifier, X, y, ids, removed, **params), X[:300])
+
+
+def test_a_prediction_computes_head_inputs_only_for_a_served_head(served, monkeypatch):
+    """Where every instance serves its tables, a prediction reads φ, g and the cells alone
+    (ψ's block product is skipped); where heads serve, the inputs are computed once for all."""
+    heads, X, y, _ = served
+    assert heads.corrections_ == ["head"] * 3
+    with monkeypatch.context() as patch:  # the tables serve: the threshold past every gain
+        patch.setattr(head_module, "TABLES_GAIN_FACTOR", np.inf)
+        tables = QSSClassifier(**RF).fit(X, y)
+        expected = tables.engine_.predict_outputs(X[:5])
+    assert tables.corrections_ == ["tables"] * 3
+    calls = []
+    original = type(heads.engine_.instances[0].schema).head_inputs
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(heads.engine_.instances[0].schema), "head_inputs", counted)
+    with monkeypatch.context() as patch:
+        patch.setattr(head_module, "TABLES_GAIN_FACTOR", np.inf)
+        assert np.array_equal(tables.engine_.predict_outputs(X[:5]), expected)
+    assert calls == []  # the tables' prediction read no head inputs
+    heads.predict_proba(X[:5])
+    assert calls == [1]  # once for the three instances
+
+
+def test_a_head_served_after_the_choice_gets_its_inputs(served, monkeypatch):
+    """The served content is chosen, then re-read under the lock that guards the sums (a
+    change may land in between): when the head serves only at the second read, its inputs
+    are computed then, and the prediction is what the head serves."""
+    model, X, _, _ = served
+    expected = model.predict_proba(X[:40])
+    engine = model.engine_
+    real = type(engine)._content
+    seen: dict[int, int] = {}
+
+    def tables_first(self, inst):
+        content = real(self, inst)
+        seen[id(inst)] = seen.get(id(inst), 0) + 1
+        if seen[id(inst)] == 1:  # the first read: as if the tables served
+            return dataclasses.replace(content, head=None)
+        return content
+
+    monkeypatch.setattr(type(engine), "_content", tables_first)
+    assert np.array_equal(model.predict_proba(X[:40]), expected)
+    assert sorted(seen.values()) == [2, 2, 2]
