@@ -269,16 +269,24 @@ class _QSSBase(BaseEstimator):
         content.tables.build_flat_content; chosen on validation splits,
         benchmarks/results/head_rule.md).
 
-        "shared-ridge" (one Gram and one stacked solve for the p instances, design.md §5.13)
-        unless a learned encoder makes every instance's inputs its own ("ridge" then): on the
-        paper benchmark's sets the two are the same model (φ has no LDA directions at ρ = 0.5 %)
-        and on 100k-row synthetic data with them 0.05–0.10 pp apart, while a forget with its
-        first prediction costs 2.7 instead of 3.3 ms at n = 300k (benchmarks/results/heads.md,
-        core.md)."""
+        Classification: "shared-rf" — the shared ridge head on the normalized input and its
+        fixed random ReLU features (design.md §5.13). On the paper benchmark's low-k sets it
+        is the head that reaches SISA (heads-rf.md: digits +1.2, MNIST-HOG +0.0, Fashion-HOG
+        −1.0, Adult +0.4, sentiment +0.1 pp, where "shared-ridge" trails by 1.0–2.9 pp on
+        the image sets). Its price: where the head serves, a (d + E + 1)² system per change
+        (MNIST-HOG: ~30 instead of ~9 ms for a forget and its first prediction); where the
+        tables serve, the gain filter keeps the system off the deletion path (~0.2 ms more
+        at n = 300k: ψ of the leaving row and a wider filter). The rule's factor was chosen
+        with the linear head and misjudges some low-dimensional mixtures with it
+        (head_rule_heldout-rf.md; docs/partitions.md). Regression: "shared-ridge" (the
+        random features were studied on classification only). With a learned encoder:
+        "ridge" (the instance's own f(x) makes every instance's inputs differ)."""
         if self.head == "auto":
             if self._partition() == "rq" or self.mode == "dp":
                 return False
-            return "ridge" if self.encoder is not None else "shared-ridge"
+            if self.encoder is not None:
+                return "ridge"
+            return "shared-rf" if self._task == "classification" else "shared-ridge"
         return False if self.head == "none" else self.head
 
     def _min_schema_rows(self, n_outputs: int) -> int:
@@ -543,8 +551,8 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         data-free random ReLU features (E = 64·⌈d/64⌉, at most 512): still one Gram for all
         instances, closer to SISA on image features (docs/partitions.md) at a (d + E + 1)²
         factorization per change; features as given only (refused with an encoder). "auto":
-        "shared-ridge" with a flat partition outside mode="dp" ("ridge" with a learned
-        encoder); "none": tables only.
+        with a flat partition outside mode="dp", "shared-rf" for classification and
+        "shared-ridge" for regression ("ridge" with a learned encoder); "none": tables only.
     alpha : float or "auto"
         Weight of the quantized correction; "auto" cross-fits it on the statistics' two folds.
     shrinkage : float or "auto"
