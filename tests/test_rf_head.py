@@ -59,6 +59,55 @@ def test_width_rule_and_features_are_the_formula_in_range():
     assert random_features(30, 64) is random_features(30, 64, RF_SEED)  # one R per key
 
 
+def test_features_on_the_integer_grid_are_exact_in_any_batch():
+    """ψ on the grid: ũ = rint(2^14 u), R̃ = rint(2^b R), an integer product below 2^53 —
+    the float formula within the grid's rounding, and a row's bits the same alone, in any
+    batch and in any order (no blocks)."""
+    rng = np.random.default_rng(2)
+    U = normalized_rows(rng.normal(size=(300, 30)))
+    rf = random_features(30, 64, exact=True)
+    assert rf.exact and rf.weight_bits == 24 and rf is random_features(30, 64, RF_SEED, True)
+    assert rf is not random_features(30, 64)  # the block product's ψ is another object
+    R = np.random.default_rng(RF_SEED).standard_normal((30, 64)) / 8.0
+    assert np.array_equal(rf.R, np.rint(R * 2.0**24)) and float(np.max(np.abs(rf.R))) < 2**24
+    psi = rf(U, HEAD_BLOCK_ROWS)
+    np.testing.assert_allclose(psi, np.clip(U @ R, 0.0, 1.0), rtol=0, atol=30 * 2.0**-15)
+    P = np.rint(U * 2.0**14) @ rf.R
+    assert np.array_equal(P, np.rint(P)) and np.array_equal(psi, np.clip(P * 2.0**-38, 0, 1))
+    alone = np.vstack([rf(U[i : i + 1], SERVE_BLOCK_ROWS) for i in range(300)])
+    assert np.array_equal(psi, alone)
+    assert np.array_equal(psi, rf(U[::-1], 7)[::-1])
+    assert np.array_equal(psi[:5], rf.on_grid(np.vstack([U[:5], U[:5]]))[:5])
+
+
+def test_the_grid_bits_keep_every_sum_below_2_to_52():
+    from forgetting.schema.random_features import weight_grid_bits
+
+    assert weight_grid_bits(30, 0.6) == 24
+    for d in (2**12, 2**16, 2**20):
+        b = weight_grid_bits(d, 0.6)
+        assert d * 2.0**14 * (2.0**b * 0.6 + 0.5) < 2.0**52
+        assert b == 24 or 2.0**52 <= d * 2.0**14 * (2.0 ** (b + 1) * 0.6 + 0.5)  # the largest
+    assert weight_grid_bits(2**16, 0.6) < 24
+
+
+def test_models_fitted_before_the_grid_keep_the_block_product(served):
+    """A schema without ``rf_exact`` (a model saved before it) computes ψ as then — the
+    float product in canonical blocks, which its stored sums hold — and digests apart."""
+    model, X, _, _ = served
+    schema = model.engine_.instances[0].schema
+    assert schema.rf_exact
+    old = dataclasses.replace(schema, rf_exact=False)
+    Xf = np.asarray(X[:100], np.float32)
+    U = normalized_rows(Xf, HEAD_BLOCK_ROWS)
+    block = random_features(30, 64)(U, HEAD_BLOCK_ROWS)
+    assert np.array_equal(old.head_inputs(Xf, HEAD_BLOCK_ROWS), np.hstack([U, block]))
+    grid = random_features(30, 64, exact=True)(U)
+    assert np.array_equal(schema.head_inputs(Xf, HEAD_BLOCK_ROWS), np.hstack([U, grid]))
+    assert not np.array_equal(block, grid)
+    assert old.digest() != schema.digest() and old.input_head_key != schema.input_head_key
+
+
 @pytest.mark.parametrize("block_rows", [SERVE_BLOCK_ROWS, HEAD_BLOCK_ROWS])
 def test_a_rows_features_are_the_same_alone_as_in_a_batch(served, block_rows):
     model, X, _, _ = served

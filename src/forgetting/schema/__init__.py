@@ -109,6 +109,9 @@ class Schema:
     rf_seed: int = 0
     """"shared-rf": the seed of the random projection R (:data:`.random_features.RF_SEED` at
     fit time); 0 otherwise."""
+    rf_exact: bool = False
+    """"shared-rf": ψ on the integer grid (:mod:`.random_features`: exact, so a row is computed
+    alone); False in models fitted before it, which keep the float product in blocks."""
 
     @property
     def head_kind(self) -> str | None:
@@ -139,7 +142,9 @@ class Schema:
             if self.encoder is not None:
                 raise ValueError('head "shared-rf" takes the features as given (no encoder)')
             U = normalized_rows(X, block_rows) if normalized is None else normalized
-            psi = random_features(U.shape[1], self.rf_width, self.rf_seed)(U, block_rows)
+            psi = random_features(U.shape[1], self.rf_width, self.rf_seed, self.rf_exact)(
+                U, block_rows
+            )
             return np.hstack([U, psi])
         if kind != "shared-ridge":
             return self.features(X, block_rows, normalized)
@@ -216,11 +221,12 @@ class Schema:
 
     @property
     def input_head_key(self) -> tuple | None:
-        """What an input head's features depend on — (kind, E, seed) — or None when they are
-        not a fixed function of the input: instances with equal keys have equal head inputs."""
+        """What an input head's features depend on — (kind, E, seed, ψ on the integer grid) —
+        or None when they are not a fixed function of the input: instances with equal keys
+        have equal head inputs."""
         if not self.input_head:
             return None
-        return (self.head_kind, int(self.rf_width), int(self.rf_seed))
+        return (self.head_kind, int(self.rf_width), int(self.rf_seed), bool(self.rf_exact))
 
     def digest(self) -> bytes:
         """SHA-256 over the schema's learned parameters, in a canonical order."""
@@ -246,6 +252,8 @@ class Schema:
             h.update(b"shared-ridge-head")
         elif self.head_kind == "shared-rf":
             h.update(repr(("shared-rf-head", int(self.rf_width), int(self.rf_seed))).encode())
+            if self.rf_exact:  # absent from models fitted before it
+                h.update(b"rf-integer-grid")
         if self.residual_clip is not None:
             h.update(repr(("residual_clip", float(self.residual_clip))).encode())
         return h.digest()
@@ -405,6 +413,7 @@ def _train_schema(
             n_features=int(n_features),
             rf_width=int(rf),
             rf_seed=RF_SEED if kind == "shared-rf" else 0,
+            rf_exact=kind == "shared-rf",
         )
     n_centroids = config.n_centroids or choose_n_centroids(
         Z_codebook.shape[0], n_schema, config.rho

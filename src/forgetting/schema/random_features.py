@@ -21,10 +21,19 @@ Fixed point: ψ ∈ [0, 1] (the clip at 1 is almost never active — |uᵀR_j| /
 and ‖R_j‖ ≈ √d — and exists so that the head's bound |v| ≤ 2^14 holds by construction), so
 the head's integer sums keep their bounds (content.head: |v| ≤ 2^14, sums below 2^62).
 
-Exactness: ψ's only shape-sensitive step, the product uᵀR, goes through
-:func:`forgetting._rowwise.block_matmul` inside :func:`forgetting._rowwise.rowwise`, in the
-same canonical blocks as the head's other inputs (HEAD_BLOCK_ROWS for the statistics,
-SERVE_BLOCK_ROWS for predictions), so a row's ψ is the same bits alone or in any batch.
+Exactness: a row's ψ must be the same bits alone or in any batch (the statistics hold the
+leaving row's ψ as it was computed at fit, inside a chunk). ψ's only shape-sensitive step is
+the product uᵀR. Models fitted since 2026-12 compute it on an integer grid
+(``RandomFeatures(exact=True)``, ``Schema.rf_exact``): ũ = rint(2^14 u) — the grid the head's
+features are rounded to anyway — and R̃ = rint(2^b R) with b ≤ 24 chosen so that
+d · 2^14 · max|R̃| < 2^52; every product and partial sum of ũᵀR̃ is then an integer below 2^53,
+exact in float64 in any order, and ψ = min(1, max(0, ũᵀR̃ · 2^-(14 + b))) is the same bits
+whatever BLAS kernel the batch's shape picks — a one-row forget computes one row (the block
+product of the leaving row's 64-row block was ~0.06 ms of a forget with its first prediction
+at n = 300k, d = 128). Models fitted before keep the float product in canonical blocks
+(:func:`forgetting._rowwise.block_matmul` inside :func:`forgetting._rowwise.rowwise`,
+HEAD_BLOCK_ROWS for the statistics, SERVE_BLOCK_ROWS for predictions): their stored sums
+were computed with those bits.
 """
 
 from __future__ import annotations
@@ -41,6 +50,20 @@ RF_SEED = 20261201
 the same R (recorded in each schema and in its digest)."""
 RF_STEP = 64
 RF_MAX = 512
+RF_INPUT_BITS = 14
+"""ũ = rint(2^14 u): the head's own feature grid (content.head.FEATURE_BITS)."""
+RF_WEIGHT_BITS = 24
+"""R̃ = rint(2^24 R) at most (fewer where d is so large that the sums could pass 2^52)."""
+
+
+def weight_grid_bits(d: int, peak: float) -> int:
+    """b for R̃ = rint(2^b R): at most RF_WEIGHT_BITS, and small enough that
+    d · 2^14 · (2^b · peak + 1/2) < 2^52 (|ũ| ≤ 2^14; ``peak`` = max |R|): every partial
+    sum of ũᵀR̃ is then an integer that float64 holds exactly."""
+    b = RF_WEIGHT_BITS
+    while b > 0 and d * 2.0**RF_INPUT_BITS * (2.0**b * peak + 0.5) >= 2.0**52:
+        b -= 1
+    return b
 
 
 def rf_width(d: int) -> int:
@@ -67,11 +90,16 @@ class RandomFeatures:
     :func:`random_features` (one object per key in the process, which also keys
     :func:`rowwise`'s stacking verdict)."""
 
-    def __init__(self, d: int, width: int, seed: int) -> None:
+    def __init__(self, d: int, width: int, seed: int, exact: bool = False) -> None:
         self.d, self.width, self.seed = int(d), int(width), int(seed)
+        self.exact = bool(exact)
         R = np.random.default_rng(self.seed).standard_normal((self.d, self.width))
         R /= math.sqrt(self.width)  # ψ = relu(uᵀR) / √E: the scale folded into R, exactly
         # once (the same division for every process), so a block is one product and a clip
+        self.weight_bits = 0
+        if self.exact:  # R̃ = rint(2^b R): integers, as float64 (module docstring)
+            self.weight_bits = weight_grid_bits(self.d, float(np.max(np.abs(R), initial=0.0)))
+            R = np.rint(np.ldexp(R, self.weight_bits))
         R.setflags(write=False)
         self.R = R
 
@@ -81,21 +109,34 @@ class RandomFeatures:
         np.clip(out, 0.0, 1.0, out=out)
         return out
 
+    def on_grid(self, U: np.ndarray) -> np.ndarray:
+        """ψ of normalized rows on the integer grid: exact, so any batch gives each row's bits
+        (one product for all rows, no blocks)."""
+        Ui = np.rint(np.ldexp(np.asarray(U, dtype=np.float64), RF_INPUT_BITS))
+        out = Ui @ self.R  # integer-valued float64 below 2^52: exact in any order
+        out = np.ldexp(out, -(RF_INPUT_BITS + self.weight_bits), out=out)  # a power of two
+        np.clip(out, 0.0, 1.0, out=out)
+        return out
+
     def __call__(self, U: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
-        """ψ of normalized rows ``U`` (n, d) in canonical blocks of ``block_rows`` rows."""
+        """ψ of normalized rows ``U`` (n, d): on the integer grid, or (models fitted before
+        it) in canonical blocks of ``block_rows`` rows."""
         if U.shape[1] != self.d:
             raise ValueError(f"random features for d = {self.d}, got {U.shape[1]} columns")
+        if self.exact:
+            return self.on_grid(U)
         return rowwise(self.block, U, block_rows, owner=self)
 
 
-_CACHE: dict[tuple[int, int, int], RandomFeatures] = {}
+_CACHE: dict[tuple[int, int, int, bool], RandomFeatures] = {}
 _LOCK = threading.Lock()
 
 
-def random_features(d: int, width: int, seed: int = RF_SEED) -> RandomFeatures:
-    """The process's ψ for (d, E, seed), drawn on first use (R is d·E float64: 2 MB at
-    d = 520, E = 512) and kept: every instance of every model with that key shares it."""
-    key = (int(d), int(width), int(seed))
+def random_features(d: int, width: int, seed: int = RF_SEED, exact: bool = False) -> RandomFeatures:
+    """The process's ψ for (d, E, seed, on the grid or not), drawn on first use (R is d·E
+    float64: 2 MB at d = 520, E = 512) and kept: every instance of every model with that key
+    shares it."""
+    key = (int(d), int(width), int(seed), bool(exact))
     found = _CACHE.get(key)
     if found is None:
         with _LOCK:
