@@ -227,6 +227,34 @@ def test_one_gram_for_every_instance_factored_once_per_change(served, monkeypatc
     assert all(h.gram is heads[0].gram for h in heads)
 
 
+def test_a_batch_computes_its_fold_grams_once_without_comparing_its_features(served, monkeypatch):
+    """A batch's head features are computed once, read-only, and its two fold Grams once for
+    the three heads (on two threads) — the heads find them by the features' identity, no
+    (n, D) copy or comparison — and the forget still lands on the refit."""
+    _, X, y, ids = served
+    model = QSSClassifier(**RF).fit(X, y, ids)
+    model.predict(X[:5])
+    grams, compared = [], []
+    real_gram = head_module.exact_gram
+    monkeypatch.setattr(head_module, "exact_gram", lambda v: grams.append(len(v)) or real_gram(v))
+    real_equal = np.array_equal
+    monkeypatch.setattr(
+        head_module.np,
+        "array_equal",
+        lambda a, b, **kw: (
+            (compared.append(np.shape(a)) if np.shape(a)[:1] == (40,) and np.ndim(a) == 2 else None)
+            or real_equal(a, b, **kw)
+        ),
+    )
+    gone = list(outside_all_schemas(model)[:40])
+    model.forget(gone)
+    model.predict(X[:5])
+    monkeypatch.undo()
+    assert len(grams) == 2 and sum(grams) == 40  # the two folds, once
+    assert compared == []
+    assert_same_model(model, refit(QSSClassifier, X, y, ids, gone, **RF), X)
+
+
 # -- identity ---------------------------------------------------------------------------------
 def test_digest_names_the_head_its_width_and_seed(served):
     model, X, y, ids = served

@@ -487,6 +487,12 @@ class QSSEngine:
             self._check_after_removal(pos, hit, label_only)
             kept = [r for r, inst in enumerate(self.instances) if inst is not None and r not in hit]
             features = self._input_head_features(kept, pos)
+            if features is not None:
+                # every instance reads these; read-only, so the Gram cache may know them by
+                # identity — and a batch's fold Grams are computed here, both folds at once
+                features.flags.writeable = False
+                labeled = pos[self.rows.labeled(pos)]
+                self._gram_cache.prepare(features, self.rows.folds(labeled))
             each = map_instances if len(pos) >= PARALLEL_ROWS else serial_map
             each(lambda r: self._subtract(r, self.instances[r], pos, features), kept)
             self._bulk_change = self._bulk_change or len(pos) >= PARALLEL_ROWS
