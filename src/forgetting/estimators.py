@@ -274,13 +274,15 @@ class _QSSBase(BaseEstimator):
         is the head that reaches SISA (heads-rf.md: digits +1.2, MNIST-HOG +0.0, Fashion-HOG
         −1.0, Adult +0.4, sentiment +0.1 pp, where "shared-ridge" trails by 1.0–2.9 pp on
         the image sets). Its price: where the head serves, a (d + E + 1)² system per change
-        (MNIST-HOG: ~30 instead of ~9 ms for a forget and its first prediction); where the
-        tables serve, the gain filter keeps the system off the deletion path (~0.2 ms more
-        at n = 300k: ψ of the leaving row and a wider filter). The rule's factor was chosen
-        with the linear head and misjudges some low-dimensional mixtures with it
-        (head_rule_heldout-rf.md; docs/partitions.md). Regression: "shared-ridge" (the
-        random features were studied on classification only). With a learned encoder:
-        "ridge" (the instance's own f(x) makes every instance's inputs differ)."""
+        (MNIST-HOG: ~28 instead of ~9 ms for a forget and its first prediction); where the
+        tables serve, the gain filter keeps the system off the deletion path, but the wider
+        filter and head sums cost ~0.4 ms per deletion at n = 300k (1.59 against 1.18 ms,
+        core.md) and a batch's Gram terms are O(n·D²) (~75k instead of ~113k rows/s). The
+        rule's factor was chosen with the linear head and misjudges some low-dimensional
+        mixtures with it (head_rule_heldout-rf.md; docs/partitions.md). Regression:
+        "shared-ridge" (the random features were studied on classification only). With a
+        learned encoder: "ridge" (the instance's own f(x) makes every instance's inputs
+        differ)."""
         if self.head == "auto":
             if self._partition() == "rq" or self.mode == "dp":
                 return False

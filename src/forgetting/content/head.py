@@ -364,14 +364,16 @@ class LinearHead:
         self._gram_token = None
         return self._gram
 
-    def share_gram(self, gram: np.ndarray, token: int) -> None:
-        """Hold ``gram`` — read-only integers equal to this head's flushed Gram sums, checked
-        by the caller (GramCache) — in place of its own copy, known by ``token``."""
+    def share_gram(self, gram: np.ndarray, token: int, seen: np.ndarray) -> None:
+        """Hold ``gram`` — read-only integers the caller (GramCache) checked equal to ``seen``,
+        what :attr:`gram` returned — in place of its own copy, known by ``token``; nothing
+        when the sums moved on since ``seen`` was read."""
         if gram.flags.writeable:
             raise ValueError("a shared Gram is read-only")
         with self._flush_lock:
-            self._gram = gram
-            self._gram_token = token
+            if seen is self._gram or seen.base is self._gram:
+                self._gram = gram
+                self._gram_token = token
 
     def _flush(self) -> None:
         with self._flush_lock:
@@ -915,7 +917,7 @@ class GramCache:
                 system = dataclasses.replace(GramSystem.of(gram), token=known)
                 self._last = system
         # outside the cache's lock (a flush takes the head's lock, then the cache's)
-        head.share_gram(system.gram, system.token)  # type: ignore[arg-type]
+        head.share_gram(system.gram, system.token, gram)  # type: ignore[arg-type]
         return system
 
 
