@@ -277,7 +277,7 @@ class _QSSBase(BaseEstimator):
         (MNIST-HOG: ~28 instead of ~9 ms for a forget and its first prediction); where the
         tables serve, the gain filter keeps the system off the deletion path, but the wider
         filter and head sums cost ~0.4 ms per deletion at n = 300k (1.59 against 1.18 ms,
-        core.md) and a batch's Gram terms are O(n·D²) (~75k instead of ~113k rows/s). The
+        core.md) and a batch's Gram terms are O(n·D²) (~70k instead of ~113k rows/s). The
         rule's factor was chosen with the linear head and misjudges some low-dimensional
         mixtures with it (head_rule_heldout-rf.md; docs/partitions.md). Regression:
         "shared-ridge" (the random features were studied on classification only). With a
