@@ -395,7 +395,11 @@ class QSSEngine:
             each = map_instances if self._bulk_change else serial_map
             contents = each(self._content, serving)
             self._bulk_change = False
-            parts = [(inst, inst.schema, c) for inst, c in zip(serving, contents, strict=True)]
+            # with whether each serves its head: only then does it read the head's inputs
+            parts = [
+                (inst, inst.schema, c, _serves_head(c))
+                for inst, c in zip(serving, contents, strict=True)
+            ]
         # φ, g and the cells depend on the (immutable) schema only: computed without the lock;
         # φ's first step (the normalized input) has no fitted state: once for all instances
         normalized = None
@@ -403,14 +407,12 @@ class QSSEngine:
             normalized = normalized_rows(X, SERVE_BLOCK_ROWS)
         # a head's inputs only where an instance serves its head: where the tables serve
         # (the filter's usual case at n = 300k) the prediction reads φ, g and the cells alone
-        # ("shared-rf": ψ's product of a 64-row block, ~0.06 ms, for features no one reads)
-        heads = [_serves_head(part[2]) for part in parts]
         # an input head's features ("shared-rf": u and its random features) are the same in
         # every instance with the same key: computed once too
         shared = None
         first = parts[0][1]
         if (
-            sum(heads) > 1
+            sum(part[3] for part in parts) > 1
             and first.input_head_key is not None
             and not first.head_takes_phi
             and all(part[1].input_head_key == first.input_head_key for part in parts)
@@ -418,14 +420,14 @@ class QSSEngine:
             shared = first.head_inputs(X, SERVE_BLOCK_ROWS, normalized)
         each = map_instances if len(X) >= PARALLEL_ROWS else serial_map
         encoded = each(
-            lambda item: item[0][1].encode(
-                X, SERVE_BLOCK_ROWS, normalized, head=item[1], head_inputs=shared
+            lambda part: part[1].encode(
+                X, SERVE_BLOCK_ROWS, normalized, head=part[3], head_inputs=shared
             ),
-            list(zip(parts, heads, strict=True)),
+            parts,
         )
 
         def combine(item):
-            ((inst, schema, content), head), (codes, g, Z) = item
+            (inst, schema, content, head), (codes, g, Z) = item
             if isinstance(content, FlatContent):
                 content = self._content(inst)
                 if _serves_head(content) and not head and not schema.head_takes_phi:
@@ -440,7 +442,7 @@ class QSSEngine:
             # pool's threads too for many rows (they only read; the caller holds the lock,
             # and the gather is a compiled kernel that releases the GIL: ~40 % of a 20k-row
             # prediction per instance)
-            outs = each(combine, list(zip(zip(parts, heads, strict=True), encoded, strict=True)))
+            outs = each(combine, list(zip(parts, encoded, strict=True)))
         total = outs[0]
         for out in outs[1:]:  # summed in instance order, whoever computed them
             total = total + out
@@ -487,12 +489,6 @@ class QSSEngine:
             self._check_after_removal(pos, hit, label_only)
             kept = [r for r, inst in enumerate(self.instances) if inst is not None and r not in hit]
             features = self._input_head_features(kept, pos)
-            if features is not None:
-                # every instance reads these; read-only, so the Gram cache may know them by
-                # identity — and a batch's fold Grams are computed here, both folds at once
-                features.flags.writeable = False
-                labeled = pos[self.rows.labeled(pos)]
-                self._gram_cache.prepare(features, self.rows.folds(labeled))
             each = map_instances if len(pos) >= PARALLEL_ROWS else serial_map
             each(lambda r: self._subtract(r, self.instances[r], pos, features), kept)
             self._bulk_change = self._bulk_change or len(pos) >= PARALLEL_ROWS
@@ -575,11 +571,16 @@ class QSSEngine:
     def _input_head_features(self, kept: list[int], pos: np.ndarray) -> np.ndarray | None:
         """The leaving labeled rows' head features, computed once when every instance in
         ``kept`` has a head on the input itself (Instance.input_head: the same numbers in
-        each), else None (each instance computes its own)."""
+        each), else None (each instance computes its own). Read-only, so the Gram cache may
+        know them by identity; a batch's fold Grams are computed here too, both folds at once
+        (GramCache.prepare)."""
         if len(kept) < 2 or not all(self.instances[r].input_head for r in kept):
             return None
         labeled = pos[self.rows.labeled(pos)]
-        return self.instances[kept[0]].head_inputs(self.rows.features_at(labeled))
+        features = self.instances[kept[0]].head_inputs(self.rows.features_at(labeled))
+        features.flags.writeable = False
+        self._gram_cache.prepare(features, self.rows.folds(labeled))
+        return features
 
     def _subtract(self, r: int, inst: Instance, pos: np.ndarray, features=None) -> None:
         labeled = pos[self.rows.labeled(pos)]
