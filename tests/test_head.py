@@ -59,6 +59,27 @@ def test_exact_products_equal_integer_matmul():
     assert np.array_equal(cross, v.T @ r)
 
 
+@pytest.mark.parametrize("chunk", [1 << 18, 700])
+def test_fold_sums_equal_integer_matmul_over_each_folds_rows(chunk, monkeypatch):
+    """fold_cross (both folds' vᵀr from one product, rows split by fold) and exact_gram (a
+    general float product) are numpy's exact int64 products of each fold's rows — across
+    chunk boundaries too, and with float64 features holding the integers."""
+    monkeypatch.setattr(head_module, "_CHUNK_ROWS", chunk)
+    rng = np.random.default_rng(3)
+    v = rng.integers(-(2**14), 2**14 + 1, size=(3000, 17))
+    r = rng.integers(-(2**20), 2**20 + 1, size=(3000, 4))
+    folds = rng.integers(0, 2, size=3000)
+    for rows in (slice(None), slice(0, 40), slice(0, 0)):
+        vs, rs, fs = v[rows], r[rows], folds[rows]
+        both = head_module.fold_cross(vs.astype(np.float64), rs, fs)
+        assert both.dtype == np.int64 and both.shape == (2, 17, 4)
+        for f in (0, 1):
+            assert np.array_equal(both[f], vs[fs == f].T @ rs[fs == f])
+        assert np.array_equal(head_module.exact_gram(vs.astype(np.float64)), vs.T @ vs)
+    one_fold = head_module.fold_cross(v, r, np.ones(3000, dtype=np.int64))
+    assert not one_fold[0].any() and np.array_equal(one_fold[1], v.T @ r)
+
+
 def test_add_then_subtract_restores_the_integers_and_order_does_not_matter():
     rng = np.random.default_rng(1)
     Z = rng.normal(size=(500, 8))

@@ -80,6 +80,53 @@ def test_features_on_the_integer_grid_are_exact_in_any_batch():
     assert np.array_equal(psi[:5], rf.on_grid(np.vstack([U[:5], U[:5]]))[:5])
 
 
+@pytest.mark.parametrize("kernels", ["numba", "numpy"])
+def test_fixed_point_features_in_one_pass_are_the_composed_forms_bits(kernels, monkeypatch):
+    """RandomFeatures.fixed_point_into (one product, then one compiled pass or numpy on
+    contiguous arrays) writes head_features([u, ψ(u)]) bit for bit — zero rows, rows whose
+    ψ clips at 0 and at 1, one row and none included."""
+    monkeypatch.setenv("FORGETTING_KERNELS", kernels)
+    rng = np.random.default_rng(5)
+    for n, d, width in [(3000, 30, 64), (1, 30, 64), (0, 30, 64), (257, 3, 64)]:
+        X = rng.normal(size=(n, d)) * rng.uniform(0.01, 100.0, size=(n, 1))
+        X[: min(n, 2)] = 0.0
+        if n > 3:
+            X[3] = 0.0
+            X[3, 0] = 1.0  # ψ of a basis vector: |R̃ row| / 2^b, clipped at 1 where above
+        U = normalized_rows(X, HEAD_BLOCK_ROWS)
+        rf = random_features(d, width, exact=True)
+        composed = head_module.head_features(np.hstack([U, rf(U, HEAD_BLOCK_ROWS)]), np.float64)
+        out = np.full((n, d + width + 1), np.nan)
+        rf.fixed_point_into(U, out)
+        assert np.array_equal(out, composed)
+    with pytest.raises(ValueError, match="integer grid"):
+        random_features(30, 64).fixed_point_into(U, out)
+
+
+def test_a_large_changes_features_split_between_threads_are_the_same_bits(monkeypatch):
+    """statistics_head_features splits rows between the pool's threads at multiples of the
+    block height (from SPLIT_FEATURE_ROWS rows): the composed form's bits, with the
+    normalized rows given or computed per part, and for a schema without the grid."""
+    from forgetting import instance as instance_module
+
+    rng = np.random.default_rng(6)
+    X, y = rng.normal(size=(600, 12)), rng.integers(0, 3, size=600)
+    model = QSSClassifier(**RF).fit(X, y)
+    schema = model.engine_.instances[0].schema
+    assert schema.rf_exact
+    rows = rng.normal(size=(1000, 12)).astype(np.float32)
+    composed = head_module.head_features(schema.head_inputs(rows, HEAD_BLOCK_ROWS), np.float64)
+    for split in (10**9, 100, 1):
+        monkeypatch.setattr(instance_module, "SPLIT_FEATURE_ROWS", split)
+        got = instance_module.statistics_head_features(schema, rows)
+        assert np.array_equal(got, composed)
+        given = instance_module.statistics_head_features(schema, rows, normalized_rows(rows))
+        assert np.array_equal(given, composed)
+    old = dataclasses.replace(schema, rf_exact=False)
+    composed_old = head_module.head_features(old.head_inputs(rows, HEAD_BLOCK_ROWS), np.float64)
+    assert np.array_equal(instance_module.statistics_head_features(old, rows), composed_old)
+
+
 def test_the_grid_bits_keep_every_sum_below_2_to_52():
     from forgetting.schema.random_features import weight_grid_bits
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._parallel import map_instances, serial_map, worker_count
 from ._rowwise import BLOCK_ROWS, HEAD_BLOCK_ROWS
 from .content.accumulators import (
     CLASSIFICATION_SCALE_BITS,
@@ -27,6 +28,7 @@ from .labels import is_labeled
 from .privacy import clip_residuals
 from .schema import Schema, SchemaConfig, normalized_rows, train_schema
 from .schema.membership import MembershipRule
+from .schema.random_features import random_features
 
 
 @dataclass
@@ -77,7 +79,7 @@ class Instance:
             return None
         if X is None:
             raise ValueError("an instance with a ridge head needs the rows' inputs")
-        return head_features(self.schema.head_inputs(X, HEAD_BLOCK_ROWS), np.float64)
+        return statistics_head_features(self.schema, X)
 
     def add_rows(
         self, contrib: Contributions, folds: np.ndarray, X: np.ndarray | None = None
@@ -163,6 +165,47 @@ def instance_seed(random_state: int, instance: int) -> int:
     return (int(random_state) * 1_000_003 + 7919 * (instance + 1)) % (2**31 - 1)
 
 
+SPLIT_FEATURE_ROWS = 8192
+"""Rows from which :func:`statistics_head_features` splits "shared-rf" rows between the
+pool's threads (a 20k-row batch forget's features: ~25 → ~13 ms on two cores)."""
+
+
+def statistics_head_features(
+    schema: Schema, X: np.ndarray, normalized: np.ndarray | None = None
+) -> np.ndarray:
+    """The head's fixed-point features (float64 integers: :func:`head_features`) of rows
+    entering or leaving the statistics, their inputs in HEAD_BLOCK_ROWS blocks; ``normalized``
+    as in :meth:`Schema.head_inputs`.
+
+    "shared-rf" on the integer grid is computed in one pass per block of rows, straight into
+    the result (:meth:`~forgetting.schema.random_features.RandomFeatures.fixed_point_into`),
+    and a large change's rows are split between the pool's threads at multiples of the
+    block height — each row's normalization runs in the block it always ran in, and the
+    random features are exact — so the same bits as the composed form, which every other
+    head (and every model fitted before the grid) keeps."""
+    d = X.shape[1]
+    if not (schema.head_kind == "shared-rf" and schema.rf_exact and schema.encoder is None):
+        return head_features(schema.head_inputs(X, HEAD_BLOCK_ROWS, normalized), np.float64)
+    rf = random_features(d, schema.rf_width, schema.rf_seed, exact=True)
+    n = X.shape[0]
+    out = np.empty((n, d + rf.width + 1), dtype=np.float64)
+    parts = 1 if n < SPLIT_FEATURE_ROWS else worker_count() + 1
+    step = -(-n // parts // HEAD_BLOCK_ROWS) * HEAD_BLOCK_ROWS if n else HEAD_BLOCK_ROWS
+    bounds = [(start, min(n, start + step)) for start in range(0, n, step)]
+
+    def part(bound: tuple[int, int]) -> None:
+        start, stop = bound
+        U = (
+            normalized_rows(X[start:stop], HEAD_BLOCK_ROWS)
+            if normalized is None
+            else normalized[start:stop]
+        )
+        rf.fixed_point_into(U, out[start:stop])
+
+    (map_instances if len(bounds) > 1 else serial_map)(part, bounds)
+    return out
+
+
 def contributions_for(
     schema: Schema, X: np.ndarray, targets: np.ndarray, row_hashes: np.ndarray
 ) -> Contributions:
@@ -195,7 +238,7 @@ def contributions_with_features(
         normalized = normalized_rows(X, BLOCK_ROWS)
     codes, g, _ = schema.encode(X, BLOCK_ROWS, normalized, head=False)
     if features is None and schema.head_kind is not None:
-        features = head_features(schema.head_inputs(X, HEAD_BLOCK_ROWS, normalized), np.float64)
+        features = statistics_head_features(schema, X, normalized)
     elif schema.head_kind is None:
         features = None
     base = schema.base_model

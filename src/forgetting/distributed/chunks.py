@@ -29,16 +29,17 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from .._parallel import serial_map
-from .._rowwise import BLOCK_ROWS, HEAD_BLOCK_ROWS, one_blas_thread
+from .._rowwise import BLOCK_ROWS, one_blas_thread
 from ..content.accumulators import MAX_ROWS
 from ..content.fingerprint import MODULUS, Contributions
-from ..content.head import fold_grams, head_features
+from ..content.head import fold_grams
 from ..content.tables import FlatTables
 from ..instance import (
     Instance,
     RowData,
     contributions_with_features,
     empty_instance,
+    statistics_head_features,
     train_instance_schema,
 )
 from ..schema import Schema, SchemaConfig, normalized_rows
@@ -402,8 +403,7 @@ def _one_pass(
         u = normalized_rows(X, BLOCK_ROWS)
         features: dict[tuple, np.ndarray] = {}
         for key in shared:
-            inputs = schemas[members[key][0]].head_inputs(X, HEAD_BLOCK_ROWS, u)
-            v = head_features(inputs, np.float64)
+            v = statistics_head_features(schemas[members[key][0]], X, u)
             features[key] = v
             parts = fold_grams(v, folds)
             with gram_lock:
