@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import source_missing
 
-from forgetting.schema.partitions import ThresholdPartition, choose_depth, to_grid
+from forgetting.schema.partitions import ExactLinear, ThresholdPartition, choose_depth, to_grid
 from forgetting.schema.partitions.hyperplanes import fit_hyperplanes
 from forgetting.schema.partitions.trees import fit_trees
 from forgetting.schema.preprocess import l2_normalize
@@ -40,6 +40,40 @@ def test_cells_are_a_pure_function_of_the_row(name, fit) -> None:
     perm = np.random.default_rng(2).permutation(3000)
     assert np.array_equal(part.cells(Z[perm]), whole[perm])
     assert np.array_equal(part.cells(np.asfortranarray(Z)), whole)
+
+
+@pytest.mark.parametrize("name,fit", FITS, ids=[f[0] for f in FITS])
+def test_a_few_rows_codes_in_one_compiled_call_are_the_numpy_routes(name, fit, monkeypatch):
+    """The one-call route for a few rows (grid, 0–2 exact stages and the tests row by row:
+    ``partition_codes``) gives the numpy definition's codes — rows beyond D°'s range that the
+    grid and the stages clip included — and a non-finite feature goes to the numpy route."""
+    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
+    Z = _features(200, 40, seed=3)
+    part = fit(Z[:60], 1)
+    rows = np.vstack([Z[:4], Z[100:136], np.full((2, 40), 1e6), np.full((2, 40), -3.0)])
+    expected = part._codes_numpy(part.project(rows))
+    for k in (1, 7, 44):
+        assert np.array_equal(part.cells(rows[:k]), expected[:k].astype(part.cell_dtype))
+    # two hand-made stages that shift (D°'s stages usually need no shift): fractions rounded
+    rng = np.random.default_rng(4)
+    first = ExactLinear(np.rint(rng.uniform(-8, 8, (12, 40))), np.zeros(40), 9)
+    second = ExactLinear(np.rint(rng.uniform(-8, 8, (6, 12))), np.ones(12), 3)
+    tests = rng.integers(0, 6, (5, 3))
+    outputs = ThresholdPartition(tests, np.zeros((5, 3)), first, second).project(rows[:5])
+    # thresholds at the rows' own outputs, like D°'s: a unit off anywhere flips a test
+    made = ThresholdPartition(tests, outputs[np.arange(5)[:, None], tests], first, second)
+    made_expected = made._codes_numpy(made.project(rows))
+    assert np.array_equal(made.cells(rows[:9]), made_expected[:9].astype(made.cell_dtype))
+    bad = rows[:3].copy()
+    bad[1, 5] = np.nan
+    monkeypatch.setenv("FORGETTING_KERNELS", "numpy")
+    assert np.array_equal(
+        part.cells(bad), part._codes_numpy(part.project(bad)).astype(part.cell_dtype)
+    )
+    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
+    assert np.array_equal(
+        part.cells(bad), part._codes_numpy(part.project(bad)).astype(part.cell_dtype)
+    )
 
 
 @pytest.mark.parametrize("name,fit", FITS, ids=[f[0] for f in FITS])

@@ -160,6 +160,12 @@ class ThresholdPartition:
         kernels = table_kernels(n * self.n_tables)
         features = np.ascontiguousarray(self.features, dtype=np.int64)
         thresholds = np.ascontiguousarray(self.thresholds, dtype=np.float64)
+        if (
+            kernels is not None
+            and n <= _FEW_ROWS
+            and self._few_codes(kernels, Z, features, thresholds, out)
+        ):
+            return out
         for start in range(0, n, _CHUNK_ROWS):
             Y = self.project(Z[start : start + _CHUNK_ROWS])
             if kernels is not None and kernels.threshold_codes(
@@ -172,6 +178,32 @@ class ThresholdPartition:
             out[start : start + _CHUNK_ROWS] = self._codes_numpy(Y)
         return out
 
+    def _few_codes(self, kernels, Z, features, thresholds, out: np.ndarray) -> bool:
+        """The codes of a few rows in one compiled call (``partition_codes``: the grid, the
+        stages and the tests row by row, exact integers — the same codes), False when the
+        kernel declines (then the general route decides)."""
+        stages = [s for s in (self.stage1, self.stage2) if s is not None]
+        parts: list = []
+        for stage in stages + [None] * (2 - len(stages)):
+            if stage is None:
+                parts += [np.zeros((0, 0)), np.zeros(0), 1.0]
+            else:
+                parts += [
+                    np.ascontiguousarray(stage.weights, dtype=np.float64),
+                    np.ascontiguousarray(stage.center, dtype=np.float64),
+                    2.0**-stage.shift,
+                ]
+        return kernels.partition_codes(
+            np.ascontiguousarray(Z, dtype=np.float64),
+            2.0**GRID_BITS,
+            INPUT_LIMIT,
+            len(stages),
+            *parts,
+            features,
+            thresholds,
+            out,
+        )
+
     def _codes_numpy(self, Y: np.ndarray) -> np.ndarray:
         """The threshold tests on projected rows ``Y`` in numpy (the definition the compiled
         kernel, :func:`forgetting.content._table_kernels.threshold_codes`, reproduces)."""
@@ -183,6 +215,9 @@ class ThresholdPartition:
 
 
 _CHUNK_ROWS = 8192
+_FEW_ROWS = 64
+"""Rows up to which :meth:`ThresholdPartition.cells` runs the one-call compiled route (the
+rows of a prediction or of a forget); beyond, the stages' products go to BLAS."""
 
 
 def pca_directions(Xg: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray]:
