@@ -63,6 +63,17 @@ def _prefetch(typingctx, array, index):
     return signature, codegen
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _features_valid(features, P) -> bool:
+    """Every tested feature index lies in 0..P−1 (numpy would wrap or raise otherwise)."""
+    for t in range(features.shape[0]):
+        for level in range(features.shape[1]):
+            f = features[t, level]
+            if f < 0 or f >= P:
+                return False
+    return True
+
+
 @numba.njit(cache=True, nogil=True)
 def threshold_codes(Y, features, thresholds, out) -> bool:
     """out[i, t] = Σ_l [Y[i, features[t, l]] > thresholds[t, l]] · 2^l.
@@ -75,11 +86,8 @@ def threshold_codes(Y, features, thresholds, out) -> bool:
     """
     n, P = Y.shape
     T, D = features.shape
-    for t in range(T):
-        for level in range(D):
-            f = features[t, level]
-            if f < 0 or f >= P:
-                return False
+    if not _features_valid(features, P):
+        return False
     block = 256
     columns = np.empty((P, block), dtype=Y.dtype)
     code = np.empty(block, dtype=np.int64)
@@ -127,11 +135,8 @@ def partition_codes(
     n, d = Z.shape
     P = d if stages == 0 else (W1.shape[0] if stages == 1 else W2.shape[0])
     T, D = features.shape
-    for t in range(T):
-        for level in range(D):
-            f = features[t, level]
-            if f < 0 or f >= P:
-                return False
+    if not _features_valid(features, P):
+        return False
     x = np.empty(d)
     y1 = np.empty(W1.shape[0])
     y2 = np.empty(W2.shape[0])
