@@ -83,22 +83,31 @@ def test_features_on_the_integer_grid_are_exact_in_any_batch():
 @pytest.mark.parametrize("kernels", ["numba", "numpy"])
 def test_fixed_point_features_in_one_pass_are_the_composed_forms_bits(kernels, monkeypatch):
     """RandomFeatures.fixed_point_into (one product, then one compiled pass or numpy on
-    contiguous arrays) writes head_features([u, ψ(u)]) bit for bit — zero rows, rows whose
-    ψ clips at 0 and at 1, one row and none included."""
+    contiguous arrays) writes head_features([u, ψ(u)]) bit for bit — zero rows, a basis
+    vector, one row and none; and rows far off the unit sphere, where u's grid values pass
+    ±2^14 and ψ clips at 1 (the composed form clips both), with ψ clipping at 0 throughout."""
     monkeypatch.setenv("FORGETTING_KERNELS", kernels)
     rng = np.random.default_rng(5)
-    for n, d, width in [(3000, 30, 64), (1, 30, 64), (0, 30, 64), (257, 3, 64)]:
+    for n, d, width, scale in [
+        (3000, 30, 64, 1.0),
+        (1, 30, 64, 1.0),
+        (0, 30, 64, 1.0),
+        (257, 3, 64, 1.0),
+        (300, 30, 64, 40.0),
+    ]:
         X = rng.normal(size=(n, d)) * rng.uniform(0.01, 100.0, size=(n, 1))
         X[: min(n, 2)] = 0.0
         if n > 3:
             X[3] = 0.0
-            X[3, 0] = 1.0  # ψ of a basis vector: |R̃ row| / 2^b, clipped at 1 where above
-        U = normalized_rows(X, HEAD_BLOCK_ROWS)
+            X[3, 0] = 1.0
+        U = normalized_rows(X, HEAD_BLOCK_ROWS) * scale
         rf = random_features(d, width, exact=True)
         composed = head_module.head_features(np.hstack([U, rf(U, HEAD_BLOCK_ROWS)]), np.float64)
         out = np.full((n, d + width + 1), np.nan)
         rf.fixed_point_into(U, out)
         assert np.array_equal(out, composed)
+        if scale > 1.0:  # both clips active
+            assert (out[:, d : d + width] == 2**14).any() and (np.abs(out[:, :d]) == 2**14).any()
     with pytest.raises(ValueError, match="integer grid"):
         random_features(30, 64).fixed_point_into(U, out)
 

@@ -177,12 +177,13 @@ def statistics_head_features(
     entering or leaving the statistics, their inputs in HEAD_BLOCK_ROWS blocks; ``normalized``
     as in :meth:`Schema.head_inputs`.
 
-    "shared-rf" on the integer grid is computed in one pass per block of rows, straight into
-    the result (:meth:`~forgetting.schema.random_features.RandomFeatures.fixed_point_into`),
-    and a large change's rows are split between the pool's threads at multiples of the
-    block height — each row's normalization runs in the block it always ran in, and the
-    random features are exact — so the same bits as the composed form, which every other
-    head (and every model fitted before the grid) keeps."""
+    "shared-rf" on the integer grid is computed straight into the result
+    (:meth:`~forgetting.schema.random_features.RandomFeatures.fixed_point_into`: one exact
+    product, one pass), a large change's rows split between the pool's threads at multiples
+    of the block height. The same bits as the composed form, which every other head (and
+    every model fitted before the grid) keeps: the normalization is row by row — the same
+    bits in any block height (tests/test_serving_blocks.py), so a forget's few rows use the
+    small serving block — and the random features are exact in any order."""
     d = X.shape[1]
     if not (schema.head_kind == "shared-rf" and schema.rf_exact and schema.encoder is None):
         return head_features(schema.head_inputs(X, HEAD_BLOCK_ROWS, normalized), np.float64)
@@ -193,8 +194,6 @@ def statistics_head_features(
     step = -(-n // parts // HEAD_BLOCK_ROWS) * HEAD_BLOCK_ROWS if n else HEAD_BLOCK_ROWS
     bounds = [(start, min(n, start + step)) for start in range(0, n, step)]
 
-    # the normalization is row by row — the same bits in any block height
-    # (tests/test_serving_blocks.py) — so a forget's row or few go through the small block
     height = SERVE_BLOCK_ROWS if n <= SERVE_BLOCK_ROWS else HEAD_BLOCK_ROWS
 
     def part(bound: tuple[int, int]) -> None:
