@@ -51,6 +51,7 @@ from .schema.membership import (
 )
 from .schema.membership import draws as keyed_draws
 from .schema.selection import schema_problem
+from .schema.stacked import encode_block
 from .snapshots import EngineSnapshot, InstanceSnapshot
 
 STATE_FORMAT = b"forgetting-state-v1"
@@ -419,12 +420,31 @@ class QSSEngine:
         ):
             shared = first.head_inputs(X, SERVE_BLOCK_ROWS, normalized)
         each = map_instances if len(X) >= PARALLEL_ROWS else serial_map
-        encoded = each(
-            lambda part: part[1].encode(
-                X, SERVE_BLOCK_ROWS, normalized, head=part[3], head_inputs=shared
-            ),
-            parts,
-        )
+        # a row or few (the first prediction after a forget): the p schemas' φ and g stacked
+        # in one pass where they are of one kind — the same bits, checked (schema.stacked)
+        stacked = None
+        if normalized is not None:
+            stacked = encode_block([part[1] for part in parts], X, normalized, SERVE_BLOCK_ROWS)
+        if stacked is None:
+            encoded = each(
+                lambda part: part[1].encode(
+                    X, SERVE_BLOCK_ROWS, normalized, head=part[3], head_inputs=shared
+                ),
+                parts,
+            )
+        else:  # φ is the third item; an instance serving a head on other inputs gets those
+            encoded = [
+                (codes, g, Z)
+                if not part[3] or part[1].head_takes_phi
+                else (
+                    codes,
+                    g,
+                    shared
+                    if shared is not None
+                    else part[1].head_inputs(X, SERVE_BLOCK_ROWS, normalized),
+                )
+                for part, (codes, g, Z) in zip(parts, stacked, strict=True)
+            ]
 
         def combine(item):
             (inst, schema, content, head), (codes, g, Z) = item
