@@ -27,7 +27,11 @@ def _own(schemas, X, normalized):
 
 
 def _same(a, b) -> bool:
-    return all(np.array_equal(x, y) for left, right in zip(a, b) for x, y in zip(left, right))
+    return len(a) == len(b) and all(
+        np.array_equal(x, y)
+        for left, right in zip(a, b, strict=True)
+        for x, y in zip(left, right, strict=True)
+    )
 
 
 @pytest.mark.parametrize("lda", [True, False])
@@ -42,9 +46,7 @@ def test_stacked_rows_are_each_schemas_own_encoding(lda):
         got = encode_block(schemas, Xq[:n], u, SERVE_BLOCK_ROWS)  # checked, then trusted
         again = encode_block(schemas, Xq[:n], u, SERVE_BLOCK_ROWS)
         assert got is not None and _same(got, _own(schemas, Xq[:n], u)) and _same(again, got)
-    assert all(
-        stacked_module._VERDICTS[s.base_model.estimator][len(schemas)] for s in schemas
-    )
+    assert all(stacked_module._VERDICTS[s.base_model.estimator][len(schemas)] for s in schemas)
     # through the engine: a row alone, a few, and the whole batch predict the same bits
     whole = model.predict_proba(Xq)
     assert np.array_equal(model.predict_proba(Xq[:1]), whole[:1])

@@ -276,7 +276,7 @@ class _QSSBase(BaseEstimator):
         the image sets). Its price: where the head serves, a (d + E + 1)² system per change
         (MNIST-HOG: ~28 instead of ~9 ms for a forget and its first prediction); where the
         tables serve, the gain filter keeps the system off the deletion path, but the wider
-        filter and head sums cost ~0.2–0.4 ms per deletion at n = 300k (1.41 ms in core.md
+        filter and head sums cost ~0.2–0.4 ms per deletion at n = 300k (1.33 ms in core.md
         against 1.18 ms with "shared-ridge" in an earlier run); a batch's Gram terms are
         O(n·D²), computed as exact products on all cores (101–118k rows/s for 20k ids). The
         rule's factor was chosen with the linear head and misjudges some low-dimensional

@@ -70,6 +70,7 @@ STEPS: list[tuple[str, object, str, str]] = [
         "instance content: (α, λ) and head choice",
     ),
     ("φ, g and cells of the predicted row", Schema, "encode", "predict"),
+    ("  the same, the instances stacked", ensemble_module, "encode_block", "predict"),
     ("combine", ensemble_module, "_combine", "predict"),
 ]
 """The steps timed; each name is a method (or module function) on the deletion path."""
