@@ -20,6 +20,7 @@ from forgetting.content.head import (
     GramCache,
     GramSystem,
     LinearHead,
+    LogitRidgeHead,
     NewtonHead,
     exact_products,
     exact_weighted_grams,
@@ -78,6 +79,36 @@ def test_fold_sums_equal_integer_matmul_over_each_folds_rows(chunk, monkeypatch)
         assert np.array_equal(head_module.exact_gram(vs.astype(np.float64)), vs.T @ vs)
     one_fold = head_module.fold_cross(v, r, np.ones(3000, dtype=np.int64))
     assert not one_fold[0].any() and np.array_equal(one_fold[1], v.T @ r)
+
+
+@pytest.mark.parametrize("kind", [LinearHead, LogitRidgeHead])
+def test_one_row_changes_compiled_or_not_are_the_same_integers(kind, monkeypatch):
+    """A one-row add or subtract (the latency path) in one compiled call — cross sums, the
+    pending Gram diagonal and, for the logit head, the Newton weights — leaves the integers
+    numpy's calls leave, and both equal the bulk path's sums."""
+    rng = np.random.default_rng(7)
+    Z = rng.normal(size=(60, 8))
+    Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+    v = head_features(Z)
+    r = rng.integers(-(2**32), 2**32 + 1, size=(60, 3))
+    r[0] = 2**32  # |r| at the one-hot bound, and beyond it below
+    r[1] = -(2**33)
+    folds = rng.integers(0, 2, size=60)
+    heads = []
+    for kernels in ("numba", "numpy"):
+        monkeypatch.setenv("FORGETTING_KERNELS", kernels)
+        head = kind.empty(8, 3, 32)
+        for i in range(60):
+            head.add(v[i : i + 1], r[i : i + 1], folds[i : i + 1])
+        for i in range(0, 60, 3):
+            head.subtract(v[i : i + 1], r[i : i + 1], folds[i : i + 1])
+        heads.append(head)
+    bulk = kind.empty(8, 3, 32)
+    keep = np.setdiff1d(np.arange(60), np.arange(0, 60, 3))
+    bulk.add(v[keep], r[keep], folds[keep])
+    # the pending diagonal first (penalty reads it; reading the Gram adds the pending rows)
+    assert heads[0].penalty() == heads[1].penalty() == bulk.penalty()
+    assert heads[0].equals(heads[1]) and heads[0].equals(bulk)
 
 
 def test_add_then_subtract_restores_the_integers_and_order_does_not_matter():

@@ -46,6 +46,7 @@ from .._parallel import map_instances
 from .._rowwise import SERVE_BLOCK_ROWS, one_blas_thread, rowwise
 from .accumulators import CLASSIFICATION_SCALE_BITS, MAX_ROWS
 from .gain_filter import GainFilter
+from .kernels import HEAD_KERNELS
 
 FEATURE_BITS = 14
 """v = rint(2^14 · φ(x)); φ's rows have unit norm, so |v| ≤ 2^14."""
@@ -344,9 +345,18 @@ class LinearHead:
         vi = v[0].astype(np.int64)
         f = int(folds[0])
         cross = self.cross[f]
-        (np.add if sign > 0 else np.subtract)(cross, np.multiply.outer(vi, r[0]), out=cross)
+        kernel = HEAD_KERNELS.get(cross.size)
+        if kernel is None:
+            (np.add if sign > 0 else np.subtract)(cross, np.multiply.outer(vi, r[0]), out=cross)
+            self._pend(vi[None, :], folds.copy(), sign, vi * vi)
+        else:  # the same integers in one compiled call (content._head_kernels)
+            row = r[0]
+
+            def add() -> None:
+                kernel.one_row_sums(cross, self._pending_diag, vi, row, sign)
+
+            self._pend(vi[None, :], folds.copy(), sign, None, add)
         self.counts[f] += sign
-        self._pend(vi[None, :], folds.copy(), sign, vi * vi)
         cache = self._gram_cache
         if cache is not None and self._slot is not None:
             cache.gains.log(self, v, r, self._target_unit(), folds, sign)
@@ -356,13 +366,23 @@ class LinearHead:
         vi = np.array(v, dtype=np.int64)
         self._pend(vi, np.array(folds), sign, np.einsum("ij,ij->j", vi, vi))
 
-    def _pend(self, vi: np.ndarray, folds: np.ndarray, sign: int, squares: np.ndarray) -> None:
+    def _pend(
+        self,
+        vi: np.ndarray,
+        folds: np.ndarray,
+        sign: int,
+        squares: np.ndarray | None,
+        add: Callable[[], None] | None = None,
+    ) -> None:
         """Record rows ``vi`` (int64, owned here) as pending, with their diagonal terms
-        ``squares`` = Σ_rows v² per column; add them to the sums past PENDING_ROWS."""
+        ``squares`` = Σ_rows v² per column, or ``add`` — the caller's update of the pending
+        diagonal, run under the same lock — and add them to the sums past PENDING_ROWS."""
         with self._flush_lock:
             self._pending.append((vi, folds, sign))
             self._pending_rows += len(vi)
-            if sign > 0:
+            if add is not None:
+                add()
+            elif sign > 0:
                 self._pending_diag += squares
             else:
                 self._pending_diag -= squares
@@ -1281,6 +1301,14 @@ class LogitRidgeHead(LinearHead):
         self._update(features, residuals, folds, 1, gram=False)
 
     def _add_weights(self, residuals: np.ndarray, sign: int) -> None:
+        kernel = HEAD_KERNELS.get(0) if len(residuals) == 1 else None
+        if kernel is not None and self.scale_bits == CLASSIFICATION_SCALE_BITS:
+            one = np.int64(1) << self.scale_bits
+            shift = 2 * self.scale_bits - WEIGHT_BITS
+            kernel.newton_weight_sums(
+                self.weights, np.asarray(residuals, dtype=np.int64), one, shift, sign
+            )
+            return
         total = newton_weights(residuals, self.scale_bits).sum(axis=0)
         if sign > 0:
             self.weights += total

@@ -62,6 +62,11 @@ them."""
 
 _TABLE_KERNELS = LazyKernel("_table_kernels", "FORGETTING_KERNELS", "numpy", LOAD_MIN_WORK)
 
+HEAD_KERNELS = LazyKernel("_head_kernels", "FORGETTING_KERNELS", "numpy", LOAD_MIN_WORK // 4)
+"""The ridge heads' compiled pieces (content._head_kernels): loaded by the fixed-point
+features of 2^18 random features or more (~2k rows at E = 128 — any fit that size), after
+which a one-row change of a head's sums uses them too; FORGETTING_KERNELS=numpy keeps numpy."""
+
 
 def table_kernels(work: int) -> ModuleType | None:
     """The compiled kernels for a piece of ``work``, or None for numpy.

@@ -44,7 +44,7 @@ import threading
 import numpy as np
 
 from .._rowwise import BLOCK_ROWS, block_matmul, rowwise
-from ..content.kernels import LOAD_MIN_WORK, LazyKernel
+from ..content.kernels import HEAD_KERNELS
 
 RF_SEED = 20261201
 """Seed of R, the random projection: a constant, so every instance, refit and process draws
@@ -55,9 +55,6 @@ RF_INPUT_BITS = 14
 """ũ = rint(2^14 u): the head's own feature grid (content.head.FEATURE_BITS)."""
 RF_WEIGHT_BITS = 24
 """R̃ = rint(2^24 R) at most (fewer where d is so large that the sums could pass 2^52)."""
-_KERNEL = LazyKernel("_head_feature_kernel", "FORGETTING_KERNELS", "numpy", LOAD_MIN_WORK // 4)
-"""The compiled finishing pass of :meth:`RandomFeatures.fixed_point_into`, loaded from 2^18
-random features (~2k rows at E = 128) or once loaded; FORGETTING_KERNELS=numpy keeps numpy."""
 
 
 def weight_grid_bits(d: int, peak: float) -> int:
@@ -134,7 +131,7 @@ class RandomFeatures:
         scaled copy and the integer features — and ran its elementwise steps on column blocks
         (one inner loop per row): 35 ms of a ~240 ms 20k-row batch forget at d = 128 besides
         the product itself. Here the steps after the product are one compiled pass over the
-        rows (content._head_feature_kernel), or numpy on contiguous arrays without it."""
+        rows (content._head_kernels), or numpy on contiguous arrays without it."""
         if not self.exact:
             raise ValueError("fixed-point features in one pass need ψ on the integer grid")
         d, E = self.d, self.width
@@ -144,7 +141,7 @@ class RandomFeatures:
         ui = np.rint(np.ldexp(np.asarray(U, dtype=np.float64), RF_INPUT_BITS))  # ũ, as on_grid
         P = ui @ self.R  # integers below 2^53: exact in any order
         down = 2.0 ** -(RF_INPUT_BITS + self.weight_bits)
-        kernel = _KERNEL.get(P.size)
+        kernel = HEAD_KERNELS.get(P.size)
         if kernel is not None:
             kernel.fixed_point_rows(ui, P, down, unit, out)
             return

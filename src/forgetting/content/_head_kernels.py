@@ -1,0 +1,62 @@
+"""Compiled pieces of the ridge heads' hot paths: the finishing pass of the "shared-rf" head's
+fixed-point features (schema.random_features.RandomFeatures.fixed_point_into) and a one-row
+change of a head's integer sums (content.head.LinearHead._update_one).
+
+Why compiled: after the one matrix product, the features are five elementwise steps on ψ and
+one on u, written into the columns of an (n, d + E + 1) array. numpy runs an elementwise step
+on such a column block as one inner loop per row — 3 ms per step for 20k × 128 where the same
+step on a contiguous array takes 0.6 ms — so the composed form spent ~30 ms of a 20k-row batch
+forget there. One compiled pass writes each row once.
+
+The same bits as numpy's steps: multiplying by a power of two is ``np.ldexp`` (both are the
+exact product, rounded once when it is not representable), ``min(max(x, lo), hi)`` is
+``np.clip``, and ``np.rint`` rounds half to even in both; tests/test_rf_head.py compares the
+two paths. A one-row change is a (D, k) outer product, D squares and k Newton weights of
+int64 values — a handful of numpy calls of ~2 µs each per instance, one call here; int64
+arithmetic wraps in both, so the same integers (tests/test_head.py). Loaded like the table
+kernels (content.kernels.LazyKernel).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def fixed_point_rows(ui, P, down, unit, out) -> None:
+    """out[i] = [clip(ui[i], ±unit), clip(rint(clip(P[i] · down, 0, 1) · unit), ±unit), unit]
+    for ũ = ``ui`` (n, d) and the products ``P`` = ũ R̃ (n, E); ``down`` = 2^-(14 + b),
+    ``unit`` = 2^14."""
+    n, d = ui.shape
+    E = P.shape[1]
+    for i in range(n):
+        row = out[i]
+        for j in range(d):
+            row[j] = min(max(ui[i, j], -unit), unit)
+        for j in range(E):
+            psi = min(max(P[i, j] * down, 0.0), 1.0)
+            row[d + j] = min(max(np.rint(psi * unit), -unit), unit)
+        row[d + E] = unit
+
+
+@numba.njit(cache=True, nogil=True)
+def one_row_sums(cross, diag, v, r, sign) -> None:
+    """cross += sign · v rᵀ (D, k) and diag += sign · v² (D,), int64: the cross sums and the
+    pending Gram diagonal of one row with features ``v`` (int64) and head targets ``r``."""
+    for i in range(v.shape[0]):
+        vi = v[i]
+        diag[i] += sign * (vi * vi)
+        for j in range(r.shape[0]):
+            cross[i, j] += sign * (vi * r[j])
+
+
+@numba.njit(cache=True, nogil=True)
+def newton_weight_sums(weights, residuals, one, shift, sign) -> None:
+    """weights += sign · Σ_rows content.head.newton_weights(residuals): per class
+    (min(|r|, one) · (one − min(|r|, one)) + 2^(shift − 1)) >> shift, int64."""
+    half = np.int64(1) << (shift - 1)
+    for i in range(residuals.shape[0]):
+        for j in range(residuals.shape[1]):
+            a = min(abs(residuals[i, j]), one)
+            weights[j] += sign * ((a * (one - a) + half) >> shift)
