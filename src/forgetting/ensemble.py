@@ -432,28 +432,24 @@ class QSSEngine:
                 ),
                 parts,
             )
-        else:  # φ is the third item; an instance serving a head on other inputs gets those
+        else:  # φ, or the head's inputs where an instance serves its head on other ones
             encoded = [
-                (codes, g, Z)
-                if not part[3] or part[1].head_takes_phi
-                else (
+                (
                     codes,
                     g,
-                    shared
-                    if shared is not None
-                    else part[1].head_inputs(X, SERVE_BLOCK_ROWS, normalized),
+                    part[1].served_inputs(phi, X, SERVE_BLOCK_ROWS, normalized, part[3], shared),
                 )
-                for part, (codes, g, Z) in zip(parts, stacked, strict=True)
+                for part, (codes, g, phi) in zip(parts, stacked, strict=True)
             ]
 
         def combine(item):
             (inst, schema, content, head), (codes, g, Z) = item
             if isinstance(content, FlatContent):
                 content = self._content(inst)
-                if _serves_head(content) and not head and not schema.head_takes_phi:
+                if _serves_head(content) and not head:
                     # a change landed between the choice above and this lock, and the head
-                    # serves now: its inputs after all (φ, which encode returned, is not them)
-                    Z = schema.head_inputs(X, SERVE_BLOCK_ROWS, normalized)
+                    # serves now: its inputs after all (φ, which encode returned, may not be)
+                    Z = schema.served_inputs(Z, X, SERVE_BLOCK_ROWS, normalized)
             return _combine(schema, content, codes, g, Z)
 
         with self._lock:

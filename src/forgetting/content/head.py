@@ -42,7 +42,7 @@ from scipy.linalg.lapack import dpotrs as _POTRS
 from scipy.linalg.lapack import spotrf as _SPOTRF
 from scipy.linalg.lapack import spotrs as _SPOTRS
 
-from .._parallel import map_instances
+from .._parallel import map_instances, serial_map
 from .._rowwise import SERVE_BLOCK_ROWS, one_blas_thread, rowwise
 from .accumulators import CLASSIFICATION_SCALE_BITS, MAX_ROWS
 from .gain_filter import GainFilter
@@ -210,23 +210,34 @@ def _same_pending(a: list, b: list) -> bool:
     )
 
 
-def fold_grams(v: np.ndarray, folds: np.ndarray) -> list[np.ndarray | None]:
-    """Σ v vᵀ over the rows of each statistic fold (None for a fold without rows)."""
-    return [exact_gram(v[folds == f]) if np.any(folds == f) else None for f in (0, 1)]
+def fold_grams(v: np.ndarray, folds: np.ndarray, parallel: bool = False) -> list[np.ndarray | None]:
+    """Σ v vᵀ over the rows of each statistic fold (None for a fold without rows).
 
-
-def fold_grams_parallel(v: np.ndarray, folds: np.ndarray) -> list[np.ndarray | None]:
-    """:func:`fold_grams` with the two folds on two threads (each BLAS call on one thread,
-    forgetting._parallel): the same integers — every product and partial sum of
-    :func:`exact_gram` is an integer that float64 holds, so no order can round it — in about
-    half the time for a large batch (O(n·D²): 23 ms for 20k rows at D = 257 on two threads,
-    41 ms on one)."""
+    ``parallel``: the two folds on two threads (forgetting._parallel; each BLAS call on one
+    thread) — the same integers, every product and partial sum of :func:`exact_gram` being an
+    integer that float64 holds, in about half the time for a large batch (O(n·D²): 23 ms for
+    20k rows at D = 257 on two threads, 41 ms on one)."""
 
     def one(f: int) -> np.ndarray | None:
         mine = folds == f
         return exact_gram(v[mine]) if np.any(mine) else None
 
-    return map_instances(one, [0, 1])
+    return (map_instances if parallel else serial_map)(one, [0, 1])
+
+
+def _add_pending(gram: np.ndarray, pending: list) -> None:
+    """Add the Gram terms of ``pending`` rows — (v, folds, sign) triples — to ``gram``
+    (2, D, D) in place: the rows of each sign together, one fold Gram each."""
+    for sign in (1, -1):
+        group = [(v, folds) for v, folds, s in pending if s == sign]
+        if not group:
+            continue
+        grams = fold_grams(
+            np.concatenate([v for v, _ in group]), np.concatenate([folds for _, folds in group])
+        )
+        for f in (0, 1):
+            if grams[f] is not None:
+                (np.add if sign > 0 else np.subtract)(gram[f], grams[f], out=gram[f])
 
 
 SHARED_DELTA_ROWS = 1 << 15
@@ -441,21 +452,7 @@ class LinearHead:
                 self._pending_rows = 0
                 self._pending_diag[...] = 0
                 return
-            gram = self._own_gram()
-            for sign in (1, -1):
-                group = [(v, folds) for v, folds, s in self._pending if s == sign]
-                if not group:
-                    continue
-                v = np.concatenate([v for v, _ in group])
-                folds = np.concatenate([folds for _, folds in group])
-                grams = fold_grams(v, folds)
-                for f in (0, 1):
-                    if grams[f] is None:
-                        continue
-                    if sign > 0:
-                        gram[f] += grams[f]
-                    else:
-                        gram[f] -= grams[f]
+            _add_pending(self._own_gram(), self._pending)
             self._pending.clear()
             self._pending_rows = 0
             self._pending_diag[...] = 0
@@ -893,8 +890,8 @@ class GramCache:
         A read-only ``v`` that owns its memory (the engine's features of a batch, computed once
         for every instance) is kept by reference and recognized by identity: no one can have
         changed it, and a 20k-row batch at D = 257 spent ~50 ms copying and comparing 41 MB.
-        ``parallel``: the two folds' Grams on two threads (:func:`fold_grams_parallel`) —
-        for a caller outside the pool's workers."""
+        ``parallel``: the two folds' Grams on two threads (:func:`fold_grams`) — for a
+        caller outside the pool's workers."""
         with self._lock:
             last = self._rows
             if (
@@ -903,7 +900,7 @@ class GramCache:
                 and np.array_equal(last[1], folds)
             ):
                 return last[2]
-            grams = fold_grams_parallel(v, folds) if parallel else fold_grams(v, folds)
+            grams = fold_grams(v, folds, parallel=True) if parallel else fold_grams(v, folds)
             kept = v if not v.flags.writeable and v.base is None else v.copy()
             self._rows = (kept, folds.copy(), grams)
             return grams
@@ -936,17 +933,7 @@ class GramCache:
             ):
                 return last[2], last[3]
             new = np.array(gram)  # a writable copy; the pending terms added in place
-            for sign in (1, -1):
-                group = [(v, folds) for v, folds, s in pending if s == sign]
-                if not group:
-                    continue
-                grams = fold_grams(
-                    np.concatenate([v for v, _ in group]),
-                    np.concatenate([folds for _, folds in group]),
-                )
-                for f in (0, 1):
-                    if grams[f] is not None:
-                        (np.add if sign > 0 else np.subtract)(new[f], grams[f], out=new[f])
+            _add_pending(new, pending)
             new.flags.writeable = False
             new_token = self._token()
             if token is not None:

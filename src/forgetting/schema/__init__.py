@@ -206,9 +206,24 @@ class Schema:
         Z = self.features(X, block_rows, normalized)
         codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
         g = rowwise(self.base_model.predict, Z, block_rows, owner=self.base_model)
+        return codes, g, self.served_inputs(Z, X, block_rows, normalized, head, head_inputs)
+
+    def served_inputs(
+        self,
+        phi: np.ndarray,
+        X: np.ndarray,
+        block_rows: int,
+        normalized: np.ndarray | None = None,
+        head: bool = True,
+        head_inputs: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """The third item :meth:`encode` returns, given the rows' φ: φ itself, or — with
+        ``head`` and a head on other inputs — those inputs (``head_inputs`` when known)."""
         if head and not self.head_takes_phi:
-            Z = self.head_inputs(X, block_rows, normalized) if head_inputs is None else head_inputs
-        return codes, g, Z
+            return (
+                self.head_inputs(X, block_rows, normalized) if head_inputs is None else head_inputs
+            )
+        return phi
 
     @property
     def head_takes_phi(self) -> bool:

@@ -44,6 +44,7 @@ import threading
 import numpy as np
 
 from .._rowwise import BLOCK_ROWS, block_matmul, rowwise
+from ..content.head import head_features
 from ..content.kernels import HEAD_KERNELS
 
 RF_SEED = 20261201
@@ -113,11 +114,16 @@ class RandomFeatures:
     def on_grid(self, U: np.ndarray) -> np.ndarray:
         """ψ of normalized rows on the integer grid: exact, so any batch gives each row's bits
         (one product for all rows, no blocks)."""
-        Ui = np.rint(np.ldexp(np.asarray(U, dtype=np.float64), RF_INPUT_BITS))
-        out = Ui @ self.R  # integer-valued float64 below 2^52: exact in any order
+        out = self._grid_product(U)[1]
         out = np.ldexp(out, -(RF_INPUT_BITS + self.weight_bits), out=out)  # a power of two
         np.clip(out, 0.0, 1.0, out=out)
         return out
+
+    def _grid_product(self, U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ũ, ũ R̃): ũ = rint(2^14 u) and the product, integer-valued float64 below 2^52 —
+        exact in any order."""
+        ui = np.rint(np.ldexp(np.asarray(U, dtype=np.float64), RF_INPUT_BITS))
+        return ui, ui @ self.R
 
     def fixed_point_into(self, U: np.ndarray, out: np.ndarray) -> None:
         """The head's fixed-point features of normalized rows ``U`` (n, d), written into
@@ -131,30 +137,19 @@ class RandomFeatures:
         scaled copy and the integer features — and ran its elementwise steps on column blocks
         (one inner loop per row): 35 ms of a ~240 ms 20k-row batch forget at d = 128 besides
         the product itself. Here the steps after the product are one compiled pass over the
-        rows (content._head_kernels), or numpy on contiguous arrays without it."""
+        rows (content._head_kernels); without the kernels, the composed form."""
         if not self.exact:
             raise ValueError("fixed-point features in one pass need ψ on the integer grid")
         d, E = self.d, self.width
         if U.shape[1] != d or out.shape != (U.shape[0], d + E + 1):
             raise ValueError(f"fixed-point features: U {U.shape} and out {out.shape} disagree")
-        unit = 2.0**RF_INPUT_BITS
-        ui = np.rint(np.ldexp(np.asarray(U, dtype=np.float64), RF_INPUT_BITS))  # ũ, as on_grid
-        P = ui @ self.R  # integers below 2^53: exact in any order
-        down = 2.0 ** -(RF_INPUT_BITS + self.weight_bits)
-        kernel = HEAD_KERNELS.get(P.size)
-        if kernel is not None:
-            kernel.fixed_point_rows(ui, P, down, unit, out)
+        kernel = HEAD_KERNELS.get(U.shape[0] * E)
+        if kernel is None:  # the composed definition itself
+            out[...] = head_features(np.hstack([U, self.on_grid(U)]), np.float64)
             return
-        # on_grid's ψ, then head_features' rint(2^14 ·) and clip: numpy's very steps
-        np.ldexp(P, -(RF_INPUT_BITS + self.weight_bits), out=P)
-        np.clip(P, 0.0, 1.0, out=P)
-        np.ldexp(P, RF_INPUT_BITS, out=P)
-        np.rint(P, out=P)
-        np.clip(P, -unit, unit, out=P)
-        np.clip(ui, -unit, unit, out=ui)
-        out[:, :d] = ui
-        out[:, d : d + E] = P
-        out[:, -1] = unit
+        ui, P = self._grid_product(U)
+        down = 2.0 ** -(RF_INPUT_BITS + self.weight_bits)
+        kernel.fixed_point_rows(ui, P, down, 2.0**RF_INPUT_BITS, out)
 
     def __call__(self, U: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
         """ψ of normalized rows ``U`` (n, d): on the integer grid, or (models fitted before
