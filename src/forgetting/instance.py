@@ -28,7 +28,6 @@ from .labels import is_labeled
 from .privacy import clip_residuals
 from .schema import Schema, SchemaConfig, normalized_rows, train_schema
 from .schema.membership import MembershipRule
-from .schema.random_features import random_features
 
 
 @dataclass
@@ -185,9 +184,9 @@ def statistics_head_features(
     bits in any block height (tests/test_serving_blocks.py), so a forget's few rows use the
     small serving block — and the random features are exact in any order."""
     d = X.shape[1]
-    if not (schema.head_kind == "shared-rf" and schema.rf_exact and schema.encoder is None):
+    rf = None if schema.encoder is not None else schema.input_random_features(d)
+    if rf is None or not rf.exact:
         return head_features(schema.head_inputs(X, HEAD_BLOCK_ROWS, normalized), np.float64)
-    rf = random_features(d, schema.rf_width, schema.rf_seed, exact=True)
     n = X.shape[0]
     out = np.empty((n, d + rf.width + 1), dtype=np.float64)
     parts = 1 if n < SPLIT_FEATURE_ROWS else worker_count() + 1

@@ -23,7 +23,7 @@ from .codebook import Codebook, train_codebook
 from .membership import MembershipRule
 from .partitions import ThresholdPartition, fit_partition
 from .preprocess import Preprocessor, fit_preprocessor, l2_normalize
-from .random_features import RF_SEED, random_features, rf_width
+from .random_features import RF_SEED, RandomFeatures, random_features, rf_width
 from .selection import choose_lda, choose_n_centroids, choose_n_levels
 
 HEAD_KINDS = ("ridge", "newton", "shared-ridge", "shared-rf")
@@ -142,15 +142,19 @@ class Schema:
             if self.encoder is not None:
                 raise ValueError('head "shared-rf" takes the features as given (no encoder)')
             U = normalized_rows(X, block_rows) if normalized is None else normalized
-            psi = random_features(U.shape[1], self.rf_width, self.rf_seed, self.rf_exact)(
-                U, block_rows
-            )
-            return np.hstack([U, psi])
+            return np.hstack([U, self.input_random_features(U.shape[1])(U, block_rows)])
         if kind != "shared-ridge":
             return self.features(X, block_rows, normalized)
         if self.encoder is None:
             return normalized_rows(X, block_rows) if normalized is None else normalized
         return rowwise(lambda b: l2_normalize(self.encoder.transform(b)), X, block_rows)
+
+    def input_random_features(self, d: int) -> RandomFeatures | None:
+        """The ψ of "shared-rf" for d normalized input features (on the integer grid when
+        ``rf_exact``); None for every other head."""
+        if self.head_kind != "shared-rf":
+            return None
+        return random_features(d, self.rf_width, self.rf_seed, self.rf_exact)
 
     def features(
         self, X: np.ndarray, block_rows: int = BLOCK_ROWS, normalized: np.ndarray | None = None
