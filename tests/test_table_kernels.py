@@ -325,13 +325,18 @@ def test_probe_terms_of_empty_cells(compiled, grid) -> None:
 
 
 def _probe_square_by_masks(t: FlatTables, g: int) -> float | None:
-    """``FlatTables.probe_square`` as first written (boolean masks over the probe sums): the
-    cached float copies must give these very floats."""
+    """``FlatTables.probe_square`` counted from scratch (boolean masks over the probe sums):
+    the totals the updates keep by difference must give these very floats. A probe's norm
+    term is rint(Σ_j float64(S_j)² · 2^(s − 80 − 2⌈log2 T⌉)) over its k mean sums S, the
+    outputs in order; the fold's terms and its last-column sums are summed as exact ints."""
     if t.probe_cells is None:
         return None
     from forgetting.content.tables import MEAN_BITS, loss_bits, square_bits
 
     k, T = t.n_outputs, t.n_tables
+    s = square_bits(t.scale_bits)
+    tb = (T - 1).bit_length()
+    unit = 2.0 ** (s - 2 * MEAN_BITS - 2 * tb)
     average = per_table = 0.0
     for b in (0, 1):
         mine = t.probe_folds == b
@@ -339,14 +344,15 @@ def _probe_square_by_masks(t: FlatTables, g: int) -> float | None:
         if n_probes == 0:
             return None
         weight = float(t.counts[b, 0].sum()) / n_probes
-        # every λ's means at once, reduced per λ (the definition: one (G, m_b, k) contraction
-        # of a C-ordered array — einsum's order follows the memory layout, and a mask on the
-        # middle axis returns another)
-        m = np.ascontiguousarray(t.probe_sums[:, mine, :k]).astype(np.float64)
-        m *= 2.0**-MEAN_BITS / T
-        average += float(np.einsum("gij,gij->g", m, m)[g]) * weight
-        q = t.probe_sums[:, mine, k].astype(np.float64) * (2.0 ** -square_bits(t.scale_bits) / T)
-        per_table += float(q.sum(axis=1)[g]) * weight
+        S = t.probe_sums[g][mine]  # (m_b, k + 1) int64
+        acc = np.zeros(n_probes)
+        for j in range(k):
+            x = S[:, j].astype(np.float64)
+            acc = acc + x * x
+        terms = sum(int(v) for v in np.rint(acc * unit).tolist())
+        average += float(terms) * (2.0 ** (2 * tb - s) / (T * T)) * weight
+        last = sum(int(v) for v in S[:, k].tolist())
+        per_table += float(last) * (2.0**-s / T) * weight
     exact_per_table = float(t.square[g]) * 2.0 ** -loss_bits(t.scale_bits) / T
     if per_table <= 0.0:
         return average
@@ -404,7 +410,7 @@ def test_incremental_updates_equal_numpy_and_a_fresh_build(compiled, scale_bits:
 
 
 def test_probe_squares_follow_every_step(compiled) -> None:
-    """After each one-row change the kept float copies give the mask formula's floats."""
+    """After each one-row change the kept per-fold totals give the from-scratch floats."""
     rng = np.random.default_rng(21)
     T, C, k, n = 8, 64, 4, 3000
     codes, residuals, folds = _history_rows(rng, n, T, C, k)
@@ -501,7 +507,7 @@ def test_refresh_computes_what_a_bulk_change_left(compiled) -> None:
     t.add(codes, residuals, folds)
     assert not t._totals_fresh and not t._probes_fresh
     t.refresh()
-    assert t._totals_fresh and t._probes_fresh and t._floats is not None
+    assert t._totals_fresh and t._probes_fresh and t._norms is not None
     bare = FlatTables.empty(4, 32, 2, 32)
     bare.add(codes, residuals, folds)
     bare.refresh()

@@ -2,7 +2,8 @@
 numpy definitions' integers and floats bit for bit where it is hardest for them to.
 
 ``update_cells`` computes the probe terms once per touched fold-qualified cell and adds the
-difference to every probe in it, rewrites a probe's float copy once from its final sums, and
+difference to every probe in it, changes the probes' per-fold norm totals by the new − old
+terms of each changed probe (taken before its first change and after its last), and
 prefetches; the bulk refresh skips cells whose terms are exactly zero and computes a cell's
 probe terms once for all probes in it. These tests crowd many probes into few cells (so one
 cell holds many probe entries and one probe sits in several touched cells), flip signs
@@ -17,7 +18,15 @@ import pytest
 from conftest import with_kernels as _with
 
 from forgetting.content.accumulators import CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS
-from forgetting.content.tables import MEAN_BITS, SHRINKAGE_GRID, FlatTables, loss_bits, square_bits
+from forgetting.content.tables import (
+    MEAN_BITS,
+    SHRINKAGE_GRID,
+    FlatTables,
+    loss_bits,
+    norm_unit,
+    probe_norm_terms,
+    square_bits,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -92,10 +101,47 @@ def test_crowded_probes_step_by_step(compiled, scale_bits: int) -> None:
     assert _same(fast[-1], _state(ref))
 
 
+def test_large_norm_terms_are_recounted(compiled) -> None:
+    """Means of ~2^6 (residuals far past classification's bound): the probes' norm terms
+    pass 2^50, so the kernel's per-fold deltas are flagged as untrusted and the totals are
+    recounted from the probe sums — after every step the same floats as numpy and as the
+    from-scratch formula (a kernel that kept adding its wrapped deltas fails here)."""
+    rng = np.random.default_rng(41)
+    T, C, k, n = 4, 8, 2, 300
+    codes, residuals, folds = _rows(rng, n, T, C, k, 32)
+    residuals = residuals * 2**6  # |μ| up to ~2^6: ‖m‖² · 2^40 ≥ 2^50
+    probes = rng.choice(n, 40, replace=False)
+    gone = np.setdiff1d(rng.permutation(n), probes)[:6]
+
+    def history(compiled_run=False):
+        t = FlatTables.empty(T, C, k, 32)
+        t.set_probes(codes[probes], folds[probes])
+        t.add(codes, residuals, folds)
+        t.refresh()
+        flags = []
+        states = [_state(t)]
+        for i in gone:
+            t.subtract(codes[i : i + 1], residuals[i : i + 1], folds[i : i + 1])
+            if compiled_run:
+                flags.append(int(t._update_args[-1][-1]))  # the kernel's trust flag
+            states.append(_state(t))
+        return states, flags
+
+    (fast, flags), (slow, _) = history(True), _with("numpy", history)
+    assert 0 in flags  # the untrusted branch ran
+    for a, b in zip(fast, slow, strict=True):
+        assert _same(a, b)
+    keep = np.setdiff1d(np.arange(n), gone)
+    ref = FlatTables.empty(T, C, k, 32)
+    ref.add(codes[keep], residuals[keep], folds[keep])
+    ref.set_probes(codes[probes], folds[probes])
+    assert _same(fast[-1], _state(ref))
+
+
 def _kernel_args(t: FlatTables, codes, residuals, folds, sign: int):
     """The arguments ``FlatTables._update_compiled`` passes to ``update_cells``."""
     T, C, k = t.n_tables, t.n_cells, t.n_outputs
-    floats = t._probe_floats()
+    norms = t._probe_norms()
     start, probe_of = t._probe_csr()
     return (
         t.sums.reshape(2, T * C, k),
@@ -104,27 +150,24 @@ def _kernel_args(t: FlatTables, codes, residuals, folds, sign: int):
         np.ascontiguousarray(folds),
         np.ascontiguousarray(residuals, dtype=np.int64),
         sign < 0,
-        floats.grid,
+        np.asarray(t.grid, dtype=np.float64),
         2.0**-t.scale_bits,
         2.0 ** loss_bits(t.scale_bits),
         start,
         probe_of,
-        floats.probe_sums,
+        norms.probe_sums,
         2.0**MEAN_BITS,
         2.0 ** square_bits(t.scale_bits),
-        floats.position,
-        floats.means,
-        floats.squares,
-        2.0**-MEAN_BITS / T,
-        2.0 ** -square_bits(t.scale_bits) / T,
+        norms.folds,
+        norm_unit(T, t.scale_bits),
         np.zeros(2 * T * C, dtype=np.uint8),
-        np.zeros(2 * len(t.grid) + 3, dtype=np.int64),
+        np.zeros(6 * len(t.grid) + 2, dtype=np.int64),
     )
 
 
 def test_update_refuses_overflow_and_leaves_everything(compiled) -> None:
-    """A row whose new terms leave int64: ``update_cells`` returns False with sums, counts,
-    probe sums and float copies untouched; through ``FlatTables`` numpy then applies it, the
+    """A row whose new terms leave int64: ``update_cells`` returns False with sums, counts
+    and probe sums untouched; through ``FlatTables`` numpy then applies it, the
     same as a numpy-only history."""
     rng = np.random.default_rng(3)
     T, C, k, n = 4, 8, 2, 400
@@ -139,11 +182,11 @@ def test_update_refuses_overflow_and_leaves_everything(compiled) -> None:
         return t
 
     t = build()
-    floats = t._probe_floats()
-    before = (t.sums.copy(), t.counts.copy(), floats.probe_sums.copy(), floats.means.copy())
+    norms = t._probe_norms()
+    before = (t.sums.copy(), t.counts.copy(), norms.probe_sums.copy())
     args = _kernel_args(t, codes[:1], big, folds[:1], 1)
     assert not compiled.update_cells(*args)
-    after = (t.sums, t.counts, floats.probe_sums, floats.means)
+    after = (t.sums, t.counts, norms.probe_sums)
     assert all(np.array_equal(x, y) for x, y in zip(before, after, strict=True))
 
     def history(t):
@@ -184,7 +227,7 @@ def test_update_cells_against_per_entry_terms(compiled, scale_bits: int) -> None
         want_probes = ref._probe_sums.copy()
         np.add.at(want_probes, (slice(None), probe), ref._probe_terms_numpy(qual) - old_terms)
         new_cells = ref._terms_numpy(touched)
-        out = np.zeros(2 * len(t.grid) + 3, dtype=np.int64)
+        out = np.zeros(6 * len(t.grid) + 2, dtype=np.int64)
         args = list(_kernel_args(t, codes[rows], residuals[rows], folds[rows], sign))
         args[-1] = out
         assert compiled.update_cells(*args)
@@ -192,11 +235,20 @@ def test_update_cells_against_per_entry_terms(compiled, scale_bits: int) -> None
         assert np.array_equal(out[:G], new_cells[0].sum(0) - old_cells[0].sum(0))
         assert np.array_equal(out[G : 2 * G], new_cells[1].sum(0) - old_cells[1].sum(0))
         assert np.array_equal(t.sums, ref.sums) and np.array_equal(t.counts, ref.counts)
-        floats = t._floats
-        assert np.array_equal(floats.probe_sums, want_probes)
-        order = np.argsort(t.probe_folds, kind="stable")
-        want_means = want_probes[:, order, :k].astype(np.float64) * (2.0**-MEAN_BITS / T)
-        assert np.array_equal(floats.means, want_means)
+        norms = t._norms
+        assert np.array_equal(norms.probe_sums, want_probes)
+        # the per-fold norm totals change by the definition's terms, new − old, per fold
+        unit = norm_unit(T, scale_bits)
+        d_norm = probe_norm_terms(want_probes, unit) - probe_norm_terms(ref._probe_sums, unit)
+        d_last = want_probes[:, :, k] - ref._probe_sums[:, :, k]
+        for b in (0, 1):
+            mine = t.probe_folds == b
+            at = slice(2 * G + 1 + b * G, 2 * G + 1 + (b + 1) * G)
+            assert out[at].tolist() == d_norm[:, mine].sum(axis=1).astype(np.int64).tolist()
+            at = slice(4 * G + 1 + b * G, 4 * G + 1 + (b + 1) * G)
+            assert out[at].tolist() == d_last[:, mine].sum(axis=1).tolist()
+        assert out[6 * G + 1] == 1
+        assert d_norm.any() and d_last.any()  # the rows moved some probe's terms
         # keep the Python-side totals in step, as _update_compiled does
         for g in range(G):
             t._cross[g] += int(out[g])
@@ -204,9 +256,7 @@ def test_update_cells_against_per_entry_terms(compiled, scale_bits: int) -> None
         ones = int(out[2 * G])
         t._fold_rows[0] += sign * (len(rows) - ones)
         t._fold_rows[1] += sign * ones
-        for b in (0, 1):
-            if out[2 * G + 1 + b]:
-                floats.forget_fold(b)
+        norms.add(out[2 * G + 1 : 4 * G + 1].tolist(), out[4 * G + 1 : 6 * G + 1].tolist())
         if sign > 0:  # undo so the rows stay forgettable
             t.subtract(codes[rows], residuals[rows], folds[rows])
         else:

@@ -831,11 +831,8 @@ def update_cells(
     probe_sums,
     mean_unit,
     square_unit,
-    probe_pos,
-    probe_means,
-    probe_squares,
-    mean_scale,
-    square_scale,
+    probe_folds,
+    norm_unit,
     marks,
     out,
 ) -> bool:
@@ -847,22 +844,26 @@ def update_cells(
     The same integers as the numpy path: the same per-cell and per-entry terms, summed as
     int64 (exact in any order). The probe entries of fold-qualified cell q are
     ``probe_of[probe_start[q]:probe_start[q + 1]]`` (their probes); ``marks`` is a zeroed
-    uint8 scratch of 2·T·C entries (zeroed again on return). The float copies
-    ``probe_means`` (G, m, k) and ``probe_squares`` (G, m) of the changed probes' sums are
-    refreshed at their rows ``probe_pos[p]`` (float64(sum) · scale: numpy's ``astype``
-    then product). ``out`` (2G + 3) receives Δcross (G), Δsquare (G), the rows in fold 1,
-    and whether fold-0 / fold-1 probes changed. False, with the tables as they were, when
-    an index is invalid or a term leaves the int64 range (numpy decides).
+    uint8 scratch of 2·T·C entries (zeroed again on return). ``out`` (6G + 2) receives
+    Δcross (G), Δsquare (G), the rows in fold 1, then the change of the probes' per-fold
+    totals (content.tables._ProbeNorms): ΔN (fold 0's G, then fold 1's G) of the probes'
+    norm terms (:func:`_norm_term` with ``norm_unit``) and ΔQ (likewise) of their sums'
+    last column, new − old over the probes that changed (``probe_folds[p]``: a probe's own
+    fold); and last whether those deltas hold: 0 when some term reached 2^50 (a sum of up
+    to 2^12 of them might leave int64: the caller recounts the totals from the probe sums,
+    exactly). False, with the tables as they were, when an index is invalid or a cell or
+    probe term leaves the int64 range (numpy decides).
 
     Why it is laid out this way (measured at n = 300k, T = 64, k = 10, ~1.4k probes, in a
     process that predicts between forgets, so nothing is in cache): a touched cell holds
     ~5 probe entries, all with that cell's mean, so the probe terms are computed once per
     touched fold-qualified cell (the same operations on the same integers, hence the same
-    terms) and the difference added to each of its probes; each changed probe's float copy is
-    rewritten once, from its final sums (what the last of several rewrites would leave); and
-    every cache line the update will touch is requested (:func:`_prefetch`) as soon as its
-    address is known — cells and the probe index first, the probe rows once the index is
-    read — so the misses overlap instead of queueing.
+    terms) and the difference added to each of its probes; each changed probe's norm terms
+    are taken once before its first change and once from its final sums (the per-fold totals
+    change by new − old: the same integers as recounting them); and every cache line the
+    update will touch is requested (:func:`_prefetch`) as soon as its address is known —
+    cells and the probe index first, the probe rows once the index is read — so the misses
+    overlap instead of queueing.
     """
     n, T = codes.shape
     TC = sums.shape[1]
@@ -932,21 +933,15 @@ def update_cells(
         flat_sums, flat_counts, held[:nh], grid, scale, mean_unit, square_unit, s0, old
     )
     # the rows of the probes about to change (their index lines have arrived meanwhile)
-    m = probe_pos.shape[0]
+    m = probe_folds.shape[0]
     line_probe_sums = probe_sums.reshape(G * m * (k + 1))
-    line_means = probe_means.reshape(G * m * k)
-    line_squares = probe_squares.reshape(G * m)
     for h in range(nh):
         q = held[h]
         for x in range(probe_start[q], probe_start[q + 1]):
             p = probe_of[x]
-            r = probe_pos[p]
             for g in range(G):
                 _prefetch(line_probe_sums, (g * m + p) * (k + 1))
                 _prefetch(line_probe_sums, (g * m + p) * (k + 1) + k)
-                _prefetch(line_means, (g * m + r) * k)
-                _prefetch(line_means, (g * m + r) * k + k - 1)
-                _prefetch(line_squares, g * m + r)
     ok = ok & _cells_terms_into(
         sums, counts, cells, nc, grid, scale, loss_unit, scratch, old_cross, old_square
     )
@@ -964,11 +959,12 @@ def update_cells(
     if not ok:
         _scatter(sums, counts, codes, folds, values, not negate)  # undo: exact integers
         return False
-    out[2 * G + 1] = 0
-    out[2 * G + 2] = 0
     changed = np.zeros(m, dtype=np.uint8)  # probes whose sums changed, each listed once
     listed = np.empty(m, dtype=np.int64)
     nl = 0
+    d_norm = np.zeros((2, G), dtype=np.int64)  # per fold and λ: new − old norm terms
+    d_last = np.zeros((2, G), dtype=np.int64)  # and of the sums' last column
+    held_ok = True
     for h in range(nh):
         q = held[h]
         for g in range(G):
@@ -976,27 +972,62 @@ def update_cells(
                 new[h, g, j] -= old[h, g, j]  # int64: exact (wraps like numpy's new − old)
         for x in range(probe_start[q], probe_start[q + 1]):
             p = probe_of[x]
-            for g in range(G):
-                for j in range(k + 1):
-                    probe_sums[g, p, j] += new[h, g, j]
-            if changed[p] == 0:
+            if changed[p] == 0:  # its terms before its first change
                 changed[p] = 1
                 listed[nl] = p
                 nl += 1
-        # the probe's own fold is the other one than its out-of-fold cell's
-        out[2 * G + 2 - q // TC] = 1
-    for e in range(nl):
+                held_ok = held_ok & _take_norm_terms(
+                    probe_sums, p, probe_folds[p], k, norm_unit, d_norm, d_last, -1
+                )
+            for g in range(G):
+                for j in range(k + 1):
+                    probe_sums[g, p, j] += new[h, g, j]
+    for e in range(nl):  # and after its last
         p = listed[e]
-        r = probe_pos[p]
-        for g in range(G):
-            for j in range(k):
-                probe_means[g, r, j] = np.float64(probe_sums[g, p, j]) * mean_scale
-            probe_squares[g, r] = np.float64(probe_sums[g, p, k]) * square_scale
+        held_ok = held_ok & _take_norm_terms(
+            probe_sums, p, probe_folds[p], k, norm_unit, d_norm, d_last, 1
+        )
     for g in range(G):
         out[g] = d_cross[g] - old_cross[g]  # int64: exact (wraps like numpy's new − old)
         out[G + g] = d_square[g] - old_square[g]
+        for b in range(2):
+            out[2 * G + 1 + b * G + g] = d_norm[b, g]
+            out[4 * G + 1 + b * G + g] = d_last[b, g]
     out[2 * G] = ones
+    out[6 * G + 1] = 1 if held_ok else 0
     return True
+
+
+NORM_TERM_LIMIT = 2.0**50
+"""Norm terms and last-column sums below this add up exactly in int64 over ≤ 2^12 probes
+(MAX_PROBES): the compiled update's per-fold deltas are trusted only then."""
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _norm_term(probe_sums, g, p, k, unit) -> float:
+    """rint(Σ_j float64(S_j)² · unit) for the probe's k mean sums S under λ_g: the
+    outputs in order, one product and one sum each (content.tables.probe_norm_terms)."""
+    acc = 0.0
+    for j in range(k):
+        x = np.float64(probe_sums[g, p, j])
+        acc += x * x
+    return np.rint(acc * unit)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _take_norm_terms(probe_sums, p, b, k, unit, d_norm, d_last, sign) -> bool:
+    """Add ``sign`` × probe p's norm terms and last-column sums (every λ) to fold b's
+    deltas; False when one of them reaches NORM_TERM_LIMIT (nothing is added then)."""
+    ok = True
+    for g in range(probe_sums.shape[0]):
+        term = _norm_term(probe_sums, g, p, k, unit)
+        last = probe_sums[g, p, k]
+        if term < NORM_TERM_LIMIT and -NORM_TERM_LIMIT < last < NORM_TERM_LIMIT:
+            d_norm[b, g] += sign * np.int64(term)
+            d_last[b, g] += sign * last
+        else:
+            ok = False
+    return ok
 
 
 SERVE_AHEAD = 2

@@ -103,7 +103,7 @@ class FlatTables:
         self._probes_fresh = probe_cells is None or probe_sums is not None
         self._probe_index: tuple[np.ndarray, np.ndarray] | None = None
         self._probe_start: np.ndarray | None = None
-        self._floats: _ProbeFloats | None = None
+        self._norms: _ProbeNorms | None = None
         self._marks: np.ndarray | None = None
         self._update_args: tuple | None = None
 
@@ -165,11 +165,11 @@ class FlatTables:
     # -- derived state ------------------------------------------------------------------------
     def refresh(self) -> None:
         """Compute now whatever derived state a bulk change left for the next read (totals,
-        probe sums and their float copies): a caller that builds or catches up tables off the
+        probe sums and their per-fold totals): a caller that builds or catches up tables off the
         serving path (a background rebuild, a model load) calls it there, so the first
         prediction does not pay the pass over every cell. A no-op on current tables."""
         if self.probe_cells is not None:
-            self._probe_floats()
+            self._probe_norms()
             self._probe_csr()  # the compiled update's probe index, else built by the 1st forget
         else:
             self._refresh_totals()
@@ -225,7 +225,7 @@ class FlatTables:
             self._totals_fresh = True
         if done & 2:
             self._probe_sums = probe_sums
-            self._floats = None
+            self._norms = None
             self._probes_fresh = True
 
     def _all_terms(self) -> tuple[list[int], list[int]]:
@@ -271,7 +271,7 @@ class FlatTables:
             if self._probes_fresh:
                 return
         self._probe_sums = self._all_probe_sums()
-        self._floats = None
+        self._norms = None
         self._probes_fresh = True
 
     def _probe_units(self) -> tuple[np.ndarray, float, float, float]:
@@ -315,7 +315,7 @@ class FlatTables:
     def _mark_stale(self) -> None:
         self._totals_fresh = False
         self._fold_rows = []
-        self._floats = None
+        self._norms = None
         if self.probe_cells is not None:
             self._probes_fresh = False
 
@@ -391,16 +391,16 @@ class FlatTables:
         return (folds[:, None] * (T * C) + cell).ravel()
 
     def _update_compiled(self, kernels, codes, residuals, folds, sign: int) -> bool:
-        floats = self._probe_floats()
+        norms = self._probe_norms()
         args = self._update_args
         if (
             args is None
-            or args[0] is not floats
+            or args[0] is not norms
             or args[1] is not self.sums
             or args[2] is not self.counts
             or args[3] is not self._probe_start
         ):
-            args = self._update_args = self._compiled_args(floats)
+            args = self._update_args = self._compiled_args(norms)
         tables, probes, out = args[4], args[5], args[6]
         codes_c, folds_c = _index_arrays(codes, folds)
         ok = kernels.update_cells(
@@ -422,14 +422,15 @@ class FlatTables:
         ones = values[2 * G]
         self._fold_rows[0] += sign * (codes.shape[0] - ones)
         self._fold_rows[1] += sign * ones
-        for b in (0, 1):
-            if values[2 * G + 1 + b]:
-                floats.forget_fold(b)
+        if values[6 * G + 1]:
+            norms.add(values[2 * G + 1 : 4 * G + 1], values[4 * G + 1 : 6 * G + 1])
+        else:  # a term too large for the kernel's int64 deltas: recounted when next read
+            self._norms = None
         return True
 
-    def _compiled_args(self, floats: _ProbeFloats) -> tuple:
+    def _compiled_args(self, norms: _ProbeNorms) -> tuple:
         """What every compiled update passes besides the rows, kept between updates: the
-        reshaped views, the probe index and float copies, the fixed-point units, the scratch
+        reshaped views, the probe index and folds, the fixed-point units, the scratch
         marks and the result array. A one-row forget is ~0.1 ms, so building these ~20
         objects per call was a visible part of it. Rebuilt when any of the objects it was
         made from is replaced (``_update_compiled`` compares them by identity)."""
@@ -439,23 +440,20 @@ class FlatTables:
         start, probe_of = self._probe_csr()
         tables = (self.sums.reshape(2, T * C, k), self.counts.reshape(2, T * C))
         probes = (
-            floats.grid,
+            np.asarray(self.grid, dtype=np.float64),
             2.0**-self.scale_bits,
             2.0 ** loss_bits(self.scale_bits),
             start,
             probe_of,
-            floats.probe_sums,
+            norms.probe_sums,
             2.0**MEAN_BITS,
             2.0 ** square_bits(self.scale_bits),
-            floats.position,
-            floats.means,
-            floats.squares,
-            2.0**-MEAN_BITS / T,
-            2.0 ** -square_bits(self.scale_bits) / T,
+            norms.folds,
+            norm_unit(T, self.scale_bits),
             self._marks,
         )
-        out = np.empty(2 * len(self.grid) + 3, dtype=np.int64)
-        return (floats, self.sums, self.counts, start, tables, probes, out)
+        out = np.empty(6 * len(self.grid) + 2, dtype=np.int64)
+        return (norms, self.sums, self.counts, start, tables, probes, out)
 
     def _update_numpy(self, codes, residuals, folds, sign: int) -> None:
         """The incremental update in numpy: the definition :meth:`_update_compiled` follows."""
@@ -500,7 +498,7 @@ class FlatTables:
                 self._probe_sums, np.ascontiguousarray(probes[0], dtype=np.int64), delta
             ):
                 np.add.at(self._probe_sums, (slice(None), probes[0]), delta)
-            self._floats = None
+            self._norms = None
 
     # -- probes: the square term of the tables' average, estimated on D° ------------------
     def set_probes(self, probe_codes: np.ndarray, probe_folds: np.ndarray) -> None:
@@ -520,7 +518,7 @@ class FlatTables:
         self.probe_folds = np.asarray(probe_folds, dtype=np.int64)
         self._probe_index = None
         self._probe_start = None
-        self._floats = None
+        self._norms = None
         self._probe_sums = None
         self._probes_fresh = False
         if self._totals_fresh:  # summed tables (a reduced build): computed now, off the
@@ -622,17 +620,17 @@ class FlatTables:
         """
         if self.probe_cells is None:
             return None
-        return self._probe_square(self._probe_floats(), g)
+        return self._probe_square(self._probe_norms(), g)
 
-    def _probe_square(self, floats: _ProbeFloats, g: int) -> float | None:
-        """:meth:`probe_square` on current float copies (``best`` fetches them once for the
-        whole grid)."""
-        if min(floats.n_probes) == 0:
+    def _probe_square(self, norms: _ProbeNorms, g: int) -> float | None:
+        """:meth:`probe_square` from current per-fold totals (``best`` fetches them once for
+        the whole grid)."""
+        if min(norms.n_probes) == 0:
             return None
         average = per_table = 0.0
         for b in (0, 1):
-            weight = float(self._fold_rows[b]) / floats.n_probes[b]
-            mean_norm, square_norm = floats.norms(g, b)
+            weight = float(self._fold_rows[b]) / norms.n_probes[b]
+            mean_norm, square_norm = norms.norms(g, b)
             average += mean_norm * weight
             per_table += square_norm * weight
         exact_per_table = (
@@ -642,14 +640,14 @@ class FlatTables:
             return average
         return exact_per_table * average / per_table
 
-    def _probe_floats(self) -> _ProbeFloats:
-        """The float copies of the probe sums :meth:`probe_square` reads (built once per
-        change of probes or bulk update, then kept current by the compiled update)."""
+    def _probe_norms(self) -> _ProbeNorms:
+        """The per-fold totals of the probe sums :meth:`probe_square` reads (counted once per
+        change of probes or bulk update, then kept current by the updates' differences)."""
         self._refresh_totals()
         self._refresh_probes()
-        if self._floats is None:
-            self._floats = _ProbeFloats(self)
-        return self._floats
+        if self._norms is None:
+            self._norms = _ProbeNorms(self)
+        return self._norms
 
     def _terms(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Fixed-point cross and square terms (m, G) of table-major cell ids ``cells``.
@@ -736,10 +734,10 @@ class FlatTables:
         scale = 2.0 ** -loss_bits(self.scale_bits) / self.n_tables
         best = (-np.inf, 0.0, self.grid[options[0]])
         totals_cross, totals_square = self.cross, self.square  # brought up to date once
-        floats = None if self.probe_cells is None else self._probe_floats()
+        norms = None if self.probe_cells is None else self._probe_norms()
         for g in options:
             cross = float(totals_cross[g]) * scale  # exact integers → the same float every time
-            square = None if floats is None else self._probe_square(floats, g)
+            square = None if norms is None else self._probe_square(norms, g)
             if square is None:
                 square = float(totals_square[g]) * scale
             if alpha == "auto":
@@ -904,14 +902,19 @@ def _scatter_rows_sparse(target: np.ndarray, flat: np.ndarray, values: np.ndarra
     target += np.asarray(A.T @ values)
 
 
-class _ProbeFloats:
-    """What :meth:`FlatTables.probe_square` reads, kept between changes: the probe sums as
-    float64 in probe order grouped by fold (``means`` (G, m, k) = sums · 2^-40 / T,
-    ``squares`` (G, m) = last column · 2^-s / T — numpy's ``astype`` and product, element
-    by element), and per (λ, fold) the two reductions of them, recomputed only after that
-    fold's probes changed. A fold's rows are a contiguous block, so the reductions are
-    numpy's own (``einsum``, ``sum``) over the very values, shape and order of the
-    boolean-mask selection they replace: the same floats."""
+class _ProbeNorms:
+    """What :meth:`FlatTables.probe_square` reads, kept between changes: per λ and fold b of
+    the probes (a probe's own fold), N_b = Σ_p N_p, the probes' norm terms
+    (:func:`probe_norm_terms`: ‖Σ_t μ_t‖² of the probe's out-of-fold means in fixed point),
+    and Q_b = Σ_p of the probe sums' last column (Σ_t ‖μ_t‖², fixed point) — exact Python
+    ints, counted from the probe sums once and then changed by the updates' new − old terms
+    of the probes they touch.
+
+    Why integers: these were float reductions over every probe of a fold (an ``einsum`` over
+    (G, m_b, k) float copies of the sums), redone after every change — at n = 300k, ~1.4k
+    probes, the float copies' upkeep and the reductions were ~0.4 of a 3.5 ms forget + first
+    predict (this machine; A/B). An integer total is the same after any history, so it can
+    be kept by difference, like the cells' totals."""
 
     def __init__(self, tables: FlatTables):
         T, k, G = tables.n_tables, tables.n_outputs, len(tables.grid)
@@ -919,49 +922,68 @@ class _ProbeFloats:
         folds = tables.probe_folds
         if tables.probe_cells is None or sums is None:  # no probes: nothing to keep
             folds, sums = np.zeros(0, np.int64), np.zeros((G, 0, k + 1), np.int64)
-        order = np.argsort(folds, kind="stable")  # fold 0's probes, then fold 1's, in order
-        self.position = np.empty(len(order), dtype=np.int64)
-        self.position[order] = np.arange(len(order))
-        self.n_probes = [int((folds == 0).sum()), int((folds == 1).sum())]
-        self.bounds = [(0, self.n_probes[0]), (self.n_probes[0], len(order))]
         self.probe_sums = sums
-        self.means = np.ascontiguousarray(
-            sums[:, order, :k].astype(np.float64) * (2.0**-MEAN_BITS / T)
-        )
-        self.squares = np.ascontiguousarray(
-            sums[:, order, k].astype(np.float64) * (2.0 ** -square_bits(tables.scale_bits) / T)
-        )
-        self.grid = np.asarray(tables.grid, dtype=np.float64)
-        self._norms: list[tuple[list[float], list[float]] | None] = [None, None]
+        self.folds = np.ascontiguousarray(folds, dtype=np.int64)
+        self.n_probes = [int((self.folds == 0).sum()), int((self.folds == 1).sum())]
+        nb = square_bits(tables.scale_bits)
+        tb = (T - 1).bit_length()  # 2^tb ≥ T
+        self.mean_scale = 2.0 ** (2 * tb - nb) / (T * T)
+        self.square_scale = 2.0**-nb / T
+        terms = probe_norm_terms(sums, norm_unit(T, tables.scale_bits))
+        self.norm_totals = [[0, 0] for _ in range(G)]
+        self.last_totals = [[0, 0] for _ in range(G)]
+        for b in (0, 1):
+            mine = self.folds == b
+            for g in range(G):
+                self.norm_totals[g][b] = _exact_total(terms[g, mine])
+                self.last_totals[g][b] = _exact_total(sums[g, mine, k])
 
-    def forget_fold(self, b: int) -> None:
-        self._norms[b] = None
+    def add(self, d_norm: list[int], d_last: list[int]) -> None:
+        """An update's deltas, fold 0's G values then fold 1's (``update_cells``' layout)."""
+        G = len(self.norm_totals)
+        for b in (0, 1):
+            for g in range(G):
+                self.norm_totals[g][b] += d_norm[b * G + g]
+                self.last_totals[g][b] += d_last[b * G + g]
 
     def norms(self, g: int, b: int) -> tuple[float, float]:
-        """Σ ‖m‖² and Σ q over fold b's probes for λ_g (the two sums of probe_square).
-
-        Computed for every λ of the grid at once when fold b's probes changed: one ``einsum``
-        over (G, m_b, k) and one row sum instead of 2G calls (each change of one row
-        recomputed a fold's four, ~4 µs of call overhead apiece). A (G, m_b, k) contraction
-        to (G,) sums each λ's block in its own order, which for large blocks is not the
-        order of a 2-D ``einsum`` on that block alone — a definition, the same after any
-        history (tests/test_table_kernels.py reduces the boolean-mask selection this way)."""
-        got = self._norms[b]
-        if got is None:
-            lo, hi = self.bounds[b]
-            m = self.means[:, lo:hi]
-            got = (
-                _einsum("gij,gij->g", m, m).tolist(),
-                self.squares[:, lo:hi].sum(axis=1).tolist(),
-            )
-            self._norms[b] = got
-        return got[0][g], got[1][g]
+        """Σ ‖m‖² and Σ q over fold b's probes for λ_g (the two sums of probe_square): m a
+        probe's average out-of-fold mean, q its per-table average of ‖μ_t‖²."""
+        return (
+            float(self.norm_totals[g][b]) * self.mean_scale,
+            float(self.last_totals[g][b]) * self.square_scale,
+        )
 
 
-try:  # np.einsum without its dispatch layers: for optimize=False it is this very call
-    from numpy._core.multiarray import c_einsum as _einsum
-except ImportError:  # pragma: no cover - another numpy layout
-    _einsum = np.einsum
+def norm_unit(n_tables: int, scale_bits: int) -> float:
+    """The fixed-point unit of the probes' norm terms: ‖S‖² · 2^(s − 80 − 2⌈log2 T⌉) for the
+    probe's k mean sums S (2^40 per unit, T tables) is ‖m‖² · 2^s · T²/2^(2⌈log2 T⌉) ≤ ‖m‖²·2^s
+    for the average mean m, s = square_bits — the bound of a per-table squared mean."""
+    tb = (n_tables - 1).bit_length()
+    return 2.0 ** (square_bits(scale_bits) - 2 * MEAN_BITS - 2 * tb)
+
+
+def probe_norm_terms(probe_sums: np.ndarray, unit: float) -> np.ndarray:
+    """Per λ and probe, N = rint(Σ_j float64(S_j)² · unit) for the probe's k mean sums S
+    (``probe_sums[..., :k]``): the outputs summed in order, one product and one sum each —
+    the compiled update's order (:func:`._table_kernels._norm_term`), so the same integers
+    (as float64; exact below 2^53, and integers beyond)."""
+    k = probe_sums.shape[-1] - 1
+    acc = np.zeros(probe_sums.shape[:-1], dtype=np.float64)
+    for j in range(k):
+        x = probe_sums[..., j].astype(np.float64)
+        acc += x * x
+    return np.rint(acc * unit)
+
+
+def _exact_total(values: np.ndarray) -> int:
+    """Σ values as a Python int (integers, as int64 or integral float64): one int64 sum when
+    no partial sum can overflow, else value by value."""
+    if values.size == 0:
+        return 0
+    if float(np.max(np.abs(values))) < 2.0**50 and values.size <= 1 << 12:
+        return int(values.astype(np.int64).sum())
+    return sum(int(v) for v in values.tolist())
 
 
 def _index_arrays(codes, folds) -> tuple[np.ndarray, np.ndarray]:
