@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from forgetting.content import blake2
-from forgetting.content.fingerprint import digest_rows, digest_rows_reference
+from forgetting.content.fingerprint import MODULUS, digest_rows, digest_rows_reference, multiset_sum
 from forgetting.schema import membership
 from forgetting.schema.membership import derive_key, draws, id_bytes, ids_bytes, receipt_hash
 
@@ -144,6 +144,23 @@ def test_digest_rows_odd_columns(hash_backend, monkeypatch):
             digest_rows(*columns, person=b"p"), digest_rows_reference(*columns, person=b"p")
         )
     assert digest_rows(np.zeros((0, 4)), person=b"p").shape == (0, 32)
+
+
+def test_multiset_sum_is_the_sum_of_the_digests_as_numbers():
+    """Σ digests mod 2^256, each read as a little-endian 256-bit number: the few-row path
+    (Python ints from the bytes) and the column-sum path agree with that definition on both
+    sides of their boundary, with carries across every 32-bit word (all-0xff digests) and
+    wrapping past 2^256."""
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 2, 7, 8, 9, 40):
+        for fill in ("random", "max"):
+            if fill == "max":
+                digests = np.full((n, 32), 0xFF, dtype=np.uint8)
+            else:
+                digests = rng.integers(0, 256, (n, 32), dtype=np.uint8)
+            want = sum(int.from_bytes(row.tobytes(), "little") for row in digests) % MODULUS
+            assert multiset_sum(digests) == want, (n, fill)
+            assert multiset_sum(digests[::-1].copy()) == want  # order-free
 
 
 def test_draws_and_receipts_equal_hashlib(hash_backend):

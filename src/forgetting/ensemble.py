@@ -504,9 +504,12 @@ class QSSEngine:
             hit = self._hits(pos, pool_changes=self.config.label_mode and erase_inputs)
             self._check_after_removal(pos, hit, label_only)
             kept = [r for r, inst in enumerate(self.instances) if inst is not None and r not in hit]
-            features = self._input_head_features(kept, pos)
+            labeled = pos[self.rows.labeled(pos)]
+            # one folds array for every instance: the gain filter knows it by identity
+            folds = self.rows.folds(labeled)
+            features = self._input_head_features(kept, labeled, folds)
             each = map_instances if len(pos) >= PARALLEL_ROWS else serial_map
-            each(lambda r: self._subtract(r, self.instances[r], pos, features), kept)
+            each(lambda r: self._subtract(r, self.instances[r], labeled, folds, features), kept)
             self._bulk_change = self._bulk_change or len(pos) >= PARALLEL_ROWS
             if label_only:
                 self.rows.unlabel(pos, id_bytes)
@@ -584,25 +587,28 @@ class QSSEngine:
             raise RuntimeError(f"row work returned {len(contrib.codes)} rows, expected {n}")
         return contrib, head
 
-    def _input_head_features(self, kept: list[int], pos: np.ndarray) -> np.ndarray | None:
-        """The leaving labeled rows' head features, computed once when every instance in
-        ``kept`` has a head on the input itself (Instance.input_head: the same numbers in
-        each), else None (each instance computes its own). Read-only, so the Gram cache may
-        know them by identity; a batch's fold Grams are computed here too, both folds at once
-        (GramCache.prepare)."""
+    def _input_head_features(
+        self, kept: list[int], labeled: np.ndarray, folds: np.ndarray
+    ) -> np.ndarray | None:
+        """The leaving labeled rows' head features (rows at ``labeled``, in ``folds``),
+        computed once when every instance in ``kept`` has a head on the input itself
+        (Instance.input_head: the same numbers in each), else None (each instance computes
+        its own). Read-only, so the Gram cache may know them by identity; a batch's fold
+        Grams are computed here too, both folds at once (GramCache.prepare)."""
         if len(kept) < 2 or not all(self.instances[r].input_head for r in kept):
             return None
-        labeled = pos[self.rows.labeled(pos)]
         features = self.instances[kept[0]].head_inputs(self.rows.features_at(labeled))
         features.flags.writeable = False
-        self._gram_cache.prepare(features, self.rows.folds(labeled))
+        self._gram_cache.prepare(features, folds)
         return features
 
-    def _subtract(self, r: int, inst: Instance, pos: np.ndarray, features=None) -> None:
-        labeled = pos[self.rows.labeled(pos)]
+    def _subtract(
+        self, r: int, inst: Instance, labeled: np.ndarray, folds: np.ndarray, features=None
+    ) -> None:
+        """Subtract the labeled rows at ``labeled`` (their ``folds``) from instance r."""
         inst.subtract_rows(
             self.rows.contributions(r, labeled),
-            self.rows.folds(labeled),
+            folds,
             self.rows.features_at(labeled) if features is None else None,
             features,
         )

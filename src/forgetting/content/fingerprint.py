@@ -19,12 +19,21 @@ import numpy as np
 from .blake2 import blake2b_segments
 
 MODULUS = 2**256
+_FEW_DIGESTS = 8
+"""Up to this many digests are summed as Python ints read straight from their bytes (one
+row: ~1 µs, where the column sums' view, cast and eight shifted adds took ~12 µs — a one-row
+forget sums four digests: its row and its contribution to each of three instances)."""
 
 
 def multiset_sum(digests: np.ndarray) -> int:
     """Σ digests mod 2^256 for an (n, 32) uint8 array of little-endian 256-bit numbers."""
     if len(digests) == 0:
         return 0
+    if len(digests) <= _FEW_DIGESTS:  # a forget's few rows: each digest as one Python int
+        data = np.ascontiguousarray(digests, dtype=np.uint8).tobytes()
+        return sum(int.from_bytes(data[i : i + 32], "little") for i in range(0, len(data), 32)) % (
+            MODULUS
+        )
     words = np.ascontiguousarray(digests).view("<u4").astype(np.uint64)
     column_sums = words.sum(axis=0)  # each < n · 2^32: exact for n < 2^32
     return sum(int(s) << (32 * j) for j, s in enumerate(column_sums)) % MODULUS

@@ -99,6 +99,7 @@ class _Change:
     folds: np.ndarray
     sign: int
     source: object = field(repr=False)
+    folds_source: object = field(repr=False, default=None)
 
 
 class GainFilter:
@@ -182,13 +183,13 @@ class GainFilter:
                 known = self._log[at]
                 if known.sign != sign or not (
                     (known.source is v or np.array_equal(known.v, v))
-                    and np.array_equal(known.folds, folds)
+                    and (known.folds_source is folds or np.array_equal(known.folds, folds))
                 ):
                     self._reset()
                     return
             elif at == len(self._log):
                 copy = np.array(v, dtype=np.float64)
-                self._log.append(_Change(copy, np.array(folds), sign, v))
+                self._log.append(_Change(copy, np.array(folds), sign, v, folds))
             else:  # pragma: no cover - the counts above make this impossible
                 self._reset()
                 return
