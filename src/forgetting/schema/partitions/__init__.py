@@ -28,6 +28,7 @@ thresholds are then exact. Nothing is stored per row beyond the cell codes.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -114,6 +115,12 @@ def fit_linear(W: np.ndarray, center_grid: np.ndarray, X_fit_grid: np.ndarray) -
     return ExactLinear(weights=Wg, center=center, shift=shift)
 
 
+_FEW_CODES_ARGS: dict[int, tuple[weakref.ref, tuple]] = {}
+"""Partition identity → (a weak reference to it, its ``partition_codes`` arguments); kept
+outside the partition, whose attributes are its digest (schema._hash_value)."""
+_MAX_KEPT_ARGS = 64
+
+
 @dataclass(frozen=True)
 class ThresholdPartition:
     """T tables of D threshold tests on the output of exact linear stages.
@@ -158,14 +165,10 @@ class ThresholdPartition:
         n = Z.shape[0]
         out = np.empty((n, self.n_tables), dtype=self.cell_dtype)
         kernels = table_kernels(n * self.n_tables)
+        if kernels is not None and n <= _FEW_ROWS and self._few_codes(kernels, Z, out):
+            return out
         features = np.ascontiguousarray(self.features, dtype=np.int64)
         thresholds = np.ascontiguousarray(self.thresholds, dtype=np.float64)
-        if (
-            kernels is not None
-            and n <= _FEW_ROWS
-            and self._few_codes(kernels, Z, features, thresholds, out)
-        ):
-            return out
         for start in range(0, n, _CHUNK_ROWS):
             Y = self.project(Z[start : start + _CHUNK_ROWS])
             if kernels is not None and kernels.threshold_codes(
@@ -178,10 +181,22 @@ class ThresholdPartition:
             out[start : start + _CHUNK_ROWS] = self._codes_numpy(Y)
         return out
 
-    def _few_codes(self, kernels, Z, features, thresholds, out: np.ndarray) -> bool:
+    def _few_codes(self, kernels, Z, out: np.ndarray) -> bool:
         """The codes of a few rows in one compiled call (``partition_codes``: the grid, the
         stages and the tests row by row, exact integers — the same codes), False when the
         kernel declines (then the general route decides)."""
+        kept = _FEW_CODES_ARGS.get(id(self))
+        if kept is None or kept[0]() is not self:
+            kept = (weakref.ref(self), self._few_codes_args())
+            if len(_FEW_CODES_ARGS) >= _MAX_KEPT_ARGS:
+                _FEW_CODES_ARGS.clear()
+            _FEW_CODES_ARGS[id(self)] = kept
+        return kernels.partition_codes(np.ascontiguousarray(Z, dtype=np.float64), *kept[1], out)
+
+    def _few_codes_args(self) -> tuple:
+        """What ``partition_codes`` takes besides the rows: built once per partition and kept
+        by its identity (:data:`_FEW_CODES_ARGS`; the fields never change, and building
+        them was ~10 µs of each one-row encode)."""
         stages = [s for s in (self.stage1, self.stage2) if s is not None]
         parts: list = []
         for stage in stages + [None] * (2 - len(stages)):
@@ -193,15 +208,13 @@ class ThresholdPartition:
                     np.ascontiguousarray(stage.center, dtype=np.float64),
                     2.0**-stage.shift,
                 ]
-        return kernels.partition_codes(
-            np.ascontiguousarray(Z, dtype=np.float64),
+        return (
             2.0**GRID_BITS,
             INPUT_LIMIT,
             len(stages),
             *parts,
-            features,
-            thresholds,
-            out,
+            np.ascontiguousarray(self.features, dtype=np.int64),
+            np.ascontiguousarray(self.thresholds, dtype=np.float64),
         )
 
     def _codes_numpy(self, Y: np.ndarray) -> np.ndarray:
