@@ -80,6 +80,28 @@ def test_the_tracked_gain_follows_the_exact_gain_through_forgets_and_inserts(
     assert worst < TOLERANCE * 1e-4, worst
 
 
+def test_the_compiled_rows_pending_terms_carry_over_to_numpy(monkeypatch):
+    """The compiled update leaves A⁻¹'s and G_0's rank-one terms pending (a few rows at a
+    time); when numpy takes over mid-way (FORGETTING_KERNELS switched), it adds them first:
+    the tracked gain stays on the exact one (a numpy step on the arrays alone misses by far
+    more than the tolerance)."""
+    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
+    cache, heads = _stacked_heads()
+    v, residuals, folds = _rows(40, seed=3)
+    worst = 0.0
+    for i in range(30):
+        if i == 13:  # 13 rows in: some terms wait (8 per flush), from both folds
+            monkeypatch.setenv("FORGETTING_KERNELS", "numpy")
+        for r, head in heads.items():
+            head.subtract(v[i : i + 1], residuals[r][i : i + 1], folds[i : i + 1])
+        lam = head_penalty(next(iter(heads.values())).gram)
+        for head in heads.values():
+            estimate = cache.gains.estimate(head, lam)
+            assert estimate is not None
+            worst = max(worst, abs(estimate[0] - _exact_gain(head)) / estimate[1])
+    assert worst < TOLERANCE * 1e-4, worst
+
+
 def test_certain_only_outside_the_tolerance():
     cache, heads = _stacked_heads()
     v, residuals, folds = _rows(3, seed=3)

@@ -44,6 +44,19 @@ def test_backend_switch(compiled, monkeypatch) -> None:
     assert kernels.backend(1 << 30) == "numpy"
 
 
+def test_backend_follows_every_way_the_environment_changes(compiled, monkeypatch) -> None:
+    """The kernels' switch reads the environment as ``os.environ.get`` does, after
+    ``monkeypatch``, a plain assignment, a deletion and a non-ASCII value alike."""
+    for value in ("numpy", "NUMPY", "numba", "", "nümpy"):
+        monkeypatch.setenv("FORGETTING_KERNELS", value)
+        assert kernels._environ("FORGETTING_KERNELS") == os.environ["FORGETTING_KERNELS"]
+    os.environ["FORGETTING_KERNELS"] = "numpy"
+    assert kernels.backend(1 << 30) == "numpy"
+    del os.environ["FORGETTING_KERNELS"]
+    assert kernels._environ("FORGETTING_KERNELS") == ""
+    assert kernels.backend(1) == "numba"  # loaded, nothing forces numpy
+
+
 def test_import_does_not_load_numba() -> None:
     """``import forgetting`` and small table work stay in numpy: numba is never imported."""
     code = (

@@ -19,17 +19,28 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0) -> None:
+def apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0, U, fu, V, fv, counts) -> None:
     """One row (features ``v``, right-hand-side row ``b``, sign ``sigma``, in fold 0 or not)
     applied to A⁻¹, G_0, X = A⁻¹B, Q = G_0 X and B (Sherman–Morrison; see
-    content.gain_filter.GainFilter._apply for the algebra)."""
+    content.gain_filter.GainFilter._apply for the algebra).
+
+    The rank-one terms of A⁻¹ and G_0 wait: A⁻¹ is ``Ainv`` + Σ_k fu[k] U_k U_kᵀ over the
+    ``counts[0]`` pending columns of ``U``, G_0 is ``G0`` + Σ_k fv[k] V_k V_kᵀ over
+    ``counts[1]`` of ``V``; they are added to the (D, D) arrays once the buffers fill
+    (:func:`flush_rank`). Why: the two D² passes that rewrote A⁻¹ and G_0 per row were most
+    of the row's memory traffic (D = 257 at bench.core's shape: 0.5 MB each); a pending
+    term costs 2D per later row instead. The sums are reordered, so the rounding differs —
+    within the filter's tolerance, as for the numpy path (tests/test_gain_filter.py)."""
     D = v.shape[0]
     M = X.shape[1]
+    nu = counts[0]
+    nv = counts[1]
     u = np.zeros(D)
     for j in range(D):
         vj = v[j]
         for i in range(D):
             u[i] += Ainv[i, j] * vj
+    _add_pending(u, U, fu, nu, v)
     vu = 0.0
     for i in range(D):
         vu += v[i] * u[i]
@@ -39,6 +50,7 @@ def apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0) -> None:
         uj = u[j]
         for i in range(D):
             w[i] += G0[i, j] * uj
+    _add_pending(w, V, fv, nv, u)
     for j in range(M):
         xv = 0.0
         for i in range(D):
@@ -53,16 +65,47 @@ def apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0) -> None:
                 Q[i, j] += w[i] * c + v[i] * after
             else:
                 Q[i, j] += w[i] * c
+    for i in range(D):
+        U[i, nu] = u[i]
+    fu[nu] = -sigma / s
+    nu += 1
     if in0:
-        for j in range(D):
-            svj = sigma * v[j]
-            for i in range(D):
-                G0[i, j] += v[i] * svj
-    f = -sigma / s
-    for j in range(D):
-        fu = f * u[j]
         for i in range(D):
-            Ainv[i, j] += u[i] * fu
+            V[i, nv] = v[i]
+        fv[nv] = sigma
+        nv += 1
+    if nu == U.shape[1]:
+        flush_rank(Ainv, U, fu, nu)
+        nu = 0
+    if nv == V.shape[1]:
+        flush_rank(G0, V, fv, nv)
+        nv = 0
+    counts[0] = nu
+    counts[1] = nv
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _add_pending(out, U, f, n, x) -> None:
+    """out += Σ_k<n f[k] U_k (U_kᵀ x): the pending rank-one terms applied to ``x``."""
+    D = x.shape[0]
+    for k in range(n):
+        t = 0.0
+        for i in range(D):
+            t += U[i, k] * x[i]
+        t *= f[k]
+        for i in range(D):
+            out[i] += U[i, k] * t
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def flush_rank(A, U, f, n) -> None:
+    """A += Σ_k<n f[k] U_k U_kᵀ in one pass over A (column by column)."""
+    D = A.shape[0]
+    for j in range(A.shape[1]):
+        for k in range(n):
+            c = f[k] * U[j, k]
+            for i in range(D):
+                A[i, j] += U[i, k] * c
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")

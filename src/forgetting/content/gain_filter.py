@@ -102,6 +102,34 @@ class _Change:
     folds_source: object = field(repr=False, default=None)
 
 
+class _Waiting:
+    """The compiled row update's pending rank-one terms of A⁻¹ (columns ``U``, factors
+    ``fu``) and of G_0 (``V``, ``fv``), ``counts`` of each in use
+    (content._gain_filter_kernel.apply_row): A⁻¹ and G_0 are the arrays plus these."""
+
+    COLUMNS = 8
+    """Terms kept before they are added to the (D, D) arrays in one pass."""
+
+    def __init__(self, D: int):
+        self.U = np.zeros((D, self.COLUMNS), order="F")
+        self.fu = np.zeros(self.COLUMNS)
+        self.V = np.zeros((D, self.COLUMNS), order="F")
+        self.fv = np.zeros(self.COLUMNS)
+        self.counts = np.zeros(2, dtype=np.int64)
+
+    def buffers(self) -> tuple:
+        return self.U, self.fu, self.V, self.fv, self.counts
+
+    def flush(self, Ainv: np.ndarray, G0: np.ndarray) -> None:
+        """Add the pending terms to ``Ainv`` and ``G0`` (numpy) and empty the buffers."""
+        nu, nv = (int(c) for c in self.counts)
+        if nu:
+            Ainv += (self.U[:, :nu] * self.fu[:nu]) @ self.U[:, :nu].T
+        if nv:
+            G0 += (self.V[:, :nv] * self.fv[:nv]) @ self.V[:, :nv].T
+        self.counts[:] = 0
+
+
 class GainFilter:
     """The tracked solution of one stacked Gram system (p heads in slots), and the log of the
     changes made to their sums since it was last brought up to date. Thread-safe (one lock).
@@ -125,6 +153,7 @@ class GainFilter:
         self._log: list[_Change] = []  # shared part of changes not yet applied
         self._residuals: list[list[np.ndarray]] = []  # per slot, in the log's order
         self._state: tuple | None = None  # (Ainv, G0, X, Q, B, lam): tracked, up to date
+        self._waiting: _Waiting | None = None  # the kernel's pending rank-one terms
         self._gains: tuple[np.ndarray, np.ndarray] | None = None  # per column, current
         self._rows = 0  # rows applied since the base
 
@@ -254,9 +283,13 @@ class GainFilter:
             Q = np.asfortranarray(G0 @ X)
             X, B = np.array(X, order="F"), np.array(B, order="F")
             self._state = (np.asfortranarray(Ainv), G0, X, Q, B, lam)
+            self._waiting = _Waiting(Ainv.shape[0])
         Ainv, G0, X, Q, B, lam = self._state
+        waiting = self._waiting
         m = X.shape[1] // 2
         kernel = _KERNEL.get(REFRESH_ROWS * Ainv.shape[0] ** 2)
+        if kernel is None:  # the numpy path updates A⁻¹ and G_0 as it goes: terms due first
+            waiting.flush(Ainv, G0)
         for i, change in enumerate(self._log):
             r_all = np.zeros((len(change.v), m))  # absent slots: zero, like their columns
             for slot, res in zip(self._slots, self._residuals, strict=True):
@@ -268,7 +301,7 @@ class GainFilter:
                 in0 = bool(change.folds[j] == 0)
                 b = np.concatenate([r_all[j], r_all[j] if in0 else np.zeros_like(r_all[j])])
                 if kernel is not None:
-                    kernel.apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0)
+                    kernel.apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0, *waiting.buffers())
                     continue
                 u = Ainv @ v
                 vu = float(v @ u)
