@@ -160,6 +160,7 @@ def _kernel_args(t: FlatTables, codes, residuals, folds, sign: int):
         2.0 ** square_bits(t.scale_bits),
         norms.folds,
         norm_unit(T, t.scale_bits),
+        norms.terms,
         np.zeros(2 * T * C, dtype=np.uint8),
         np.zeros(6 * len(t.grid) + 2, dtype=np.int64),
     )
@@ -248,6 +249,8 @@ def test_update_cells_against_per_entry_terms(compiled, scale_bits: int) -> None
             at = slice(4 * G + 1 + b * G, 4 * G + 1 + (b + 1) * G)
             assert out[at].tolist() == d_last[:, mine].sum(axis=1).tolist()
         assert out[6 * G + 1] == 1
+        # and each probe's kept terms are its current ones (the next change subtracts them)
+        assert np.array_equal(norms.terms, probe_norm_terms(want_probes, unit))
         assert d_norm.any() and d_last.any()  # the rows moved some probe's terms
         # keep the Python-side totals in step, as _update_compiled does
         for g in range(G):

@@ -833,6 +833,7 @@ def update_cells(
     square_unit,
     probe_folds,
     norm_unit,
+    norm_terms,
     marks,
     out,
 ) -> bool:
@@ -847,12 +848,14 @@ def update_cells(
     uint8 scratch of 2·T·C entries (zeroed again on return). ``out`` (6G + 2) receives
     Δcross (G), Δsquare (G), the rows in fold 1, then the change of the probes' per-fold
     totals (content.tables._ProbeNorms): ΔN (fold 0's G, then fold 1's G) of the probes'
-    norm terms (:func:`_norm_term` with ``norm_unit``) and ΔQ (likewise) of their sums'
-    last column, new − old over the probes that changed (``probe_folds[p]``: a probe's own
-    fold); and last whether those deltas hold: 0 when some term reached 2^50 (a sum of up
-    to 2^12 of them might leave int64: the caller recounts the totals from the probe sums,
-    exactly). False, with the tables as they were, when an index is invalid or a cell or
-    probe term leaves the int64 range (numpy decides).
+    norm terms (:func:`_norm_term` with ``norm_unit``; each probe's current terms are kept
+    in ``norm_terms`` (G, m), float64 integers, and rewritten here for the changed probes)
+    and ΔQ (likewise) of their sums' last column, new − old over the probes that changed
+    (``probe_folds[p]``: a probe's own fold); and last whether those deltas hold: 0 when
+    some term reached 2^50 (a sum of up to 2^12 of them might leave int64: the caller
+    recounts the totals and terms from the probe sums, exactly). False, with the tables as
+    they were, when an index is invalid or a cell or probe term leaves the int64 range
+    (numpy decides).
 
     Why it is laid out this way (measured at n = 300k, T = 64, k = 10, ~1.4k probes, in a
     process that predicts between forgets, so nothing is in cache): a touched cell holds
@@ -977,7 +980,7 @@ def update_cells(
                 listed[nl] = p
                 nl += 1
                 held_ok = held_ok & _take_norm_terms(
-                    probe_sums, p, probe_folds[p], k, norm_unit, d_norm, d_last, -1
+                    probe_sums, p, probe_folds[p], k, norm_unit, norm_terms, d_norm, d_last, -1
                 )
             for g in range(G):
                 for j in range(k + 1):
@@ -985,7 +988,7 @@ def update_cells(
     for e in range(nl):  # and after its last
         p = listed[e]
         held_ok = held_ok & _take_norm_terms(
-            probe_sums, p, probe_folds[p], k, norm_unit, d_norm, d_last, 1
+            probe_sums, p, probe_folds[p], k, norm_unit, norm_terms, d_norm, d_last, 1
         )
     for g in range(G):
         out[g] = d_cross[g] - old_cross[g]  # int64: exact (wraps like numpy's new − old)
@@ -1015,12 +1018,18 @@ def _norm_term(probe_sums, g, p, k, unit) -> float:
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _take_norm_terms(probe_sums, p, b, k, unit, d_norm, d_last, sign) -> bool:
+def _take_norm_terms(probe_sums, p, b, k, unit, terms, d_norm, d_last, sign) -> bool:
     """Add ``sign`` × probe p's norm terms and last-column sums (every λ) to fold b's
-    deltas; False when one of them reaches NORM_TERM_LIMIT (nothing is added then)."""
+    deltas; False when one of them reaches NORM_TERM_LIMIT (nothing is added then). The
+    terms before a change (``sign`` < 0) are the kept ones, ``terms[g, p]``; after it they
+    are computed from the sums and kept."""
     ok = True
     for g in range(probe_sums.shape[0]):
-        term = _norm_term(probe_sums, g, p, k, unit)
+        if sign < 0:
+            term = terms[g, p]
+        else:
+            term = _norm_term(probe_sums, g, p, k, unit)
+            terms[g, p] = term
         last = probe_sums[g, p, k]
         if term < NORM_TERM_LIMIT and -NORM_TERM_LIMIT < last < NORM_TERM_LIMIT:
             d_norm[b, g] += sign * np.int64(term)

@@ -450,6 +450,7 @@ class FlatTables:
             2.0 ** square_bits(self.scale_bits),
             norms.folds,
             norm_unit(T, self.scale_bits),
+            norms.terms,
             self._marks,
         )
         out = np.empty(6 * len(self.grid) + 2, dtype=np.int64)
@@ -930,6 +931,7 @@ class _ProbeNorms:
         self.mean_scale = 2.0 ** (2 * tb - nb) / (T * T)
         self.square_scale = 2.0**-nb / T
         terms = probe_norm_terms(sums, norm_unit(T, tables.scale_bits))
+        self.terms = terms  # each probe's, kept current by the compiled update
         self.norm_totals = [[0, 0] for _ in range(G)]
         self.last_totals = [[0, 0] for _ in range(G)]
         for b in (0, 1):
