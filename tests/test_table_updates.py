@@ -250,7 +250,7 @@ def test_update_cells_against_per_entry_terms(compiled, scale_bits: int) -> None
             assert out[at].tolist() == d_last[:, mine].sum(axis=1).tolist()
         assert out[6 * G + 1] == 1
         # and each probe's kept terms are its current ones (the next change subtracts them)
-        assert np.array_equal(norms.terms, probe_norm_terms(want_probes, unit))
+        assert np.array_equal(norms.terms, probe_norm_terms(want_probes, unit).T)
         assert d_norm.any() and d_last.any()  # the rows moved some probe's terms
         # keep the Python-side totals in step, as _update_compiled does
         for g in range(G):

@@ -25,6 +25,21 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+def cpu_model() -> str:
+    """The processor's name as the OS reports it (Linux: /proc/cpuinfo's "model name"), or
+    "unknown CPU": absolute times differ several-fold between machines (a forget + first
+    predict at n = 300k took 1.3 ms on one CI-class machine and 3.5 ms on another), so a
+    result names the machine it was measured on."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def write_results(
     out_dir: Path,
     name: str,
@@ -39,7 +54,8 @@ def write_results(
         "",
         f"Command: `{command}`",
         f"Date: {datetime.now(UTC).isoformat(timespec='seconds')}; machine: "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+        f"{platform.machine()} ({cpu_model()}), {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}; "
         f"1-min load average when written {os.getloadavg()[0]:.2f} "
         "(other jobs slow absolute times; ratios within a run are the point)",
         "",

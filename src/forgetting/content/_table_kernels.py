@@ -849,7 +849,7 @@ def update_cells(
     Δcross (G), Δsquare (G), the rows in fold 1, then the change of the probes' per-fold
     totals (content.tables._ProbeNorms): ΔN (fold 0's G, then fold 1's G) of the probes'
     norm terms (:func:`_norm_term` with ``norm_unit``; each probe's current terms are kept
-    in ``norm_terms`` (G, m), float64 integers, and rewritten here for the changed probes)
+    in ``norm_terms`` (m, G), float64 integers, and rewritten here for the changed probes)
     and ΔQ (likewise) of their sums' last column, new − old over the probes that changed
     (``probe_folds[p]``: a probe's own fold); and last whether those deltas hold: 0 when
     some term reached 2^50 (a sum of up to 2^12 of them might leave int64: the caller
@@ -938,10 +938,12 @@ def update_cells(
     # the rows of the probes about to change (their index lines have arrived meanwhile)
     m = probe_folds.shape[0]
     line_probe_sums = probe_sums.reshape(G * m * (k + 1))
+    line_terms = norm_terms.reshape(m * G)
     for h in range(nh):
         q = held[h]
         for x in range(probe_start[q], probe_start[q + 1]):
             p = probe_of[x]
+            _prefetch(line_terms, p * G)
             for g in range(G):
                 _prefetch(line_probe_sums, (g * m + p) * (k + 1))
                 _prefetch(line_probe_sums, (g * m + p) * (k + 1) + k)
@@ -1021,15 +1023,15 @@ def _norm_term(probe_sums, g, p, k, unit) -> float:
 def _take_norm_terms(probe_sums, p, b, k, unit, terms, d_norm, d_last, sign) -> bool:
     """Add ``sign`` × probe p's norm terms and last-column sums (every λ) to fold b's
     deltas; False when one of them reaches NORM_TERM_LIMIT (nothing is added then). The
-    terms before a change (``sign`` < 0) are the kept ones, ``terms[g, p]``; after it they
+    terms before a change (``sign`` < 0) are the kept ones, ``terms[p, g]``; after it they
     are computed from the sums and kept."""
     ok = True
     for g in range(probe_sums.shape[0]):
         if sign < 0:
-            term = terms[g, p]
+            term = terms[p, g]
         else:
             term = _norm_term(probe_sums, g, p, k, unit)
-            terms[g, p] = term
+            terms[p, g] = term
         last = probe_sums[g, p, k]
         if term < NORM_TERM_LIMIT and -NORM_TERM_LIMIT < last < NORM_TERM_LIMIT:
             d_norm[b, g] += sign * np.int64(term)

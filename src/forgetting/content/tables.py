@@ -931,7 +931,9 @@ class _ProbeNorms:
         self.mean_scale = 2.0 ** (2 * tb - nb) / (T * T)
         self.square_scale = 2.0**-nb / T
         terms = probe_norm_terms(sums, norm_unit(T, tables.scale_bits))
-        self.terms = terms  # each probe's, kept current by the compiled update
+        # each probe's G terms side by side (one cache line): kept current by the compiled
+        # update, which reads a changed probe's old terms from here
+        self.terms = np.ascontiguousarray(terms.T)
         self.norm_totals = [[0, 0] for _ in range(G)]
         self.last_totals = [[0, 0] for _ in range(G)]
         for b in (0, 1):
