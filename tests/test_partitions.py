@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 
 import numpy as np
 import pytest
@@ -74,6 +75,29 @@ def test_a_few_rows_codes_in_one_compiled_call_are_the_numpy_routes(name, fit, m
     assert np.array_equal(
         part.cells(bad), part._codes_numpy(part.project(bad)).astype(part.cell_dtype)
     )
+
+
+def test_kept_kernel_arguments_follow_the_partition(monkeypatch):
+    """Each partition's few-row kernel arguments are kept by its identity, outside it: two
+    partitions of one shape taking turns each get their own codes, and a kept partition's
+    digest (its attributes) is what it was before any encode."""
+    from forgetting.schema import _hash_value
+
+    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
+    Z = _features(120, 40, seed=8)
+    fit = FITS[0][1]
+    one, two = fit(Z[:60], 1), fit(Z[60:], 2)
+
+    def digest(part):
+        h = hashlib.sha256()
+        _hash_value(h, part)
+        return h.hexdigest()
+
+    before = digest(one)
+    for part in (one, two, one, two):
+        want = part._codes_numpy(part.project(Z[:3])).astype(part.cell_dtype)
+        assert np.array_equal(part.cells(Z[:3]), want)
+    assert digest(one) == before
 
 
 @pytest.mark.parametrize("name,fit", FITS, ids=[f[0] for f in FITS])

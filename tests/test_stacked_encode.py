@@ -88,3 +88,21 @@ def test_schemas_of_another_kind_go_one_by_one():
     u3 = normalized_rows(X3[:SERVE_BLOCK_ROWS], SERVE_BLOCK_ROWS)
     assert encode_block(three, X3[:SERVE_BLOCK_ROWS], u3, SERVE_BLOCK_ROWS) is None  # a block
     assert encode_block(three[:1], X3[:1], u3[:1], SERVE_BLOCK_ROWS) is None  # one schema
+
+
+def test_the_kept_stacks_follow_the_serving_schemas():
+    """The stacked arrays are kept by the serving schemas' identities: another set of
+    schemas (a rebuild's, another model's, a subset, another order) gets its own arrays —
+    each schema's own bits every time, whichever set was encoded before."""
+    X, y = _clustered(2000, 16, 4, 5)
+    first = [
+        inst.schema for inst in QSSClassifier(rho=0.1, random_state=1).fit(X, y).engine_.instances
+    ]
+    other = [
+        inst.schema for inst in QSSClassifier(rho=0.1, random_state=2).fit(X, y).engine_.instances
+    ]
+    Xq = X[:2]
+    u = normalized_rows(Xq, SERVE_BLOCK_ROWS)
+    for schemas in (first, other, first[::-1], other[:2], first, first[1:] + other[:1]):
+        got = encode_block(schemas, Xq, u, SERVE_BLOCK_ROWS)
+        assert got is not None and _same(got, _own(schemas, Xq, u))
