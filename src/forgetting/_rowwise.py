@@ -237,17 +237,25 @@ def _stacked(fn: Callable[[np.ndarray], np.ndarray], X: np.ndarray, h: int) -> n
     return np.concatenate(outputs, axis=0)
 
 
-_VERDICTS: dict[int, tuple[weakref.ref, dict]] = {}
+_KEPT: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def kept_for(owner: object) -> dict:
+    """A dict of what is kept for a fitted object outside it — by its identity, forgotten
+    with it. For objects that are neither hashable (frozen dataclasses of arrays) nor free
+    to carry the state themselves (their attributes are a digest's input): the stacking
+    verdicts here, a partition's kernel arguments, the schemas' stacked arrays."""
+    key = id(owner)
+    entry = _KEPT.get(key)
+    if entry is None or entry[0]() is not owner:
+        entry = (weakref.ref(owner, lambda _ref: _KEPT.pop(key, None)), {})
+        _KEPT[key] = entry
+    return entry[1]
 
 
 def _verdicts_of(owner: object) -> dict:
     """The stacking verdicts of a fitted object, forgotten with the object."""
-    key = id(owner)
-    entry = _VERDICTS.get(key)
-    if entry is None or entry[0]() is not owner:
-        entry = (weakref.ref(owner, lambda _ref: _VERDICTS.pop(key, None)), {})
-        _VERDICTS[key] = entry
-    return entry[1]
+    return kept_for(owner).setdefault("rowwise verdicts", {})
 
 
 def _blocks(fn: Callable[[np.ndarray], np.ndarray], X: np.ndarray, block_rows: int) -> np.ndarray:

@@ -31,9 +31,8 @@ def multiset_sum(digests: np.ndarray) -> int:
         return 0
     if len(digests) <= _FEW_DIGESTS:  # a forget's few rows: each digest as one Python int
         data = np.ascontiguousarray(digests, dtype=np.uint8).tobytes()
-        return sum(int.from_bytes(data[i : i + 32], "little") for i in range(0, len(data), 32)) % (
-            MODULUS
-        )
+        total = sum(int.from_bytes(data[i : i + 32], "little") for i in range(0, len(data), 32))
+        return total % MODULUS
     words = np.ascontiguousarray(digests).view("<u4").astype(np.uint64)
     column_sums = words.sum(axis=0)  # each < n · 2^32: exact for n < 2^32
     return sum(int(s) << (32 * j) for j, s in enumerate(column_sums)) % MODULUS

@@ -926,11 +926,11 @@ class _ProbeNorms:
         self.probe_sums = sums
         self.folds = np.ascontiguousarray(folds, dtype=np.int64)
         self.n_probes = [int((self.folds == 0).sum()), int((self.folds == 1).sum())]
-        nb = square_bits(tables.scale_bits)
-        tb = (T - 1).bit_length()  # 2^tb ≥ T
-        self.mean_scale = 2.0 ** (2 * tb - nb) / (T * T)
-        self.square_scale = 2.0**-nb / T
-        terms = probe_norm_terms(sums, norm_unit(T, tables.scale_bits))
+        unit = norm_unit(T, tables.scale_bits)
+        # a term is ‖S‖² · unit and ‖m‖² = ‖S‖² · 2^-80 / T²: powers of two divide exactly
+        self.mean_scale = 2.0 ** (-2 * MEAN_BITS) / unit / (T * T)
+        self.square_scale = 2.0 ** -square_bits(tables.scale_bits) / T
+        terms = probe_norm_terms(sums, unit)
         # each probe's G terms side by side (one cache line): kept current by the compiled
         # update, which reads a changed probe's old terms from here
         self.terms = np.ascontiguousarray(terms.T)

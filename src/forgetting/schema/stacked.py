@@ -28,17 +28,12 @@ from collections.abc import Sequence
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
-from .._rowwise import one_blas_thread
+from .._rowwise import kept_for, one_blas_thread
 from .preprocess import l2_normalize
 
 _VERDICTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """g's estimator → {stack size: whether the stacked route gave its own route's bits}."""
 _LOCK = threading.Lock()
-_STACKS: dict[tuple[int, ...], tuple[list[weakref.ref], tuple]] = {}
-"""The schemas' fitted arrays stacked (LDA directions, coef_ᵀ, intercepts), by the serving
-schemas' identities: they change only when an instance is rebuilt, and stacking them anew
-was ~35 µs of each first prediction. A few stacks at most (rebuilds replace them)."""
-_MAX_STACKS = 8
 
 
 def encode_block(schemas: Sequence, X: np.ndarray, normalized: np.ndarray, block_rows: int):
@@ -132,14 +127,17 @@ def _encode_stacked(schemas: Sequence, normalized: np.ndarray, block_rows: int) 
 
 
 def _stacked_arrays(schemas: Sequence) -> tuple:
-    """(LDA directions or None, coef_ᵀ, intercepts) of ``schemas`` stacked, kept by their
-    identities (:data:`_STACKS`)."""
-    key = tuple(map(id, schemas))
-    kept = _STACKS.get(key)
-    if kept is not None and all(
-        ref() is schema for ref, schema in zip(kept[0], schemas, strict=True)
+    """(LDA directions or None, coef_ᵀ, intercepts) of ``schemas`` stacked: they change only
+    when an instance is rebuilt, and stacking them anew was ~35 µs of each first prediction,
+    so they are kept with the first schema (``_rowwise.kept_for``) under the others'
+    identities, checked by weak reference."""
+    kept = kept_for(schemas[0])
+    key = ("stacked arrays", tuple(map(id, schemas[1:])))
+    entry = kept.get(key)
+    if entry is not None and all(
+        ref() is schema for ref, schema in zip(entry[0], schemas[1:], strict=True)
     ):
-        return kept[1]
+        return entry[1]
     P = None
     if schemas[0].preprocessor.uses_lda:
         P = np.stack([schema.preprocessor.projection for schema in schemas])
@@ -147,8 +145,5 @@ def _stacked_arrays(schemas: Sequence) -> tuple:
     coef_t = np.stack([est.coef_ for est in estimators]).transpose(0, 2, 1)
     intercepts = np.stack([est.intercept_ for est in estimators])[:, None, :]
     arrays = (P, coef_t, intercepts)
-    with _LOCK:
-        if len(_STACKS) >= _MAX_STACKS:
-            _STACKS.clear()
-        _STACKS[key] = ([weakref.ref(schema) for schema in schemas], arrays)
+    kept[key] = ([weakref.ref(schema) for schema in schemas[1:]], arrays)
     return arrays

@@ -28,12 +28,12 @@ thresholds are then exact. Nothing is stored per row beyond the cell codes.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
+from ..._rowwise import kept_for
 from ...content.kernels import table_kernels
 
 GRID_BITS = 20
@@ -115,12 +115,6 @@ def fit_linear(W: np.ndarray, center_grid: np.ndarray, X_fit_grid: np.ndarray) -
     return ExactLinear(weights=Wg, center=center, shift=shift)
 
 
-_FEW_CODES_ARGS: dict[int, tuple[weakref.ref, tuple]] = {}
-"""Partition identity → (a weak reference to it, its ``partition_codes`` arguments); kept
-outside the partition, whose attributes are its digest (schema._hash_value)."""
-_MAX_KEPT_ARGS = 64
-
-
 @dataclass(frozen=True)
 class ThresholdPartition:
     """T tables of D threshold tests on the output of exact linear stages.
@@ -185,18 +179,16 @@ class ThresholdPartition:
         """The codes of a few rows in one compiled call (``partition_codes``: the grid, the
         stages and the tests row by row, exact integers — the same codes), False when the
         kernel declines (then the general route decides)."""
-        kept = _FEW_CODES_ARGS.get(id(self))
-        if kept is None or kept[0]() is not self:
-            kept = (weakref.ref(self), self._few_codes_args())
-            if len(_FEW_CODES_ARGS) >= _MAX_KEPT_ARGS:
-                _FEW_CODES_ARGS.clear()
-            _FEW_CODES_ARGS[id(self)] = kept
-        return kernels.partition_codes(np.ascontiguousarray(Z, dtype=np.float64), *kept[1], out)
+        kept = kept_for(self)
+        args = kept.get("partition_codes")
+        if args is None:
+            args = kept["partition_codes"] = self._few_codes_args()
+        return kernels.partition_codes(np.ascontiguousarray(Z, dtype=np.float64), *args, out)
 
     def _few_codes_args(self) -> tuple:
         """What ``partition_codes`` takes besides the rows: built once per partition and kept
-        by its identity (:data:`_FEW_CODES_ARGS`; the fields never change, and building
-        them was ~10 µs of each one-row encode)."""
+        by its identity, outside it (``_rowwise.kept_for``: its attributes are its digest);
+        the fields never change, and building them was ~10 µs of each one-row encode."""
         stages = [s for s in (self.stage1, self.stage2) if s is not None]
         parts: list = []
         for stage in stages + [None] * (2 - len(stages)):
