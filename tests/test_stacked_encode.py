@@ -103,6 +103,14 @@ def test_the_kept_stacks_follow_the_serving_schemas():
     ]
     Xq = X[:2]
     u = normalized_rows(Xq, SERVE_BLOCK_ROWS)
-    for schemas in (first, other, first[::-1], other[:2], first, first[1:] + other[:1]):
+    for schemas in (
+        first,
+        other,
+        first[::-1],
+        other[:2],
+        first,
+        first[:1] + other[1:],
+        first[1:] + other[:1],
+    ):
         got = encode_block(schemas, Xq, u, SERVE_BLOCK_ROWS)
         assert got is not None and _same(got, _own(schemas, Xq, u))
