@@ -96,6 +96,21 @@ def _small_int(x):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _cast_terms(x0, y0, x1, y1):
+    """A cell's two folds' rounded cross and square terms as int64: (all four in the int64
+    range, x0 + x1, y0 + y1), out-of-range values replaced by 0 before the cast (numpy's is
+    platform-defined there: the caller hands those cases to numpy). Branch-free, so a loop
+    over outputs or cells that calls it compiles to vector instructions."""
+    in0 = (x0 >= -_INT64_LIMIT) & (x0 < _INT64_LIMIT)
+    in0 = in0 & (y0 >= -_INT64_LIMIT) & (y0 < _INT64_LIMIT)
+    in1 = (x1 >= -_INT64_LIMIT) & (x1 < _INT64_LIMIT)
+    in1 = in1 & (y1 >= -_INT64_LIMIT) & (y1 < _INT64_LIMIT)
+    cross = np.int64(x0 if in0 else 0.0) + np.int64(x1 if in1 else 0.0)
+    square = np.int64(y0 if in0 else 0.0) + np.int64(y1 if in1 else 0.0)
+    return in0 & in1, cross, square
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _features_valid(features, P) -> bool:
     """Every tested feature index lies in 0..P−1 (numpy would wrap or raise otherwise)."""
     for t in range(features.shape[0]):
@@ -249,13 +264,10 @@ def _cell_terms_into(sums, counts, c, grid, scale, unit, s0, s1, cross, square, 
             y0 = np.rint(n1 * mu0 * mu0 * unit)
             x1 = np.rint(s0[j] * mu1 * unit)
             y1 = np.rint(n0 * mu1 * mu1 * unit)
-            in0 = (x0 >= -_INT64_LIMIT) & (x0 < _INT64_LIMIT)
-            in0 = in0 & (y0 >= -_INT64_LIMIT) & (y0 < _INT64_LIMIT)
-            in1 = (x1 >= -_INT64_LIMIT) & (x1 < _INT64_LIMIT)
-            in1 = in1 & (y1 >= -_INT64_LIMIT) & (y1 < _INT64_LIMIT)
-            ok = ok & in0 & in1
-            total_c += np.int64(x0 if in0 else 0.0) + np.int64(x1 if in1 else 0.0)
-            total_s += np.int64(y0 if in0 else 0.0) + np.int64(y1 if in1 else 0.0)
+            inside, c_terms, s_terms = _cast_terms(x0, y0, x1, y1)
+            ok = ok & inside
+            total_c += c_terms
+            total_s += s_terms
         if sign > 0:
             cross[g] += total_c
             square[g] += total_s
@@ -354,13 +366,10 @@ def _block_terms_pass(
                     total_c += _small_int(x0) + _small_int(x1)
                     total_s += _small_int(y0) + _small_int(y1)
                 else:
-                    in0 = (x0 >= -_INT64_LIMIT) & (x0 < _INT64_LIMIT)
-                    in0 = in0 & (y0 >= -_INT64_LIMIT) & (y0 < _INT64_LIMIT)
-                    in1 = (x1 >= -_INT64_LIMIT) & (x1 < _INT64_LIMIT)
-                    in1 = in1 & (y1 >= -_INT64_LIMIT) & (y1 < _INT64_LIMIT)
-                    ok = ok & in0 & in1
-                    total_c += np.int64(x0 if in0 else 0.0) + np.int64(x1 if in1 else 0.0)
-                    total_s += np.int64(y0 if in0 else 0.0) + np.int64(y1 if in1 else 0.0)
+                    inside, c_terms, s_terms = _cast_terms(x0, y0, x1, y1)
+                    ok = ok & inside
+                    total_c += c_terms
+                    total_s += s_terms
         cross[g] += total_c
         square[g] += total_s
     return ok
