@@ -308,10 +308,10 @@ def _block_terms_fast_into(
     (vector instructions where the machine has no vector float → int64 conversion: 25 % off
     a refresh of every cell at 300k rows on an AVX2 machine); False when a term is 2^51 or
     more in magnitude (or not finite) — at no realistic size: a cell would need ~2^27 rows —
-    and the caller's numpy route decides, as for a term out of the int64 range, so the
-    integers are the cast's in every case. For the passes over every cell; a one-row
-    update's few cells keep the cast (on an AVX-512 machine, which converts by vector
-    anyway, the extra range test made them ~10 % slower)."""
+    and the caller's numpy route decides (``FlatTables._all_terms``), as for a term out of
+    the int64 range, so the integers are the cast's in every case. For the passes over
+    every cell; a one-row update's few cells keep the cast (on an AVX-512 machine, which
+    converts by vector anyway, the extra range test made them ~10 % slower)."""
     return _block_terms_pass(
         sums, counts, cells, first, m, grid, scale, unit, scratch, means, cross, square, True
     )
@@ -702,7 +702,8 @@ def _round_block_means(means, f, e, mean_unit, square_unit, one) -> bool:
     (G, k + 1)): one[g, j] = rint(μ_j · mean_unit), one[g, k] = Σ_j rint((μ_j · μ_j) ·
     square_unit), as :func:`_probe_terms_into` rounds them, converted by :func:`_small_int`;
     indexed in place (a view per λ cost ~10 % of a refresh). False when a value is 2^51 or
-    more in magnitude (or not finite): the caller's numpy route decides."""
+    more in magnitude (or not finite): the probe sums are then left to the separate pass
+    (``FlatTables._all_probe_sums``: the cast, and numpy beyond int64)."""
     G = means.shape[1]
     k = means.shape[2]
     ok = True
