@@ -111,6 +111,15 @@ def _cast_terms(x0, y0, x1, y1):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _small_terms(x0, y0, x1, y1):
+    """:func:`_cast_terms` by :func:`_small_int`: (all four below 2^51 in magnitude,
+    x0 + x1, y0 + y1); the sums hold only when the flag is set."""
+    inside = (abs(x0) < _SMALL_LIMIT) & (abs(y0) < _SMALL_LIMIT)
+    inside = inside & (abs(x1) < _SMALL_LIMIT) & (abs(y1) < _SMALL_LIMIT)
+    return inside, _small_int(x0) + _small_int(x1), _small_int(y0) + _small_int(y1)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _features_valid(features, P) -> bool:
     """Every tested feature index lies in 0..P−1 (numpy would wrap or raise otherwise)."""
     for t in range(features.shape[0]):
@@ -283,7 +292,7 @@ BLOCK_CELLS = 64
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _block_terms_into(
-    sums, counts, cells, first, m, grid, scale, unit, scratch, means, cross, square
+    sums, counts, cells, first, m, grid, scale, unit, scratch, means, cross, square, small
 ):
     """Add the terms of :func:`_cell_terms_into` of cells ``cells[first : first + m]``
     (m ≤ BLOCK_CELLS) to ``cross``/``square`` (G,): the same float operations on each cell,
@@ -291,41 +300,19 @@ def _block_terms_into(
     cells (~1.7× faster than one cell at a time over k = 10 outputs). ``scratch``
     (2k + 6, BLOCK_CELLS) float64. False when a term leaves the int64 range.
 
+    ``small`` (a constant where this is inlined): the terms are converted to integers by
+    :func:`_small_terms` (vector instructions where the machine has no vector float → int64
+    conversion: 25 % off a refresh of every cell at 300k rows on an AVX2 machine), and False
+    means a term is 2^51 or more in magnitude (or not finite) — at no realistic size: a cell
+    would need ~2^27 rows — so the caller's numpy route decides (``FlatTables._all_terms``),
+    as for a term out of the int64 range: the integers are the cast's in every case. For the
+    passes over every cell; a one-row update's few cells keep the cast (on an AVX-512
+    machine, which converts by vector anyway, the extra range test made them ~10 % slower).
+
     The means it divides out are left in ``means`` (2, G, k, BLOCK_CELLS): means[f, g, j, e]
     = (S_f · scale) / (n_f + λ_g) of cell e — the very operations of
     :func:`_probe_terms_into` on that fold-qualified cell, so the probe terms can be rounded
     from them without dividing again (:func:`_block_probe_terms`)."""
-    return _block_terms_pass(
-        sums, counts, cells, first, m, grid, scale, unit, scratch, means, cross, square, False
-    )
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _block_terms_fast_into(
-    sums, counts, cells, first, m, grid, scale, unit, scratch, means, cross, square
-) -> bool:
-    """:func:`_block_terms_into`, the terms converted to integers by :func:`_small_int`
-    (vector instructions where the machine has no vector float → int64 conversion: 25 % off
-    a refresh of every cell at 300k rows on an AVX2 machine); False when a term is 2^51 or
-    more in magnitude (or not finite) — at no realistic size: a cell would need ~2^27 rows —
-    and the caller's numpy route decides (``FlatTables._all_terms``), as for a term out of
-    the int64 range, so the integers are the cast's in every case. For the passes over
-    every cell; a one-row update's few cells keep the cast (on an AVX-512 machine, which
-    converts by vector anyway, the extra range test made them ~10 % slower)."""
-    return _block_terms_pass(
-        sums, counts, cells, first, m, grid, scale, unit, scratch, means, cross, square, True
-    )
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _block_terms_pass(
-    sums, counts, cells, first, m, grid, scale, unit, scratch, means, cross, square, small
-):
-    """:func:`_block_terms_into` (``small`` False: the cast, out-of-range terms replaced by
-    0, False when one leaves the int64 range) and :func:`_block_terms_fast_into` (True:
-    :func:`_small_int`, False when a term is 2^51 or more). The range test is a flag, not an
-    early exit, so the loop over cells has no branch (``small`` is a constant where this is
-    inlined)."""
     k = sums.shape[2]
     G = grid.shape[0]
     n0 = scratch[2 * k]
@@ -361,15 +348,12 @@ def _block_terms_pass(
                 x1 = np.rint(s0[e] * mu1 * unit)
                 y1 = np.rint(n0[e] * mu1 * mu1 * unit)
                 if small:
-                    ok = ok & (abs(x0) < _SMALL_LIMIT) & (abs(y0) < _SMALL_LIMIT)
-                    ok = ok & (abs(x1) < _SMALL_LIMIT) & (abs(y1) < _SMALL_LIMIT)
-                    total_c += _small_int(x0) + _small_int(x1)
-                    total_s += _small_int(y0) + _small_int(y1)
+                    inside, c_terms, s_terms = _small_terms(x0, y0, x1, y1)
                 else:
                     inside, c_terms, s_terms = _cast_terms(x0, y0, x1, y1)
-                    ok = ok & inside
-                    total_c += c_terms
-                    total_s += s_terms
+                ok = ok & inside
+                total_c += c_terms
+                total_s += s_terms
         cross[g] += total_c
         square[g] += total_s
     return ok
@@ -614,7 +598,7 @@ def total_terms(sums, counts, chunk, grid, scale, unit, cross, square) -> bool:
             index[m] = c  # kept unless its terms vanish (no branch: half the cells do)
             m += np.int64(not (skip & _terms_vanish(sums, counts, c)))
             if m == BLOCK_CELLS:
-                ok = ok & _block_terms_fast_into(
+                ok = ok & _block_terms_into(
                     sums,
                     counts,
                     index,
@@ -627,11 +611,24 @@ def total_terms(sums, counts, chunk, grid, scale, unit, cross, square) -> bool:
                     means,
                     cross[b],
                     square[b],
+                    True,
                 )
                 m = 0
         if m > 0:
-            ok = ok & _block_terms_fast_into(
-                sums, counts, index, 0, m, grid, scale, unit, scratch, means, cross[b], square[b]
+            ok = ok & _block_terms_into(
+                sums,
+                counts,
+                index,
+                0,
+                m,
+                grid,
+                scale,
+                unit,
+                scratch,
+                means,
+                cross[b],
+                square[b],
+                True,
             )
     return ok
 
@@ -812,7 +809,7 @@ def refresh_terms(
             index[m] = c
             m += np.int64(not vanish)
             if m == BLOCK_CELLS:
-                ok = ok & _block_terms_fast_into(
+                ok = ok & _block_terms_into(
                     sums,
                     counts,
                     index,
@@ -825,6 +822,7 @@ def refresh_terms(
                     means,
                     cross[b],
                     square[b],
+                    True,
                 )
                 ok_probes = ok_probes & _block_probe_terms(
                     means,
@@ -840,8 +838,20 @@ def refresh_terms(
                 )
                 m = 0
         if m > 0:
-            ok = ok & _block_terms_fast_into(
-                sums, counts, index, 0, m, grid, scale, unit, scratch, means, cross[b], square[b]
+            ok = ok & _block_terms_into(
+                sums,
+                counts,
+                index,
+                0,
+                m,
+                grid,
+                scale,
+                unit,
+                scratch,
+                means,
+                cross[b],
+                square[b],
+                True,
             )
             ok_probes = ok_probes & _block_probe_terms(
                 means, index, m, R, probe_start, probe_of, mean_unit, square_unit, one, acc
@@ -878,6 +888,7 @@ def _cells_terms_into(sums, counts, cells, nc, grid, scale, unit, scratch, cross
             means,
             cross,
             square,
+            False,
         )
     return ok
 
