@@ -594,10 +594,11 @@ def total_terms(sums, counts, chunk, grid, scale, unit, cross, square) -> bool:
     for first in range(0, R, chunk):
         b = first // chunk
         m = 0
-        for c in range(first, min(R, first + chunk)):
+        last = min(R, first + chunk) - 1
+        for c in range(first, last + 1):
             index[m] = c  # kept unless its terms vanish (no branch: half the cells do)
             m += np.int64(not (skip & _terms_vanish(sums, counts, c)))
-            if m == BLOCK_CELLS:
+            if m == BLOCK_CELLS or (c == last and m > 0):  # a full block, or the chunk's rest
                 ok = ok & _block_terms_into(
                     sums,
                     counts,
@@ -614,22 +615,6 @@ def total_terms(sums, counts, chunk, grid, scale, unit, cross, square) -> bool:
                     True,
                 )
                 m = 0
-        if m > 0:
-            ok = ok & _block_terms_into(
-                sums,
-                counts,
-                index,
-                0,
-                m,
-                grid,
-                scale,
-                unit,
-                scratch,
-                means,
-                cross[b],
-                square[b],
-                True,
-            )
     return ok
 
 
@@ -799,7 +784,8 @@ def refresh_terms(
         b = first // chunk
         m = 0
         npend = 0
-        for c in range(first, min(R, first + chunk)):
+        last = min(R, first + chunk) - 1
+        for c in range(first, last + 1):
             vanish = skip & _terms_vanish(sums, counts, c)
             held = (probe_start[c + 1] > probe_start[c]) | (
                 probe_start[R + c + 1] > probe_start[R + c]
@@ -808,7 +794,7 @@ def refresh_terms(
             npend += np.int64(vanish & held)
             index[m] = c
             m += np.int64(not vanish)
-            if m == BLOCK_CELLS:
+            if m == BLOCK_CELLS or (c == last and m > 0):  # a full block, or the chunk's rest
                 ok = ok & _block_terms_into(
                     sums,
                     counts,
@@ -837,25 +823,6 @@ def refresh_terms(
                     acc,
                 )
                 m = 0
-        if m > 0:
-            ok = ok & _block_terms_into(
-                sums,
-                counts,
-                index,
-                0,
-                m,
-                grid,
-                scale,
-                unit,
-                scratch,
-                means,
-                cross[b],
-                square[b],
-                True,
-            )
-            ok_probes = ok_probes & _block_probe_terms(
-                means, index, m, R, probe_start, probe_of, mean_unit, square_unit, one, acc
-            )
         for e in range(npend):
             for f in range(2):
                 q = f * R + pending[e]
