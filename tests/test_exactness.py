@@ -55,6 +55,36 @@ def test_forget_equals_refit(cls, data, which):
     assert model.audit_content()
 
 
+@pytest.mark.parametrize("mode", ["exact", "label"])
+def test_a_row_that_joins_d0_when_a_member_leaves_is_a_hit_when_forgotten(mode):
+    """With D° at its minimum size, forgetting a member (its row, or its label) moves the
+    threshold up and the next row by draw joins D°; forgetting that row must then rebuild
+    the instance. The row store refreshes its thresholds on every removal or unlabeling that
+    touches a D°: a stale threshold would miss the hit and serve an instance built on a row
+    that is gone."""
+    X, y = classification_data(n=200)
+    ids = list(range(len(y)))
+    params = dict(FAST, rho=0.05, mode=mode)  # 10 rows by ρ, 50 by the minimum: it binds
+    model = QSSClassifier(**params).fit(X, y, ids)
+    rows = model.engine_.rows
+    members = schema_ids(model, 0)
+    assert len(members) == 50
+    order = np.argsort(rows.draws[: rows.size, 0])
+    joining = rows.ids[order[len(members)]]  # the first row by draw outside D°_0
+    assert joining not in members
+    model.forget([members[0]])
+    assert joining in schema_ids(model, 0)
+    receipt = model.forget([joining])
+    assert 0 in receipt.instances_hit
+    if mode == "exact":
+        expected = refit_without(QSSClassifier, params, X, y, ids, [members[0], joining])
+    else:
+        y_prime = y.copy()
+        y_prime[[members[0], joining]] = -1
+        expected = QSSClassifier(**params).fit(X, y_prime, ids)
+    assert_same_model(model, expected, X)
+
+
 def test_forget_one_by_one_equals_batch_and_refit(clf_data):
     X, y = clf_data
     ids = list(range(len(y)))

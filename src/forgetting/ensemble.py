@@ -325,7 +325,7 @@ class QSSEngine:
     def effective_rho(self) -> float:
         """Mean over instances of |D°_r| / labeled rows (see RowStore.effective_rho)."""
         with self._lock:
-            return float(np.mean(self.rows.effective_rho()))
+            return self.rows.mean_effective_rho()
 
     def class_counts_without(self, ids: Sequence) -> np.ndarray:
         """Labeled rows per class if the rows ``ids`` lost their labels (classification)."""
@@ -501,7 +501,8 @@ class QSSEngine:
             if label_only and not np.all(self.rows.labeled(pos)):
                 unlabeled = [ids[i] for i in np.flatnonzero(~self.rows.labeled(pos))[:5]]
                 raise KeyError(f"rows have no label left to forget: {unlabeled}")
-            hit = self._hits(pos, pool_changes=self.config.label_mode and erase_inputs)
+            holding = self.rows.instances_holding(pos)
+            hit = self._hits(pos, self.config.label_mode and erase_inputs, holding)
             self._check_after_removal(pos, hit, label_only)
             kept = [r for r, inst in enumerate(self.instances) if inst is not None and r not in hit]
             labeled = pos[self.rows.labeled(pos)]
@@ -512,9 +513,9 @@ class QSSEngine:
             each(lambda r: self._subtract(r, self.instances[r], labeled, folds, features), kept)
             self._bulk_change = self._bulk_change or len(pos) >= PARALLEL_ROWS
             if label_only:
-                self.rows.unlabel(pos, id_bytes)
+                self.rows.unlabel(pos, id_bytes, holding)
             else:
-                self.rows.remove(pos)
+                self.rows.remove(pos, holding)
             if self.privacy is not None:
                 self.privacy.record_forgotten(self._key, id_bytes)
             self._start_rebuilds(hit)
@@ -522,11 +523,16 @@ class QSSEngine:
                 "forget", "label" if label_only else "instance", id_bytes, hit, started
             )
 
-    def _hits(self, pos: np.ndarray, pool_changes: bool) -> list[int]:
-        """Instances whose schema depends on any of the rows at ``pos``."""
+    def _hits(
+        self, pos: np.ndarray, pool_changes: bool, holding: np.ndarray | None = None
+    ) -> list[int]:
+        """Instances whose schema depends on any of the rows at ``pos`` (``holding``: the
+        row store's instances_holding(pos), when the caller has it)."""
         if pool_changes and np.any(self.rows.in_pool[pos]):
             return list(range(self.config.n_instances))
-        return [int(r) for r in np.flatnonzero(self.rows.in_schema(pos).any(axis=0))]
+        if holding is None:
+            holding = self.rows.instances_holding(pos)
+        return holding.tolist()
 
     def _check_after_removal(self, pos: np.ndarray, hit: list[int], label_only: bool) -> None:
         """Raise as check_trainable would if a hit instance could not train a schema once the
@@ -889,7 +895,7 @@ class QSSEngine:
             state_digest=self.state_digest(),
             timestamp=datetime.now(UTC).isoformat(timespec="microseconds"),
             seconds=time.perf_counter() - started,
-            effective_rho=float(np.mean(self.rows.effective_rho())),
+            effective_rho=self.rows.mean_effective_rho(),
         )
 
     # -- snapshots (the one state boundary for persistence and the store) ----------------

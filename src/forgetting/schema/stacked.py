@@ -41,7 +41,7 @@ def encode_block(schemas: Sequence, X: np.ndarray, normalized: np.ndarray, block
     fewer rows than one block — the same codes, g and φ, bit for bit — or None when the
     schemas are not all of the stackable kind (then the caller encodes them one by one)."""
     n = X.shape[0]
-    if not (0 < n < block_rows and len(schemas) >= 2 and _stackable(schemas)):
+    if not (0 < n < block_rows and len(schemas) >= 2 and _kept(schemas, "stackable", _stackable)):
         return None
     estimators = [schema.base_model.estimator for schema in schemas]
     size = len(schemas)
@@ -91,7 +91,7 @@ def _encode_stacked(schemas: Sequence, normalized: np.ndarray, block_rows: int) 
     """The stacked route: φ and g of the padded block for every schema at once, then each
     schema's codes and its g's columns (what :meth:`Schema.encode` returns)."""
     n, s = normalized.shape[0], len(schemas)
-    P, coef_t, intercepts = _stacked_arrays(schemas)
+    P, coef_t, intercepts = _kept(schemas, "stacked arrays", _stacked_arrays)
     block = np.zeros((block_rows,) + normalized.shape[1:], dtype=np.float64)
     block[:n] = normalized
     with one_blas_thread():
@@ -126,24 +126,29 @@ def _encode_stacked(schemas: Sequence, normalized: np.ndarray, block_rows: int) 
     return out
 
 
-def _stacked_arrays(schemas: Sequence) -> tuple:
-    """(LDA directions or None, coef_ᵀ, intercepts) of ``schemas`` stacked: they change only
-    when an instance is rebuilt, and stacking them anew was ~35 µs of each first prediction,
-    so they are kept with the first schema (``_rowwise.kept_for``) under the others'
-    identities, checked by weak reference."""
+def _kept(schemas: Sequence, name: str, compute):
+    """``compute(schemas)``, kept with the first schema (``_rowwise.kept_for``) under the
+    others' identities, checked by weak reference: what depends on the schemas' fitted
+    arrays alone changes only when an instance is rebuilt, and every first prediction after
+    a forget asked for it — stacking the arrays anew was ~35 µs, the stackability test ~5."""
     kept = kept_for(schemas[0])
-    key = ("stacked arrays", tuple(map(id, schemas[1:])))
+    key = (name, tuple(map(id, schemas[1:])))
     entry = kept.get(key)
     if entry is not None and all(
         ref() is schema for ref, schema in zip(entry[0], schemas[1:], strict=True)
     ):
         return entry[1]
+    value = compute(schemas)
+    kept[key] = ([weakref.ref(schema) for schema in schemas[1:]], value)
+    return value
+
+
+def _stacked_arrays(schemas: Sequence) -> tuple:
+    """(LDA directions or None, coef_ᵀ, intercepts) of ``schemas`` stacked (kept: :func:`_kept`)."""
     P = None
     if schemas[0].preprocessor.uses_lda:
         P = np.stack([schema.preprocessor.projection for schema in schemas])
     estimators = [schema.base_model.estimator for schema in schemas]
     coef_t = np.stack([est.coef_ for est in estimators]).transpose(0, 2, 1)
     intercepts = np.stack([est.intercept_ for est in estimators])[:, None, :]
-    arrays = (P, coef_t, intercepts)
-    kept[key] = ([weakref.ref(schema) for schema in schemas[1:]], arrays)
-    return arrays
+    return P, coef_t, intercepts
