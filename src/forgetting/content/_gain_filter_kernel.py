@@ -10,6 +10,13 @@ tests/test_gain_filter.py checks for both paths. Loaded like the table kernels
 (content.kernels.LazyKernel): FORGETTING_KERNELS=numpy keeps the numpy path.
 
 Every array is in Fortran order (column-major): the inner loops run down a column.
+
+Compiled with reassociation allowed (:data:`_FAST`, no assumption about NaN or infinity): the
+dot products here (vᵀX per column, the pending terms, the gains' two sums per column) are
+reductions, which LLVM may only vectorize when it may reorder their adds; in strict order
+each was a chain of dependent scalar adds. Measured in isolation at D = 257, 2m = 60:
+``apply_row`` 44 → 31 µs (p50 of 2 000 rows, the rank-one flushes aside), ``fold_scores``
+22 → 7 µs. The sums come out in another order, which the filter allows (above).
 """
 
 from __future__ import annotations
@@ -17,8 +24,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+_FAST = {"reassoc", "contract", "nsz", "arcp"}
+"""LLVM fast-math flags: reorder and fuse adds and multiplies, ignore the sign of zero,
+divide by multiplying with the reciprocal — not "nnan"/"ninf": a NaN or infinity still
+propagates, as in the numpy path."""
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST)
 def apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0, U, fu, V, fv, counts) -> None:
     """One row (features ``v``, right-hand-side row ``b``, sign ``sigma``, in fold 0 or not)
     applied to A⁻¹, G_0, X = A⁻¹B, Q = G_0 X and B (Sherman–Morrison; see
@@ -84,7 +96,7 @@ def apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0, U, fu, V, fv, counts) -> None
     counts[1] = nv
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+@numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST, inline="always")
 def _add_pending(out, U, f, n, x) -> None:
     """out += Σ_k<n f[k] U_k (U_kᵀ x): the pending rank-one terms applied to ``x``."""
     D = x.shape[0]
@@ -97,7 +109,7 @@ def _add_pending(out, U, f, n, x) -> None:
             out[i] += U[i, k] * t
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST)
 def flush_rank(A, U, f, n) -> None:
     """A += Σ_k<n f[k] U_k U_kᵀ in one pass over A (column by column)."""
     D = A.shape[0]
@@ -108,7 +120,7 @@ def flush_rank(A, U, f, n) -> None:
                 A[i, j] += U[i, k] * c
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST)
 def fold_scores(X, Q, B, lam):
     """content.gain_filter.fold_scores in one pass: per column j < m, the out-of-fold gain
     4·(⟨Y, H − 2H_0 + λY + QY⟩ + ⟨W − Y, H_0 − (QW − QY)⟩) and its scale Σ|terms|."""
