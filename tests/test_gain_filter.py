@@ -119,6 +119,38 @@ def test_certain_only_outside_the_tolerance():
     assert not cache.gains.certainly_below(head, exact + abs(exact) + scale, 2 * lam)
 
 
+def test_the_penalty_asked_as_a_function_is_computed_once_per_change_and_tracks_its_bucket():
+    """served_over hands the filter each head's penalty as a function: it is called once per
+    change for the p heads (their sums are the same integers), and when the rows move it to
+    another power-of-two bucket than the tracked solution's, every head gets "unknown"."""
+    cache, heads = _stacked_heads(n=400)  # adding 400 rows doubles the trace: a bucket moves
+    base_lam = head_penalty(heads[0].gram)
+    v, residuals, folds = _rows(400, seed=5)
+    calls = []
+
+    def counted(head):
+        def penalty():
+            calls.append(head)
+            return head.penalty()
+
+        return penalty
+
+    moved = False
+    for i in range(400):
+        for r, head in heads.items():
+            head.add(v[i : i + 1], residuals[r][i : i + 1], folds[i : i + 1])
+        calls.clear()
+        lam = head_penalty(heads[0].gram)
+        for head in heads.values():
+            estimate = cache.gains.estimate(head, counted(head))
+            assert (estimate is None) == (lam != base_lam), i
+        assert len(calls) == 1, i
+        if lam != base_lam:
+            moved = True
+            break
+    assert moved
+
+
 def _changed_unseen(cache, heads):
     """Ways a head's sums change without the filter seeing the rows: each must make it
     answer "unknown" until the next exact solve of every head."""

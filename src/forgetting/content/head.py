@@ -533,8 +533,8 @@ class LinearHead:
         cache = self._gram_cache
         filtered = cache is not None and self._slot is not None
         if filtered and self._solved is None:
-            lam = self.penalty()
-            if cache.gains.certainly_below(self, threshold, lam):  # type: ignore[union-attr]
+            # the penalty as a function: the filter computes it once for the p heads
+            if cache.gains.certainly_below(self, threshold, self.penalty):  # type: ignore[union-attr]
                 return None
         _, weights = self.solution(serve_if=lambda gain: gain > threshold)
         if filtered:
