@@ -369,14 +369,19 @@ class _QSSBase(BaseEstimator):
         if erase_inputs and self.mode != "label":
             raise ValueError("erase_inputs applies to mode='label'; exact mode always erases")
         id_list, id_raw = self._check_ids(ids, None)
-        engine = self.engine_
-        missing = engine.unknown_ids(id_list)
-        if missing:
-            raise KeyError(
-                f"unknown ids (never inserted, or already forgotten): {missing[:5]}"
-                + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-            )
-        return self._forget_checked(id_list, id_raw, erase_inputs)
+        try:
+            return self._forget_checked(id_list, id_raw, erase_inputs)
+        except KeyError:
+            # an unknown id fails the engine's row lookup before anything changes; which ids
+            # are unknown is worked out here, on the error path only (a lookup of every id
+            # before each forget was ~4 µs of a one-row forget)
+            missing = self.engine_.unknown_ids(id_list)
+            if missing:
+                raise KeyError(
+                    f"unknown ids (never inserted, or already forgotten): {missing[:5]}"
+                    + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                ) from None
+            raise
 
     def _forget_checked(self, id_list, id_raw, erase_inputs: bool) -> Receipt:
         return self.engine_.forget(id_list, id_raw, erase_inputs)

@@ -783,6 +783,8 @@ class FlatTables:
     def correction(self, codes: np.ndarray, shrinkage: float) -> np.ndarray:
         """(1/T) Σ_t μ_t[c_t(x)] for rows with cell ``codes`` (n, T); exact in any batch."""
         codes = np.asarray(codes)
+        if 0 < codes.shape[0] <= _SERVE_CHUNK:  # a prediction's row or few: one chunk
+            return self._correction(codes, shrinkage)
         out = np.empty((codes.shape[0], self.n_outputs), dtype=np.float64)
         for start in range(0, codes.shape[0], _SERVE_CHUNK):
             out[start : start + _SERVE_CHUNK] = self._correction(
