@@ -278,8 +278,8 @@ class _QSSBase(BaseEstimator):
         tables serve, the gain filter keeps the system off the deletion path, but the wider
         filter and head sums cost ~0.2–0.4 ms per deletion at n = 300k (1.33 ms against
         1.18 ms with "shared-ridge" on the machine of those runs; 2.40 ms on a slower one,
-        1.05 ms on core.md's); a batch's Gram terms are O(n·D²), computed as exact products
-        on all cores (101–118k rows/s for 20k ids there, 57.6k on the slower machine, 117.5k
+        0.96 ms on core.md's); a batch's Gram terms are O(n·D²), computed as exact products
+        on all cores (101–118k rows/s for 20k ids there, 57.6k on the slower machine, 118.7k
         on core.md's). The
         rule's factor was chosen with the linear head and misjudges some low-dimensional
         mixtures with it (head_rule_heldout-rf.md; docs/partitions.md). Regression:
