@@ -245,7 +245,9 @@ class GainFilter:
         at most once per tracked state, after the checks below: every tracked head's sums are
         then the base's (one Gram for all: the stacked solve's) plus the same logged rows, so
         one head's penalty is every head's. A diagonal of D int64 per head and change was
-        ~10 µs of each of the p heads' first prediction after a one-row forget."""
+        ~10 µs of each of the p heads' first prediction after a one-row forget. It runs under
+        this filter's lock and takes the head's flush lock (LinearHead.penalty): the one
+        nesting of the two, and no head holds its flush lock while it calls the filter."""
         with self._lock:
             slot = self._slot_of(head)
             if slot is None or not self._ready():
