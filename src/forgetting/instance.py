@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._parallel import map_instances, serial_map, worker_count
-from ._rowwise import BLOCK_ROWS, HEAD_BLOCK_ROWS, SERVE_BLOCK_ROWS
+from ._rowwise import BLOCK_ROWS, HEAD_BLOCK_ROWS
 from .content.accumulators import (
     CLASSIFICATION_SCALE_BITS,
     REGRESSION_SCALE_BITS,
@@ -181,8 +181,9 @@ def statistics_head_features(
     product, one pass), a large change's rows split between the pool's threads at multiples
     of the block height. The same bits as the composed form, which every other head (and
     every model fitted before the grid) keeps: the normalization is row by row — the same
-    bits in any block height (tests/test_serving_blocks.py), so a forget's few rows use the
-    small serving block — and the random features are exact in any order."""
+    bits in any block height (tests/test_serving_blocks.py), so a forget's few rows are
+    normalized as they are (:func:`normalized_rows`) — and the random features are exact in
+    any order."""
     d = X.shape[1]
     rf = None if schema.encoder is not None else schema.input_random_features(d)
     if rf is None or not rf.exact:
@@ -193,11 +194,13 @@ def statistics_head_features(
     step = -(-n // parts // HEAD_BLOCK_ROWS) * HEAD_BLOCK_ROWS if n else HEAD_BLOCK_ROWS
     bounds = [(start, min(n, start + step)) for start in range(0, n, step)]
 
-    height = SERVE_BLOCK_ROWS if n <= SERVE_BLOCK_ROWS else HEAD_BLOCK_ROWS
-
     def part(bound: tuple[int, int]) -> None:
         start, stop = bound
-        U = normalized_rows(X[start:stop], height) if normalized is None else normalized[start:stop]
+        U = (
+            normalized_rows(X[start:stop], HEAD_BLOCK_ROWS)
+            if normalized is None
+            else normalized[start:stop]
+        )
         rf.fixed_point_into(U, out[start:stop])
 
     (map_instances if len(bounds) > 1 else serial_map)(part, bounds)

@@ -260,13 +260,13 @@ class GainFilter:
                 h = ref()
                 if h is None or h.changes != self._changes[r] + len(self._residuals[r]):
                     return None
-            if self._rows + sum(len(c.v) for c in self._log) > REFRESH_ROWS:
+            # rows applied and logged since the base: what the tracked state is known by
+            since_base = self._rows + sum(len(c.v) for c in self._log)
+            if since_base > REFRESH_ROWS:
                 return None
             if callable(lam):
-                # the state is known by the rows applied and logged since the base
-                at = self._rows + sum(len(c.v) for c in self._log)
-                if self._penalty is None or self._penalty[0] != at:
-                    self._penalty = (at, lam())
+                if self._penalty is None or self._penalty[0] != since_base:
+                    self._penalty = (since_base, lam())
                 if self._penalty[1] != self._base[-1]:  # type: ignore[index]
                     return None
             if self._log or self._gains is None:

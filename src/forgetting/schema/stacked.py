@@ -97,9 +97,8 @@ def _encode_stacked(schemas: Sequence, normalized: np.ndarray, block_rows: int) 
     with one_blas_thread():
         if P is not None:
             # Preprocessor.from_normalized per schema: [u, u P] normalized, row by row (the
-            # padded rows are zeros, which the normalization leaves zero: only the n rows)
-            # [u, u P] per schema: the concatenation's values, written into one array
-            # (np.broadcast_to and np.concatenate were ~3 µs of Python around two copies)
+            # padded rows are zeros, which the normalization leaves zero: only the n rows);
+            # [u, u P] written into one array (broadcast_to + concatenate: ~3 µs more)
             d = block.shape[1]
             both = np.empty((s, block_rows, d + P.shape[2]), dtype=np.float64)
             both[:, :, :d] = block
@@ -122,31 +121,11 @@ def _encode_stacked(schemas: Sequence, normalized: np.ndarray, block_rows: int) 
         codes = (
             schema.codebook.encode(phi) if schema.partition is None else schema.partition.cells(phi)
         )
-        out.append((codes, _global_columns(schema.base_model, proba[r]), phi))
+        base = schema.base_model
+        g = np.zeros((n, base.n_outputs), dtype=np.float64)
+        g[:, base.columns] = proba[r]
+        out.append((codes, g, phi))
     return out
-
-
-def _global_columns(base, proba: np.ndarray) -> np.ndarray:
-    """g's rows in the global class columns (BaseModel.predict's layout): a copy when g's
-    classes are every output in order (D° held every class), else placed, zeros elsewhere."""
-    columns = base.columns
-    if len(columns) == base.n_outputs and _in_order(base):
-        return proba.copy()
-    g = np.zeros((proba.shape[0], base.n_outputs), dtype=np.float64)
-    g[:, columns] = proba
-    return g
-
-
-def _in_order(base) -> bool:
-    """Whether ``base.columns`` is 0, 1, …, k − 1 (kept with the fitted model)."""
-    kept = kept_for(base)
-    verdict = kept.get("columns in order")
-    if verdict is None:
-        columns = np.asarray(base.columns)
-        verdict = kept["columns in order"] = bool(
-            np.array_equal(columns, np.arange(base.n_outputs))
-        )
-    return verdict
 
 
 def _kept(schemas: Sequence, name: str, compute):
