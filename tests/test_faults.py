@@ -751,3 +751,55 @@ def test_a_lost_postgres_connection_is_not_a_lost_change():
     model.close()
     with DurableModel.open(dsn, read_only=True) as reopened:
         assert reopened.state_digest() == final
+
+
+def test_a_killed_writers_commit_in_flight_lands_before_the_next_writer_loads():
+    """A writer SIGKILLed while its COMMIT is still running on the server: that commit lands
+    after the kill. The next writer must not load the store before it does (the writer lock
+    is the writing session's own), or its model silently lacks an acknowledged-to-the-store
+    change — a live model out of step with its store. The commit is held open by a deferred
+    trigger that sleeps at COMMIT time."""
+    import sys
+    import time
+
+    import psycopg
+
+    dsn = postgres_dsn()
+    ids = user_ids(200)
+    _small_store(dsn).close()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "CREATE OR REPLACE FUNCTION forgetting_test_slow_commit() RETURNS trigger "
+            "LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(1.5); RETURN NULL; END $$"
+        )
+        admin.execute("DROP TRIGGER IF EXISTS slow_commit ON rows")
+        admin.execute(
+            "CREATE CONSTRAINT TRIGGER slow_commit AFTER DELETE ON rows "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+            "EXECUTE FUNCTION forgetting_test_slow_commit()"
+        )
+    script = (
+        "import sys, time\n"
+        "from forgetting.store import DurableModel\n"
+        f"model = DurableModel.open({dsn!r})\n"
+        "print('ready', flush=True)\n"
+        f"model.forget([{ids[7]!r}])\n"
+        "time.sleep(60)\n"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        time.sleep(0.7)  # the forget's COMMIT is now sleeping in the trigger
+        writer.kill()
+        writer.wait(timeout=30)
+        with DurableModel.open(dsn) as model:
+            time.sleep(1.5)  # whatever the killed session had in flight has landed now
+            assert ids[7] not in model.estimator.ids_, "the next writer loaded a stale store"
+            audit = model.verify()
+            assert audit["ok"], audit
+    finally:
+        with contextlib.suppress(Exception):
+            writer.kill()
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("DROP TRIGGER IF EXISTS slow_commit ON rows")
+            admin.execute("DROP FUNCTION IF EXISTS forgetting_test_slow_commit()")

@@ -13,7 +13,8 @@ rebuild writes the schema and all contributions in one transaction.
 Safety rules enforced here:
 
 * **One writer.** A writable connection holds an exclusive lock for its lifetime: an
-  ``flock`` on ``<file>.lock`` beside a SQLite file, ``pg_try_advisory_lock`` on PostgreSQL.
+  ``flock`` on ``<file>.lock`` beside a SQLite file, ``pg_try_advisory_lock`` on PostgreSQL
+  (taken by the writing session itself, so a killed writer's last commit lands first).
   A second writer gets :class:`StoreBusy` naming the holder, instead of silently writing
   behind a running server's back.
 * **Read-only opens change nothing**: SQLite is opened with ``mode=ro`` (``immutable=1`` in a
@@ -189,7 +190,6 @@ class SQLStore:
         self.read_only = read_only
         self.n_instances = 0
         self._lock: _FileLock | None = None
-        self._pg_lock_conn: Any = None
         self._conn: Any = None
         if is_postgres(location):
             self._open_postgres()
@@ -252,32 +252,29 @@ class SQLStore:
         return conn is not None and not conn.closed and not conn.broken
 
     def _reconnect(self, doing: str, *, check_lock: bool) -> None:
-        """PostgreSQL: re-establish a lost connection; for a writer, check that the session
-        holding the writer lock is alive (a server restart drops it silently) and take the
-        lock again. A lock that was lost raises StoreError after it is retaken: another
-        writer may have changed the store meanwhile, so the model must reload first."""
+        """PostgreSQL: re-establish a lost connection. The writer lock lives and dies with the
+        writing session, so for a writer a lost session is a lost lock: it is taken again and
+        StoreError raised, because another writer may have changed the store meanwhile and
+        the model must reload first. ``check_lock`` (before each transaction) probes the
+        session, since a server restart drops it silently."""
         if self.dialect is not POSTGRES:
             return
         import psycopg
 
-        lost_lock = False
         try:
-            if check_lock and not self.read_only:
-                try:
-                    self._pg_lock_conn.execute("SELECT 1")
-                except (psycopg.Error, AttributeError):
-                    lost_lock = True
-            if not self._alive(self._conn):
-                with contextlib.suppress(Exception):
-                    self._conn.close()
-                self._connect_postgres()
-            if lost_lock:
-                with contextlib.suppress(Exception):
-                    self._pg_lock_conn.close()
+            if check_lock and self._alive(self._conn):
+                with contextlib.suppress(psycopg.Error):  # a dead session is now marked broken
+                    self._conn.execute("SELECT 1")
+            if self._alive(self._conn):
+                return
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._connect_postgres()
+            if not self.read_only:
                 self._take_advisory_lock(psycopg)
         except psycopg.Error as err:
             raise store_error(self.location, err, doing) from err
-        if lost_lock:
+        if not self.read_only:
             raise StoreError(
                 f"{describe(self.location)}: the connection holding the writer lock was lost "
                 f"and the lock has been taken again; {doing} was not done, retry after the "
@@ -291,18 +288,27 @@ class SQLStore:
         return int.from_bytes(digest.digest(), "big", signed=True)
 
     def _take_advisory_lock(self, psycopg) -> None:
-        """A session-level advisory lock on its own autocommit connection (held until close)."""
-        conn = psycopg.connect(self.location, autocommit=True, application_name=_application_name())
-        self._pg_lock_conn = conn
+        """A session-level advisory lock taken by the writing connection itself, held until
+        that session ends.
+
+        Why not a connection of its own: the sessions of a killed writer end independently.
+        An idle lock session ends at once, while the writing session may still be running a
+        COMMIT it had received, which lands after the kill; a new writer holding the lock
+        meanwhile would load the store without that change and serve a model out of step
+        with it. Held by the writing session, the lock is free only after its last commit.
+        """
+        conn = self._conn
         with conn.cursor() as cur:
             key = self._advisory_key(cur)
-            # A writer that was killed leaves its lock to its backend session until the server
-            # notices the dropped connection (usually milliseconds): wait briefly for that
-            # before calling the store busy.
+            # A writer that was killed leaves its lock to its backend session until that
+            # session has finished what it was doing and noticed the dropped connection
+            # (usually milliseconds): wait briefly for that before calling the store busy.
             deadline = time.monotonic() + PG_LOCK_GRACE_S
             while True:
                 cur.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-                if cur.fetchone()[0]:
+                taken = cur.fetchone()[0]
+                conn.rollback()  # a session lock outlives the transaction; no snapshot is kept
+                if taken:
                     return
                 if time.monotonic() >= deadline:
                     break
@@ -314,6 +320,7 @@ class SQLStore:
                 (key,),  # the shift wraps into the same signed bigint
             )
             found = cur.fetchone()
+            conn.rollback()
         holder = "unknown session" if found is None else f"backend {found[0]}: {found[1]}"
         raise StoreBusy(
             f"{describe(self.location)} is in use by another writer ({holder}); stop it, or "
@@ -452,11 +459,10 @@ class SQLStore:
         )
 
     def close(self) -> None:
-        for conn in (self._conn, self._pg_lock_conn):
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    conn.close()
-        self._conn = self._pg_lock_conn = None
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+        self._conn = None
         if self._lock is not None:
             self._lock.release()
             self._lock = None
