@@ -8,7 +8,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from forgetting.content.accumulators import Accumulators, quantize_residuals
-from forgetting.content.materialize import _out_of_fold, _stats, build_content, materialize
+from forgetting.content.materialize import (
+    _out_of_fold,
+    _stats,
+    build_content,
+    materialize,
+    materialize_grid,
+    out_of_fold_scores,
+)
 
 
 @st.composite
@@ -83,6 +90,35 @@ def test_out_of_fold_scores_equal_row_level_scores(data, lam):
     m = sum(means_a[lvl][codes[scored, lvl]] for lvl in range(n_levels))
     assert np.isclose(cross, float(np.sum(r * m)), atol=1e-9)
     assert np.isclose(square, float(np.sum(m * m)), atol=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows())
+def test_the_shrinkage_grid_side_by_side_is_each_value_s_row_level_definition(data):
+    """build_content computes the whole λ grid in one pass (materialize_grid: the values'
+    means side by side in each product): every value's means and out-of-fold scores must
+    still be the row-level ones of that value alone."""
+    n_levels, b, k, codes, res, folds = data
+    acc = Accumulators.empty(n_levels, b, k, 32)
+    acc.add(codes, res, folds)
+    lams = (0.0, 0.5, 2.0, 8.0)
+    r = np.ldexp(res.astype(np.float64), -32)
+    codes = codes.astype(np.intp)
+    grid = materialize_grid(*_stats(acc, slice(None)), lams)
+    assert grid.shape == (n_levels, b, len(lams), k)
+    crosses, squares = out_of_fold_scores([_stats(acc, f) for f in (0, 1)], lams)
+    for i, lam in enumerate(lams):
+        assert np.allclose(grid[:, :, i], _boost_rows(codes, r, b, lam), atol=1e-9)
+        cross = square = 0.0
+        for train in (0, 1):
+            mine = folds == train
+            means = _boost_rows(codes[mine], r[mine], b, lam)
+            scored = ~mine
+            m = sum(means[lvl][codes[scored, lvl]] for lvl in range(n_levels))
+            cross += float(np.sum(r[scored] * m))
+            square += float(np.sum(m * m))
+        assert np.isclose(crosses[i], cross, atol=1e-9)
+        assert np.isclose(squares[i], square, atol=1e-9)
 
 
 def test_auto_alpha_is_near_zero_on_pure_noise_and_near_one_on_signal():

@@ -390,10 +390,12 @@ class QSSEngine:
                 serving = [self.instances[instance]]
             # After a bulk change each instance's content (deferred table totals, probe terms,
             # its head solve) is milliseconds of work: each on its own core (_parallel). After
-            # a few rows it is a fraction of a millisecond, less than a thread hand-off costs.
+            # a few rows it is a fraction of a millisecond, less than a thread hand-off costs
+            # — except where it is re-materialized whatever changed (the RQ codebook's).
             if self.privacy is None:  # mode="dp" serves no head
                 self._solve_heads(serving)
-            each = map_instances if self._bulk_change else serial_map
+            costly = sum(inst.content_is_costly for inst in serving) > 1
+            each = map_instances if self._bulk_change or costly else serial_map
             contents = each(self._content, serving)
             self._bulk_change = False
             # with whether each serves its head: only then does it read the head's inputs

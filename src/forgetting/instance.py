@@ -70,6 +70,13 @@ class Instance:
         numbers in every instance ("shared-ridge" on features used as given)."""
         return self.head is not None and self.schema.input_head
 
+    @property
+    def content_is_costly(self) -> bool:
+        """Whether the next read of a changed content is milliseconds of work however small
+        the change: the RQ codebook's content is a re-materialization over every level pair
+        (content.materialize), where the flat tables' follows a change by difference."""
+        return self.content is None and not isinstance(self.accumulators, FlatTables)
+
     def head_inputs(self, X: np.ndarray | None) -> np.ndarray | None:
         """The head's fixed-point features of raw rows ``X`` (statistics blocks), or None
         without a head. Recomputed from the stored rows when they leave: storing them would

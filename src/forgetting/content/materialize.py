@@ -32,50 +32,87 @@ class Content:
     shrinkage: float
 
 
-def _stats(acc: Accumulators, folds: slice | int):
+def _stats(acc: Accumulators, folds: slice | int, counts: bool = True):
+    """(T, n, N) of a fold, or of both (a slice), as floats; ``counts=False``: T alone (n
+    and N None)."""
     T = acc.sums[folds]
+    if isinstance(folds, slice):
+        T = T.sum(axis=0)
+    T = T.astype(np.float64) * np.ldexp(1.0, -acc.scale_bits)
+    if not counts:
+        return T, None, None
     n = acc.counts[folds]
     N = acc.pair_counts[folds]
     if isinstance(folds, slice):
-        T, n, N = T.sum(axis=0), n.sum(axis=0), N.sum(axis=0)
-    scale = np.ldexp(1.0, -acc.scale_bits)
-    return T.astype(np.float64) * scale, n.astype(np.float64), N.astype(np.float64)
+        n, N = n.sum(axis=0), N.sum(axis=0)
+    return T, n.astype(np.float64), N.astype(np.float64)
 
 
 def materialize(T: np.ndarray, n: np.ndarray, N: np.ndarray, shrinkage: float) -> np.ndarray:
     """Cell means μ (ℓ, b, k) from residual sums T, counts n and pair counts N."""
-    n_levels = T.shape[0]
-    pair_index = {pair: i for i, pair in enumerate(level_pairs(n_levels))}
-    means = np.zeros_like(T)
+    return materialize_grid(T, n, N, (shrinkage,))[:, :, 0]
+
+
+def materialize_grid(T: np.ndarray, n: np.ndarray, N: np.ndarray, shrinkages) -> np.ndarray:
+    """Cell means for every shrinkage of ``shrinkages`` at once: (ℓ, b, L, k).
+
+    Why side by side: the L values' means share every product's left factor N_{q,m}ᵀ, so
+    they are one (b, b) × (b, L·k) product per level pair instead of L narrow ones. RQ mode
+    re-materializes after every change (4 shrinkages × 2 folds at ℓ = 4, b = 256, k = 10:
+    ~100 products of 10 columns, the first prediction's whole cost); wider products are
+    what BLAS runs efficiently. A deterministic function of the state all the same.
+    """
+    lams = np.asarray(shrinkages, dtype=np.float64)
+    n_levels, b, k = T.shape
+    width = len(lams) * k
+    means = np.zeros((n_levels, b, len(lams), k))
     for m in range(n_levels):
-        S = T[m].copy()
-        for q in range(m):
-            S -= N[pair_index[(q, m)]].T @ means[q]
-        denom = n[m] + shrinkage
-        filled = denom > 0
-        means[m][filled] = S[filled] / denom[filled][:, None]
+        S = np.repeat(T[m][:, None, :], len(lams), axis=1)  # (b, L, k)
+        if m:  # Σ_q N_{q,m}ᵀ μ_q as one product: the pairs (q, m), q < m, are stored together
+            pairs = _pairs_of(m)
+            S.reshape(b, width)[:] -= N[pairs].reshape(m * b, b).T @ means[:m].reshape(m * b, width)
+        denom = (n[m][:, None] + lams[None, :])[:, :, None]  # (b, L, 1)
+        np.divide(S, denom, out=means[m], where=denom > 0)
     return means
+
+
+def _pairs_of(m: int) -> slice:
+    """Where the pair counts N_{q,m} of every q < m lie (level_pairs' order: by m, then q)."""
+    start = level_pairs(m + 1).index((0, m))
+    return slice(start, start + m)
 
 
 def _out_of_fold(means: np.ndarray, T: np.ndarray, n: np.ndarray, N: np.ndarray):
     """Σ⟨r, m(x)⟩ and Σ‖m(x)‖² over the rows summarized by (T, n, N), m(x) = Σ_m μ_m[c_m(x)]."""
-    cross = float(np.sum(T * means))
-    square = float(np.sum(n[:, :, None] * means * means))
-    for p, (q, m) in enumerate(level_pairs(means.shape[0])):
-        square += 2.0 * float(np.sum(means[q] * (N[p] @ means[m])))
+    cross, square = _out_of_fold_grid(means[:, :, None, :], T, n, N)
+    return float(cross[0]), float(square[0])
+
+
+def _out_of_fold_grid(means: np.ndarray, T: np.ndarray, n: np.ndarray, N: np.ndarray):
+    """:func:`_out_of_fold` of each of the L means side by side (``means``: (ℓ, b, L, k),
+    as :func:`materialize_grid` returns them): two arrays (L,)."""
+    n_levels, b, L, k = means.shape
+    cross = np.einsum("mbk,mblk->l", T, means)
+    square = np.einsum("mb,mblk->l", n, means * means)
+    for m in range(1, n_levels):  # Σ_{q<m} ⟨μ_q, N_{q,m} μ_m⟩, every q in one product
+        paired = N[_pairs_of(m)].reshape(m * b, b) @ means[m].reshape(b, L * k)
+        square += 2.0 * np.einsum(
+            "blk,blk->l", means[:m].reshape(m * b, L, k), paired.reshape(m * b, L, k)
+        )
     return cross, square
 
 
-def out_of_fold_scores(folds, shrinkage: float) -> tuple[float, float]:
-    """Σ⟨r, m(x)⟩ and Σ‖m(x)‖² with m's means from the other fold, summed over both folds.
+def out_of_fold_scores(folds, shrinkages) -> tuple[np.ndarray, np.ndarray]:
+    """Σ⟨r, m(x)⟩ and Σ‖m(x)‖² with m's means from the other fold, summed over both folds,
+    for each shrinkage of ``shrinkages`` (arrays (L,)).
 
     ``folds`` holds the two folds' (T, n, N) as returned by ``_stats``.
     """
     cross = square = 0.0
     for train, score in ((0, 1), (1, 0)):
-        c, s = _out_of_fold(materialize(*folds[train], shrinkage), *folds[score])
-        cross += c
-        square += s
+        c, s = _out_of_fold_grid(materialize_grid(*folds[train], shrinkages), *folds[score])
+        cross = cross + c
+        square = square + s
     return cross, square
 
 
@@ -91,8 +128,8 @@ def build_content(acc: Accumulators, alpha: float | str, shrinkage: float | str)
         return Content(materialize(*_stats(acc, slice(None)), grid[0]), float(alpha), grid[0])
     best = (-np.inf, 0.0, grid[0])
     folds = [_stats(acc, f) for f in (0, 1)]
-    for lam in grid:
-        cross, square = out_of_fold_scores(folds, lam)
+    crosses, squares = out_of_fold_scores(folds, grid)
+    for lam, cross, square in zip(grid, crosses.tolist(), squares.tolist(), strict=True):
         if alpha == "auto":
             a = cross / square if cross > 0.0 and square > 0.0 else 0.0
         else:
@@ -101,5 +138,8 @@ def build_content(acc: Accumulators, alpha: float | str, shrinkage: float | str)
         if gain > best[0]:
             best = (gain, a, lam)
     _, best_alpha, best_lam = best
-    means = materialize(*_stats(acc, slice(None)), best_lam)
+    # all rows' counts from the folds' floats: integers below 2^53, so the same numbers as
+    # converting the summed integers (the sums T are not: they are added as integers)
+    T = _stats(acc, slice(None), counts=False)[0]
+    means = materialize(T, folds[0][1] + folds[1][1], folds[0][2] + folds[1][2], best_lam)
     return Content(means=means, alpha=best_alpha, shrinkage=best_lam)
