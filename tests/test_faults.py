@@ -22,6 +22,8 @@ import signal
 import sqlite3
 import struct
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -732,7 +734,7 @@ def test_a_lost_postgres_connection_is_not_a_lost_change():
             "LIKE %s AND pid <> pg_backend_pid()",
             (f"forgetting pid {os.getpid()}:%",),
         )
-    for _attempt in range(3):  # the data connection, then the lock's, are found dead in turn
+    for _attempt in range(3):  # the session (and with it the lock) is found dead, retaken
         try:
             model.forget([ids[20]])
             break
@@ -759,9 +761,6 @@ def test_a_killed_writers_commit_in_flight_lands_before_the_next_writer_loads():
     is the writing session's own), or its model silently lacks an acknowledged-to-the-store
     change — a live model out of step with its store. The commit is held open by a deferred
     trigger that sleeps at COMMIT time."""
-    import sys
-    import time
-
     import psycopg
 
     dsn = postgres_dsn()
@@ -803,3 +802,42 @@ def test_a_killed_writers_commit_in_flight_lands_before_the_next_writer_loads():
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute("DROP TRIGGER IF EXISTS slow_commit ON rows")
             admin.execute("DROP FUNCTION IF EXISTS forgetting_test_slow_commit()")
+
+
+def test_a_writer_lock_lost_and_retaken_on_a_read_still_reloads_before_the_next_write():
+    """The server drops the writer's session; another writer changes the store meanwhile;
+    our model then only reads (receipt lookups) — one of which finds the session dead and
+    takes the lock again. The next change must not be written from the model in memory
+    (it lacks the other writer's change): it fails, the model reloads, and the retry lands
+    on the store's real state."""
+    import psycopg
+
+    dsn = postgres_dsn()
+    ids = user_ids(200)
+    model = _small_store(dsn)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name "
+            "LIKE %s AND pid <> pg_backend_pid()",
+            (f"forgetting pid {os.getpid()}:%",),
+        )
+    time.sleep(0.2)  # the terminated session's lock is released
+    other = DurableModel.open(dsn)
+    other.forget([ids[30]])
+    other.close()
+    for _read in range(3):  # the dead session is found by a read, and the lock retaken
+        with contextlib.suppress(StoreError):
+            model.receipt(ids[30])
+    for _attempt in range(3):
+        try:
+            model.forget([ids[31]])
+            break
+        except StoreError as err:
+            _one_line(err)
+            if not model.available:
+                model.reload()
+    else:
+        pytest.fail("the store never accepted the change")
+    assert ids[30] not in model.estimator.ids_, "a write from a model out of step with its store"
+    assert model.verify()["ok"]
+    model.close()

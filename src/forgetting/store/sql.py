@@ -191,6 +191,9 @@ class SQLStore:
         self.n_instances = 0
         self._lock: _FileLock | None = None
         self._conn: Any = None
+        self._must_reload = False
+        """PostgreSQL writer: the writer lock was lost and retaken; another writer may have
+        changed the store, so writes are refused until the model is read again (read_all)."""
         if is_postgres(location):
             self._open_postgres()
         else:
@@ -253,10 +256,11 @@ class SQLStore:
 
     def _reconnect(self, doing: str, *, check_lock: bool) -> None:
         """PostgreSQL: re-establish a lost connection. The writer lock lives and dies with the
-        writing session, so for a writer a lost session is a lost lock: it is taken again and
-        StoreError raised, because another writer may have changed the store meanwhile and
-        the model must reload first. ``check_lock`` (before each transaction) probes the
-        session, since a server restart drops it silently."""
+        writing session, so for a writer a lost session is a lost lock: it is taken again, and
+        since another writer may have changed the store meanwhile, writes are refused with
+        StoreError until the model has been read again (:meth:`read_all`, a reload) — however
+        the loss was found. ``check_lock`` (before each transaction) probes the session first,
+        since a server restart drops it silently; reads find it dead by failing."""
         if self.dialect is not POSTGRES:
             return
         import psycopg
@@ -265,16 +269,18 @@ class SQLStore:
             if check_lock and self._alive(self._conn):
                 with contextlib.suppress(psycopg.Error):  # a dead session is now marked broken
                     self._conn.execute("SELECT 1")
-            if self._alive(self._conn):
-                return
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._connect_postgres()
-            if not self.read_only:
-                self._take_advisory_lock(psycopg)
+            if not self._alive(self._conn):
+                with contextlib.suppress(Exception):
+                    self._conn.close()
+                self._connect_postgres()
+                if not self.read_only:
+                    self._must_reload = True
+                    self._take_advisory_lock(psycopg)
         except psycopg.Error as err:
             raise store_error(self.location, err, doing) from err
-        if not self.read_only:
+        if check_lock and self._must_reload:
+            with contextlib.suppress(Exception):
+                self._conn.rollback()  # the probe's transaction: the reload reads afresh
             raise StoreError(
                 f"{describe(self.location)}: the connection holding the writer lock was lost "
                 f"and the lock has been taken again; {doing} was not done, retry after the "
@@ -513,7 +519,9 @@ class SQLStore:
             meta = self.meta(cur)
             return meta, self.load_rows(cur), self.load_schema_bodies(cur)
 
-        return self._read(read)
+        everything = self._read(read)
+        self._must_reload = False  # the model is being rebuilt from this read
+        return everything
 
     def meta(self, cur=None) -> dict[str, bytes]:
         where = describe(self.location)
