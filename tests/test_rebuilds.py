@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -144,6 +145,39 @@ def test_wait_for_rebuilds_times_out_cleanly():
         model.wait_for_rebuilds(timeout=0.2)
     gate.set()
     model.wait_for_rebuilds(timeout=60)
+
+
+def test_a_prediction_during_a_rebuild_s_copy_waits_for_a_piece_not_the_whole_copy(monkeypatch):
+    """Python's locks are not fair: a rebuild that takes the engine lock again right after
+    releasing it wins against a waiting prediction every time, which then waited for the
+    whole copy (the first forget + predict after a D° hit at n = 300k: 42–47 ms p50). The
+    copy pauses between its pieces (SNAPSHOT_YIELD_S), so a prediction that arrives during a
+    slow copy lands before the copy ends."""
+    from forgetting import ensemble
+
+    monkeypatch.setattr(ensemble, "SNAPSHOT_CHUNK_ROWS", 16)
+    X, y = classification_data(n=700)
+    model = QSSClassifier(**BG).fit(X, y)
+    engine = model.engine_
+    columns = engine.rows.primary_columns
+    pieces = [0]
+    copying = threading.Event()
+
+    def slow_columns():  # under the lock, once per piece: ~45 pieces of 5 ms
+        if threading.current_thread().name.startswith("qss-rebuild"):
+            pieces[0] += 1
+            copying.set()
+            time.sleep(0.005)
+        return columns()
+
+    monkeypatch.setattr(engine.rows, "primary_columns", slow_columns)
+    model.forget(_only_in(model, 0)[:1])
+    assert copying.wait(30)
+    model.predict(X[:1])
+    during = pieces[0]
+    model.wait_for_rebuilds(timeout=60)
+    assert pieces[0] > 40
+    assert during < pieces[0] // 2, f"the prediction waited for {during} of {pieces[0]} pieces"
 
 
 @pytest.mark.parametrize("head", ["shared-ridge", "none"])
