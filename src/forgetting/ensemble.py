@@ -923,12 +923,16 @@ class QSSEngine:
         return key_fingerprint(self._key)
 
     def snapshot(
-        self, ids: Sequence | None = None, instances: Sequence[int] | None = None
+        self,
+        ids: Sequence | None = None,
+        instances: Sequence[int] | None = None,
+        features: bool = True,
     ) -> EngineSnapshot:
         """The primary state: rows (all, or ``ids`` in that order) and, for each instance in
         ``instances`` (default all) that is valid, its schema and those rows' contributions.
 
-        Instances not asked for, or rebuilding, are None. Call under :meth:`locked` (or after
+        Instances not asked for, or rebuilding, are None. ``features=False``: the rows'
+        features left out (``RowStore.snapshot``). Call under :meth:`locked` (or after
         :meth:`wait_for_rebuilds`) when the snapshot must match a state digest.
         """
         with self._lock:
@@ -946,7 +950,7 @@ class QSSEngine:
                     InstanceSnapshot(inst.schema, contrib.codes.copy(), contrib.residuals.copy())
                 )
             privacy = None if self.privacy is None else self.privacy.to_dict()
-            return EngineSnapshot(rows.snapshot(pos), out, privacy)
+            return EngineSnapshot(rows.snapshot(pos, features), out, privacy)
 
     @classmethod
     def from_snapshot(cls, config: EngineConfig, key: bytes, snapshot: EngineSnapshot) -> QSSEngine:

@@ -28,8 +28,9 @@ class RowsSnapshot:
 
     ids: list
     """External ids (ints or strings, canonical: see ``schema.membership.canonical_id``)."""
-    X: np.ndarray
-    """(n, d) float32 features as stored (after validation)."""
+    X: np.ndarray | None
+    """(n, d) float32 features as stored (after validation); None in a snapshot taken
+    without them (``RowStore.snapshot(features=False)``)."""
     targets: np.ndarray
     """Classification: int64 class index, -1 = unlabeled. Regression: float64, NaN = unlabeled."""
     in_pool: np.ndarray

@@ -600,16 +600,24 @@ class DurableModel:
         """Write every instance whose schema differs from the persisted one (under both locks):
         its new schema and all its contributions, or NULL if it is rebuilding. Returns the
         new persisted schemas, to record once the transaction has committed."""
+        return self._write_instances(cur, *self._instances_to_write())
+
+    def _instances_to_write(self) -> tuple[dict[int, Any], Any]:
+        """The instances whose schema differs from the persisted one (their schema, None if
+        rebuilding) and a copy of the valid ones' contributions (no features); under the
+        engine lock."""
         engine = self.estimator.engine_
         changed = {
             r: engine.schema_of(r)
             for r in range(len(self._persisted))
             if engine.schema_of(r) is not self._persisted[r]
         }
-        if not changed:
-            return {}
         valid = [r for r, schema in changed.items() if schema is not None]
-        snap = engine.snapshot(instances=valid) if valid else None
+        snap = engine.snapshot(instances=valid, features=False) if valid else None
+        return changed, snap
+
+    def _write_instances(self, cur, changed: dict[int, Any], snap) -> dict[int, Any]:
+        """:meth:`_sync_instances`' writes, from :meth:`_instances_to_write`'s copies."""
         for r, schema in changed.items():
             self._store.clear_contributions(cur, r)
             if schema is None:
@@ -630,18 +638,20 @@ class DurableModel:
         return changed
 
     def _persist_now(self) -> None:
-        engine = self.estimator.engine_
-        with engine.locked():
-            stale = any(
-                engine.schema_of(r) is not self._persisted[r] for r in range(len(self._persisted))
-            )
-            if not stale:
-                return
-            with self._store.transaction("writing a rebuilt instance") as cur:
-                updates = self._sync_instances(cur)
-                self._write_ledger(cur)
-            for r, schema in updates.items():
-                self._persisted[r] = schema
+        """Write rebuilt (or cleared) instances to the store. Callers hold this model's lock,
+        so no forget or insert changes the rows meanwhile: the copies are taken under the
+        engine lock, the store written after it is released — writing a rebuilt instance's
+        contributions (every labeled row) took ~0.8 s at 100k rows, and predictions waited
+        for all of it while the engine lock was held."""
+        with self.estimator.engine_.locked():
+            changed, snap = self._instances_to_write()
+        if not changed:
+            return
+        with self._store.transaction("writing a rebuilt instance") as cur:
+            updates = self._write_instances(cur, changed, snap)
+            self._write_ledger(cur)
+        for r, schema in updates.items():
+            self._persisted[r] = schema
 
     def _persist_loop(self) -> None:
         while True:
