@@ -841,3 +841,44 @@ def test_a_writer_lock_lost_and_retaken_on_a_read_still_reloads_before_the_next_
     assert ids[30] not in model.estimator.ids_, "a write from a model out of step with its store"
     assert model.verify()["ok"]
     model.close()
+
+
+def test_a_writer_that_cannot_retake_its_lost_lock_never_writes():
+    """The writer's session is dropped and another writer takes the store. Every change of
+    the first is then refused (StoreBusy) for as long as the other holds it — not just the
+    first attempt — and once it is gone, the first reloads and writes from the real state."""
+    import psycopg
+
+    dsn = postgres_dsn()
+    ids = user_ids(200)
+    model = _small_store(dsn)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name "
+            "LIKE %s AND pid <> pg_backend_pid()",
+            (f"forgetting pid {os.getpid()}:%",),
+        )
+    time.sleep(0.2)
+    other = DurableModel.open(dsn)
+    other.forget([ids[40]])
+    for attempt in range(3):
+        with pytest.raises(StoreError) as info:
+            model.forget([ids[41 + attempt]])
+        _one_line(info.value)
+        if not model.available:
+            with contextlib.suppress(StoreError):
+                model.reload()
+    other.close()
+    for _attempt in range(3):
+        try:
+            model.forget([ids[45]])
+            break
+        except StoreError:
+            if not model.available:
+                model.reload()
+    else:
+        pytest.fail("the store never accepted the change after the other writer left")
+    assert ids[40] not in model.estimator.ids_
+    assert {ids[41], ids[42], ids[43]} <= set(model.estimator.ids_), "a refused change landed"
+    assert model.verify()["ok"]
+    model.close()

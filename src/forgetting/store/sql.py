@@ -275,7 +275,14 @@ class SQLStore:
                 self._connect_postgres()
                 if not self.read_only:
                     self._must_reload = True
-                    self._take_advisory_lock(psycopg)
+                    try:
+                        self._take_advisory_lock(psycopg)
+                    except BaseException:
+                        # another writer has the store: no session without the lock may stay
+                        # (it would pass the next probe and write), so every call tries again
+                        with contextlib.suppress(Exception):
+                            self._conn.close()
+                        raise
         except psycopg.Error as err:
             raise store_error(self.location, err, doing) from err
         if check_lock and self._must_reload:
