@@ -276,18 +276,20 @@ def test_sigkill_of_the_server_loses_no_acknowledged_change(tmp_path, backend):
         proc.wait(timeout=30)
         mid_stream += 0 < len(acked) < 200
         model = DurableModel.open(db)
-        model.wait_for_rebuilds()
-        stored = set(model.estimator.ids_)
-        for kind, op_ids in acked:
-            if kind == "forget":
-                assert not set(op_ids) & stored, f"trial {trial}: acknowledged forget undone"
-            else:
-                assert set(op_ids) <= stored, f"trial {trial}: acknowledged insert lost"
-        touched = {i for _, op_ids in sent for i in op_ids}
-        assert stored <= set(ids) | touched
-        audit = model.verify()
-        assert audit["ok"], f"trial {trial}: {audit}"
-        model.close()
+        try:  # closed even when a check fails: a leaked writer lock fails every later test
+            model.wait_for_rebuilds()
+            stored = set(model.estimator.ids_)
+            for kind, op_ids in acked:
+                if kind == "forget":
+                    assert not set(op_ids) & stored, f"trial {trial}: acknowledged forget undone"
+                else:
+                    assert set(op_ids) <= stored, f"trial {trial}: acknowledged insert lost"
+            touched = {i for _, op_ids in sent for i in op_ids}
+            assert stored <= set(ids) | touched
+            audit = model.verify()
+            assert audit["ok"], f"trial {trial}: {audit}"
+        finally:
+            model.close()
         trials += 1
     assert trials >= min(n_trials, 10), f"only {trials} trials ran in the time bound"
     assert mid_stream >= trials // 5, f"only {mid_stream}/{trials} kills landed mid-stream"
