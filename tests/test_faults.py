@@ -718,33 +718,48 @@ def test_a_well_formed_but_edited_schema_is_refused_on_open(tmp_path, forgotten_
     _one_line(info.value)
 
 
-def test_a_lost_postgres_connection_is_not_a_lost_change():
-    """The server drops every session of the writer (as a restart would): the next change
-    fails with one line and is not applied, the model reloads, and the retry works."""
+def _drop_our_sessions(dsn: str) -> None:
+    """Terminate every PostgreSQL session this process opened (as a server restart would),
+    and give the server a moment to release their locks."""
     import psycopg
 
-    dsn = postgres_dsn()
-    X, y = classification_data(n=200)
-    ids = user_ids(200)
-    model = _small_store(dsn)
-    digest = model.state_digest()
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name "
             "LIKE %s AND pid <> pg_backend_pid()",
             (f"forgetting pid {os.getpid()}:%",),
         )
-    for _attempt in range(3):  # the session (and with it the lock) is found dead, retaken
+    time.sleep(0.2)
+
+
+def _forget_until_accepted(model: DurableModel, row_ids: list, unchanged=None) -> None:
+    """Forget ``row_ids`` as the service would: after each refusal (one line) reload if the
+    model is unavailable, and retry, three times at most; ``unchanged`` (a predicate) must
+    hold after each refusal — nothing of the refused change may remain in memory."""
+    for _attempt in range(3):
         try:
-            model.forget([ids[20]])
-            break
+            model.forget(row_ids)
+            return
         except StoreError as err:
             _one_line(err)
             if not model.available:
                 model.reload()
-            assert model.state_digest() == digest
-    else:
-        pytest.fail("the store never recovered from the lost connection")
+            assert unchanged is None or unchanged(), "a refused change stayed in memory"
+    pytest.fail("the store never accepted the change")
+
+
+def test_a_lost_postgres_connection_is_not_a_lost_change():
+    """The server drops every session of the writer (as a restart would): the next change
+    fails with one line and is not applied, the model reloads, and the retry works."""
+
+    dsn = postgres_dsn()
+    X, y = classification_data(n=200)
+    ids = user_ids(200)
+    model = _small_store(dsn)
+    digest = model.state_digest()
+    _drop_our_sessions(dsn)
+    # the session (and with it the lock) is found dead and retaken; nothing changed meanwhile
+    _forget_until_accepted(model, [ids[20]], lambda: model.state_digest() == digest)
     assert ids[20] not in model.estimator.ids_
     model.insert(X[:1], y[:1], ["after-reconnect"])
     final = model.state_digest()
@@ -804,40 +819,30 @@ def test_a_killed_writers_commit_in_flight_lands_before_the_next_writer_loads():
             admin.execute("DROP FUNCTION IF EXISTS forgetting_test_slow_commit()")
 
 
+def _taken_over(row_id) -> tuple[DurableModel, DurableModel]:
+    """A writer (returned first) whose PostgreSQL sessions were dropped, and a second writer
+    that then opened the store and forgot ``row_id`` (still open)."""
+    dsn = postgres_dsn()
+    model = _small_store(dsn)
+    _drop_our_sessions(dsn)
+    other = DurableModel.open(dsn)
+    other.forget([row_id])
+    return model, other
+
+
 def test_a_writer_lock_lost_and_retaken_on_a_read_still_reloads_before_the_next_write():
     """The server drops the writer's session; another writer changes the store meanwhile;
     our model then only reads (receipt lookups) — one of which finds the session dead and
     takes the lock again. The next change must not be written from the model in memory
     (it lacks the other writer's change): it fails, the model reloads, and the retry lands
     on the store's real state."""
-    import psycopg
-
-    dsn = postgres_dsn()
     ids = user_ids(200)
-    model = _small_store(dsn)
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name "
-            "LIKE %s AND pid <> pg_backend_pid()",
-            (f"forgetting pid {os.getpid()}:%",),
-        )
-    time.sleep(0.2)  # the terminated session's lock is released
-    other = DurableModel.open(dsn)
-    other.forget([ids[30]])
+    model, other = _taken_over(ids[30])
     other.close()
     for _read in range(3):  # the dead session is found by a read, and the lock retaken
         with contextlib.suppress(StoreError):
             model.receipt(ids[30])
-    for _attempt in range(3):
-        try:
-            model.forget([ids[31]])
-            break
-        except StoreError as err:
-            _one_line(err)
-            if not model.available:
-                model.reload()
-    else:
-        pytest.fail("the store never accepted the change")
+    _forget_until_accepted(model, [ids[31]])
     assert ids[30] not in model.estimator.ids_, "a write from a model out of step with its store"
     assert model.verify()["ok"]
     model.close()
@@ -847,20 +852,8 @@ def test_a_writer_that_cannot_retake_its_lost_lock_never_writes():
     """The writer's session is dropped and another writer takes the store. Every change of
     the first is then refused (StoreBusy) for as long as the other holds it — not just the
     first attempt — and once it is gone, the first reloads and writes from the real state."""
-    import psycopg
-
-    dsn = postgres_dsn()
     ids = user_ids(200)
-    model = _small_store(dsn)
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name "
-            "LIKE %s AND pid <> pg_backend_pid()",
-            (f"forgetting pid {os.getpid()}:%",),
-        )
-    time.sleep(0.2)
-    other = DurableModel.open(dsn)
-    other.forget([ids[40]])
+    model, other = _taken_over(ids[40])
     for attempt in range(3):
         with pytest.raises(StoreError) as info:
             model.forget([ids[41 + attempt]])
@@ -869,15 +862,7 @@ def test_a_writer_that_cannot_retake_its_lost_lock_never_writes():
             with contextlib.suppress(StoreError):
                 model.reload()
     other.close()
-    for _attempt in range(3):
-        try:
-            model.forget([ids[45]])
-            break
-        except StoreError:
-            if not model.available:
-                model.reload()
-    else:
-        pytest.fail("the store never accepted the change after the other writer left")
+    _forget_until_accepted(model, [ids[45]])
     assert ids[40] not in model.estimator.ids_
     assert {ids[41], ids[42], ids[43]} <= set(model.estimator.ids_), "a refused change landed"
     assert model.verify()["ok"]
