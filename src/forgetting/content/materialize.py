@@ -56,11 +56,12 @@ def materialize(T: np.ndarray, n: np.ndarray, N: np.ndarray, shrinkage: float) -
 def materialize_grid(T: np.ndarray, n: np.ndarray, N: np.ndarray, shrinkages) -> np.ndarray:
     """Cell means for every shrinkage of ``shrinkages`` at once: (ℓ, b, L, k).
 
-    Why side by side: the L values' means share every product's left factor N_{q,m}ᵀ, so
-    they are one (b, b) × (b, L·k) product per level pair instead of L narrow ones. RQ mode
-    re-materializes after every change (4 shrinkages × 2 folds at ℓ = 4, b = 256, k = 10:
-    ~100 products of 10 columns, the first prediction's whole cost); wider products are
-    what BLAS runs efficiently. A deterministic function of the state all the same.
+    Why side by side: the L values' means share every product's left factor N_{q,m}ᵀ, and
+    a level's pairs (q, m), q < m, are stored together, so level m is one (b, m·b) ×
+    (m·b, L·k) product instead of m·L narrow ones. RQ mode re-materializes after every
+    change (4 shrinkages × 2 folds at ℓ = 4, b = 256, k = 10: ~100 products of 10 columns,
+    the first prediction's whole cost); wider products are what BLAS runs efficiently. A
+    deterministic function of the state all the same.
     """
     lams = np.asarray(shrinkages, dtype=np.float64)
     n_levels, b, k = T.shape
