@@ -234,7 +234,7 @@ class SQLStore:
         try:
             self._connect_postgres()
             if not self.read_only:
-                self._take_advisory_lock(psycopg)
+                self._take_advisory_lock()
         except psycopg.Error as err:
             self.close()
             raise store_error(self.location, err, "opening the store") from err
@@ -275,14 +275,7 @@ class SQLStore:
                 self._connect_postgres()
                 if not self.read_only:
                     self._must_reload = True
-                    try:
-                        self._take_advisory_lock(psycopg)
-                    except BaseException:
-                        # another writer has the store: no session without the lock may stay
-                        # (it would pass the next probe and write), so every call tries again
-                        with contextlib.suppress(Exception):
-                            self._conn.close()
-                        raise
+                    self._take_advisory_lock()
         except psycopg.Error as err:
             raise store_error(self.location, err, doing) from err
         if check_lock and self._must_reload:
@@ -300,7 +293,7 @@ class SQLStore:
         digest = hashlib.blake2b(f"forgetting-store:{db}:{schema}".encode(), digest_size=8)
         return int.from_bytes(digest.digest(), "big", signed=True)
 
-    def _take_advisory_lock(self, psycopg) -> None:
+    def _take_advisory_lock(self) -> None:
         """A session-level advisory lock taken by the writing connection itself, held until
         that session ends.
 
@@ -309,7 +302,20 @@ class SQLStore:
         COMMIT it had received, which lands after the kill; a new writer holding the lock
         meanwhile would load the store without that change and serve a model out of step
         with it. Held by the writing session, the lock is free only after its last commit.
+
+        When the lock cannot be taken the session is closed: a writer keeps no session
+        without its lock (a later probe would find it alive, and a write would go out without
+        the lock), so every later call reconnects and tries again.
         """
+        try:
+            self._lock_session()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            raise
+
+    def _lock_session(self) -> None:
+        """:meth:`_take_advisory_lock`'s attempt: StoreBusy naming the holder if it fails."""
         conn = self._conn
         with conn.cursor() as cur:
             key = self._advisory_key(cur)
