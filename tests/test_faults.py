@@ -173,6 +173,10 @@ def _store_with_a_receipt(location: str, forgotten_template) -> dict:
     return receipt
 
 
+_SEQ_3 = "(SELECT id_key FROM rows WHERE seq = 3)"
+_SEQ_7 = "(SELECT id_key FROM rows WHERE seq = 7)"
+
+
 # (name, statement, params (marker-dependent ones filled in), sqlite only)
 def _field_attacks(payload: bytes, text_payload: str) -> list[tuple]:
     return [
@@ -183,7 +187,7 @@ def _field_attacks(payload: bytes, text_payload: str) -> list[tuple]:
         ("schemas.body", "UPDATE schemas SET body = ? WHERE instance = 1", (payload,), False),
         ("rows.id_key", "UPDATE rows SET id_key = ? WHERE seq = 3", (payload,), False),
         ("rows.features", "UPDATE rows SET features = ? WHERE seq = 3", (payload,), False),
-        ("rows.c0", "UPDATE rows SET c0 = ? WHERE seq = 3", (payload,), False),
+        ("contrib_0.blob", f"UPDATE contrib_0 SET blob = ? WHERE id_key = {_SEQ_3}", (payload,), False),
         ("rows.target", "UPDATE rows SET target = ? WHERE seq = 3", (payload,), True),
         ("rows.in_pool", "UPDATE rows SET in_pool = ? WHERE seq = 3", (payload,), True),
         ("receipts.body", "UPDATE receipts SET body = ?", (text_payload,), False),
@@ -244,12 +248,12 @@ _TAMPERS = [
     ("label out of range", "UPDATE rows SET target = 99 WHERE seq = 7", "label index"),
     (
         "contribution truncated",
-        "UPDATE rows SET c1 = CAST(substr(c1, 1, 3) AS BLOB) WHERE seq = 7",
-        "c1",
+        f"UPDATE contrib_1 SET blob = CAST(substr(blob, 1, 3) AS BLOB) WHERE id_key = {_SEQ_7}",
+        "contrib_1",
     ),
     (
         "contribution code out of range",
-        "UPDATE rows SET c0 = CAST(x'ff' || substr(c0, 2) AS BLOB) WHERE seq = 7",
+        f"UPDATE contrib_0 SET blob = CAST(x'ff' || substr(blob, 2) AS BLOB) WHERE id_key = {_SEQ_7}",
         "cell code",
     ),
     ("receipt not json", "UPDATE receipts SET body = 'not json'", "receipt"),

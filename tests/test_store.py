@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -115,6 +116,138 @@ def test_no_residue_in_database_or_wal(sqlite_db):
 
 def _all_bytes(db):
     return b"".join(Path(p).read_bytes() for p in (db, db + "-wal") if os.path.exists(p))
+
+
+def test_a_d0_hit_leaves_no_contribution_of_the_hit_instance_on_disk(sqlite_db, monkeypatch):
+    """A D° hit clears the hit instance's contributions: they come from a g trained with the
+    forgotten row. Emptying its table (store format v3) must erase their bytes as the old
+    in-place NULLs did — freed pages zeroed (secure_delete), the log purged. The rebuilt
+    instance is never written here, so its new rows cannot overwrite the freed pages."""
+    monkeypatch.setattr(DurableModel, "_persist_now", lambda self: None)
+    db = sqlite_db
+    X, y = classification_data(d=10)
+    X = X + np.random.default_rng(1).normal(scale=1e-3, size=X.shape)
+    ids = user_ids(len(y))
+    model = DurableModel.create(db, QSSClassifier(**BG), X, y, ids)
+    rows = model.estimator.engine_.rows
+    victim = schema_ids(model.estimator, 1)[0]
+    others = [i for i in ids if i != victim][:40]
+    stored = [
+        rows.codes[1][rows.position[i]].tobytes() + rows.residuals[1][rows.position[i]].tobytes()
+        for i in others
+    ]
+    for blob in stored:
+        assert blob in _all_bytes(db), "the contributions should be on disk before the hit"
+    assert all(i["persisted"] for i in model.stats()["instances"])
+    receipt = model.forget([victim])
+    assert receipt["instances_hit"] == [1]
+    on_disk = _all_bytes(db)
+    model.wait_for_rebuilds()  # in memory; the persister is held off
+    stats = model.stats()
+    assert stats["store_format"] == "forgetting-store-v3"
+    assert [(i["valid"], i["persisted"]) for i in stats["instances"]] == [
+        (True, True),
+        (True, False),
+        (True, True),
+    ]
+    model.close()
+    assert not [b for b in stored if b in on_disk]
+
+
+def _as_v2_store(location: str, n_instances: int) -> None:
+    """Rewrite a store into format v2 (contributions as columns ``c_r`` of ``rows``), as the
+    previous release wrote it, with the store's own SQL on either backend."""
+    from forgetting.store.sql import SQLStore
+
+    store = SQLStore(location)
+    try:
+        with store.transaction() as cur:
+            blob = store.dialect.blob
+            for r in range(n_instances):
+                store.execute(cur, f"ALTER TABLE rows ADD COLUMN c{r} {blob}")
+                store.execute(
+                    cur,
+                    f"UPDATE rows SET c{r} = (SELECT blob FROM contrib_{r} "
+                    f"WHERE contrib_{r}.id_key = rows.id_key)",
+                )
+                store.execute(cur, f"DROP TABLE contrib_{r}")
+            store.execute(
+                cur, "UPDATE meta SET value = ? WHERE name = 'format'", (b"forgetting-store-v2",)
+            )
+    finally:
+        store.close()
+
+
+def _store_format(location: str) -> tuple[bytes, int]:
+    from forgetting.store.sql import SQLStore
+
+    store = SQLStore(location, read_only=True)
+    try:
+        found = store.meta()["format"]
+        tables = store._read(store._contrib_tables)
+        return found, len(tables)
+    finally:
+        store.close()
+
+
+def test_a_v2_store_is_read_as_it_is_and_converted_by_a_writable_open(db):
+    X, y = classification_data()
+    ids = user_ids(len(y))
+    model = DurableModel.create(db, QSSClassifier(**BG), X, y, ids)
+    model.forget(ids[:3] + schema_ids(model.estimator, 2)[:1])
+    model.wait_for_rebuilds()
+    digest, proba = model.state_digest(), model.predict_proba(X)
+    model.close()
+    _as_v2_store(db, 3)
+    assert _store_format(db) == (b"forgetting-store-v2", 0)
+
+    with DurableModel.open(db, read_only=True) as seen:  # read as it is, nothing converted
+        assert seen.state_digest() == digest
+        assert np.array_equal(seen.predict_proba(X), proba)
+        with pytest.raises(StoreError):
+            seen.forget([ids[5]])
+    assert _store_format(db) == (b"forgetting-store-v2", 0)
+
+    reopened = DurableModel.open(db)  # writable: converted in one transaction
+    assert _store_format(db) == (b"forgetting-store-v3", 3)
+    assert reopened.state_digest() == digest
+    assert np.array_equal(reopened.predict_proba(X), proba)
+    reopened.forget([ids[5], schema_ids(reopened.estimator, 0)[0]])
+    reopened.wait_for_rebuilds()
+    digest = reopened.state_digest()
+    audit = reopened.verify()
+    assert audit["ok"], audit
+    reopened.close()
+    with DurableModel.open(db) as again:
+        again.wait_for_rebuilds()
+        assert again.state_digest() == digest
+
+
+def test_a_conversion_that_fails_leaves_the_v2_store_as_it_was(sqlite_db, monkeypatch):
+    from forgetting.store import sql
+
+    X, y = classification_data()
+    ids = user_ids(len(y))
+    model = DurableModel.create(sqlite_db, QSSClassifier(**FAST), X, y, ids)
+    digest = model.state_digest()
+    model.close()
+    _as_v2_store(sqlite_db, 3)
+    real = sql.SQLStore._create_contrib_table
+
+    def fail_on_the_last(self, cur, instance):
+        if instance == 2:
+            raise sqlite3.OperationalError("disk I/O error")
+        real(self, cur, instance)
+
+    monkeypatch.setattr(sql.SQLStore, "_create_contrib_table", fail_on_the_last)
+    with pytest.raises(StoreError) as info:
+        DurableModel.open(sqlite_db)
+    assert "\n" not in str(info.value) and "converting" in str(info.value)
+    monkeypatch.undo()
+    assert _store_format(sqlite_db) == (b"forgetting-store-v2", 0)
+    with DurableModel.open(sqlite_db) as opened:
+        assert opened.state_digest() == digest
+    assert _store_format(sqlite_db) == (b"forgetting-store-v3", 3)
 
 
 def test_deletions_during_background_rebuild_reach_the_store(db):

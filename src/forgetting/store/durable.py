@@ -42,7 +42,7 @@ from ..persistence import check_schema, library_versions
 from ..schema.membership import canonical_id, derive_key, id_bytes, key_fingerprint
 from ..snapshots import EngineSnapshot, InstanceSnapshot, ModelSnapshot, RowsSnapshot
 from .errors import StoreCorrupt, StoreError
-from .sql import SQLStore, _FileLock, describe, is_postgres
+from .sql import FORMAT_V2, SQLStore, _FileLock, contrib_table, describe, is_postgres
 
 META_KIND = "forgetting-store-meta"
 SCHEMA_KIND = "forgetting-schema"
@@ -231,6 +231,7 @@ class DurableModel:
         """
         store = SQLStore(str(location), read_only=read_only)
         try:
+            store.upgrade()  # a v2 store, opened writable: converted to v3 (sql.py)
             loaded = _load(store, secret_key)
         except BaseException:
             store.close()
@@ -302,7 +303,13 @@ class DurableModel:
             instances = []
             for r in range(est.n_instances):
                 schema = engine.schema_of(r)
-                info: dict[str, Any] = {"instance": r, "valid": schema is not None}
+                info: dict[str, Any] = {
+                    "instance": r,
+                    "valid": schema is not None,
+                    # the store holds this schema and its contributions (the persister wrote
+                    # them): a reopen would not rebuild the instance
+                    "persisted": schema is not None and self._persisted[r] is schema,
+                }
                 if schema is not None:
                     _, n_codes, n_cells = _code_layout(schema)
                     flat = getattr(schema, "partition", None) is not None
@@ -329,6 +336,7 @@ class DurableModel:
                 "key_is_derived": self.key_is_derived,
                 "read_only": self.read_only,
                 "backend": self._store.dialect.name,
+                "store_format": self._store.format,
             }
 
     def verify(self) -> dict:
@@ -742,7 +750,7 @@ def _load(store: SQLStore, secret_key: bytes | str | None) -> _Loaded:
     info = {**info, "privacy": privacy}
     rows = _read_rows(loc, info, records)
     n_outputs = len(info["fitted"]["classes_"]) if "classes_" in info["fitted"] else 1
-    instances = _read_instances(loc, bodies, records, rows, n_outputs)
+    instances = _read_instances(loc, bodies, records, rows, n_outputs, store.format == FORMAT_V2)
     snapshot = ModelSnapshot(
         estimator=info["estimator"],
         params=info["params"],
@@ -852,10 +860,16 @@ def _read_rows(loc: str, info: dict, records: list[tuple]) -> RowsSnapshot:
 
 
 def _read_instances(
-    loc: str, bodies: list, records: list[tuple], rows: RowsSnapshot, n_outputs: int
+    loc: str,
+    bodies: list,
+    records: list[tuple],
+    rows: RowsSnapshot,
+    n_outputs: int,
+    v2: bool = False,
 ) -> list:
     """Each instance's schema and the labeled rows' contributions; an instance whose schema
-    or any contribution is missing is rebuilt on restore (None)."""
+    or any contribution is missing is rebuilt on restore (None). ``v2``: a v2 store read
+    as it is (contributions in columns of ``rows``), for error messages."""
     labeled = is_labeled(rows.targets)
     out: list[InstanceSnapshot | None] = []
     for r, body in enumerate(bodies):
@@ -874,7 +888,8 @@ def _read_instances(
         try:
             codes, residuals = _decode_contributions(schema, blobs, n_outputs)
         except (ValueError, AttributeError, TypeError) as err:
-            raise _corrupt(loc, f"table rows, column c{r}", err) from None
+            where = f"table rows, column c{r}" if v2 else f"table {contrib_table(r)}"
+            raise _corrupt(loc, where, err) from None
         out.append(InstanceSnapshot(schema, codes, residuals))
     return out
 

@@ -10,6 +10,17 @@ row has its contribution under that schema and none of its D° rows was removed 
 deletion or insertion that touches D°_r clears schema r in the same transaction; a landed
 rebuild writes the schema and all contributions in one transaction.
 
+Layout (format v3): ``rows`` holds what a row *is* (id, features, label, pool flag) and each
+instance r has a table ``contrib_r`` (id_key → blob) of what the row contributes under r's
+schema. Why not columns of ``rows`` (format v2): clearing instance r — every D° hit, since
+its contributions derive from a g trained on the forgotten row — was an ``UPDATE rows SET
+c_r = NULL`` that rewrote every page of ``rows`` (features and all p instances' blobs, ~1.2 KB
+a row), and the write-ahead log's checkpoint wrote them again: ~0.4 s of a durable forget at
+100k rows. Now it is a ``DELETE`` of that instance's table alone (SQLite empties a table
+without a ``WHERE`` page by page), and a rebuilt instance is written as inserts into it. A v2
+store is converted on its first writable open, in one transaction (:meth:`SQLStore.upgrade`),
+and read as it is by read-only opens.
+
 Safety rules enforced here:
 
 * **One writer.** A writable connection holds an exclusive lock for its lifetime: an
@@ -44,8 +55,10 @@ from urllib.parse import quote
 
 from .errors import StoreBusy, StoreCorrupt, StoreError
 
-FORMAT = "forgetting-store-v2"
-"""v1 stores held pickles; they are refused (opening one could run code)."""
+FORMAT = "forgetting-store-v3"
+"""v1 stores held pickles; they are refused (opening one could run code). v2 stores (the
+contributions as columns of ``rows``) are read, and converted by a writable open."""
+FORMAT_V2 = "forgetting-store-v2"
 BUSY_TIMEOUT_S = 5.0
 """How long a statement waits for a lock held by another connection before failing."""
 CHECKPOINT_TRIES = 3
@@ -53,6 +66,12 @@ SQLITE_PRAGMAS = ["journal_mode=WAL", "synchronous=FULL", "secure_delete=ON"]
 """Set on every writable SQLite connection (tests append e.g. ``max_page_count`` to simulate a
 full disk)."""
 TABLES = ("meta", "rows", "schemas", "receipts", "receipt_ids")
+"""The fixed tables; besides them, one ``contrib_r`` per instance (:func:`contrib_table`)."""
+
+
+def contrib_table(instance: int) -> str:
+    """The table of instance ``instance``'s contributions (id_key → blob)."""
+    return f"contrib_{int(instance)}"
 
 
 PG_LOCK_GRACE_S = 5.0
@@ -189,6 +208,7 @@ class SQLStore:
         self.location = location
         self.read_only = read_only
         self.n_instances = 0
+        self.format = FORMAT  # what meta says, once read: FORMAT_V2 until upgraded
         self._lock: _FileLock | None = None
         self._conn: Any = None
         self._must_reload = False
@@ -490,18 +510,20 @@ class SQLStore:
     def create_tables(self, cur, meta: dict[str, bytes], n_instances: int) -> None:
         """Replace any previous tables (inside the caller's transaction)."""
         d = self.dialect
-        self.n_instances = n_instances
-        contrib = ", ".join(f"c{r} {d.blob}" for r in range(n_instances))
-        for table in reversed(TABLES):
+        # every contrib_r of a previous store too (it may have had more instances)
+        for table in [*self._contrib_tables(cur), *reversed(TABLES)]:
             self.execute(cur, f"DROP TABLE IF EXISTS {table}")
+        self.n_instances = n_instances
+        self.format = FORMAT
         self.execute(cur, f"CREATE TABLE meta (name TEXT PRIMARY KEY, value {d.blob})")
         self.execute(
             cur,
             f"CREATE TABLE rows (id_key {d.blob} PRIMARY KEY, seq BIGINT NOT NULL, "
-            f"features {d.blob} NOT NULL, target {d.real}, in_pool INTEGER NOT NULL, "
-            f"{contrib})",
+            f"features {d.blob} NOT NULL, target {d.real}, in_pool INTEGER NOT NULL)",
         )
         self.execute(cur, "CREATE INDEX rows_seq ON rows (seq)")
+        for r in range(n_instances):
+            self._create_contrib_table(cur, r)
         self.execute(cur, f"CREATE TABLE schemas (instance INTEGER PRIMARY KEY, body {d.blob})")
         self.execute(cur, f"CREATE TABLE receipts (seq {d.serial_pk}, body TEXT NOT NULL)")
         self.execute(cur, "CREATE TABLE receipt_ids (id_hash TEXT NOT NULL, seq BIGINT)")
@@ -517,6 +539,57 @@ class SQLStore:
             "INSERT INTO schemas (instance, body) VALUES (?, NULL)",
             [(r,) for r in range(n_instances)],
         )
+
+    def _create_contrib_table(self, cur, instance: int) -> None:
+        # WITHOUT ROWID: the id_key is the b-tree's key, stored once (SQLite)
+        rowid = " WITHOUT ROWID" if self.dialect is SQLITE else ""
+        self.execute(
+            cur,
+            f"CREATE TABLE {contrib_table(instance)} (id_key {self.dialect.blob} PRIMARY KEY, "
+            f"blob {self.dialect.blob} NOT NULL){rowid}",
+        )
+
+    def _contrib_tables(self, cur) -> list[str]:
+        """The contrib_r tables present (any r), read from the catalog."""
+        # substr, not LIKE: no escaping, and no "%" for psycopg's placeholder parsing
+        if self.dialect is SQLITE:
+            query = (
+                "SELECT name FROM sqlite_master "
+                "WHERE type = 'table' AND substr(name, 1, 8) = 'contrib_'"
+            )
+        else:
+            query = (
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = "
+                "current_schema() AND substr(table_name, 1, 8) = 'contrib_'"
+            )
+        names = [str(name) for (name,) in self.execute(cur, query).fetchall()]
+        return sorted(n for n in names if n.removeprefix("contrib_").isdigit())
+
+    def upgrade(self) -> bool:
+        """Convert a v2 store (contributions as columns ``c_r`` of ``rows``) to v3 in one
+        transaction: each column copied into its ``contrib_r`` table, then dropped (which
+        rewrites ``rows`` once, with SQLite's secure_delete zeroing the old pages). True when
+        a conversion ran; a crash before its commit leaves the v2 store as it was."""
+        if self.read_only:
+            return False
+        found = self.meta().get("format")
+        if found != FORMAT_V2.encode():
+            return False  # v3, or a format meta() refuses when the store is read
+        with self.transaction("converting the store to the current format") as cur:
+            self.meta(cur)  # n_instances, under the writer's transaction
+            for r in range(self.n_instances):
+                self._create_contrib_table(cur, r)
+                self.execute(
+                    cur,
+                    f"INSERT INTO {contrib_table(r)} (id_key, blob) "
+                    f"SELECT id_key, c{r} FROM rows WHERE c{r} IS NOT NULL",
+                )
+            for r in range(self.n_instances):
+                self.execute(cur, f"ALTER TABLE rows DROP COLUMN c{r}")
+            self.execute(cur, "UPDATE meta SET value = ? WHERE name = 'format'", (FORMAT.encode(),))
+        self.format = FORMAT
+        self.purge_logs()
+        return True
 
     def set_meta(self, cur, name: str, value: bytes | None) -> None:
         """Replace (or, with None, remove) one meta entry inside the caller's transaction."""
@@ -560,7 +633,9 @@ class SQLStore:
         except (TypeError, ValueError) as err:
             raise StoreCorrupt(f"{where}: table meta holds a non-bytes value ({err})") from None
         found = meta.get("format")
-        if found != FORMAT.encode():
+        if found in (FORMAT.encode(), FORMAT_V2.encode()):
+            self.format = found.decode()
+        else:
             hint = (
                 " (a v1 store, which held pickles and is refused because opening it could "
                 "run code: refit with `forgetting fit --overwrite`)"
@@ -578,37 +653,89 @@ class SQLStore:
 
     # -- rows ----------------------------------------------------------------------------
     def insert_rows(self, cur, rows: list[tuple]) -> None:
-        """rows: (id_key, seq, features bytes, target or None, in_pool, *contrib blobs)."""
-        cols = ", ".join(f"c{r}" for r in range(self.n_instances))
-        marks = ", ".join("?" for _ in range(5 + self.n_instances))
+        """rows: (id_key, seq, features bytes, target or None, in_pool, *contrib blobs), a
+        blob None where the row has no contribution to that instance."""
+        self._check_current()
         self.executemany(
             cur,
-            f"INSERT INTO rows (id_key, seq, features, target, in_pool, {cols}) VALUES ({marks})",
-            rows,
+            "INSERT INTO rows (id_key, seq, features, target, in_pool) VALUES (?, ?, ?, ?, ?)",
+            [row[:5] for row in rows],
         )
+        for r in range(self.n_instances):
+            self.executemany(
+                cur,
+                f"INSERT INTO {contrib_table(r)} (id_key, blob) VALUES (?, ?)",
+                [(row[0], row[5 + r]) for row in rows if row[5 + r] is not None],
+            )
 
     def delete_rows(self, cur, id_keys: Sequence[bytes]) -> None:
-        self.executemany(cur, "DELETE FROM rows WHERE id_key = ?", [(k,) for k in id_keys])
+        self._check_current()
+        keys = [(k,) for k in id_keys]
+        self.executemany(cur, "DELETE FROM rows WHERE id_key = ?", keys)
+        self._delete_contributions(cur, keys)
 
     def delete_all_rows(self, cur) -> None:
+        self._check_current()
         self.execute(cur, "DELETE FROM rows")
+        for r in range(self.n_instances):
+            self.clear_contributions(cur, r)
 
     def unlabel_rows(self, cur, id_keys: Sequence[bytes]) -> None:
-        cols = ", ".join(f"c{r} = NULL" for r in range(self.n_instances))
-        self.executemany(
-            cur, f"UPDATE rows SET target = NULL, {cols} WHERE id_key = ?", [(k,) for k in id_keys]
-        )
+        self._check_current()
+        keys = [(k,) for k in id_keys]
+        self.executemany(cur, "UPDATE rows SET target = NULL WHERE id_key = ?", keys)
+        self._delete_contributions(cur, keys)
+
+    def _delete_contributions(self, cur, keys: list[tuple[bytes]]) -> None:
+        for r in range(self.n_instances):
+            self.executemany(cur, f"DELETE FROM {contrib_table(r)} WHERE id_key = ?", keys)
 
     def set_contributions(self, cur, instance: int, items: list[tuple[bytes, bytes]]) -> None:
-        """items: (blob, id_key); a blob of None clears the contribution."""
-        self.executemany(cur, f"UPDATE rows SET c{instance} = ? WHERE id_key = ?", items)
+        """items: (blob, id_key) of stored rows; a blob of None clears the contribution."""
+        self._check_current()
+        table = contrib_table(instance)
+        self.executemany(
+            cur,
+            f"INSERT INTO {table} (id_key, blob) VALUES (?, ?) "
+            "ON CONFLICT (id_key) DO UPDATE SET blob = excluded.blob",
+            [(key, blob) for blob, key in items if blob is not None],
+        )
+        self.executemany(
+            cur,
+            f"DELETE FROM {table} WHERE id_key = ?",
+            [(key,) for blob, key in items if blob is None],
+        )
 
     def clear_contributions(self, cur, instance: int) -> None:
-        self.execute(cur, f"UPDATE rows SET c{instance} = NULL")
+        """Remove every contribution of ``instance`` (a D° hit, or before a rebuilt
+        instance's are written): its own table alone, whatever the number of rows."""
+        self._check_current()
+        self.execute(cur, f"DELETE FROM {contrib_table(instance)}")
+
+    def _check_current(self) -> None:
+        """Writes go to the v3 layout only: a v2 store is converted first (:meth:`upgrade`,
+        which a writable DurableModel.open runs)."""
+        if self.format != FORMAT:
+            raise StoreError(
+                f"{describe(self.location)} is a {self.format} store; open it writable once "
+                "to convert it (DurableModel.open / `forgetting serve`) before writing"
+            )
 
     def load_rows(self, cur=None) -> list[tuple]:
-        cols = ", ".join(f"c{r}" for r in range(self.n_instances))
-        query = f"SELECT id_key, seq, features, target, in_pool, {cols} FROM rows ORDER BY seq"
+        """(id_key, seq, features, target, in_pool, *contrib blobs or None) by seq."""
+        if self.format == FORMAT_V2:
+            cols = ", ".join(f"c{r}" for r in range(self.n_instances))
+            query = f"SELECT id_key, seq, features, target, in_pool, {cols} FROM rows ORDER BY seq"
+        else:
+            blobs = ", ".join(f"c{r}.blob" for r in range(self.n_instances))
+            joins = " ".join(
+                f"LEFT JOIN {contrib_table(r)} c{r} ON c{r}.id_key = rows.id_key"
+                for r in range(self.n_instances)
+            )
+            query = (
+                "SELECT rows.id_key, rows.seq, rows.features, rows.target, rows.in_pool, "
+                f"{blobs} FROM rows {joins} ORDER BY rows.seq"
+            )
         if cur is not None:
             return self.execute(cur, query).fetchall()
         return self._read(lambda own: self.execute(own, query).fetchall(), "reading the rows")
@@ -667,7 +794,10 @@ class SQLStore:
         return out
 
     def count(self, table: str) -> int:
-        if table not in TABLES:
+        known = table in TABLES or (
+            table.startswith("contrib_") and table.removeprefix("contrib_").isdigit()
+        )
+        if not known:
             raise ValueError(f"unknown table {table!r}")
         query = f"SELECT COUNT(*) FROM {table}"
         return int(self._read(lambda cur: self.execute(cur, query).fetchone()[0]))
