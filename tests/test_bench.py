@@ -84,3 +84,17 @@ def test_breakdown_benchmark_times_every_step_and_restores_them(tmp_path):
     )
     assert (QSSEngine.__dict__["forget"], FlatTables.__dict__["subtract"]) == before
     assert ("forget" in vars(QSSClassifier)) == own_forget
+
+
+def test_store_benchmark_times_durable_deletions_and_hits(tmp_path):
+    from forgetting.bench import store
+
+    code = store.main(
+        ["--sizes", "3000", "--fast", "5", "--hits", "1", "--out", str(tmp_path), "--name", "s"]
+    )
+    assert code == 0
+    with open(tmp_path / "s-durable_deletion.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["format"] == "forgetting-store-v3" and row["backend"] == "sqlite"
+    assert float(row["d0_forget_ms"]) > 0 and float(row["d0_landed_s"]) > 0
+    assert 0 < float(row["forget_predict_p50_ms"]) <= float(row["forget_predict_p99_ms"])

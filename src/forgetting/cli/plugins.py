@@ -38,6 +38,7 @@ BENCHMARKS = (
     "scale",
     "heads",
     "breakdown",
+    "store",
 )
 
 #: ``forgetting audit NAME``: modules with ``configure(parser)`` and ``run(args) -> int``.
