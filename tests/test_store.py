@@ -313,7 +313,7 @@ def _serve(db: str, token_file: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "forgetting", "serve", "--store", db, "--port", str(port),
-         "--token-file", str(token_file), "--log-level", "critical"],
+         "--token-file", str(token_file), "--log-level", "critical", "--no-warmup"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"

@@ -16,7 +16,7 @@ from ..io import tables
 from .commands import cmd_fit, cmd_forget, cmd_insert, cmd_inspect, cmd_predict, cmd_verify
 from .estimator import estimator_defaults
 from .plugins import available_audits, available_benchmarks
-from .serve import cmd_serve
+from .serve import cmd_serve, cmd_warmup
 
 
 def _positive_int(text: str) -> int:
@@ -381,7 +381,28 @@ def build_parser() -> argparse.ArgumentParser:
         default="info",
         help="server log level (default info)",
     )
+    serve.add_argument(
+        "--no-warmup",
+        dest="warmup",
+        action="store_false",
+        help="do not start `forgetting warmup` in the background (by default it compiles the "
+        "kernels a forget needs while the store loads, once per machine: the first deletion "
+        "would otherwise wait seconds)",
+    )
     serve.set_defaults(func=cmd_serve)
+
+    warmup = sub.add_parser(
+        "warmup",
+        help="compile the library's kernels once per machine (else the first fit and the "
+        "first forget wait seconds for it)",
+        description="Compile every kernel the library runs into numba's on-disk cache (beside "
+        "the installed package, or NUMBA_CACHE_DIR) by running small fits, forgets, inserts and "
+        "predictions in a separate process. On a machine that never ran them, the first fit "
+        "and the first forget otherwise wait seconds for compilation. Run it once after "
+        "installing (e.g. in a container image); with a complete cache it takes a few seconds.",
+    )
+    warmup.add_argument("--quiet", action="store_true", help="print nothing")
+    warmup.set_defaults(func=cmd_warmup)
 
     # Listed for `forgetting --help`; main() hands `bench ...` and `audit ...` to run_bench and
     # run_audit, whose modules own their options (`forgetting bench NAME --help`).

@@ -38,17 +38,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "no bearer token configured: pass --token-file FILE or set FORGETTING_TOKENS "
             "(comma separated); without one nobody could forget anything"
         )
-    with open_store(args, read_only=False) as model:
-        try:
-            app = create_app(model, config)
-        except ConfigError as err:
-            raise usage(str(err)) from None
-        if args.host not in ("127.0.0.1", "localhost", "::1"):
-            note(f"listening on {args.host}, beyond this machine; put TLS in front of it")
-        print(
-            f"serving {redact(args.store)} on http://{args.host}:{args.port} "
-            f"(docs at /docs; {config!r})",
-            file=sys.stderr,
-        )
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    warming = None
+    if args.warmup:
+        from ..warmup import warm_up
+
+        # its own process: compiles what the first forget needs while the store loads
+        warming = warm_up(wait=False, quiet=True)
+        print("compiling kernels in the background (--no-warmup skips)", file=sys.stderr)
+    try:
+        with open_store(args, read_only=False) as model:
+            try:
+                app = create_app(model, config)
+            except ConfigError as err:
+                raise usage(str(err)) from None
+            if args.host not in ("127.0.0.1", "localhost", "::1"):
+                note(f"listening on {args.host}, beyond this machine; put TLS in front of it")
+            print(
+                f"serving {redact(args.store)} on http://{args.host}:{args.port} "
+                f"(docs at /docs; {config!r})",
+                file=sys.stderr,
+            )
+            uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        if warming is not None and warming.poll() is None:
+            warming.terminate()
+    return 0
+
+
+def cmd_warmup(args: argparse.Namespace) -> int:
+    """``forgetting warmup``: :func:`forgetting.warmup.warm_up`, waiting for it."""
+    from ..warmup import warm_up
+
+    code = warm_up(wait=True, quiet=args.quiet)
+    if code != 0:
+        raise CLIError(f"the warm-up failed (exit status {code}); see its output above")
     return 0

@@ -1,0 +1,157 @@
+"""Compile the library's kernels into numba's on-disk cache, once per machine.
+
+Why: the compiled kernels (``forgetting.content._*_kernel*``) are built by numba on first use
+and cached beside their source (or under ``NUMBA_CACHE_DIR``). On a machine that has never run
+them, the first fit pays seconds of compilation and the first ``forget`` after it too (a
+scratch run at 30k rows on a 2-core Xeon, another job running: fit 11.5 s cold against 1.0 s
+cached, first forget 4.6 s against 16 ms) — a freshly deployed service would hold its first
+deletion, and every prediction waiting on the model's lock, that long. Running this once
+after installing (``forgetting warmup``; ``make setup`` does) moves that cost out of the first
+requests; ``forgetting serve`` starts it in a background process unless told not to.
+
+What it runs: small fits, predictions, forgets (outside D° and at a D° hit), batch forgets and
+inserts in every mode whose path has kernels — exact and label mode, classification and
+regression, the default flat partition and the RQ codebook — with the kernels forced on
+(``FORGETTING_KERNELS=numba``, ``FORGETTING_HASH_BACKEND=numba``: at these sizes the library
+would otherwise use numpy), and once with the head-vs-tables factor raised so that the tables
+serve and the gain filter's kernels run, as they do on large data. The models are thrown away.
+
+It runs in a process of its own (:func:`warm_up` starts ``python -m forgetting.warmup``),
+because forcing the kernels and raising the factor are process-wide settings that must never
+touch a caller's models. ``tests/test_warmup.py`` checks that after it, in a fresh process,
+a default fit at 20k rows, its forgets (outside D°, a hit, a batch) and predictions compile
+nothing — and the same where the tables serve and the gain filter runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+KERNEL_MODULES = (
+    "forgetting.content._table_kernels",
+    "forgetting.content._head_kernels",
+    "forgetting.content._gain_filter_kernel",
+    "forgetting.content._blake2_kernel",
+)
+"""Every module of compiled kernels (each function with numba's ``signatures``)."""
+
+
+def kernel_stats() -> dict[str, tuple[int, int]]:
+    """Per loaded kernel, (signatures loaded from the cache, signatures compiled) so far in
+    this process (numba's dispatcher statistics)."""
+    out = {}
+    for name in KERNEL_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        for attr, value in vars(module).items():
+            stats = getattr(value, "stats", None)
+            if stats is not None and hasattr(stats, "cache_misses"):
+                hits = sum(stats.cache_hits.values())
+                misses = sum(stats.cache_misses.values())
+                if hits or misses:
+                    out[f"{name.rsplit('.', 1)[1]}.{attr}"] = (hits, misses)
+    return out
+
+
+def _mixture(n: int = 3000, d: int = 16, k: int = 4, seed: int = 3):
+    """A small Gaussian mixture (float32 features, k classes of 4 sub-clusters each)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(k * 4, d)).astype(np.float32)
+    component = rng.integers(0, k * 4, size=n)
+    X = centers[component] + rng.normal(scale=1.2, size=(n, d)).astype(np.float32)
+    return X, (component % k).astype(np.int64)
+
+
+def _exercise(model, X, y) -> None:
+    """Fit; predict one row and many; forget rows one by one (a prediction after each) until
+    one hits a D° (the receipt says so) after at least three that did not; forget a batch;
+    insert one small and one large batch: every serving and update path."""
+    n = len(y) - 400
+    ids = list(range(n))
+    model.fit(X[:n], y[:n], ids)
+    model.predict(X[:1])
+    model.predict(X[:200])
+    misses = hits = 0
+    for row in ids[:600]:
+        receipt = model.forget([row])
+        model.predict(X[:1])
+        if receipt.instances_hit:
+            hits += 1
+        else:
+            misses += 1
+        if hits and misses >= 3:
+            break
+    model.forget(ids[700:760])
+    model.predict(X[:5])
+    model.insert(X[n : n + 2], y[n : n + 2], [len(y) + 1, len(y) + 2])
+    model.predict(X[:1])
+    model.insert(X[n + 2 :], y[n + 2 :], list(range(len(y) + 3, len(y) + 401)))
+    model.predict(X[:50])
+
+
+def run() -> dict[str, tuple[int, int]]:
+    """The workloads, in this process (see the module docstring: a process of its own)."""
+    os.environ["FORGETTING_KERNELS"] = "numba"
+    os.environ["FORGETTING_HASH_BACKEND"] = "numba"
+    from . import QSSClassifier, QSSRegressor
+    from .content import head as head_module
+
+    X, y = _mixture()
+    common = dict(n_instances=3, rebuild="sync", random_state=0, secret_key=b"warm-up" * 4)
+    _exercise(QSSClassifier(**common), X, y)
+    _exercise(QSSClassifier(mode="label", **common), X, y)
+    _exercise(QSSClassifier(n_levels=2, n_centroids=16, **common), X, y)
+    Xr = X.astype(np.float64)
+    yr = Xr[:, 0] * 2.0 - Xr[:, 1] + np.sin(3.0 * Xr[:, 2])
+    _exercise(QSSRegressor(**common), Xr, yr)
+    factor = head_module.TABLES_GAIN_FACTOR
+    head_module.TABLES_GAIN_FACTOR = 50.0  # the tables serve: the gain filter's kernels run
+    try:
+        _exercise(QSSClassifier(**common), X, y)
+    finally:
+        head_module.TABLES_GAIN_FACTOR = factor
+    return kernel_stats()
+
+
+def warm_up(*, wait: bool = True, quiet: bool = False) -> subprocess.Popen | int:
+    """Run the warm-up in a process of its own (``python -m forgetting.warmup``). With
+    ``wait``, return its exit status; else the running process (``forgetting serve`` starts
+    it in the background and goes on)."""
+    command = [sys.executable, "-m", "forgetting.warmup"] + (["--quiet"] if quiet else [])
+    if not wait:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.call(command)
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m forgetting.warmup") -> int:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Compile every kernel the library runs into numba's on-disk cache "
+        "(beside the package, or NUMBA_CACHE_DIR), so that the first fit and the first "
+        "forget on this machine do not wait seconds for compilation. Run it once after "
+        "installing; it is quick when the cache is already complete.",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print nothing")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    stats = run()
+    seconds = time.perf_counter() - started
+    if not args.quiet:
+        compiled = sum(m for _, m in stats.values())
+        cached = sum(h for h, _ in stats.values())
+        print(
+            f"{len(stats)} kernels ready in {seconds:.1f} s: {compiled} signatures compiled, "
+            f"{cached} loaded from the cache"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
