@@ -99,6 +99,7 @@ def start_server(store: Path, port: int, token: str, max_batch: int) -> subproce
         sys.executable, "-m", "forgetting", "serve", "--store", str(store),
         "--host", HOST, "--port", str(port), "--log-level", "warning",
         "--max-batch", str(max_batch),
+        "--no-warmup",  # a warm-up process beside the server would skew the first phase
     ]  # fmt: skip
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
