@@ -84,13 +84,19 @@ def test_forget_is_idempotent_and_unknown_ids_change_nothing(db):
     model.close()
 
 
+def _store_of_distinct_rows(db: str, params: dict, seed: int):
+    """A store of rows whose bytes are unique (jittered features), to search the files for:
+    (model, ids, the engine's rows)."""
+    X, y = classification_data(d=10)
+    X = X + np.random.default_rng(seed).normal(scale=1e-3, size=X.shape)
+    ids = user_ids(len(y))
+    model = DurableModel.create(db, QSSClassifier(**params), X, y, ids)
+    return model, ids, model.estimator.engine_.rows
+
+
 def test_no_residue_in_database_or_wal(sqlite_db):
     db = sqlite_db
-    X, y = classification_data(d=10)
-    X = X + np.random.default_rng(0).normal(scale=1e-3, size=X.shape)
-    ids = user_ids(len(y))
-    model = DurableModel.create(db, QSSClassifier(**FAST), X, y, ids)
-    rows = model.estimator.engine_.rows
+    model, ids, rows = _store_of_distinct_rows(db, FAST, 0)
     victim = [
         i for i in ids if i not in set().union(*[schema_ids(model.estimator, r) for r in range(3)])
     ][0]
@@ -125,11 +131,7 @@ def test_a_d0_hit_leaves_no_contribution_of_the_hit_instance_on_disk(sqlite_db, 
     instance is never written here, so its new rows cannot overwrite the freed pages."""
     monkeypatch.setattr(DurableModel, "_persist_now", lambda self: None)
     db = sqlite_db
-    X, y = classification_data(d=10)
-    X = X + np.random.default_rng(1).normal(scale=1e-3, size=X.shape)
-    ids = user_ids(len(y))
-    model = DurableModel.create(db, QSSClassifier(**BG), X, y, ids)
-    rows = model.estimator.engine_.rows
+    model, ids, rows = _store_of_distinct_rows(db, BG, 1)
     victim = schema_ids(model.estimator, 1)[0]
     others = [i for i in ids if i != victim][:40]
     stored = [
