@@ -111,6 +111,39 @@ def test_one_row_changes_compiled_or_not_are_the_same_integers(kind, monkeypatch
     assert heads[0].equals(heads[1]) and heads[0].equals(bulk)
 
 
+def test_the_compiled_gram_passes_give_numpys_integers_and_floats(monkeypatch):
+    """GramSystem.of's one-pass conversion and the flush's one-pass copy with pending rows
+    (content._head_kernels) give the very floats and integers of numpy's steps — on sums
+    near the int64 limit too, where the adds wrap alike."""
+    rng = np.random.default_rng(11)
+    D = 40
+    rows = rng.integers(-(2**14), 2**14 + 1, size=(2, 300, D)).astype(np.int64)
+    gram = np.stack([r.T @ r for r in rows])  # two positive definite fold Grams
+    v = rng.integers(-(2**14), 2**14 + 1, size=(5, D)).astype(np.int64)
+    pending = [(v[:1], np.array([1]), -1), (v[1:4], np.array([0, 1, 0]), 1), (v[4:], [0], -1)]
+    results = []
+    for kernels in ("numba", "numpy"):
+        monkeypatch.setenv("FORGETTING_KERNELS", kernels)
+        system = head_module.GramSystem.of(gram)
+        results.append((system.G0, system.factor, head_module._with_pending(gram, pending)))
+    (G0_a, factor_a, new_a), (G0_b, factor_b, new_b) = results
+    assert np.array_equal(G0_a, G0_b) and np.array_equal(factor_a, factor_b)
+    assert np.array_equal(new_a, new_b)
+    manual = gram.copy()
+    for block, folds, sign in pending:
+        for row, f in zip(block, folds, strict=True):
+            manual[f] += sign * np.outer(row, row)
+    assert np.array_equal(new_a, manual)
+    # sums past the int64 range wrap in both (never reached by real Grams: a guard)
+    from forgetting.content import _head_kernels as kernels
+
+    huge = np.full((2, 3, 3), 2**62, dtype=np.int64)
+    G, G0 = np.empty((3, 3)), np.empty((3, 3))
+    kernels.gram_floats(huge, 2.0**-28, G, G0)
+    assert np.array_equal(G, np.add(huge[0], huge[1]).astype(np.float64) * 2.0**-28)
+    assert np.array_equal(G0, huge[0].astype(np.float64) * 2.0**-28)
+
+
 def test_add_then_subtract_restores_the_integers_and_order_does_not_matter():
     rng = np.random.default_rng(1)
     Z = rng.normal(size=(500, 8))
@@ -440,12 +473,12 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         return real_of(cls, gram)
 
     monkeypatch.setattr(GramSystem, "of", classmethod(counting_of))
-    grams = []
-    real_fold_grams = head_module.fold_grams
+    grams = []  # the leaving rows' Gram terms added to the sums (content.head._with_pending)
+    real_with_pending = head_module._with_pending
 
-    def counting_fold_grams(v, folds):
+    def counting_with_pending(gram, pending):
         grams.append(1)
-        return real_fold_grams(v, folds)
+        return real_with_pending(gram, pending)
 
     inputs = []
     real_head_inputs = Instance.head_inputs
@@ -463,7 +496,7 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         model.predict(X[:5])
         grams.clear()
         inputs.clear()
-        monkeypatch.setattr(head_module, "fold_grams", counting_fold_grams)
+        monkeypatch.setattr(head_module, "_with_pending", counting_with_pending)
         monkeypatch.setattr(Instance, "head_inputs", counting_head_inputs)
         model.forget(outside_all_schemas(model)[:2])
         assert len(inputs) == per_change, head  # the leaving rows' head features
@@ -473,7 +506,7 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         # the leaving rows' Gram terms (pending until the solve reads the sums): once, or per
         # head; and the factorization
         assert len(grams) == per_change, head
-        monkeypatch.setattr(head_module, "fold_grams", real_fold_grams)
+        monkeypatch.setattr(head_module, "_with_pending", real_with_pending)
         assert len(calls) == per_change, head
         heads = [inst.head for inst in model.engine_.instances]
         assert all(np.array_equal(heads[0].gram, h.gram) for h in heads) == (head == "shared-ridge")

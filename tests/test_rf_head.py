@@ -251,9 +251,9 @@ def test_one_gram_for_every_instance_factored_once_per_change(served, monkeypatc
     monkeypatch.setattr(
         GramSystem, "of", classmethod(lambda cls, g: systems.append(1) or real_of(cls, g))
     )
-    real_fold_grams = head_module.fold_grams
+    real_with_pending = head_module._with_pending  # the leaving rows' Gram terms added
     monkeypatch.setattr(
-        head_module, "fold_grams", lambda v, f: grams.append(1) or real_fold_grams(v, f)
+        head_module, "_with_pending", lambda g, p: grams.append(1) or real_with_pending(g, p)
     )
     real_inputs = Instance.head_inputs
     monkeypatch.setattr(Instance, "head_inputs", lambda s, X: inputs.append(1) or real_inputs(s, X))

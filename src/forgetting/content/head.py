@@ -225,6 +225,29 @@ def fold_grams(v: np.ndarray, folds: np.ndarray, parallel: bool = False) -> list
     return (map_instances if parallel else serial_map)(one, [0, 1])
 
 
+PENDING_PASS_ROWS = 8
+"""Pending rows up to this many are added while copying the Gram, in one compiled pass
+(content._head_kernels.gram_with_rows); more go through :func:`_add_pending`'s products."""
+
+
+def _with_pending(gram: np.ndarray, pending: list) -> np.ndarray:
+    """A new (2, D, D) int64 array: ``gram`` plus the Gram terms of ``pending`` rows — the
+    integers of a copy followed by :func:`_add_pending`, in one pass when the rows are few."""
+    D = gram.shape[1]
+    n = sum(len(v) for v, _, _ in pending)
+    kernel = HEAD_KERNELS.get(D * D) if 0 < n <= PENDING_PASS_ROWS else None
+    if kernel is None or gram.dtype != np.int64:
+        new = np.array(gram)
+        _add_pending(new, pending)
+        return new
+    V = np.concatenate([np.asarray(v).astype(np.int64, copy=False) for v, _, _ in pending])
+    folds = np.concatenate([np.asarray(f).astype(np.int64, copy=False) for _, f, _ in pending])
+    signs = np.concatenate([np.full(len(v), s, dtype=np.int64) for v, _, s in pending])
+    new = np.empty_like(gram)
+    kernel.gram_with_rows(np.ascontiguousarray(gram), V, folds, signs, new)
+    return new
+
+
 def _add_pending(gram: np.ndarray, pending: list) -> None:
     """Add the Gram terms of ``pending`` rows — (v, folds, sign) triples — to ``gram``
     (2, D, D) in place: the rows of each sign together, one fold Gram each."""
@@ -778,10 +801,16 @@ class GramSystem:
     @classmethod
     def of(cls, gram: np.ndarray) -> GramSystem:
         scale = 2.0 ** (-2 * FEATURE_BITS)
-        G = np.add(gram[0], gram[1]).astype(np.float64)  # integer sums: exact, then one rounding
-        G *= scale
-        G0 = gram[0].astype(np.float64)
-        G0 *= scale
+        D = gram.shape[1]
+        kernel = HEAD_KERNELS.get(D * D)
+        if kernel is not None and gram.dtype == np.int64:  # one pass: the same floats
+            G, G0 = np.empty((D, D)), np.empty((D, D))
+            kernel.gram_floats(np.ascontiguousarray(gram), scale, G, G0)
+        else:
+            G = np.add(gram[0], gram[1]).astype(np.float64)  # integer sums: exact, one rounding
+            G *= scale
+            G0 = gram[0].astype(np.float64)
+            G0 *= scale
         lam = head_penalty(gram)
         # a fold has rows iff its Gram's trace is positive (every row adds 2^28 for the bias)
         folds_filled = all(int(np.trace(gram[f])) > 0 for f in (0, 1))
@@ -932,8 +961,7 @@ class GramCache:
                 and _same_pending(last[1], pending)
             ):
                 return last[2], last[3]
-            new = np.array(gram)  # a writable copy; the pending terms added in place
-            _add_pending(new, pending)
+            new = _with_pending(gram, pending)  # a new array: the given one is shared
             new.flags.writeable = False
             new_token = self._token()
             if token is not None:
