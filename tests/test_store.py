@@ -225,6 +225,29 @@ def test_a_v2_store_is_read_as_it_is_and_converted_by_a_writable_open(db):
         assert again.state_digest() == digest
 
 
+def test_a_reader_of_a_v2_store_follows_a_writer_that_converts_it(db):
+    """A read-only model opened on a v2 store keeps working after a writer converts the store
+    and changes it: its next consistent read (verify) finds format v3 in the same transaction
+    as the rows, and adopts the writer's state."""
+    X, y = classification_data()
+    ids = user_ids(len(y))
+    DurableModel.create(db, QSSClassifier(**FAST), X, y, ids).close()
+    _as_v2_store(db, 3)
+    reader = DurableModel.open(db, read_only=True)
+    try:
+        with DurableModel.open(db) as writer:  # converts, then writes in format v3
+            writer.forget([ids[7], schema_ids(writer.estimator, 1)[0]])
+            writer.wait_for_rebuilds()
+            digest = writer.state_digest()
+        assert reader.state_digest() != digest
+        audit = reader.verify()
+        assert audit["ok"], audit
+        assert reader.state_digest() == digest
+        assert reader.stats()["store_format"] == "forgetting-store-v3"
+    finally:
+        reader.close()
+
+
 def test_a_conversion_that_fails_leaves_the_v2_store_as_it_was(sqlite_db, monkeypatch):
     from forgetting.store import sql
 
