@@ -74,6 +74,11 @@ def contrib_table(instance: int) -> str:
     return f"contrib_{int(instance)}"
 
 
+def is_contrib_table(name: str) -> bool:
+    """Whether ``name`` is a :func:`contrib_table` name (digits only after the prefix)."""
+    return name.startswith("contrib_") and name.removeprefix("contrib_").isdigit()
+
+
 PG_LOCK_GRACE_S = 5.0
 """How long a PostgreSQL writer waits for a lock still held by a crashed writer's session."""
 
@@ -563,7 +568,7 @@ class SQLStore:
                 "current_schema() AND substr(table_name, 1, 8) = 'contrib_'"
             )
         names = [str(name) for (name,) in self.execute(cur, query).fetchall()]
-        return sorted(n for n in names if n.removeprefix("contrib_").isdigit())
+        return sorted(n for n in names if is_contrib_table(n))
 
     def upgrade(self) -> bool:
         """Convert a v2 store (contributions as columns ``c_r`` of ``rows``) to v3 in one
@@ -691,19 +696,13 @@ class SQLStore:
             self.executemany(cur, f"DELETE FROM {contrib_table(r)} WHERE id_key = ?", keys)
 
     def set_contributions(self, cur, instance: int, items: list[tuple[bytes, bytes]]) -> None:
-        """items: (blob, id_key) of stored rows; a blob of None clears the contribution."""
+        """items: (blob, id_key) of stored rows, written into ``instance``'s table after
+        :meth:`clear_contributions` emptied it (a landed rebuild writes every row's)."""
         self._check_current()
-        table = contrib_table(instance)
         self.executemany(
             cur,
-            f"INSERT INTO {table} (id_key, blob) VALUES (?, ?) "
-            "ON CONFLICT (id_key) DO UPDATE SET blob = excluded.blob",
-            [(key, blob) for blob, key in items if blob is not None],
-        )
-        self.executemany(
-            cur,
-            f"DELETE FROM {table} WHERE id_key = ?",
-            [(key,) for blob, key in items if blob is None],
+            f"INSERT INTO {contrib_table(instance)} (id_key, blob) VALUES (?, ?)",
+            [(key, blob) for blob, key in items],
         )
 
     def clear_contributions(self, cur, instance: int) -> None:
@@ -794,10 +793,7 @@ class SQLStore:
         return out
 
     def count(self, table: str) -> int:
-        known = table in TABLES or (
-            table.startswith("contrib_") and table.removeprefix("contrib_").isdigit()
-        )
-        if not known:
+        if table not in TABLES and not is_contrib_table(table):
             raise ValueError(f"unknown table {table!r}")
         query = f"SELECT COUNT(*) FROM {table}"
         return int(self._read(lambda cur: self.execute(cur, query).fetchone()[0]))
