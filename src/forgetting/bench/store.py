@@ -10,7 +10,9 @@ at a D° hit the transaction is most of it. Measured per size, in one process:
 * ``forget_predict_p50_ms`` — ``forget([id])`` and the first ``predict`` of one row after it,
   for ids outside every D° (the durable t_fast);
 * ``d0_forget_ms`` — the ``forget`` call alone at a D° hit (chosen with the benchmark's own
-  membership key, confirmed by the receipt), median over the hits;
+  membership key, confirmed by the receipt), median over the hits, and
+  ``d0_forget_predict_ms`` the same call with the first one-row prediction after it (what a
+  caller waits for);
 * ``d0_landed_s`` — from that call until the rebuilt instance is in the store (the persister
   wrote its schema and contributions), median; ``predict_max_ms`` — the longest one-row
   prediction while that happened (predictions every millisecond from the hit on);
@@ -41,7 +43,7 @@ from .report import write_results
 
 COLUMNS = [
     "n", "backend", "format", "create_s", "forget_predict_p50_ms", "forget_predict_p99_ms",
-    "d0_hits", "d0_forget_ms", "d0_landed_s", "predict_max_ms", "store_mb",
+    "d0_hits", "d0_forget_ms", "d0_forget_predict_ms", "d0_landed_s", "predict_max_ms", "store_mb",
 ]  # fmt: skip
 
 
@@ -82,11 +84,13 @@ def measure(n: int, location: str, backend: str, fast: int, hits: int) -> dict:
             if receipt["instances_hit"]:
                 raise RuntimeError("a row outside every D° hit an instance")
             times.append(elapsed)
-        forget_ms, landed_s, stalls = [], [], []
+        forget_ms, waited_ms, landed_s, stalls = [], [], [], []
         for v in tqdm(order[:hits].tolist(), desc=f"n={n} D° hits", leave=False):
             t = time.perf_counter()
             receipt = model.forget([int(v)])
             forget_ms.append((time.perf_counter() - t) * 1e3)
+            model.predict(x)
+            waited_ms.append((time.perf_counter() - t) * 1e3)
             hit = receipt["instances_hit"]
             if not hit:
                 raise RuntimeError("a D° row hit no instance")
@@ -111,6 +115,7 @@ def measure(n: int, location: str, backend: str, fast: int, hits: int) -> dict:
             "forget_predict_p99_ms": float(np.percentile(fast_ms, 99)),
             "d0_hits": hits,
             "d0_forget_ms": float(np.median(forget_ms)),
+            "d0_forget_predict_ms": float(np.median(waited_ms)),
             "d0_landed_s": float(np.median(landed_s)),
             "predict_max_ms": float(np.max(stalls)),
             "store_mb": _files_mb(location),
@@ -156,7 +161,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
         "D° (chosen with the benchmark's membership key; the receipt confirms no hit). "
         "d0_forget_ms: the `forget` call alone at a D° hit — its transaction removes the row, "
         "clears the hit instance's schema and contributions, records the receipt, commits "
-        "(synchronous=FULL on SQLite) and purges the write-ahead log. d0_landed_s: from that "
+        "(synchronous=FULL on SQLite) and purges the write-ahead log; d0_forget_predict_ms adds "
+        "the first one-row `predict` after it. d0_landed_s: from that "
         "call until the rebuilt instance's schema and contributions are committed by the "
         "persister; predict_max_ms: the longest one-row prediction meanwhile (one per ms). "
         "format: the store format written (v3: one table of contributions per instance; v2: "
