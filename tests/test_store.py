@@ -597,3 +597,158 @@ def test_a_read_only_verify_beside_a_running_writer_reads_one_consistent_state(d
         assert audit["n_rows"] == len(ids) - 4
         assert audit["state_digest"] == writer.state_digest()
     writer.close()
+
+
+def _wait_until(condition, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+class _HeldCommits:
+    """Counts the forget transactions and holds the first one open until ``release``: the
+    callers that come meanwhile queue behind it (DurableModel.forget's group commit)."""
+
+    def __init__(self, monkeypatch, fail_after_first: bool = False):
+        from forgetting.store.sql import SQLStore
+
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.commits = 0
+        original = SQLStore.transaction
+
+        def counted(store, doing="writing to the store"):
+            if doing == "forgetting rows":
+                self.commits += 1
+                if self.commits == 1:
+                    self.entered.set()
+                    assert self.release.wait(30)
+                elif fail_after_first:
+                    raise StoreError("simulated: the disk is full")
+            return original(store, doing)
+
+        monkeypatch.setattr(SQLStore, "transaction", counted)
+
+
+def _forget_in_threads(model, requests: dict, first: list, held: _HeldCommits) -> dict:
+    """``first`` forgotten in a thread whose commit is held; then every request of
+    ``requests`` (name → ids) from a thread of its own, released once all are queued.
+    Returns name → receipt or the exception raised."""
+    results: dict = {}
+
+    def call(name, ids):
+        try:
+            results[name] = model.forget(ids)
+        except Exception as err:  # noqa: BLE001 - the test looks at it
+            results[name] = err
+
+    leader = threading.Thread(target=call, args=("first", first))
+    leader.start()
+    assert held.entered.wait(30)
+    threads = [threading.Thread(target=call, args=item) for item in requests.items()]
+    for thread in threads:
+        thread.start()
+    _wait_until(lambda: model.queued_forgets == len(requests))
+    held.release.set()
+    for thread in [leader, *threads]:
+        thread.join(60)
+    return results
+
+
+def test_concurrent_forgets_share_one_commit_and_each_gets_its_own_answer(db, monkeypatch):
+    """Forgets that arrive while another one commits wait for it and are then applied and
+    written together, in one transaction (group commit): each caller still gets its own
+    receipt, or its own error, and the store ends equal to memory and to a refit."""
+    X, y = classification_data(n=400)
+    ids = user_ids(len(y))
+    model = DurableModel.create(db, QSSClassifier(**BG), X, y, ids, overwrite=True)
+    est = model.estimator
+    in_schema = {i for r in range(est.n_instances) for i in schema_ids(est, r)}
+    outside = [i for i in ids if i not in in_schema]
+    hit = sorted(set(schema_ids(est, 0)))[0]
+    held = _HeldCommits(monkeypatch)
+    requests = {
+        "b": [outside[1]],
+        "c": [outside[2], outside[3]],
+        "hit": [hit],
+        "unknown": ["never-seen"],
+        "again": [outside[1]],  # the same row as "b", in the same group
+    }
+    results = _forget_in_threads(model, requests, [outside[0]], held)
+    assert held.commits == 2  # the first request's, then one for all that queued behind it
+    assert isinstance(results["unknown"], KeyError)
+    for name, n in (("first", 1), ("c", 2), ("hit", 1)):
+        assert isinstance(results[name], dict) and results[name]["n_rows"] == n, name
+    assert results["hit"]["instances_hit"]
+    twice = [results["b"], results["again"]]
+    assert sorted(bool(r.get("already_forgotten")) for r in twice) == [False, True]
+    assert twice[0]["id_hashes"] == twice[1]["id_hashes"]
+    stored = model.receipt(results["c"]["id_hashes"][1])
+    assert stored["state_digest"] == results["c"]["state_digest"]
+    model.wait_for_rebuilds()
+    digest = model.state_digest()
+    assert model.verify()["ok"]
+    assert model.stats()["queued_forgets"] == 0
+    model.close()
+    with DurableModel.open(db) as reopened:
+        reopened.wait_for_rebuilds()
+        assert reopened.state_digest() == digest
+        assert reopened.estimator.n_rows_ == len(ids) - 5
+
+
+def test_a_group_whose_commit_fails_fails_each_request_and_memory_follows_the_store(
+    sqlite_db, monkeypatch
+):
+    """The shared transaction fails: every request in the group raises the store's error,
+    memory is restored from the store (those rows are back), and the next forget of them
+    works — the invariant of a single forget, for a group."""
+    X, y = classification_data(n=400)
+    ids = user_ids(len(y))
+    model = DurableModel.create(sqlite_db, QSSClassifier(**BG), X, y, ids)
+    est = model.estimator
+    in_schema = {i for r in range(est.n_instances) for i in schema_ids(est, r)}
+    outside = [i for i in ids if i not in in_schema]
+    held = _HeldCommits(monkeypatch, fail_after_first=True)
+    results = _forget_in_threads(model, {"b": [outside[1]], "c": [outside[2]]}, [outside[0]], held)
+    assert results["first"]["n_rows"] == 1
+    for name in ("b", "c"):
+        assert isinstance(results[name], StoreError) and "disk is full" in str(results[name])
+    assert model.estimator.n_rows_ == len(ids) - 1  # b and c are back: the store's rows
+    monkeypatch.undo()
+    assert model.forget([outside[1]])["n_rows"] == 1
+    assert model.verify()["ok"]
+    model.close()
+
+
+def test_a_forget_that_fails_after_changing_memory_restores_the_group_from_the_store(
+    sqlite_db, monkeypatch
+):
+    """A request whose in-memory forget raises after it changed the model (nothing the
+    estimator does today, but nothing the group may then commit on top of): the model is
+    reloaded from the store and every request of the group raises — none is half written."""
+    X, y = classification_data(n=400)
+    ids = user_ids(len(y))
+    model = DurableModel.create(sqlite_db, QSSClassifier(**BG), X, y, ids)
+    est = model.estimator
+    in_schema = {i for r in range(est.n_instances) for i in schema_ids(est, r)}
+    outside = [i for i in ids if i not in in_schema]
+    original = QSSClassifier.forget
+
+    def breaks_after(self, ids, **kwargs):
+        receipt = original(self, ids, **kwargs)
+        if outside[2] in list(ids):
+            raise RuntimeError("simulated failure after the rows left memory")
+        return receipt
+
+    monkeypatch.setattr(QSSClassifier, "forget", breaks_after)
+    held = _HeldCommits(monkeypatch)
+    results = _forget_in_threads(
+        model, {"b": [outside[1]], "c": [outside[2]], "d": [outside[3]]}, [outside[0]], held
+    )
+    assert results["first"]["n_rows"] == 1
+    for name in ("b", "c", "d"):
+        assert isinstance(results[name], RuntimeError), (name, results[name])
+    assert held.commits == 1  # the broken group wrote nothing
+    assert model.estimator.n_rows_ == len(ids) - 1
+    assert model.verify()["ok"]
+    model.close()

@@ -25,6 +25,7 @@ then takes both locks in the usual order and writes the new schema and contribut
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import threading
 import time
@@ -85,12 +86,63 @@ class _Loaded:
         """The stored rows the estimator was restored from (None after a fresh fit)."""
 
 
+GROUP_REQUESTS = 256
+"""Most forget requests one group commit takes (DurableModel.forget): bounds how long the
+first of them waits for the others' in-memory forgets (~1 ms each)."""
+
+
+class _ForgetRequest:
+    """One caller's forget, queued for the next group commit, and its answer."""
+
+    __slots__ = ("ids", "erase_inputs", "done", "leads", "_receipt", "_error", "_event")
+
+    def __init__(self, ids, erase_inputs: bool):
+        self.ids = ids
+        self.erase_inputs = erase_inputs
+        self.done = False
+        self.leads = False
+        self._receipt: dict | None = None
+        self._error: BaseException | None = None
+        self._event = threading.Event()
+
+    def answer(self, receipt: dict) -> None:
+        self._receipt, self.done = receipt, True
+        self._event.set()
+
+    def fail(self, err: BaseException) -> None:
+        self._error, self.done = err, True
+        self._event.set()
+
+    def lead(self) -> None:
+        """Make this request's caller commit the next group."""
+        self.leads = True
+        self._event.set()
+
+    def wait(self) -> None:
+        self._event.wait()
+
+    def outcome(self) -> dict:
+        """The receipt, or the request's error raised in the caller's thread (a copy when
+        the error was the group's: one exception object is not raised in two threads)."""
+        if self._error is not None:
+            err = self._error
+            if err.__traceback__ is not None:  # raised already, in the committing thread
+                with contextlib.suppress(Exception):  # an error that cannot be copied: as is
+                    err = copy.copy(err)
+                    err.__cause__ = self._error
+            raise err
+        return self._receipt  # type: ignore[return-value]
+
+
 class DurableModel:
     """A fitted QSS estimator mirrored in a store (SQLite file path or PostgreSQL DSN)."""
 
     def __init__(self, store: SQLStore, loaded: _Loaded):
         self._store = store
         self._lock = threading.RLock()
+        self._queue_lock = threading.Lock()
+        self._queued: list[_ForgetRequest] = []  # forget requests waiting for a group commit
+        self._leading = False  # a caller is committing a group (and will hand over the lead)
         self._wake = threading.Event()
         self._closed = False
         self._available = True
@@ -330,6 +382,7 @@ class DurableModel:
                 "classes": self.classes,
                 "instances": instances,
                 "pending_rebuilds": engine.pending_rebuilds(),
+                "queued_forgets": self.queued_forgets,
                 "rebuilds_run": len(seconds),
                 "mean_rebuild_seconds": float(np.mean(seconds)) if seconds else None,
                 "state_digest": engine.state_digest(),
@@ -396,65 +449,164 @@ class DurableModel:
         whose label is already gone) make the call idempotent: if no requested id is still
         to forget, the stored receipt is returned with ``already_forgotten=True``. Unknown ids
         raise KeyError and change nothing.
+
+        Concurrent calls share one commit (group commit): a call queues its request and
+        whichever caller holds this model's lock applies every queued request in memory, one
+        after the other (each with its own receipt, exactly as if called alone), writes them
+        all in one transaction and answers each caller. A durable commit — an fsync of the
+        log, and on SQLite the checkpoint that erases the old page images — costs more than
+        a one-row forget in memory, so under concurrent requests the store's cost is paid
+        once per group instead of once per request (:data:`GROUP_REQUESTS` at most). A
+        request that fails its own checks (an unknown id, say) raises for its caller alone;
+        if the shared transaction fails, every request in it raises and memory is restored
+        from the store, as for a single request.
         """
-        with self._lock:
-            self._require_writable()
-            est = self.estimator
-            if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
-                raise TypeError("ids must be a sequence of ints or strings")
-            wanted = [canonical_id(i) for i in ids]
-            if not wanted:
-                raise ValueError("no ids given")
-            if len(set(wanted)) != len(wanted):
-                raise ValueError("duplicate ids in the request")
-            engine = est.engine_
-            found = engine.rows.lookup(wanted) >= 0
-            present = [i for i, f in zip(wanted, found.tolist(), strict=True) if f]
-            candidates = [i for i, f in zip(wanted, found.tolist(), strict=True) if not f]
-            if present and est.mode == "label" and not erase_inputs:
-                targets = engine.snapshot(ids=present, instances=[]).rows.targets
-                done = ~is_labeled(targets)
-                candidates += [i for i, d in zip(present, done, strict=True) if d]
-                present = [i for i, d in zip(present, done, strict=True) if not d]
-            earlier, unknown = [], []
-            for row_id in candidates:
-                found = self._store.receipts_for(engine.receipt_hash(row_id))
-                if found and found[-1].get("operation") == "forget":
-                    earlier.append(found[-1])
-                else:
-                    unknown.append(row_id)
-            if unknown:
-                raise KeyError(
-                    f"unknown ids (never inserted, or with no label left): {unknown[:10]}"
-                    + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
-                )
-            if not present:
-                self._store.purge_logs()  # a retry after a busy checkpoint finishes it here
-                return {**earlier[-1], "already_forgotten": True}
-            engine_before = engine
-            receipt = est.forget(present, erase_inputs=erase_inputs).to_dict()
-            keys = [id_bytes(i) for i in present]
+        request = _ForgetRequest(ids, erase_inputs)
+        with self._queue_lock:
+            self._queued.append(request)
+            request.leads = not self._leading
+            self._leading = True
+        if not request.leads:
+            request.wait()  # until answered, or handed the lead
+        if request.leads:
             try:
-                with est.engine_.locked(), self._store.transaction("forgetting rows") as cur:
-                    if est.engine_ is not engine_before:
-                        updates = self._rewrite(cur)
-                    else:
+                with self._lock:
+                    self._forget_group()  # its group starts with this request
+            finally:
+                self._hand_over()
+        return request.outcome()
+
+    @property
+    def queued_forgets(self) -> int:
+        """Forget requests waiting for the next group commit (:meth:`forget`)."""
+        with self._queue_lock:
+            return len(self._queued)
+
+    def _hand_over(self) -> None:
+        """The group is answered: the first request still queued leads the next one (its
+        caller wakes and commits), or nobody leads until a request comes."""
+        with self._queue_lock:
+            if self._queued:
+                self._queued[0].lead()
+            else:
+                self._leading = False
+
+    def _forget_group(self) -> None:
+        """Apply the queued forget requests in memory and commit them together (callers
+        hold this model's lock); every request taken is answered, by a receipt or an error."""
+        with self._queue_lock:
+            group = self._queued[:GROUP_REQUESTS]
+            del self._queued[:GROUP_REQUESTS]
+        try:
+            self._require_writable()
+        except Exception as err:
+            for request in group:
+                request.fail(err)
+            return
+        est = self.estimator
+        engine_before = est.engine_
+        uncommitted: dict[str, dict] = {}  # receipt hash → this group's receipt naming it
+        applied: list[tuple[_ForgetRequest, dict, list[bytes]]] = []
+        answered: list[tuple[_ForgetRequest, dict]] = []
+        try:
+            for request in group:
+                before = est.state_digest()
+                try:
+                    outcome = self._forget_in_memory(request, uncommitted)
+                except Exception as err:
+                    if est.state_digest() != before:  # it failed after changing memory:
+                        self._recover(err)  # the store is the truth (the group is lost too)
+                        raise
+                    request.fail(err)  # its checks failed: nothing of it changed memory
+                    continue
+                if isinstance(outcome, dict):
+                    answered.append((request, outcome))
+                else:
+                    applied.append((request, *outcome))
+            if applied:
+                self._commit_forgets(engine_before, applied)
+            self._store.purge_logs()  # a retry after a busy checkpoint finishes it here too
+        except BaseException as err:
+            for request in group:
+                if not request.done:
+                    request.fail(err)
+            if not isinstance(err, Exception):
+                raise
+            return
+        for request, receipt, _keys in applied:
+            request.answer(receipt)
+        for request, receipt in answered:
+            request.answer(receipt)
+
+    def _forget_in_memory(self, request: _ForgetRequest, uncommitted: dict[str, dict]):
+        """One request's checks and in-memory forget: (receipt, row keys) when rows were
+        removed, or the earlier receipt (a dict) when every id was already forgotten — found
+        in the store or among ``uncommitted``, this group's receipts (updated here)."""
+        ids, erase_inputs = request.ids, request.erase_inputs
+        est = self.estimator
+        if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
+            raise TypeError("ids must be a sequence of ints or strings")
+        wanted = [canonical_id(i) for i in ids]
+        if not wanted:
+            raise ValueError("no ids given")
+        if len(set(wanted)) != len(wanted):
+            raise ValueError("duplicate ids in the request")
+        engine = est.engine_
+        found = engine.rows.lookup(wanted) >= 0
+        present = [i for i, f in zip(wanted, found.tolist(), strict=True) if f]
+        candidates = [i for i, f in zip(wanted, found.tolist(), strict=True) if not f]
+        if present and est.mode == "label" and not erase_inputs:
+            targets = engine.snapshot(ids=present, instances=[]).rows.targets
+            done = ~is_labeled(targets)
+            candidates += [i for i, d in zip(present, done, strict=True) if d]
+            present = [i for i, d in zip(present, done, strict=True) if not d]
+        earlier, unknown = [], []
+        for row_id in candidates:
+            id_hash = engine.receipt_hash(row_id)
+            found = [uncommitted[id_hash]] if id_hash in uncommitted else []
+            found = found or self._store.receipts_for(id_hash)
+            if found and found[-1].get("operation") == "forget":
+                earlier.append(found[-1])
+            else:
+                unknown.append(row_id)
+        if unknown:
+            raise KeyError(
+                f"unknown ids (never inserted, or with no label left): {unknown[:10]}"
+                + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+            )
+        if not present:
+            return {**earlier[-1], "already_forgotten": True}
+        receipt = est.forget(present, erase_inputs=erase_inputs).to_dict()
+        for row_id in present:
+            uncommitted[est.engine_.receipt_hash(row_id)] = receipt
+        if earlier:
+            receipt["already_forgotten_ids"] = len(earlier)
+        return receipt, [id_bytes(i) for i in present]
+
+    def _commit_forgets(self, engine_before, applied) -> None:
+        """One transaction for a group's in-memory forgets (``applied``: request, receipt,
+        row keys): their rows, the instances they invalidated, their receipts and the
+        ledger; on failure memory is restored from the store before the error is raised."""
+        est = self.estimator
+        try:
+            with est.engine_.locked(), self._store.transaction("forgetting rows") as cur:
+                if est.engine_ is not engine_before:
+                    updates = self._rewrite(cur)  # a class vanished: the estimator refitted
+                else:
+                    for _request, receipt, keys in applied:
                         if receipt["scope"] == "label":
                             self._store.unlabel_rows(cur, keys)
                         else:
                             self._store.delete_rows(cur, keys)
-                        updates = self._sync_instances(cur)
+                    updates = self._sync_instances(cur)
+                for _request, receipt, _keys in applied:
                     self._store.add_receipt(cur, receipt)
-                    self._write_ledger(cur)
-            except BaseException as err:
-                self._recover(err)
-                raise
-            for r, schema in updates.items():
-                self._persisted[r] = schema
-            self._store.purge_logs()
-            if earlier:
-                receipt["already_forgotten_ids"] = len(earlier)
-            return receipt
+                self._write_ledger(cur)
+        except BaseException as err:
+            self._recover(err)
+            raise
+        for r, schema in updates.items():
+            self._persisted[r] = schema
 
     def insert(self, X, y, ids) -> dict:
         """Insert labeled rows durably; returns the receipt once committed."""
