@@ -10,10 +10,12 @@ from __future__ import annotations
 import hmac
 import json
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
-from conftest import FAST, classification_data, regression_data
+from conftest import FAST, classification_data, regression_data, schema_ids
 
 # FastAPI and httpx are required test dependencies: an ImportError here must fail the run.
 from fastapi.testclient import TestClient
@@ -458,3 +460,53 @@ def test_labels_from_probabilities_fall_back_on_ties():
     from forgetting.service.convert import jsonable
 
     assert jsonable(mixed) == [7, 5] and all(type(v) is int for v in jsonable(mixed))
+
+
+def test_concurrent_forget_requests_share_the_store_commits(tmp_path, monkeypatch):
+    """Forget requests that arrive together reach the model together (it orders them and
+    commits them as one group): here the first request's commit is held open and five more
+    must queue in the model meanwhile — one at a time behind the app's mutation lock, they
+    could not. Each gets its own receipt; two commits in all; the store verifies."""
+    from forgetting.store.sql import SQLStore
+
+    model, X, _ = make_store(tmp_path)
+    client = TestClient(create_app(model, ServiceConfig(tokens=(TOKEN,))))
+    held, release = threading.Event(), threading.Event()
+    commits: list[str] = []
+    original = SQLStore.transaction
+
+    def counted(store, doing="writing to the store"):
+        if doing == "forgetting rows":
+            commits.append(doing)
+            if len(commits) == 1:
+                held.set()
+                assert release.wait(30)
+        return original(store, doing)
+
+    monkeypatch.setattr(SQLStore, "transaction", counted)
+    in_schema = {i for r in range(3) for i in schema_ids(model.estimator, r)}
+    victims = [i for i in _ids(len(X)) if i not in in_schema][:6]
+    responses: dict = {}
+
+    def post(row_id):
+        responses[row_id] = client.post("/forget", json={"ids": [row_id]}, headers=AUTH)
+
+    threads = [threading.Thread(target=post, args=(victims[0],))]
+    threads[0].start()
+    assert held.wait(30)
+    threads += [threading.Thread(target=post, args=(v,)) for v in victims[1:]]
+    for thread in threads[1:]:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while model.queued_forgets < len(victims) - 1:
+        assert time.monotonic() < deadline, "the requests did not reach the model together"
+        time.sleep(0.005)
+    release.set()
+    for thread in threads:
+        thread.join(60)
+    assert all(responses[v].status_code == 200 for v in victims), responses
+    assert len(commits) == 2
+    hashes = {responses[v].json()["id_hashes"][0] for v in victims}
+    assert len(hashes) == len(victims)
+    model.wait_for_rebuilds()
+    assert model.verify()["ok"]

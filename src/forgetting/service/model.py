@@ -51,6 +51,13 @@ def is_available(model: ServableModel) -> bool:
     return bool(getattr(model, "available", True))
 
 
+def groups_forgets(model: ServableModel) -> bool:
+    """Whether the model orders concurrent forgets itself and commits them together
+    (DurableModel's group commit): the app then lets them reach it at once instead of one
+    by one. A model that does not say so gets them one at a time."""
+    return bool(getattr(model, "groups_forgets", False))
+
+
 def can_reload(model: ServableModel) -> bool:
     """Whether the model can rebuild itself from its store after a store error."""
     return callable(getattr(model, "reload", None))

@@ -8,6 +8,9 @@ reflects it.
 Why one lock for mutations: ``forget`` and ``insert`` are serialized here even if the store
 serializes them too: the order of acknowledged changes is then the order of the lock, and a
 receipt's ``state_digest`` is the state right after *its* change. Predictions do not take it.
+Forgets skip it when the model orders them itself and commits concurrent ones together
+(:class:`~forgetting.store.DurableModel`'s group commit, where each receipt's digest is still
+the state right after its own change): serialized here, they would each pay a commit.
 
 Store errors (:class:`~forgetting.store.errors.StoreError`) are not caught here: they pass to
 the app's handler, which answers 503. They are re-raised before the ``ValueError`` clauses
@@ -16,6 +19,7 @@ because ``StoreCorrupt`` is also a ``ValueError`` and must not read as the clien
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -30,7 +34,7 @@ from .batcher import PredictBatcher
 from .config import ServiceConfig
 from .convert import check_batch, check_matrix, finite, jsonable
 from .errors import error_message, unprocessable
-from .model import ServableModel
+from .model import ServableModel, groups_forgets
 from .recovery import Recovery
 from .schemas import (
     ERRORS,
@@ -82,6 +86,7 @@ def build_router(
 ) -> APIRouter:
     """The API's routes for ``model`` under ``config``."""
     router = APIRouter()
+    forget_lock = contextlib.nullcontext() if groups_forgets(model) else mutation_lock
     classification = model.task == "classification"
     token = [Depends(token_dependency(config.tokens))]
     writes = token
@@ -148,7 +153,7 @@ def build_router(
         """
         check_batch(len(body.ids), "ids", config.max_batch)
         try:
-            with mutation_lock:
+            with forget_lock:
                 recovery.require_available()
                 return model.forget(list(body.ids), erase_inputs=body.erase_inputs)
         except StoreError:

@@ -137,6 +137,10 @@ class _ForgetRequest:
 class DurableModel:
     """A fitted QSS estimator mirrored in a store (SQLite file path or PostgreSQL DSN)."""
 
+    groups_forgets = True
+    """Concurrent :meth:`forget` calls are ordered here and committed together: a caller
+    (the HTTP service) need not serialize them (forgetting.service.model.groups_forgets)."""
+
     def __init__(self, store: SQLStore, loaded: _Loaded):
         self._store = store
         self._lock = threading.RLock()
