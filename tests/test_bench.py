@@ -91,8 +91,13 @@ def test_store_benchmark_times_durable_deletions_and_hits(tmp_path):
 
     code = store.main(
         ["--sizes", "3000", "--fast", "5", "--hits", "1", "--out", str(tmp_path), "--name", "s"]
+        + ["--threads", "1,3", "--concurrent", "12"]
     )
     assert code == 0
+    with open(tmp_path / "s-concurrent_one_id_forgets.csv") as f:
+        together = list(csv.DictReader(f))
+    assert [int(r["threads"]) for r in together] == [1, 3]
+    assert all(int(r["forgets"]) == 12 and float(r["rows_per_s"]) > 0 for r in together)
     with open(tmp_path / "s-durable_deletion.csv") as f:
         (row,) = list(csv.DictReader(f))
     assert row["format"] == "forgetting-store-v3" and row["backend"] == "sqlite"

@@ -16,7 +16,10 @@ at a D° hit the transaction is most of it. Measured per size, in one process:
 * ``d0_landed_s`` — from that call until the rebuilt instance is in the store (the persister
   wrote its schema and contributions), median; ``predict_max_ms`` — the longest one-row
   prediction while that happened (predictions every millisecond from the hit on);
-* ``store_mb`` — the database files' size after the run.
+* ``store_mb`` — the database files' size after the run;
+* concurrent forgets (``--threads``): one-id ``forget`` calls from that many threads at once,
+  ids outside every D° — deletions per second and each call's latency. Concurrent calls share
+  the store's commits (DurableModel's group commit), so this is where that shows.
 
 ``--backend postgres`` runs against ``FORGETTING_PG_DSN`` instead of a SQLite file in a
 temporary folder.
@@ -28,7 +31,10 @@ import argparse
 import os
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +67,52 @@ def _persisted(model: DurableModel, instances) -> bool:
     return all(stats[r]["persisted"] for r in instances)
 
 
-def measure(n: int, location: str, backend: str, fast: int, hits: int) -> dict:
+CONCURRENT_COLUMNS = [
+    "n", "backend", "threads", "forgets", "rows_per_s", "latency_p50_ms", "latency_p99_ms",
+]  # fmt: skip
+
+
+def concurrent_forgets(model: DurableModel, victims: list[int], threads: int) -> dict:
+    """Deletions per second, and each call's latency, of one-id ``forget`` calls of
+    ``victims`` (outside every D°) from ``threads`` threads at once."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def work(chunk: list[int]) -> None:
+        for v in chunk:
+            t = time.perf_counter()
+            receipt = model.forget([v])
+            elapsed = time.perf_counter() - t
+            if receipt["instances_hit"]:
+                raise RuntimeError("a row outside every D° hit an instance")
+            with lock:
+                latencies.append(elapsed)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(work, [victims[k::threads] for k in range(threads)]))
+    elapsed = time.perf_counter() - start
+    ms = np.array(latencies) * 1e3
+    return {
+        "threads": threads,
+        "forgets": len(victims),
+        "rows_per_s": len(victims) / elapsed,
+        "latency_p50_ms": float(np.median(ms)),
+        "latency_p99_ms": float(np.percentile(ms, 99)),
+    }
+
+
+def measure(
+    n: int,
+    location: str,
+    backend: str,
+    fast: int,
+    hits: int,
+    threads: Sequence[int] = (),
+    concurrent: int = 0,
+) -> tuple[dict, list[dict]]:
+    """One size's row of the main table, and its rows of the concurrent-forgets table
+    (``concurrent`` forgets for each thread count of ``threads``)."""
     X, y = clustered_data(n)
     ids = list(range(n))
     t0 = time.perf_counter()
@@ -76,7 +127,8 @@ def measure(n: int, location: str, backend: str, fast: int, hits: int) -> dict:
         # the key holder's view: rows in some D° first, rows in none last
         order = np.argsort(schema_rank(ids, p, 0, SECRET_KEY))
         times = []
-        for v in tqdm(order[-fast:].tolist(), desc=f"n={n} outside D°", leave=False):
+        outside = order[-fast:].tolist()
+        for v in tqdm(outside, desc=f"n={n} outside D°", leave=False):
             t = time.perf_counter()
             receipt = model.forget([int(v)])
             model.predict(x)
@@ -84,6 +136,12 @@ def measure(n: int, location: str, backend: str, fast: int, hits: int) -> dict:
             if receipt["instances_hit"]:
                 raise RuntimeError("a row outside every D° hit an instance")
             times.append(elapsed)
+        # before the hits: their rebuilds would run beside the concurrent forgets
+        spare = order[-(fast + concurrent * len(threads)) : -fast].tolist()
+        together = []
+        for k, count in enumerate(tqdm(threads, desc=f"n={n} concurrent", leave=False)):
+            chunk = [int(v) for v in spare[k * concurrent : (k + 1) * concurrent]]
+            together.append({"n": n, "backend": backend, **concurrent_forgets(model, chunk, count)})
         forget_ms, waited_ms, landed_s, stalls = [], [], [], []
         for v in tqdm(order[:hits].tolist(), desc=f"n={n} D° hits", leave=False):
             t = time.perf_counter()
@@ -106,7 +164,7 @@ def measure(n: int, location: str, backend: str, fast: int, hits: int) -> dict:
             landed_s.append(time.perf_counter() - t)
             stalls.append(longest * 1e3)
         fast_ms = np.array(times) * 1e3
-        return {
+        row = {
             "n": n,
             "backend": backend,
             "format": model.stats()["store_format"],
@@ -120,6 +178,7 @@ def measure(n: int, location: str, backend: str, fast: int, hits: int) -> dict:
             "predict_max_ms": float(np.max(stalls)),
             "store_mb": _files_mb(location),
         }
+        return row, together
     finally:
         model.close()
 
@@ -140,10 +199,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
     )
     parser.add_argument("--fast", type=int, default=200, help="deletions outside every D°")
     parser.add_argument("--hits", type=int, default=4, help="deletions at D° hits")
+    parser.add_argument(
+        "--threads",
+        default="1,4,16",
+        help="comma-separated thread counts for the concurrent one-id forgets ('' to skip)",
+    )
+    parser.add_argument(
+        "--concurrent", type=int, default=400, help="one-id forgets per thread count"
+    )
     parser.add_argument("--out", default="benchmarks/results", help="output folder")
     parser.add_argument("--name", default="store", help="results file name")
     args = parser.parse_args(argv)
-    rows = []
+    rows, together = [], []
+    threads = [int(t) for t in args.threads.split(",") if t]
     with threadpool_limits(limits=1), tempfile.TemporaryDirectory() as tmp:
         for n in filter(None, args.sizes.split(",")):
             if args.backend == "postgres":
@@ -152,7 +220,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
                     parser.error("--backend postgres needs FORGETTING_PG_DSN")
             else:
                 location = str(Path(tmp) / f"bench-{n}.db")
-            rows.append(measure(int(n), location, args.backend, args.fast, args.hits))
+            row, concurrent = measure(
+                int(n), location, args.backend, args.fast, args.hits, threads, args.concurrent
+            )
+            rows.append(row)
+            together += concurrent
     notes = (
         "Synthetic clustered rows (`forgetting.bench.core.clustered_data`: k = 10, d = 128), "
         "`QSSClassifier(random_state=0)` with default parameters (exact mode, p = 3, "
@@ -166,14 +238,22 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.bench.
         "call until the rebuilt instance's schema and contributions are committed by the "
         "persister; predict_max_ms: the longest one-row prediction meanwhile (one per ms). "
         "format: the store format written (v3: one table of contributions per instance; v2: "
-        "contributions as columns of `rows`)."
+        "contributions as columns of `rows`). "
+        "Concurrent forgets: `--concurrent` one-id `forget` calls (no predictions) for ids "
+        "outside every D°, spread over that many threads; rows_per_s = calls / wall time, "
+        "latency per call. Concurrent calls to one model are applied in memory one after the "
+        "other and committed together (DurableModel's group commit: one transaction and one "
+        "log purge for all that queued while the previous group committed)."
     )
     argv = sys.argv[1:] if argv is None else argv
     md = write_results(
         Path(args.out),
         args.name,
         " ".join([prog, *argv]),
-        {"Durable deletion: the store's transaction included": (rows, COLUMNS)},
+        {
+            "Durable deletion: the store's transaction included": (rows, COLUMNS),
+            "Concurrent one-id forgets": (together, CONCURRENT_COLUMNS),
+        },
         notes,
     )
     print(md.read_text())
