@@ -489,6 +489,9 @@ def test_label_mode_forget_retries_return_the_stored_receipt(db):
     assert again["already_forgotten"] and again["id_hashes"] == first["id_hashes"]
     partly = model.forget([ids[8], ids[9]])  # one done, one new: only the new one is forgotten
     assert partly["n_rows"] == 1 and partly["already_forgotten_ids"] == 1
+    stored = model.receipt(partly["id_hashes"][0])  # the reply's count is not stored
+    assert stored["state_digest"] == partly["state_digest"]
+    assert "already_forgotten_ids" not in stored
     erased = model.forget([ids[7]], erase_inputs=True)  # erasing inputs is a new operation
     assert erased["scope"] == "instance"
     model.close()

@@ -454,10 +454,12 @@ class DurableModel:
         to forget, the stored receipt is returned with ``already_forgotten=True``. Unknown ids
         raise KeyError and change nothing.
 
-        Concurrent calls share one commit (group commit): a call queues its request and
-        whichever caller holds this model's lock applies every queued request in memory, one
-        after the other (each with its own receipt, exactly as if called alone), writes them
-        all in one transaction and answers each caller. A durable commit — an fsync of the
+        Concurrent calls share one commit (group commit): a call queues its request; one
+        caller at a time leads — under this model's lock it applies every queued request in
+        memory, one after the other (each with its own receipt, exactly as if called alone),
+        writes them all in one transaction, answers each caller and hands the lead to the
+        first request queued meanwhile (handed on, not raced for: Python's locks are not
+        fair). A durable commit — an fsync of the
         log, and on SQLite the checkpoint that erases the old page images — costs more than
         a one-row forget in memory, so under concurrent requests the store's cost is paid
         once per group instead of once per request (:data:`GROUP_REQUESTS` at most). A
@@ -510,7 +512,7 @@ class DurableModel:
         est = self.estimator
         engine_before = est.engine_
         uncommitted: dict[str, dict] = {}  # receipt hash → this group's receipt naming it
-        applied: list[tuple[_ForgetRequest, dict, list[bytes]]] = []
+        applied: list[tuple[_ForgetRequest, dict, list[bytes], dict]] = []
         answered: list[tuple[_ForgetRequest, dict]] = []
         try:
             for request in group:
@@ -537,15 +539,16 @@ class DurableModel:
             if not isinstance(err, Exception):
                 raise
             return
-        for request, receipt, _keys in applied:
-            request.answer(receipt)
+        for request, _receipt, _keys, reply in applied:
+            request.answer(reply)
         for request, receipt in answered:
             request.answer(receipt)
 
     def _forget_in_memory(self, request: _ForgetRequest, uncommitted: dict[str, dict]):
-        """One request's checks and in-memory forget: (receipt, row keys) when rows were
-        removed, or the earlier receipt (a dict) when every id was already forgotten — found
-        in the store or among ``uncommitted``, this group's receipts (updated here)."""
+        """One request's checks and in-memory forget: (receipt to store, row keys, reply to
+        the caller) when rows were removed, or the earlier receipt (a dict) when every id was
+        already forgotten — found in the store or among ``uncommitted``, this group's
+        receipts (updated here)."""
         ids, erase_inputs = request.ids, request.erase_inputs
         est = self.estimator
         if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
@@ -583,13 +586,12 @@ class DurableModel:
         receipt = est.forget(present, erase_inputs=erase_inputs).to_dict()
         for row_id in present:
             uncommitted[est.engine_.receipt_hash(row_id)] = receipt
-        if earlier:
-            receipt["already_forgotten_ids"] = len(earlier)
-        return receipt, [id_bytes(i) for i in present]
+        reply = {**receipt, "already_forgotten_ids": len(earlier)} if earlier else receipt
+        return receipt, [id_bytes(i) for i in present], reply
 
     def _commit_forgets(self, engine_before, applied) -> None:
         """One transaction for a group's in-memory forgets (``applied``: request, receipt,
-        row keys): their rows, the instances they invalidated, their receipts and the
+        row keys, reply): their rows, the instances they invalidated, their receipts and the
         ledger; on failure memory is restored from the store before the error is raised."""
         est = self.estimator
         try:
@@ -597,13 +599,13 @@ class DurableModel:
                 if est.engine_ is not engine_before:
                     updates = self._rewrite(cur)  # a class vanished: the estimator refitted
                 else:
-                    for _request, receipt, keys in applied:
+                    for _request, receipt, keys, _reply in applied:
                         if receipt["scope"] == "label":
                             self._store.unlabel_rows(cur, keys)
                         else:
                             self._store.delete_rows(cur, keys)
                     updates = self._sync_instances(cur)
-                for _request, receipt, _keys in applied:
+                for _request, receipt, _keys, _reply in applied:
                     self._store.add_receipt(cur, receipt)
                 self._write_ledger(cur)
         except BaseException as err:
