@@ -453,6 +453,68 @@ def test_sigkill_of_the_server_loses_no_acknowledged_change(tmp_path, backend):
     assert mid_stream >= trials // 5, f"only {mid_stream}/{trials} kills landed mid-stream"
 
 
+def _forget_one_by_one(url: str, auth: dict, rows: list, acked: list, refused: list) -> None:
+    """One client: a one-id forget per row until the server goes away; acknowledged ids
+    go to ``acked``, any other answer to ``refused`` (list appends are atomic)."""
+    with httpx.Client(base_url=url, headers=auth, timeout=30) as http:
+        for row_id in rows:
+            try:
+                response = http.post("/forget", json={"ids": [row_id]})
+            except httpx.TransportError:
+                return
+            (acked if response.status_code == 200 else refused).append(row_id)
+
+
+def test_sigkill_during_concurrent_forgets_loses_no_acknowledged_one(tmp_path):
+    """Forget requests from several clients at once reach the model together and are
+    committed in groups; the server is SIGKILLed mid-stream. Every acknowledged forget is
+    absent after the restart, every row no request named is there, and the state equals a
+    fit on the surviving rows (`verify`) — a group is acknowledged only once committed."""
+    X, y = classification_data(n=400)
+    ids = user_ids(len(y))
+    token_file = tmp_path / "tokens"
+    token_file.write_text(TOKEN)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    rng = random.Random(1)
+    trials = max(CRASH_TRIALS // 10, 3)
+    mid_stream = 0
+    for trial in range(trials):
+        db = str(tmp_path / f"group-crash-{trial}.db")
+        DurableModel.create(db, QSSClassifier(**BG), X, y, ids, overwrite=True).close()
+        proc, url = _serve(db, token_file)
+        pool = list(ids)
+        rng.shuffle(pool)
+        queues = [pool[k::4][:40] for k in range(4)]  # four clients, disjoint rows
+        acked: list[str] = []
+        refused: list[str] = []
+        killer = threading.Timer(rng.uniform(0.1, 0.5), proc.kill)  # SIGKILL
+        threads = [
+            threading.Thread(target=_forget_one_by_one, args=(url, auth, q, acked, refused))
+            for q in queues
+        ]
+        killer.start()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        killer.join()
+        proc.wait(timeout=30)
+        assert not refused, refused
+        mid_stream += 0 < len(acked) < sum(map(len, queues))
+        model = DurableModel.open(db)
+        try:
+            model.wait_for_rebuilds()
+            stored = set(model.estimator.ids_)
+            assert not set(acked) & stored, f"trial {trial}: an acknowledged forget was undone"
+            named = {i for q in queues for i in q}
+            assert set(ids) - named <= stored
+            audit = model.verify()
+            assert audit["ok"], f"trial {trial}: {audit}"
+        finally:
+            model.close()
+    assert mid_stream >= 1, "no kill landed mid-stream"
+
+
 # -- labels, keys, names, read-only opens --------------------------------------------------
 @pytest.mark.parametrize("mode", ["exact", "label"])
 def test_string_labels_through_the_store(db, mode):
