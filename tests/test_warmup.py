@@ -7,6 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import time
+
+import pytest
 
 WORKLOAD = r"""
 import json, numpy as np
@@ -71,3 +74,42 @@ def test_the_warmup_command_explains_itself(capsys):
         [sys.executable, "-m", "forgetting", "--help"], capture_output=True, text=True, timeout=60
     )
     assert "warmup" in listed.stdout
+
+
+STARTER = r"""
+import sys, time
+from forgetting.warmup import warm_up
+child = warm_up(wait=False, quiet=True)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting to be reaped is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_background_warm_up_stops_when_the_process_that_started_it_is_killed(tmp_path):
+    """`forgetting serve` starts the warm-up in the background and terminates it when it
+    stops; SIGKILLed, it cannot, and the orphan used to compile on for ~20 s. With an empty
+    kernel cache (so the warm-up has that much to do) its parent is killed after a second:
+    the warm-up must be gone within a few seconds."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER], env=env, stdout=subprocess.PIPE, text=True
+    )
+    child = int(starter.stdout.readline())
+    time.sleep(1.0)
+    assert _running(child), "the warm-up finished before the test could kill its parent"
+    starter.kill()
+    starter.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(child), "the warm-up outlived the process that started it"

@@ -29,6 +29,7 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -123,11 +124,33 @@ def run() -> dict[str, tuple[int, int]]:
 def warm_up(*, wait: bool = True, quiet: bool = False) -> subprocess.Popen | int:
     """Run the warm-up in a process of its own (``python -m forgetting.warmup``). With
     ``wait``, return its exit status; else the running process (``forgetting serve`` starts
-    it in the background and goes on)."""
+    it in the background and goes on), which exits when this process does."""
     command = [sys.executable, "-m", "forgetting.warmup"] + (["--quiet"] if quiet else [])
     if not wait:
+        command += ["--exit-with", str(os.getpid())]
         return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return subprocess.call(command)
+
+
+PARENT_POLL_S = 0.2
+"""How often a background warm-up checks that the process that started it still runs."""
+
+
+def exit_with(parent: int) -> None:
+    """Exit this process once ``parent``, the process that started it, is gone (is no longer
+    its parent: an orphan is re-parented). Why: ``forgetting serve``
+    terminates its background warm-up when it stops, but a serve that is SIGKILLed cannot,
+    and the orphan went on compiling for up to half a minute. Checked from a thread (the
+    orphan's parent pid changes), at any point of the work: numba writes each cache file
+    under a temporary name and renames it, so an exit mid-write leaves a stray temporary
+    file at worst, never a half-written entry."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True, name="warm-up-parent-watch").start()
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m forgetting.warmup") -> int:
@@ -139,7 +162,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.warmup
         "installing; it is quick when the cache is already complete.",
     )
     parser.add_argument("--quiet", action="store_true", help="print nothing")
+    parser.add_argument(
+        "--exit-with",
+        type=int,
+        metavar="PID",
+        help="stop once process PID, which started this one, is gone (how `forgetting serve` "
+        "runs it in the background)",
+    )
     args = parser.parse_args(argv)
+    if args.exit_with is not None:
+        exit_with(args.exit_with)
     started = time.perf_counter()
     stats = run()
     seconds = time.perf_counter() - started
