@@ -334,6 +334,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _crash_setup(tmp_path: Path) -> tuple:
+    """The crash tests' rows, ids, token file and request headers."""
+    X, y = classification_data(n=400)
+    token_file = tmp_path / "tokens"
+    token_file.write_text(TOKEN)
+    return X, y, user_ids(len(y)), token_file, {"Authorization": f"Bearer {TOKEN}"}
+
+
 def _serve(db: str, token_file: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     proc = subprocess.Popen(
@@ -392,11 +400,7 @@ def test_sigkill_of_the_server_loses_no_acknowledged_change(tmp_path, backend):
     there exactly once and the state equals a fit on the surviving rows (`verify`)."""
     dsn = postgres_dsn() if backend == "postgres" else None
     n_trials = CRASH_TRIALS if backend == "sqlite" else max(CRASH_TRIALS // 5, 1)
-    X, y = classification_data(n=400)
-    ids = user_ids(len(y))
-    token_file = tmp_path / "tokens"
-    token_file.write_text(TOKEN)
-    auth = {"Authorization": f"Bearer {TOKEN}"}
+    X, y, ids, token_file, auth = _crash_setup(tmp_path)
     rng = random.Random(0)
     deadline = time.monotonic() + 300
     trials = mid_stream = 0
@@ -470,11 +474,7 @@ def test_sigkill_during_concurrent_forgets_loses_no_acknowledged_one(tmp_path):
     committed in groups; the server is SIGKILLed mid-stream. Every acknowledged forget is
     absent after the restart, every row no request named is there, and the state equals a
     fit on the surviving rows (`verify`) — a group is acknowledged only once committed."""
-    X, y = classification_data(n=400)
-    ids = user_ids(len(y))
-    token_file = tmp_path / "tokens"
-    token_file.write_text(TOKEN)
-    auth = {"Authorization": f"Bearer {TOKEN}"}
+    X, y, ids, token_file, auth = _crash_setup(tmp_path)
     rng = random.Random(1)
     trials = max(CRASH_TRIALS // 10, 3)
     mid_stream = 0
@@ -695,6 +695,16 @@ class _HeldCommits:
         monkeypatch.setattr(SQLStore, "transaction", counted)
 
 
+def _model_and_rows_outside(location: str) -> tuple:
+    """A durable model of 400 rows (background rebuilds), its ids, and the ids in no D°."""
+    X, y = classification_data(n=400)
+    ids = user_ids(len(y))
+    model = DurableModel.create(location, QSSClassifier(**BG), X, y, ids, overwrite=True)
+    est = model.estimator
+    in_schema = {i for r in range(est.n_instances) for i in schema_ids(est, r)}
+    return model, ids, [i for i in ids if i not in in_schema]
+
+
 def _forget_in_threads(model, requests: dict, first: list, held: _HeldCommits) -> dict:
     """``first`` forgotten in a thread whose commit is held; then every request of
     ``requests`` (name → ids) from a thread of its own, released once all are queued.
@@ -724,13 +734,8 @@ def test_concurrent_forgets_share_one_commit_and_each_gets_its_own_answer(db, mo
     """Forgets that arrive while another one commits wait for it and are then applied and
     written together, in one transaction (group commit): each caller still gets its own
     receipt, or its own error, and the store ends equal to memory and to a refit."""
-    X, y = classification_data(n=400)
-    ids = user_ids(len(y))
-    model = DurableModel.create(db, QSSClassifier(**BG), X, y, ids, overwrite=True)
-    est = model.estimator
-    in_schema = {i for r in range(est.n_instances) for i in schema_ids(est, r)}
-    outside = [i for i in ids if i not in in_schema]
-    hit = sorted(set(schema_ids(est, 0)))[0]
+    model, ids, outside = _model_and_rows_outside(db)
+    hit = sorted(set(schema_ids(model.estimator, 0)))[0]
     held = _HeldCommits(monkeypatch)
     requests = {
         "b": [outside[1]],
@@ -767,12 +772,7 @@ def test_a_group_whose_commit_fails_fails_each_request_and_memory_follows_the_st
     """The shared transaction fails: every request in the group raises the store's error,
     memory is restored from the store (those rows are back), and the next forget of them
     works — the invariant of a single forget, for a group."""
-    X, y = classification_data(n=400)
-    ids = user_ids(len(y))
-    model = DurableModel.create(sqlite_db, QSSClassifier(**BG), X, y, ids)
-    est = model.estimator
-    in_schema = {i for r in range(est.n_instances) for i in schema_ids(est, r)}
-    outside = [i for i in ids if i not in in_schema]
+    model, ids, outside = _model_and_rows_outside(sqlite_db)
     held = _HeldCommits(monkeypatch, fail_after_first=True)
     results = _forget_in_threads(model, {"b": [outside[1]], "c": [outside[2]]}, [outside[0]], held)
     assert results["first"]["n_rows"] == 1
@@ -791,12 +791,7 @@ def test_a_forget_that_fails_after_changing_memory_restores_the_group_from_the_s
     """A request whose in-memory forget raises after it changed the model (nothing the
     estimator does today, but nothing the group may then commit on top of): the model is
     reloaded from the store and every request of the group raises — none is half written."""
-    X, y = classification_data(n=400)
-    ids = user_ids(len(y))
-    model = DurableModel.create(sqlite_db, QSSClassifier(**BG), X, y, ids)
-    est = model.estimator
-    in_schema = {i for r in range(est.n_instances) for i in schema_ids(est, r)}
-    outside = [i for i in ids if i not in in_schema]
+    model, ids, outside = _model_and_rows_outside(sqlite_db)
     original = QSSClassifier.forget
 
     def breaks_after(self, ids, **kwargs):
