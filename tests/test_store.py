@@ -695,11 +695,18 @@ class _HeldCommits:
         monkeypatch.setattr(SQLStore, "transaction", counted)
 
 
-def _model_and_rows_outside(location: str) -> tuple:
-    """A durable model of 400 rows (background rebuilds), its ids, and the ids in no D°."""
+GROUP_KEY = b"a secret of at least sixteen bytes"
+
+
+def _model_and_rows_outside(location: str, mode: str = "exact") -> tuple:
+    """A durable model of 400 rows (background rebuilds; ``mode`` exact, label or dp), its
+    ids, and the ids in no D°."""
     X, y = classification_data(n=400)
     ids = user_ids(len(y))
-    model = DurableModel.create(location, QSSClassifier(**BG), X, y, ids, overwrite=True)
+    params = {**BG, "mode": mode, "secret_key": GROUP_KEY}
+    if mode == "dp":
+        params.update(epsilon=2.0, delta=1e-5)
+    model = DurableModel.create(location, QSSClassifier(**params), X, y, ids, overwrite=True)
     est = model.estimator
     in_schema = {i for r in range(est.n_instances) for i in schema_ids(est, r)}
     return model, ids, [i for i in ids if i not in in_schema]
@@ -730,11 +737,14 @@ def _forget_in_threads(model, requests: dict, first: list, held: _HeldCommits) -
     return results
 
 
-def test_concurrent_forgets_share_one_commit_and_each_gets_its_own_answer(db, monkeypatch):
+@pytest.mark.parametrize("mode", ["exact", "label", "dp"])
+def test_concurrent_forgets_share_one_commit_and_each_gets_its_own_answer(db, mode, monkeypatch):
     """Forgets that arrive while another one commits wait for it and are then applied and
     written together, in one transaction (group commit): each caller still gets its own
-    receipt, or its own error, and the store ends equal to memory and to a refit."""
-    model, ids, outside = _model_and_rows_outside(db)
+    receipt, or its own error, and the store ends equal to memory and to a refit — in label
+    mode too (labels removed, rows kept) and in mode="dp" (the ledger written with the group:
+    a reopened model still refuses the forgotten ids)."""
+    model, ids, outside = _model_and_rows_outside(db, mode)
     hit = sorted(set(schema_ids(model.estimator, 0)))[0]
     held = _HeldCommits(monkeypatch)
     requests = {
@@ -760,10 +770,14 @@ def test_concurrent_forgets_share_one_commit_and_each_gets_its_own_answer(db, mo
     assert model.verify()["ok"]
     assert model.stats()["queued_forgets"] == 0
     model.close()
-    with DurableModel.open(db) as reopened:
+    with DurableModel.open(db, secret_key=GROUP_KEY) as reopened:
         reopened.wait_for_rebuilds()
         assert reopened.state_digest() == digest
-        assert reopened.estimator.n_rows_ == len(ids) - 5
+        kept = len(ids) if mode == "label" else len(ids) - 5  # label mode keeps the inputs
+        assert reopened.estimator.n_rows_ == kept
+        if mode == "dp":
+            with pytest.raises(ValueError, match="forgotten earlier"):
+                reopened.insert(np.zeros((1, reopened.n_features)), [0], [outside[2]])
 
 
 def test_a_group_whose_commit_fails_fails_each_request_and_memory_follows_the_store(
