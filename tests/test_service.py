@@ -498,7 +498,7 @@ def test_concurrent_forget_requests_share_the_store_commits(tmp_path, monkeypatc
     for thread in threads[1:]:
         thread.start()
     deadline = time.monotonic() + 30
-    while model.queued_forgets < len(victims) - 1:
+    while model.queued_writes < len(victims) - 1:
         assert time.monotonic() < deadline, "the requests did not reach the model together"
         time.sleep(0.005)
     release.set()

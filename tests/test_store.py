@@ -671,8 +671,12 @@ def _wait_until(condition, seconds: float = 30.0) -> None:
         time.sleep(0.005)
 
 
+WRITES = {"forgetting rows", "inserting rows", "writing forgets and inserts"}
+"""What DurableModel's write transactions say they are doing (forgets, inserts, both)."""
+
+
 class _HeldCommits:
-    """Counts the forget transactions and holds the first one open until ``release``: the
+    """Counts the write transactions and holds the first one open until ``release``: the
     callers that come meanwhile queue behind it (DurableModel.forget's group commit)."""
 
     def __init__(self, monkeypatch, fail_after_first: bool = False):
@@ -683,7 +687,7 @@ class _HeldCommits:
         original = SQLStore.transaction
 
         def counted(store, doing="writing to the store"):
-            if doing == "forgetting rows":
+            if doing in WRITES:
                 self.commits += 1
                 if self.commits == 1:
                     self.entered.set()
@@ -730,7 +734,7 @@ def _forget_in_threads(model, requests: dict, first: list, held: _HeldCommits) -
     threads = [threading.Thread(target=call, args=item) for item in requests.items()]
     for thread in threads:
         thread.start()
-    _wait_until(lambda: model.queued_forgets == len(requests))
+    _wait_until(lambda: model.queued_writes == len(requests))
     held.release.set()
     for thread in [leader, *threads]:
         thread.join(60)
@@ -768,7 +772,7 @@ def test_concurrent_forgets_share_one_commit_and_each_gets_its_own_answer(db, mo
     model.wait_for_rebuilds()
     digest = model.state_digest()
     assert model.verify()["ok"]
-    assert model.stats()["queued_forgets"] == 0
+    assert model.stats()["queued_writes"] == 0
     model.close()
     with DurableModel.open(db, secret_key=GROUP_KEY) as reopened:
         reopened.wait_for_rebuilds()
@@ -778,6 +782,55 @@ def test_concurrent_forgets_share_one_commit_and_each_gets_its_own_answer(db, mo
         if mode == "dp":
             with pytest.raises(ValueError, match="forgotten earlier"):
                 reopened.insert(np.zeros((1, reopened.n_features)), [0], [outside[2]])
+
+
+def test_inserts_and_forgets_that_come_together_commit_together_in_their_order(db, monkeypatch):
+    """Inserts join the group commit too, in arrival order with the forgets: a row inserted
+    and then forgotten in the same group is gone, an insert of an existing id fails alone,
+    and one transaction writes the rest — the store then equals memory and a refit."""
+    model, ids, outside = _model_and_rows_outside(db)
+    X, y = classification_data(n=400)
+    held = _HeldCommits(monkeypatch)
+    results: dict = {}
+
+    def call(name, method, *args):
+        try:
+            results[name] = method(*args)
+        except Exception as err:  # noqa: BLE001 - the test looks at it
+            results[name] = err
+
+    first = threading.Thread(target=call, args=("first", model.forget, [outside[0]]))
+    first.start()
+    assert held.entered.wait(30)
+    requests = [
+        ("insert-ab", model.insert, X[:2], y[:2], ["new-a", "new-b"]),
+        ("forget-a", model.forget, ["new-a"]),  # inserted just before, in the same group
+        ("insert-c", model.insert, X[2:3], y[2:3], ["new-c"]),
+        ("forget-1", model.forget, [outside[1]]),
+        ("insert-again", model.insert, X[3:4], y[3:4], [outside[2]]),  # present: fails alone
+    ]
+    threads = []
+    for k, request in enumerate(requests):  # queued one by one: their order is fixed
+        threads.append(threading.Thread(target=call, args=request))
+        threads[-1].start()
+        _wait_until(lambda k=k: model.queued_writes == k + 1)
+    held.release.set()
+    for thread in [first, *threads]:
+        thread.join(60)
+    assert held.commits == 2, held.commits
+    assert isinstance(results["insert-again"], ValueError)
+    assert results["insert-ab"]["n_rows"] == 2 and results["insert-c"]["n_rows"] == 1
+    assert results["forget-a"]["n_rows"] == 1 and results["forget-1"]["n_rows"] == 1
+    stored = set(model.estimator.ids_)
+    assert {"new-b", "new-c"} <= stored and not {"new-a", outside[0], outside[1]} & stored
+    model.wait_for_rebuilds()
+    digest = model.state_digest()
+    assert model.verify()["ok"]
+    model.close()
+    with DurableModel.open(db, secret_key=GROUP_KEY) as reopened:
+        reopened.wait_for_rebuilds()
+        assert reopened.state_digest() == digest
+        assert set(reopened.estimator.ids_) == stored
 
 
 def test_a_group_whose_commit_fails_fails_each_request_and_memory_follows_the_store(

@@ -51,11 +51,11 @@ def is_available(model: ServableModel) -> bool:
     return bool(getattr(model, "available", True))
 
 
-def groups_forgets(model: ServableModel) -> bool:
-    """Whether the model orders concurrent forgets itself and commits them together
-    (DurableModel's group commit): the app then lets them reach it at once instead of one
-    by one. A model that does not say so gets them one at a time."""
-    return bool(getattr(model, "groups_forgets", False))
+def groups_writes(model: ServableModel) -> bool:
+    """Whether the model orders concurrent forgets and inserts itself and commits them
+    together (DurableModel's group commit): the app then lets them reach it at once instead
+    of one by one. A model that does not say so gets them one at a time."""
+    return bool(getattr(model, "groups_writes", False))
 
 
 def can_reload(model: ServableModel) -> bool:

@@ -8,7 +8,7 @@ reflects it.
 Why one lock for mutations: ``forget`` and ``insert`` are serialized here even if the store
 serializes them too: the order of acknowledged changes is then the order of the lock, and a
 receipt's ``state_digest`` is the state right after *its* change. Predictions do not take it.
-Forgets skip it when the model orders them itself and commits concurrent ones together
+Writes skip it when the model orders them itself and commits concurrent ones together
 (:class:`~forgetting.store.DurableModel`'s group commit, where each receipt's digest is still
 the state right after its own change): serialized here, they would each pay a commit.
 
@@ -34,7 +34,7 @@ from .batcher import PredictBatcher
 from .config import ServiceConfig
 from .convert import check_batch, check_matrix, finite, jsonable
 from .errors import error_message, unprocessable
-from .model import ServableModel, groups_forgets
+from .model import ServableModel, groups_writes
 from .recovery import Recovery
 from .schemas import (
     ERRORS,
@@ -86,7 +86,7 @@ def build_router(
 ) -> APIRouter:
     """The API's routes for ``model`` under ``config``."""
     router = APIRouter()
-    forget_lock = contextlib.nullcontext() if groups_forgets(model) else mutation_lock
+    write_lock = contextlib.nullcontext() if groups_writes(model) else mutation_lock
     classification = model.task == "classification"
     token = [Depends(token_dependency(config.tokens))]
     writes = token
@@ -153,7 +153,7 @@ def build_router(
         """
         check_batch(len(body.ids), "ids", config.max_batch)
         try:
-            with forget_lock:
+            with write_lock:
                 recovery.require_available()
                 return model.forget(list(body.ids), erase_inputs=body.erase_inputs)
         except StoreError:
@@ -188,7 +188,7 @@ def build_router(
             if not np.all(np.isfinite(y)):
                 raise unprocessable("y contains NaN or infinity")
         try:
-            with mutation_lock:
+            with write_lock:
                 recovery.require_available()
                 return model.insert(X, y, list(body.ids))
         except StoreError:

@@ -87,18 +87,18 @@ class _Loaded:
 
 
 GROUP_REQUESTS = 256
-"""Most forget requests one group commit takes (DurableModel.forget): bounds how long the
-first of them waits for the others' in-memory forgets (~1 ms each)."""
+"""Most write requests one group commit takes (DurableModel.forget / insert): bounds how
+long the first of them waits for the others' in-memory changes (~1 ms each for one row)."""
 
 
-class _ForgetRequest:
-    """One caller's forget, queued for the next group commit, and its answer."""
+class _WriteRequest:
+    """One caller's forget or insert, queued for the next group commit, and its answer."""
 
-    __slots__ = ("ids", "erase_inputs", "done", "leads", "_receipt", "_error", "_event")
+    __slots__ = ("kind", "args", "done", "leads", "_receipt", "_error", "_event")
 
-    def __init__(self, ids, erase_inputs: bool):
-        self.ids = ids
-        self.erase_inputs = erase_inputs
+    def __init__(self, kind: str, args: tuple):
+        self.kind = kind  # "forget": (ids, erase_inputs); "insert": (X, y, ids)
+        self.args = args
         self.done = False
         self.leads = False
         self._receipt: dict | None = None
@@ -137,15 +137,16 @@ class _ForgetRequest:
 class DurableModel:
     """A fitted QSS estimator mirrored in a store (SQLite file path or PostgreSQL DSN)."""
 
-    groups_forgets = True
-    """Concurrent :meth:`forget` calls are ordered here and committed together: a caller
-    (the HTTP service) need not serialize them (forgetting.service.model.groups_forgets)."""
+    groups_writes = True
+    """Concurrent :meth:`forget` and :meth:`insert` calls are ordered here and committed
+    together: a caller (the HTTP service) need not serialize them
+    (forgetting.service.model.groups_writes)."""
 
     def __init__(self, store: SQLStore, loaded: _Loaded):
         self._store = store
         self._lock = threading.RLock()
         self._queue_lock = threading.Lock()
-        self._queued: list[_ForgetRequest] = []  # forget requests waiting for a group commit
+        self._queued: list[_WriteRequest] = []  # writes waiting for a group commit
         self._leading = False  # a caller is committing a group (and will hand over the lead)
         self._wake = threading.Event()
         self._closed = False
@@ -386,7 +387,7 @@ class DurableModel:
                 "classes": self.classes,
                 "instances": instances,
                 "pending_rebuilds": engine.pending_rebuilds(),
-                "queued_forgets": self.queued_forgets,
+                "queued_writes": self.queued_writes,
                 "rebuilds_run": len(seconds),
                 "mean_rebuild_seconds": float(np.mean(seconds)) if seconds else None,
                 "state_digest": engine.state_digest(),
@@ -454,20 +455,24 @@ class DurableModel:
         to forget, the stored receipt is returned with ``already_forgotten=True``. Unknown ids
         raise KeyError and change nothing.
 
-        Concurrent calls share one commit (group commit): a call queues its request; one
-        caller at a time leads — under this model's lock it applies every queued request in
-        memory, one after the other (each with its own receipt, exactly as if called alone),
-        writes them all in one transaction, answers each caller and hands the lead to the
-        first request queued meanwhile (handed on, not raced for: Python's locks are not
-        fair). A durable commit — an fsync of the
-        log, and on SQLite the checkpoint that erases the old page images — costs more than
-        a one-row forget in memory, so under concurrent requests the store's cost is paid
-        once per group instead of once per request (:data:`GROUP_REQUESTS` at most). A
-        request that fails its own checks (an unknown id, say) raises for its caller alone;
-        if the shared transaction fails, every request in it raises and memory is restored
-        from the store, as for a single request.
+        Concurrent calls — forgets and inserts (:meth:`insert`) alike — share one commit
+        (group commit). A call queues its request; one caller at a time leads: under this
+        model's lock it applies every queued request in memory, in order (each with its own
+        receipt, exactly as if called alone), writes them all in one transaction, answers
+        each caller and hands the lead to the first request queued meanwhile (handed on, not
+        raced for: Python's locks are not fair). A durable commit — an fsync of the log, and
+        on SQLite the checkpoint that erases the old page images — costs more than a one-row
+        forget in memory, so under concurrent requests the store's cost is paid once per
+        group instead of once per request (:data:`GROUP_REQUESTS` at most). A request that
+        fails its own checks (an unknown id, say) raises for its caller alone; if the shared
+        transaction fails, every request in it raises and memory is restored from the
+        store, as for a single request.
         """
-        request = _ForgetRequest(ids, erase_inputs)
+        return self._write(_WriteRequest("forget", (ids, erase_inputs)))
+
+    def _write(self, request: _WriteRequest) -> dict:
+        """Queue a write and return its receipt once its group is committed: this caller
+        commits the group when it leads, else it waits to be answered or handed the lead."""
         with self._queue_lock:
             self._queued.append(request)
             request.leads = not self._leading
@@ -477,14 +482,14 @@ class DurableModel:
         if request.leads:
             try:
                 with self._lock:
-                    self._forget_group()  # its group starts with this request
+                    self._write_group()  # its group starts with this request
             finally:
                 self._hand_over()
         return request.outcome()
 
     @property
-    def queued_forgets(self) -> int:
-        """Forget requests waiting for the next group commit (:meth:`forget`)."""
+    def queued_writes(self) -> int:
+        """Forgets and inserts waiting for the next group commit (:meth:`forget`)."""
         with self._queue_lock:
             return len(self._queued)
 
@@ -497,9 +502,10 @@ class DurableModel:
             else:
                 self._leading = False
 
-    def _forget_group(self) -> None:
-        """Apply the queued forget requests in memory and commit them together (callers
-        hold this model's lock); every request taken is answered, by a receipt or an error."""
+    def _write_group(self) -> None:
+        """Apply the queued writes in memory, in their order, and commit them together
+        (callers hold this model's lock); every request taken is answered, by a receipt or
+        an error."""
         with self._queue_lock:
             group = self._queued[:GROUP_REQUESTS]
             del self._queued[:GROUP_REQUESTS]
@@ -512,13 +518,17 @@ class DurableModel:
         est = self.estimator
         engine_before = est.engine_
         uncommitted: dict[str, dict] = {}  # receipt hash → this group's receipt naming it
-        applied: list[tuple[_ForgetRequest, dict, list[bytes], dict]] = []
-        answered: list[tuple[_ForgetRequest, dict]] = []
+        # (request, receipt to store, its rows' keys or records, reply to the caller)
+        applied: list[tuple[_WriteRequest, dict, list, dict]] = []
+        answered: list[tuple[_WriteRequest, dict]] = []
         try:
             for request in group:
                 before = est.state_digest()
                 try:
-                    outcome = self._forget_in_memory(request, uncommitted)
+                    if request.kind == "insert":
+                        outcome = self._insert_in_memory(*request.args)
+                    else:
+                        outcome = self._forget_in_memory(*request.args, uncommitted)
                 except Exception as err:
                     if est.state_digest() != before:  # it failed after changing memory:
                         self._recover(err)  # the store is the truth (the group is lost too)
@@ -530,8 +540,8 @@ class DurableModel:
                 else:
                     applied.append((request, *outcome))
             if applied:
-                self._commit_forgets(engine_before, applied)
-            self._store.purge_logs()  # a retry after a busy checkpoint finishes it here too
+                self._commit_writes(engine_before, applied)
+            purged = self._purge_after(group)
         except BaseException as err:
             for request in group:
                 if not request.done:
@@ -539,17 +549,36 @@ class DurableModel:
             if not isinstance(err, Exception):
                 raise
             return
-        for request, _receipt, _keys, reply in applied:
-            request.answer(reply)
-        for request, receipt in answered:
-            request.answer(receipt)
+        for request, _receipt, _rows, reply in applied:
+            if purged is None or request.kind == "insert":
+                request.answer(reply)
+            else:  # committed, but the old page images are still on disk: retry to purge
+                request.fail(purged)
+        for request, receipt in answered:  # all forgets whose rows were gone already
+            if purged is None:
+                request.answer(receipt)
+            else:
+                request.fail(purged)
 
-    def _forget_in_memory(self, request: _ForgetRequest, uncommitted: dict[str, dict]):
+    def _purge_after(self, group: list[_WriteRequest]) -> Exception | None:
+        """After a group with forgets (committed, or found done earlier), purge the old page
+        images of removed rows from the log (SQLStore.purge_logs; a retry after a busy
+        checkpoint finishes it here too); inserts leave nothing to erase. The error, when
+        the purge failed: the group is committed, memory agrees with the store, and the
+        forgets' callers are told to retry (idempotent) while the inserts' are answered."""
+        if not any(request.kind == "forget" for request in group):
+            return None
+        try:
+            self._store.purge_logs()
+        except Exception as err:  # noqa: BLE001 - handed to the forgets' callers
+            return err
+        return None
+
+    def _forget_in_memory(self, ids, erase_inputs: bool, uncommitted: dict[str, dict]):
         """One request's checks and in-memory forget: (receipt to store, row keys, reply to
         the caller) when rows were removed, or the earlier receipt (a dict) when every id was
         already forgotten — found in the store or among ``uncommitted``, this group's
         receipts (updated here)."""
-        ids, erase_inputs = request.ids, request.erase_inputs
         est = self.estimator
         if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
             raise TypeError("ids must be a sequence of ints or strings")
@@ -589,23 +618,49 @@ class DurableModel:
         reply = {**receipt, "already_forgotten_ids": len(earlier)} if earlier else receipt
         return receipt, [id_bytes(i) for i in present], reply
 
-    def _commit_forgets(self, engine_before, applied) -> None:
-        """One transaction for a group's in-memory forgets (``applied``: request, receipt,
-        row keys, reply): their rows, the instances they invalidated, their receipts and the
-        ledger; on failure memory is restored from the store before the error is raised."""
+    def _insert_in_memory(self, X, y, ids) -> tuple[dict, list, dict]:
+        """One insert in memory: (receipt, the new rows' records for the store, reply). The
+        records carry the contributions of the instances whose stored schema is current;
+        the others are written whole by the commit (:meth:`_sync_instances`)."""
         est = self.estimator
+        receipt = est.insert(X, y, ids).to_dict()
+        new_ids = [canonical_id(i) for i in ids]
+        engine = est.engine_
+        with engine.locked():
+            current = [
+                r
+                for r in range(est.n_instances)
+                if engine.schema_of(r) is not None and engine.schema_of(r) is self._persisted[r]
+            ]
+            snap = engine.snapshot(ids=new_ids, instances=current)
+        records = _records(snap, self._next_seq, current)
+        self._next_seq += len(new_ids)  # a failed commit reloads it from the store
+        return receipt, records, receipt
+
+    def _commit_writes(self, engine_before, applied) -> None:
+        """One transaction for a group's in-memory changes (``applied``: request, receipt,
+        row keys or records, reply), in their order: their rows, the instances they
+        invalidated, their receipts and the ledger; on failure memory is restored from the
+        store before the error is raised."""
+        est = self.estimator
+        kinds = {request.kind for request, *_ in applied}
+        doing = {"forget": "forgetting rows", "insert": "inserting rows"}.get(
+            kinds.pop() if len(kinds) == 1 else "", "writing forgets and inserts"
+        )
         try:
-            with est.engine_.locked(), self._store.transaction("forgetting rows") as cur:
+            with est.engine_.locked(), self._store.transaction(doing) as cur:
                 if est.engine_ is not engine_before:
                     updates = self._rewrite(cur)  # a class vanished: the estimator refitted
                 else:
-                    for _request, receipt, keys, _reply in applied:
-                        if receipt["scope"] == "label":
-                            self._store.unlabel_rows(cur, keys)
+                    for request, receipt, rows, _reply in applied:
+                        if request.kind == "insert":
+                            self._store.insert_rows(cur, rows)
+                        elif receipt["scope"] == "label":
+                            self._store.unlabel_rows(cur, rows)
                         else:
-                            self._store.delete_rows(cur, keys)
+                            self._store.delete_rows(cur, rows)
                     updates = self._sync_instances(cur)
-                for _request, receipt, _keys, _reply in applied:
+                for _request, receipt, _rows, _reply in applied:
                     self._store.add_receipt(cur, receipt)
                 self._write_ledger(cur)
         except BaseException as err:
@@ -615,33 +670,9 @@ class DurableModel:
             self._persisted[r] = schema
 
     def insert(self, X, y, ids) -> dict:
-        """Insert labeled rows durably; returns the receipt once committed."""
-        with self._lock:
-            self._require_writable()
-            est = self.estimator
-            receipt = est.insert(X, y, ids).to_dict()
-            new_ids = [canonical_id(i) for i in ids]
-            engine = est.engine_
-            try:
-                with engine.locked(), self._store.transaction("inserting rows") as cur:
-                    current = [
-                        r
-                        for r in range(est.n_instances)
-                        if engine.schema_of(r) is not None
-                        and engine.schema_of(r) is self._persisted[r]
-                    ]
-                    snap = engine.snapshot(ids=new_ids, instances=current)
-                    self._store.insert_rows(cur, _records(snap, self._next_seq, current))
-                    updates = self._sync_instances(cur)
-                    self._store.add_receipt(cur, receipt)
-                    self._write_ledger(cur)
-            except BaseException as err:
-                self._recover(err)
-                raise
-            self._next_seq += len(new_ids)
-            for r, schema in updates.items():
-                self._persisted[r] = schema
-            return receipt
+        """Insert labeled rows durably; returns the receipt once committed. Concurrent
+        inserts and forgets are committed together, in the order they came (:meth:`forget`)."""
+        return self._write(_WriteRequest("insert", (X, y, ids)))
 
     def reload(self) -> None:
         """Rebuild the in-memory model from the store (after a store error, or to pick up
