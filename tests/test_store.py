@@ -833,6 +833,41 @@ def test_inserts_and_forgets_that_come_together_commit_together_in_their_order(d
         assert set(reopened.estimator.ids_) == stored
 
 
+def test_a_prediction_never_serves_a_write_of_a_group_before_its_commit(sqlite_db, monkeypatch):
+    """The group holds the engine lock from its first change to its commit: a prediction
+    asked for in between waits and then serves the committed state — here asked for right
+    after a group's first in-memory forget, it must not finish before that group's commit."""
+    from forgetting.store.sql import SQLStore
+
+    model, _ids, outside = _model_and_rows_outside(sqlite_db)
+    X, _ = classification_data(n=400)
+    events: list[str] = []
+    original_forget, original_tx = QSSClassifier.forget, SQLStore.transaction
+
+    def forget_then_predict(self, ids, **kwargs):
+        receipt = original_forget(self, ids, **kwargs)
+        if outside[0] in list(ids):  # memory changed, the store not yet
+            predictor = threading.Thread(
+                target=lambda: (model.predict(X[:1]), events.append("predicted"))
+            )
+            predictor.start()
+            predictor.join(0.5)  # finishes now only if the prediction did not wait
+            events.append("forgot")
+        return receipt
+
+    def noted(store, doing="writing to the store"):
+        if doing in WRITES:
+            events.append("transaction")
+        return original_tx(store, doing)
+
+    monkeypatch.setattr(QSSClassifier, "forget", forget_then_predict)
+    monkeypatch.setattr(SQLStore, "transaction", noted)
+    model.forget([outside[0]])
+    _wait_until(lambda: "predicted" in events)
+    assert events == ["forgot", "transaction", "predicted"], events
+    model.close()
+
+
 def test_a_group_whose_commit_fails_fails_each_request_and_memory_follows_the_store(
     sqlite_db, monkeypatch
 ):

@@ -522,25 +522,29 @@ class DurableModel:
         applied: list[tuple[_WriteRequest, dict, list, dict]] = []
         answered: list[tuple[_WriteRequest, dict]] = []
         try:
-            for request in group:
-                before = est.state_digest()
-                try:
-                    if request.kind == "insert":
-                        outcome = self._insert_in_memory(*request.args)
+            # the engine lock from the first change to the commit: a prediction serves no
+            # change of the group before the store has it (the same lock is held again
+            # inside, for the commit, on the engine a refit may have put in its place)
+            with engine_before.locked():
+                for request in group:
+                    before = est.state_digest()
+                    try:
+                        if request.kind == "insert":
+                            outcome = self._insert_in_memory(*request.args)
+                        else:
+                            outcome = self._forget_in_memory(*request.args, uncommitted)
+                    except Exception as err:
+                        if est.state_digest() != before:  # it failed after changing memory:
+                            self._recover(err)  # the store is the truth (the group is lost)
+                            raise
+                        request.fail(err)  # its checks failed: nothing of it changed memory
+                        continue
+                    if isinstance(outcome, dict):
+                        answered.append((request, outcome))
                     else:
-                        outcome = self._forget_in_memory(*request.args, uncommitted)
-                except Exception as err:
-                    if est.state_digest() != before:  # it failed after changing memory:
-                        self._recover(err)  # the store is the truth (the group is lost too)
-                        raise
-                    request.fail(err)  # its checks failed: nothing of it changed memory
-                    continue
-                if isinstance(outcome, dict):
-                    answered.append((request, outcome))
-                else:
-                    applied.append((request, *outcome))
-            if applied:
-                self._commit_writes(engine_before, applied)
+                        applied.append((request, *outcome))
+                if applied:
+                    self._commit_writes(engine_before, applied)
             purged = self._purge_after(group)
         except BaseException as err:
             for request in group:
