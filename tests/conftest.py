@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -132,3 +134,40 @@ def with_kernels(backend: str, fn):
             del os.environ["FORGETTING_KERNELS"]
         else:
             os.environ["FORGETTING_KERNELS"] = previous
+
+
+def wait_until(condition, seconds: float = 30.0) -> None:
+    """Poll ``condition`` until it holds; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+WRITES = {"forgetting rows", "inserting rows", "writing forgets and inserts"}
+"""What DurableModel's write transactions say they are doing (forgets, inserts, both)."""
+
+
+class HeldCommits:
+    """Counts the write transactions and holds the first one open until ``release``: the
+    callers that come meanwhile queue behind it (DurableModel.forget's group commit)."""
+
+    def __init__(self, monkeypatch, fail_after_first: bool = False):
+        from forgetting.store.errors import StoreError
+        from forgetting.store.sql import SQLStore
+
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.commits = 0
+        original = SQLStore.transaction
+
+        def counted(store, doing="writing to the store"):
+            if doing in WRITES:
+                self.commits += 1
+                if self.commits == 1:
+                    self.entered.set()
+                    assert self.release.wait(30)
+                elif fail_after_first:
+                    raise StoreError("simulated: the disk is full")
+            return original(store, doing)
+
+        monkeypatch.setattr(SQLStore, "transaction", counted)

@@ -15,7 +15,14 @@ import time
 
 import numpy as np
 import pytest
-from conftest import FAST, classification_data, regression_data, schema_ids
+from conftest import (
+    FAST,
+    HeldCommits,
+    classification_data,
+    outside_all_schemas,
+    regression_data,
+    wait_until,
+)
 
 # FastAPI and httpx are required test dependencies: an ImportError here must fail the run.
 from fastapi.testclient import TestClient
@@ -394,7 +401,6 @@ def test_openapi_schema_documents_every_endpoint(client):
 
 def test_batcher_merges_concurrent_requests_and_keeps_each_result():
     import threading
-    import time
 
     from forgetting.service.batcher import PredictBatcher
 
@@ -467,25 +473,10 @@ def test_concurrent_forget_requests_share_the_store_commits(tmp_path, monkeypatc
     commits them as one group): here the first request's commit is held open and five more
     must queue in the model meanwhile — one at a time behind the app's mutation lock, they
     could not. Each gets its own receipt; two commits in all; the store verifies."""
-    from forgetting.store.sql import SQLStore
-
-    model, X, _ = make_store(tmp_path)
+    model, _, _ = make_store(tmp_path)
     client = TestClient(create_app(model, ServiceConfig(tokens=(TOKEN,))))
-    held, release = threading.Event(), threading.Event()
-    commits: list[str] = []
-    original = SQLStore.transaction
-
-    def counted(store, doing="writing to the store"):
-        if doing == "forgetting rows":
-            commits.append(doing)
-            if len(commits) == 1:
-                held.set()
-                assert release.wait(30)
-        return original(store, doing)
-
-    monkeypatch.setattr(SQLStore, "transaction", counted)
-    in_schema = {i for r in range(3) for i in schema_ids(model.estimator, r)}
-    victims = [i for i in _ids(len(X)) if i not in in_schema][:6]
+    held = HeldCommits(monkeypatch)
+    victims = outside_all_schemas(model.estimator)[:6]
     responses: dict = {}
 
     def post(row_id):
@@ -493,19 +484,16 @@ def test_concurrent_forget_requests_share_the_store_commits(tmp_path, monkeypatc
 
     threads = [threading.Thread(target=post, args=(victims[0],))]
     threads[0].start()
-    assert held.wait(30)
+    assert held.entered.wait(30)
     threads += [threading.Thread(target=post, args=(v,)) for v in victims[1:]]
     for thread in threads[1:]:
         thread.start()
-    deadline = time.monotonic() + 30
-    while model.queued_writes < len(victims) - 1:
-        assert time.monotonic() < deadline, "the requests did not reach the model together"
-        time.sleep(0.005)
-    release.set()
+    wait_until(lambda: model.queued_writes == len(victims) - 1)  # together in the model
+    held.release.set()
     for thread in threads:
         thread.join(60)
     assert all(responses[v].status_code == 200 for v in victims), responses
-    assert len(commits) == 2
+    assert held.commits == 2
     hashes = {responses[v].json()["id_hashes"][0] for v in victims}
     assert len(hashes) == len(victims)
     model.wait_for_rebuilds()

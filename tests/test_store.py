@@ -16,11 +16,15 @@ import numpy as np
 import pytest
 from conftest import (
     FAST,
+    WRITES,
+    HeldCommits,
     classification_data,
+    outside_all_schemas,
     postgres_dsn,
     regression_data,
     schema_ids,
     user_ids,
+    wait_until,
 )
 
 from forgetting import QSSClassifier, QSSRegressor
@@ -664,41 +668,6 @@ def test_a_read_only_verify_beside_a_running_writer_reads_one_consistent_state(d
     writer.close()
 
 
-def _wait_until(condition, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
-WRITES = {"forgetting rows", "inserting rows", "writing forgets and inserts"}
-"""What DurableModel's write transactions say they are doing (forgets, inserts, both)."""
-
-
-class _HeldCommits:
-    """Counts the write transactions and holds the first one open until ``release``: the
-    callers that come meanwhile queue behind it (DurableModel.forget's group commit)."""
-
-    def __init__(self, monkeypatch, fail_after_first: bool = False):
-        from forgetting.store.sql import SQLStore
-
-        self.entered, self.release = threading.Event(), threading.Event()
-        self.commits = 0
-        original = SQLStore.transaction
-
-        def counted(store, doing="writing to the store"):
-            if doing in WRITES:
-                self.commits += 1
-                if self.commits == 1:
-                    self.entered.set()
-                    assert self.release.wait(30)
-                elif fail_after_first:
-                    raise StoreError("simulated: the disk is full")
-            return original(store, doing)
-
-        monkeypatch.setattr(SQLStore, "transaction", counted)
-
-
 GROUP_KEY = b"a secret of at least sixteen bytes"
 
 
@@ -711,12 +680,10 @@ def _model_and_rows_outside(location: str, mode: str = "exact") -> tuple:
     if mode == "dp":
         params.update(epsilon=2.0, delta=1e-5)
     model = DurableModel.create(location, QSSClassifier(**params), X, y, ids, overwrite=True)
-    est = model.estimator
-    in_schema = {i for r in range(est.n_instances) for i in schema_ids(est, r)}
-    return model, ids, [i for i in ids if i not in in_schema]
+    return model, ids, outside_all_schemas(model.estimator)
 
 
-def _forget_in_threads(model, requests: dict, first: list, held: _HeldCommits) -> dict:
+def _forget_in_threads(model, requests: dict, first: list, held: HeldCommits) -> dict:
     """``first`` forgotten in a thread whose commit is held; then every request of
     ``requests`` (name → ids) from a thread of its own, released once all are queued.
     Returns name → receipt or the exception raised."""
@@ -734,7 +701,7 @@ def _forget_in_threads(model, requests: dict, first: list, held: _HeldCommits) -
     threads = [threading.Thread(target=call, args=item) for item in requests.items()]
     for thread in threads:
         thread.start()
-    _wait_until(lambda: model.queued_writes == len(requests))
+    wait_until(lambda: model.queued_writes == len(requests))
     held.release.set()
     for thread in [leader, *threads]:
         thread.join(60)
@@ -750,7 +717,7 @@ def test_concurrent_forgets_share_one_commit_and_each_gets_its_own_answer(db, mo
     a reopened model still refuses the forgotten ids)."""
     model, ids, outside = _model_and_rows_outside(db, mode)
     hit = sorted(set(schema_ids(model.estimator, 0)))[0]
-    held = _HeldCommits(monkeypatch)
+    held = HeldCommits(monkeypatch)
     requests = {
         "b": [outside[1]],
         "c": [outside[2], outside[3]],
@@ -790,7 +757,7 @@ def test_inserts_and_forgets_that_come_together_commit_together_in_their_order(d
     and one transaction writes the rest — the store then equals memory and a refit."""
     model, ids, outside = _model_and_rows_outside(db)
     X, y = classification_data(n=400)
-    held = _HeldCommits(monkeypatch)
+    held = HeldCommits(monkeypatch)
     results: dict = {}
 
     def call(name, method, *args):
@@ -813,7 +780,7 @@ def test_inserts_and_forgets_that_come_together_commit_together_in_their_order(d
     for k, request in enumerate(requests):  # queued one by one: their order is fixed
         threads.append(threading.Thread(target=call, args=request))
         threads[-1].start()
-        _wait_until(lambda k=k: model.queued_writes == k + 1)
+        wait_until(lambda k=k: model.queued_writes == k + 1)
     held.release.set()
     for thread in [first, *threads]:
         thread.join(60)
@@ -863,7 +830,7 @@ def test_a_prediction_never_serves_a_write_of_a_group_before_its_commit(sqlite_d
     monkeypatch.setattr(QSSClassifier, "forget", forget_then_predict)
     monkeypatch.setattr(SQLStore, "transaction", noted)
     model.forget([outside[0]])
-    _wait_until(lambda: "predicted" in events)
+    wait_until(lambda: "predicted" in events)
     assert events == ["forgot", "transaction", "predicted"], events
     model.close()
 
@@ -875,7 +842,7 @@ def test_a_group_whose_commit_fails_fails_each_request_and_memory_follows_the_st
     memory is restored from the store (those rows are back), and the next forget of them
     works — the invariant of a single forget, for a group."""
     model, ids, outside = _model_and_rows_outside(sqlite_db)
-    held = _HeldCommits(monkeypatch, fail_after_first=True)
+    held = HeldCommits(monkeypatch, fail_after_first=True)
     results = _forget_in_threads(model, {"b": [outside[1]], "c": [outside[2]]}, [outside[0]], held)
     assert results["first"]["n_rows"] == 1
     for name in ("b", "c"):
@@ -903,7 +870,7 @@ def test_a_forget_that_fails_after_changing_memory_restores_the_group_from_the_s
         return receipt
 
     monkeypatch.setattr(QSSClassifier, "forget", breaks_after)
-    held = _HeldCommits(monkeypatch)
+    held = HeldCommits(monkeypatch)
     results = _forget_in_threads(
         model, {"b": [outside[1]], "c": [outside[2]], "d": [outside[3]]}, [outside[0]], held
     )
