@@ -18,6 +18,7 @@ from conftest import FAST, assert_same_model, classification_data
 
 from forgetting import QSSClassifier
 from forgetting.content.fingerprint import Contributions
+from forgetting.ids import IntIdTable
 from forgetting.rows import DiskRows, RowStore, _move_rows, take_rows
 from forgetting.schema.membership import MembershipRule, id_bytes
 
@@ -371,3 +372,66 @@ def test_contributions_for_a_run_of_positions_are_stored_as_by_scatter(pos):
         expected = np.zeros_like(stored)
         expected[pos] = values
         assert np.array_equal(stored, expected)
+
+
+def _state(store: RowStore) -> dict:
+    """Everything a removal may change, as comparable values (arrays as bytes)."""
+    fields = store._instance_fields()
+    columns = store._row_arrays() + [a for field in fields for a in field if a is not None]
+    return {
+        "columns": [
+            a.tolist() if a.dtype == object else np.ascontiguousarray(a).tobytes() for a in columns
+        ],
+        "index": (store._int_ids.keys.tobytes(), store._int_ids.vals.tobytes()),
+        "live": (store._int_ids.n_live, store._int_ids.n_used),
+        "strings": (dict(store._str_ids), store._n_str),
+        "counts": (store.size, store.changes, store._n_labeled, store._n_pool),
+        "classes": store.class_counts.tolist(),
+        "hash": store.multiset_hash,
+        "thresholds": (store.thresholds.tobytes(), store._member_counts.tolist()),
+    }
+
+
+@pytest.mark.parametrize("kind", ["int", "str", "mixed"])
+@pytest.mark.parametrize("target_dtype", [np.int64, np.float64])
+def test_one_row_removal_leaves_the_batch_routes_state(kind, target_dtype):
+    """The one-row route (RowStore._remove_one, a one-row forget's latency path) leaves the
+    very state the batch route leaves — columns, id index with its tombstones, counts, class
+    counts, multiset hash, thresholds — for a row at the front, in the middle and at the end,
+    labeled or not (-1 / NaN), in the codebook pool or not, with int, string and mixed ids.
+    The batch route is forced by repeating the position (one row, but not one position)."""
+    rng = np.random.default_rng(5)
+    stores = []
+    for _ in range(2):
+        store = RowStore(D, P, MembershipRule(0.3, 2), target_dtype)
+        store._int_ids = IntIdTable(salt=1)  # one layout for both (the salt is random)
+        X, targets, draws, contrib = _rows(np.random.default_rng(3), 60)
+        ids = _new_ids(kind, 0, 60, np.random.default_rng(4))
+        y = targets.astype(target_dtype)
+        if target_dtype is np.float64:
+            y[targets < 0] = np.nan
+        in_pool = np.random.default_rng(6).random(60) < 0.5
+        pos = store.append(ids, [id_bytes(i) for i in ids], X, y, draws, in_pool)
+        for r in range(P):
+            store.set_instance_rows(r, pos, contrib[r])
+        stores.append(store)
+    one, batch = stores
+    assert _state(one) == _state(batch)
+    labeled_seen = unlabeled_seen = held_seen = False
+    while one.size:
+        p = int(rng.choice([0, one.size - 1, int(rng.integers(one.size))]))
+        labeled = bool(one.labeled(np.array([p]))[0])
+        labeled_seen, unlabeled_seen = labeled_seen or labeled, unlabeled_seen or not labeled
+        moved = one.ids[one.size - 1]
+        # the one-row answer of instances_holding is the batch route's (in_schema)
+        holding = one.instances_holding(np.array([p]))
+        assert holding.tolist() == np.flatnonzero(batch.in_schema(np.array([p, p])).any(0)).tolist()
+        held_seen = held_seen or holding.size > 0
+        one.remove(np.array([p]))
+        batch.remove(np.array([p, p]))
+        assert _state(one) == _state(batch), p
+        if p < one.size:
+            assert one.positions_of([moved]).tolist() == [p]
+    assert labeled_seen and unlabeled_seen and held_seen
+    with pytest.raises(IndexError):
+        one.remove(np.array([0]))

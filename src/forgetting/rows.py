@@ -25,7 +25,7 @@ import numpy as np
 
 from .content.fingerprint import MODULUS, Contributions, digest_rows, multiset_sum
 from .ids import _SMALL, IntIdTable
-from .labels import is_labeled, unlabeled_value
+from .labels import UNLABELED, is_labeled, unlabeled_value
 from .schema.membership import MembershipRule
 from .snapshots import RowsSnapshot
 
@@ -583,6 +583,14 @@ class RowStore:
     def instances_holding(self, pos: np.ndarray) -> np.ndarray:
         """Instances whose D° holds one of the rows at ``pos`` (current thresholds): the
         instances a removal of those rows invalidates, and whose thresholds it moves."""
+        if isinstance(pos, np.ndarray) and pos.size == 1 and pos.dtype.kind in "iu":
+            # one row (a one-row forget): its draws against the thresholds, 3 numpy calls
+            p = int(pos.reshape(-1)[0])
+            target = self.targets[p]
+            unlabeled = target != target if self.target_dtype.kind == "f" else target == UNLABELED
+            if unlabeled:
+                return np.zeros(0, dtype=np.intp)
+            return np.flatnonzero(self.draws[p, : self.n_instances] < self.thresholds)
         return np.flatnonzero(self.in_schema(pos).any(axis=0))
 
     def folds(self, pos: np.ndarray | None = None) -> np.ndarray:
@@ -705,6 +713,9 @@ class RowStore:
         ``holding``: :meth:`instances_holding` of ``pos``, when the caller computed it since
         the last change (the engine does, to find the instances a forget hits: computing it
         twice was ~15 µs of a one-row forget)."""
+        if np.size(pos) == 1 and isinstance(self.X, np.ndarray):
+            self._remove_one(int(np.reshape(pos, -1)[0]), holding)
+            return
         pos = _unique(pos)
         touched = self.instances_holding(pos) if holding is None else holding
         self.changes += 1
@@ -745,6 +756,51 @@ class RowStore:
             a[new_size : self.size] = None if a.dtype == object else 0
         self._reindex(holes)
         self.size = new_size
+        self._refresh_thresholds(touched)
+
+    def _remove_one(self, p: int, holding: np.ndarray | None) -> None:
+        """:meth:`remove` of the one row at ``p`` (features in RAM): the same state after it
+        — the last row moves into the hole, its old slot is zeroed, the counts, the multiset
+        hash and the id index change by that row — with scalar steps instead of the batch
+        route's arrays of positions (a one-row forget's latency path: ~40 numpy calls fewer)."""
+        if not 0 <= p < self.size:
+            raise IndexError(f"row position {p} is outside the store's {self.size} rows")
+        touched = self.instances_holding(np.array([p])) if holding is None else holding
+        self.changes += 1
+        target = self.targets[p]
+        labeled = not (target != target if self.target_dtype.kind == "f" else target == UNLABELED)
+        self._n_labeled -= int(labeled)
+        self._n_pool -= int(self.in_pool[p])
+        if labeled and self.target_dtype.kind != "f":
+            self.class_counts[int(target)] -= 1  # _count of one labeled row
+        digest = int.from_bytes(self.row_hash[p].tobytes(), "little")
+        self.multiset_hash = (self.multiset_hash - digest) % MODULUS
+        strings = self._n_str > 0  # the string-id column moves too (else it is all None)
+        row_id = self._id_str[p] if strings else None
+        if row_id is None:
+            self._int_ids.delete(int(self._slot[p]))
+        else:
+            del self._str_ids[row_id]
+            self._n_str -= 1
+        last = self.size - 1
+        arrays = [self.X, self.targets, self.serial, self.draws, self.in_pool, self.row_hash]
+        arrays.append(self._slot)
+        for field in (self.codes, self.residuals, self.digests):
+            arrays.extend(a for a in field if a is not None)
+        for a in arrays:
+            if p != last:
+                a[p] = a[last]
+            a[last] = 0
+        if strings:
+            self._id_str[p] = self._id_str[last]
+            self._id_str[last] = None
+        if p != last:  # re-point the moved row's index entry (_reindex of one hole)
+            moved_id = self._id_str[p] if strings else None
+            if moved_id is None:
+                self._int_ids.repoint(int(self._slot[p]), p)
+            else:
+                self._str_ids[moved_id] = p
+        self.size = last
         self._refresh_thresholds(touched)
 
     def unlabel(
