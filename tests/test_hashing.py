@@ -161,6 +161,10 @@ def test_multiset_sum_is_the_sum_of_the_digests_as_numbers():
             want = sum(int.from_bytes(row.tobytes(), "little") for row in digests) % MODULUS
             assert multiset_sum(digests) == want, (n, fill)
             assert multiset_sum(digests[::-1].copy()) == want  # order-free
+    # one row (a one-row forget's path), also as a strided view of a wider array
+    wide = rng.integers(0, 256, (3, 64), dtype=np.uint8)
+    one = wide[1:2, ::2]
+    assert multiset_sum(one) == int.from_bytes(bytes(one[0].tolist()), "little")
 
 
 def test_draws_and_receipts_equal_hashlib(hash_backend):

@@ -29,6 +29,8 @@ def multiset_sum(digests: np.ndarray) -> int:
     """Σ digests mod 2^256 for an (n, 32) uint8 array of little-endian 256-bit numbers."""
     if len(digests) == 0:
         return 0
+    if len(digests) == 1 and isinstance(digests, np.ndarray) and digests.dtype == np.uint8:
+        return int.from_bytes(digests.tobytes(), "little")  # one row's forget: < 2^256 already
     if len(digests) <= _FEW_DIGESTS:  # a forget's few rows: each digest as one Python int
         data = np.ascontiguousarray(digests, dtype=np.uint8).tobytes()
         total = sum(int.from_bytes(data[i : i + 32], "little") for i in range(0, len(data), 32))

@@ -151,10 +151,12 @@ class GainFilter:
         self._changes: list[int] = []  # each slot's head's change count, tracked state
         self._served: list[bool | None] = []  # each slot's last exact choice
         self._log: list[_Change] = []  # shared part of changes not yet applied
+        self._logged_rows = 0  # rows in the log
         self._residuals: list[list[np.ndarray]] = []  # per slot, in the log's order
         self._state: tuple | None = None  # (Ainv, G0, X, Q, B, lam): tracked, up to date
         self._waiting: _Waiting | None = None  # the kernel's pending rank-one terms
         self._gains: tuple[np.ndarray, np.ndarray] | None = None  # per column, current
+        self._slot_gains: list[tuple[float, float]] = []  # per slot: its columns' sums
         self._rows = 0  # rows applied since the base
         self._penalty: tuple[int, float] | None = None  # (rows since the base, λ) asked
 
@@ -220,6 +222,7 @@ class GainFilter:
             elif at == len(self._log):
                 copy = np.array(v, dtype=np.float64)
                 self._log.append(_Change(copy, np.array(folds), sign, v, folds))
+                self._logged_rows += len(v)
             else:  # pragma: no cover - the counts above make this impossible
                 self._reset()
                 return
@@ -254,14 +257,15 @@ class GainFilter:
                 return None
             if not callable(lam) and lam != self._base[-1]:  # type: ignore[index]
                 return None
-            if any(len(r) != len(self._log) for r in self._residuals):
-                return None  # some instance did not get every change (rebuilding)
+            logged = len(self._log)
             for r, ref in enumerate(self._heads):
                 h = ref()
-                if h is None or h.changes != self._changes[r] + len(self._residuals[r]):
+                if len(self._residuals[r]) != logged:
+                    return None  # some instance did not get every change (rebuilding)
+                if h is None or h.changes != self._changes[r] + logged:
                     return None
             # rows applied and logged since the base: what the tracked state is known by
-            since_base = self._rows + sum(len(c.v) for c in self._log)
+            since_base = self._rows + self._logged_rows
             if since_base > REFRESH_ROWS:
                 return None
             if callable(lam):
@@ -274,10 +278,14 @@ class GainFilter:
                 _, _, X, Q, B, base_lam = self._state  # type: ignore[misc]
                 scores = fold_scores if kernel is None else kernel.fold_scores
                 self._gains = scores(X, Q, B, base_lam)
-            gains, scales = self._gains
-            k = head.cross.shape[-1]
-            at = slice(self._slots[slot] * k, (self._slots[slot] + 1) * k)
-            return float(gains[at].sum()), float(scales[at].sum())
+                self._slot_gains = []
+            if not self._slot_gains:  # each slot's sums once per state (p heads ask)
+                gains, scales = self._gains
+                k = head.cross.shape[-1]
+                for r in range(len(self._slots)):
+                    at = slice(self._slots[r] * k, (self._slots[r] + 1) * k)
+                    self._slot_gains.append((float(gains[at].sum()), float(scales[at].sum())))
+            return self._slot_gains[slot]
 
     def _slot_of(self, head) -> int | None:
         for r, ref in enumerate(self._heads):
@@ -286,7 +294,7 @@ class GainFilter:
         return None
 
     def _ready(self) -> bool:
-        return self._base is not None and all(s is False for s in self._served)
+        return self._base is not None and self._served.count(False) == len(self._served)
 
     def _apply(self):
         """Bring the tracked solution up to date with the logged rows (Sherman–Morrison per
@@ -335,8 +343,9 @@ class GainFilter:
                     blas.dger(sigma, v, xv + vu * c, a=Q, overwrite_a=1)
                     blas.dger(sigma, v, v, a=G0, overwrite_a=1)
                 blas.dger(-sigma / s, u, u, a=Ainv, overwrite_a=1)
-        self._rows += sum(len(c.v) for c in self._log)
+        self._rows += self._logged_rows
         self._log.clear()
+        self._logged_rows = 0
         for r, res in enumerate(self._residuals):
             self._changes[r] += len(res)
             res.clear()
