@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import head as _head_module
 from .accumulators import MAX_ROWS
 from .head import FixedWeights, LinearHead, NewtonWeights, head_features
 from .kernels import table_kernels
@@ -624,22 +625,32 @@ class FlatTables:
         return self._probe_square(self._probe_norms(), g)
 
     def _probe_square(self, norms: _ProbeNorms, g: int) -> float | None:
-        """:meth:`probe_square` from current per-fold totals (``best`` fetches them once for
-        the whole grid)."""
-        if min(norms.n_probes) == 0:
-            return None
-        average = per_table = 0.0
-        for b in (0, 1):
-            weight = float(self._fold_rows[b]) / norms.n_probes[b]
-            mean_norm, square_norm = norms.norms(g, b)
-            average += mean_norm * weight
-            per_table += square_norm * weight
-        exact_per_table = (
-            float(self._square[g]) * 2.0 ** -loss_bits(self.scale_bits) / self.n_tables
-        )
-        if per_table <= 0.0:
-            return average
-        return exact_per_table * average / per_table
+        """:meth:`probe_square` from current per-fold totals."""
+        return self._probe_squares(norms)[g]
+
+    def _probe_squares(self, norms: _ProbeNorms) -> list[float | None]:
+        """:meth:`probe_square` of every λ of the grid from current per-fold totals, in one
+        pass (``best`` asks for all of them after every change: per λ and fold, two calls
+        each were ~40 Python calls of a one-row forget's first prediction)."""
+        G = len(self.grid)
+        n_probes = norms.n_probes
+        if min(n_probes) == 0:
+            return [None] * G
+        weights = [float(self._fold_rows[b]) / n_probes[b] for b in (0, 1)]
+        unit = 2.0 ** -loss_bits(self.scale_bits)
+        T = self.n_tables
+        squares: list[float | None] = []
+        for g in range(G):
+            average = per_table = 0.0
+            norm_totals, last_totals = norms.norm_totals[g], norms.last_totals[g]
+            for b in (0, 1):  # norms.norms(g, b), inlined
+                mean_norm = float(norm_totals[b]) * norms.mean_scale
+                square_norm = float(last_totals[b]) * norms.square_scale
+                average += mean_norm * weights[b]
+                per_table += square_norm * weights[b]
+            exact_per_table = float(self._square[g]) * unit / T
+            squares.append(average if per_table <= 0.0 else exact_per_table * average / per_table)
+        return squares
 
     def _probe_norms(self) -> _ProbeNorms:
         """The per-fold totals of the probe sums :meth:`probe_square` reads (counted once per
@@ -735,10 +746,10 @@ class FlatTables:
         scale = 2.0 ** -loss_bits(self.scale_bits) / self.n_tables
         best = (-np.inf, 0.0, self.grid[options[0]])
         totals_cross, totals_square = self.cross, self.square  # brought up to date once
-        norms = None if self.probe_cells is None else self._probe_norms()
+        squares = None if self.probe_cells is None else self._probe_squares(self._probe_norms())
         for g in options:
             cross = float(totals_cross[g]) * scale  # exact integers → the same float every time
-            square = None if norms is None else self._probe_square(norms, g)
+            square = None if squares is None else squares[g]
             if square is None:
                 square = float(totals_square[g]) * scale
             if alpha == "auto":
@@ -1054,11 +1065,11 @@ def build_flat_content(
     product over 2k columns (LinearHead.solution) — unless the engine's gain filter is certain
     the head's gain is below the threshold (content.gain_filter: the same choice, no solve).
     """
-    from .head import TABLES_GAIN_FACTOR  # the rule's constant lives with the head's gain
-
     a, lam, gain = tables.best(alpha, shrinkage)
     if head is not None and alpha == "auto" and shrinkage == "auto":
-        threshold = TABLES_GAIN_FACTOR * max(gain, 0.0)
+        # the rule's constant lives with the head's gain; read there (tests and the warm-up
+        # set it on that module), an attribute read rather than an import per call
+        threshold = _head_module.TABLES_GAIN_FACTOR * max(gain, 0.0)
         weights = head.served_over(threshold)
         if weights is not None:  # the head's gain beat the tables'
             return FlatContent(tables, a, lam, weights)
