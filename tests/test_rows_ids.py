@@ -399,7 +399,8 @@ def test_one_row_removal_leaves_the_batch_routes_state(kind, target_dtype):
     very state the batch route leaves — columns, id index with its tombstones, counts, class
     counts, multiset hash, thresholds — for a row at the front, in the middle and at the end,
     labeled or not (-1 / NaN), in the codebook pool or not, with int, string and mixed ids.
-    The batch route is forced by repeating the position (one row, but not one position)."""
+    The batch route is forced by repeating the position (one row, but not one position);
+    the one-row answers of instances_holding and class_counts_without are the batch ones."""
     rng = np.random.default_rng(5)
     stores = []
     for _ in range(2):
@@ -427,6 +428,9 @@ def test_one_row_removal_leaves_the_batch_routes_state(kind, target_dtype):
         holding = one.instances_holding(np.array([p]))
         assert holding.tolist() == np.flatnonzero(batch.in_schema(np.array([p, p])).any(0)).tolist()
         held_seen = held_seen or holding.size > 0
+        if target_dtype is np.int64:  # classification: the one-row class counts too
+            want = batch.class_counts_without([p]).tolist()
+            assert one.class_counts_without(np.array([p])).tolist() == want
         one.remove(np.array([p]))
         batch.remove(np.array([p, p]))
         assert _state(one) == _state(batch), p

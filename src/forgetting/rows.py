@@ -683,6 +683,14 @@ class RowStore:
 
     def class_counts_without(self, pos: np.ndarray) -> np.ndarray:
         """Per-class labeled-row counts if the rows at ``pos`` lost their labels."""
+        one = isinstance(pos, np.ndarray) and pos.size == 1 and pos.dtype.kind in "iu"
+        if one and self.target_dtype.kind != "f":
+            # one row (asked before every one-row forget): its class, if labeled, one fewer
+            counts = self.class_counts.copy()
+            target = int(self.targets[int(pos.reshape(-1)[0])])
+            if target >= 0:
+                counts[target] -= 1
+            return counts
         t = self.targets[pos]
         return self.class_counts - np.bincount(t[t >= 0], minlength=self.class_counts.size)
 
