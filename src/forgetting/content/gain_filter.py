@@ -226,7 +226,7 @@ class GainFilter:
             else:  # pragma: no cover - the counts above make this impossible
                 self._reset()
                 return
-            self._residuals[slot].append(np.array(residuals, dtype=np.float64) * unit)
+            self._residuals[slot].append(np.multiply(residuals, unit, dtype=np.float64))
 
     # -- the filter --------------------------------------------------------------------------
     def certainly_below(self, head, threshold: float, lam) -> bool:
