@@ -287,6 +287,27 @@ def test_pending_gram_rows_give_the_eager_sums_and_penalty(monkeypatch):
     assert lazy.solution()[0] == eager.solution()[0]
 
 
+def test_the_penalty_of_a_shared_gram_follows_the_sums(monkeypatch):
+    """penalty() of a head whose Gram array is shared (read-only, after a stacked solve or a
+    flush): as one-row changes flush into new shared arrays and the mean diagonal triples
+    (the penalty moves up a power of two on the way), it is the penalty of the sums every
+    time — those of a twin head without a cache, given the same rows."""
+    cache, heads = _stacked_heads(n=300)
+    monkeypatch.setattr(head_module, "PENDING_ROWS", 5)  # a flush every few rows
+    v, residuals, folds = _rows(600, seed=9)
+    head = heads[0]
+    twin = LinearHead(head.gram.copy(), head.cross.copy(), head.counts.copy(), head.scale_bits)
+    assert not head._gram.flags.writeable  # shared after the solve
+    first = head.penalty()
+    for i in range(600):
+        head.add(v[i : i + 1], residuals[0][i : i + 1], folds[i : i + 1])
+        twin.add(v[i : i + 1], residuals[0][i : i + 1], folds[i : i + 1])
+        if i % 7 == 0:
+            assert head.penalty() == head_penalty(twin.gram), i
+    assert head.penalty() == head_penalty(twin.gram) == 2 * first
+    assert not head._gram.flags.writeable  # flushed into shared arrays all along
+
+
 def test_save_load_and_pickle_with_pending_rows_and_a_tracked_solution(tables_serve, tmp_path):
     """One-row forgets leave Gram terms pending and the filter tracking; a save/load and a
     pickle round trip at that point keep the model, and forgets after them (filter re-based
