@@ -480,6 +480,14 @@ class RowStore:
         """Mask of labeled rows (all rows, or those at ``pos``)."""
         return is_labeled(self.targets[: self.size] if pos is None else self.targets[pos])
 
+    def _labeled_at(self, p: int) -> bool:
+        """:meth:`labeled` of the one row at position ``p``, as a Python bool (the one-row
+        routes: a scalar test instead of two small arrays)."""
+        target = self.targets[p]
+        if self.target_dtype.kind == "f":
+            return bool(target == target)  # NaN marks an unlabeled row
+        return bool(target != UNLABELED)
+
     def members(self, instance: int) -> np.ndarray:
         """Rows in D°_r: labeled rows whose keyed draw for instance r is below its threshold."""
         return self.labeled() & (self.draws[: self.size, instance] < self.thresholds[instance])
@@ -586,9 +594,7 @@ class RowStore:
         if isinstance(pos, np.ndarray) and pos.size == 1 and pos.dtype.kind in "iu":
             # one row (a one-row forget): its draws against the thresholds, 3 numpy calls
             p = int(pos.reshape(-1)[0])
-            target = self.targets[p]
-            unlabeled = target != target if self.target_dtype.kind == "f" else target == UNLABELED
-            if unlabeled:
+            if not self._labeled_at(p):
                 return np.zeros(0, dtype=np.intp)
             return np.flatnonzero(self.draws[p, : self.n_instances] < self.thresholds)
         return np.flatnonzero(self.in_schema(pos).any(axis=0))
@@ -776,12 +782,11 @@ class RowStore:
             raise IndexError(f"row position {p} is outside the store's {self.size} rows")
         touched = self.instances_holding(np.array([p])) if holding is None else holding
         self.changes += 1
-        target = self.targets[p]
-        labeled = not (target != target if self.target_dtype.kind == "f" else target == UNLABELED)
+        labeled = self._labeled_at(p)
         self._n_labeled -= int(labeled)
         self._n_pool -= int(self.in_pool[p])
         if labeled and self.target_dtype.kind != "f":
-            self.class_counts[int(target)] -= 1  # _count of one labeled row
+            self.class_counts[int(self.targets[p])] -= 1  # _count of one labeled row
         digest = int.from_bytes(self.row_hash[p].tobytes(), "little")
         self.multiset_hash = (self.multiset_hash - digest) % MODULUS
         strings = self._n_str > 0  # the string-id column moves too (else it is all None)
