@@ -617,8 +617,8 @@ class DurableModel:
         if not present:
             return {**earlier[-1], "already_forgotten": True}
         receipt = est.forget(present, erase_inputs=erase_inputs).to_dict()
-        for row_id in present:
-            uncommitted[est.engine_.receipt_hash(row_id)] = receipt
+        for id_hash in receipt["id_hashes"]:  # present's keyed hashes, made by the forget
+            uncommitted[id_hash] = receipt
         reply = {**receipt, "already_forgotten_ids": len(earlier)} if earlier else receipt
         return receipt, [id_bytes(i) for i in present], reply
 
