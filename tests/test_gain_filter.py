@@ -80,18 +80,20 @@ def test_the_tracked_gain_follows_the_exact_gain_through_forgets_and_inserts(
     assert worst < TOLERANCE * 1e-4, worst
 
 
-def test_the_compiled_rows_pending_terms_carry_over_to_numpy(monkeypatch):
-    """The compiled update leaves A⁻¹'s and G_0's rank-one terms pending (a few rows at a
-    time); when numpy takes over mid-way (FORGETTING_KERNELS switched), it adds them first:
-    the tracked gain stays on the exact one (a numpy step on the arrays alone misses by far
-    more than the tolerance)."""
-    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
+@pytest.mark.parametrize("first, then", [("numba", "numpy"), ("numpy", "numba")])
+def test_the_tracked_state_carries_over_between_the_paths(first, then, monkeypatch):
+    """The compiled update holds A⁻¹ and G_0 as packed triangles and leaves rank-one terms
+    pending (a few rows at a time); when numpy takes over mid-way (FORGETTING_KERNELS
+    switched) it unpacks them and adds the terms first, and the compiled path packs what
+    numpy held: the tracked gain stays on the exact one either way (a numpy step on the
+    arrays alone misses by far more than the tolerance)."""
+    monkeypatch.setenv("FORGETTING_KERNELS", first)
     cache, heads = _stacked_heads()
     v, residuals, folds = _rows(40, seed=3)
     worst = 0.0
     for i in range(30):
         if i == 13:  # 13 rows in: some terms wait (8 per flush), from both folds
-            monkeypatch.setenv("FORGETTING_KERNELS", "numpy")
+            monkeypatch.setenv("FORGETTING_KERNELS", then)
         for r, head in heads.items():
             head.subtract(v[i : i + 1], residuals[r][i : i + 1], folds[i : i + 1])
         lam = head_penalty(next(iter(heads.values())).gram)
@@ -335,3 +337,16 @@ def test_save_load_and_pickle_with_pending_rows_and_a_tracked_solution(tables_se
         keep = [i for i in ids if i not in outside[:10]]
         refit = QSSClassifier(**params).fit(X[keep], y[keep], keep)
         assert_same_model(copy, refit, X[:200])
+
+
+def test_the_packed_layout_is_the_lower_triangle_column_by_column():
+    """The compiled path's A⁻¹ and G_0: S[j:, j] for each j in turn, and back."""
+    from forgetting.content.gain_filter import packed, unpacked
+
+    rng = np.random.default_rng(5)
+    S = rng.normal(size=(7, 7))
+    S = S + S.T
+    P = packed(S)
+    assert np.array_equal(P, np.concatenate([S[j:, j] for j in range(7)]))
+    back = unpacked(P)
+    assert np.array_equal(back, S) and back.flags.f_contiguous

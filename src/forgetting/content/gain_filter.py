@@ -274,10 +274,7 @@ class GainFilter:
                 if self._penalty[1] != self._base[-1]:  # type: ignore[index]
                     return None
             if self._log or self._gains is None:
-                kernel = self._apply()
-                _, _, X, Q, B, base_lam = self._state  # type: ignore[misc]
-                scores = fold_scores if kernel is None else kernel.fold_scores
-                self._gains = scores(X, Q, B, base_lam)
+                self._gains = self._apply()
                 self._slot_gains = []
             if not self._slot_gains:  # each slot's sums once per state (p heads ask)
                 gains, scales = self._gains
@@ -296,10 +293,13 @@ class GainFilter:
     def _ready(self) -> bool:
         return self._base is not None and self._served.count(False) == len(self._served)
 
-    def _apply(self):
+    def _apply(self) -> tuple[np.ndarray, np.ndarray]:
         """Bring the tracked solution up to date with the logged rows (Sherman–Morrison per
-        row: A' = A + σvvᵀ, X' = A'⁻¹[H' | H_0'], Q' = G_0'X'); returns the compiled kernels
-        when they did it (content._gain_filter_kernel), else None."""
+        row: A' = A + σvvᵀ, X' = A'⁻¹[H' | H_0'], Q' = G_0'X') and return its per-column gains
+        and scales (:func:`fold_scores`) — computed by the compiled kernels with the last row
+        (content._gain_filter_kernel) where they run, which hold A⁻¹ and G_0 packed
+        (:func:`packed`); the numpy path holds them whole. A state made by one path and
+        continued by the other (FORGETTING_KERNELS switched) is converted first."""
         if self._state is None:
             factor, X, B, G0, lam = self._base  # type: ignore[misc]
             Ainv, info = _POTRI(factor, lower=1)
@@ -314,39 +314,75 @@ class GainFilter:
         Ainv, G0, X, Q, B, lam = self._state
         waiting = self._waiting
         m = X.shape[1] // 2
-        kernel = _KERNEL.get(REFRESH_ROWS * Ainv.shape[0] ** 2)
+        D = X.shape[0]
+        kernel = _KERNEL.get(REFRESH_ROWS * D**2)
+        if kernel is None and Ainv.ndim == 1:  # the numpy path takes over: whole, terms added
+            Ainv, G0 = unpacked(Ainv), unpacked(G0)
+            waiting.flush(Ainv, G0)
+        elif kernel is not None and Ainv.ndim == 2:  # the compiled path's layout
+            Ainv, G0 = packed(Ainv), packed(G0)
         if kernel is None:  # the numpy path updates A⁻¹ and G_0 as it goes: terms due first
             waiting.flush(Ainv, G0)
-        for i, change in enumerate(self._log):
-            r_all = np.zeros((len(change.v), m))  # absent slots: zero, like their columns
-            for slot, res in zip(self._slots, self._residuals, strict=True):
-                k = res[i].shape[1]
-                r_all[:, slot * k : (slot + 1) * k] = res[i]
-            for j in range(len(change.v)):
-                v = np.ldexp(change.v[j], -FEATURE_BITS)
-                sigma = float(change.sign)
-                in0 = bool(change.folds[j] == 0)
-                b = np.concatenate([r_all[j], r_all[j] if in0 else np.zeros_like(r_all[j])])
-                if kernel is not None:
-                    kernel.apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0, *waiting.buffers())
-                    continue
-                u = Ainv @ v
-                vu = float(v @ u)
-                s = 1.0 + sigma * vu
-                xv = v @ X
-                c = (sigma / s) * (b - xv)
-                w = G0 @ u
-                blas.dger(sigma, v, b, a=B, overwrite_a=1)
-                blas.dger(1.0, u, c, a=X, overwrite_a=1)
-                blas.dger(1.0, w, c, a=Q, overwrite_a=1)
-                if in0:
-                    blas.dger(sigma, v, xv + vu * c, a=Q, overwrite_a=1)
-                    blas.dger(sigma, v, v, a=G0, overwrite_a=1)
-                blas.dger(-sigma / s, u, u, a=Ainv, overwrite_a=1)
+        self._state = (Ainv, G0, X, Q, B, lam)
+        scores: tuple[np.ndarray, np.ndarray] | None = None
+        rows = [(i, j) for i, change in enumerate(self._log) for j in range(len(change.v))]
+        r_all = None
+        for n_row, (i, j) in enumerate(rows):
+            change = self._log[i]
+            if j == 0:
+                r_all = np.zeros((len(change.v), m))  # absent slots: zero, like their columns
+                for slot, res in zip(self._slots, self._residuals, strict=True):
+                    k = res[i].shape[1]
+                    r_all[:, slot * k : (slot + 1) * k] = res[i]
+            v = np.ldexp(change.v[j], -FEATURE_BITS)
+            sigma = float(change.sign)
+            in0 = bool(change.folds[j] == 0)
+            row = r_all[j]  # type: ignore[index]
+            b = np.concatenate([row, row if in0 else np.zeros_like(row)])
+            if kernel is not None:
+                last = n_row == len(rows) - 1
+                scores = (np.empty(m), np.empty(m)) if last else (_NONE, _NONE)
+                kernel.apply_row(
+                    Ainv, G0, X, Q, B, v, b, sigma, in0, *waiting.buffers(), lam, *scores
+                )
+                continue
+            u = Ainv @ v
+            vu = float(v @ u)
+            s = 1.0 + sigma * vu
+            xv = v @ X
+            c = (sigma / s) * (b - xv)
+            w = G0 @ u
+            blas.dger(sigma, v, b, a=B, overwrite_a=1)
+            blas.dger(1.0, u, c, a=X, overwrite_a=1)
+            blas.dger(1.0, w, c, a=Q, overwrite_a=1)
+            if in0:
+                blas.dger(sigma, v, xv + vu * c, a=Q, overwrite_a=1)
+                blas.dger(sigma, v, v, a=G0, overwrite_a=1)
+            blas.dger(-sigma / s, u, u, a=Ainv, overwrite_a=1)
         self._rows += self._logged_rows
         self._log.clear()
         self._logged_rows = 0
         for r, res in enumerate(self._residuals):
             self._changes[r] += len(res)
             res.clear()
-        return kernel
+        if scores is None or scores[0].shape[0] != m:
+            scores = (fold_scores if kernel is None else kernel.fold_scores)(X, Q, B, lam)
+        return scores
+
+
+_NONE = np.empty(0)
+"""What the compiled row update gets for the gains when a later row follows (none wanted)."""
+
+
+def packed(S: np.ndarray) -> np.ndarray:
+    """The lower triangle of the symmetric (D, D) ``S``, column by column (S[j:, j] for
+    j = 0 … D − 1): the compiled row update's layout of A⁻¹ and G_0."""
+    return np.ascontiguousarray(S.T[np.triu_indices(S.shape[0])])
+
+
+def unpacked(P: np.ndarray) -> np.ndarray:
+    """The symmetric (D, D) Fortran-order array whose lower triangle :func:`packed` gave."""
+    D = int(round((np.sqrt(8 * P.shape[0] + 1) - 1) / 2))
+    S = np.zeros((D, D), order="F")
+    S.T[np.triu_indices(D)] = P
+    return np.asfortranarray(np.tril(S) + np.tril(S, -1).T)
