@@ -155,7 +155,7 @@ def _kernel_args(t: FlatTables, codes, residuals, folds, sign: int):
         2.0 ** loss_bits(t.scale_bits),
         start,
         probe_of,
-        norms.probe_sums,
+        norms.records,
         2.0**MEAN_BITS,
         2.0 ** square_bits(t.scale_bits),
         norms.folds,
@@ -490,3 +490,41 @@ def test_compiled_serving_correction_equals_the_numpy_definition(compiled, scale
     bad[4, T - 1] = C  # past the last table: numpy's IndexError
     with pytest.raises(IndexError):
         _with("numba", lambda: t.correction(bad, 1.0))
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_probe_records_survive_pickle_and_deepcopy(compiled, how: str) -> None:
+    """The probe sums the tables read are a view of the compiled update's per-probe records;
+    a pickled or deep-copied table must not part the two (a copy whose updates went to
+    records its reads no longer see would serve stale probe terms): the copy, changed
+    further, equals a table changed the same way without the round trip."""
+    import copy
+    import pickle
+
+    rng = np.random.default_rng(11)
+    T, C, k, n = 6, 16, 3, 800  # C > 6: one-row changes go by difference (update_cells)
+    codes, residuals, folds = _rows(rng, n, T, C, k, CLASSIFICATION_SCALE_BITS)
+
+    def build():
+        t = FlatTables.empty(T, C, k, CLASSIFICATION_SCALE_BITS)
+        t.set_probes(codes[:40], folds[:40])
+        t.add(codes, residuals, folds)
+        t.refresh()
+        t.subtract(codes[50:51], residuals[50:51], folds[50:51])  # the records in use
+        return t
+
+    t = build()
+    records = t._probe_norms().records  # (re)built first: a numpy-path change drops them
+    assert np.shares_memory(t.probe_sums, records)
+    moved = pickle.loads(pickle.dumps(t)) if how == "pickle" else copy.deepcopy(t)
+    for t_ in (moved, t):
+        for i in range(60, 70):
+            t_.subtract(codes[i : i + 1], residuals[i : i + 1], folds[i : i + 1])
+    records = moved._probe_norms().records
+    assert np.shares_memory(moved.probe_sums, records)
+    assert _same(_state(moved), _state(t))
+    fresh = FlatTables.empty(T, C, k, CLASSIFICATION_SCALE_BITS)
+    keep = np.setdiff1d(np.arange(n), [50, *range(60, 70)])
+    fresh.set_probes(codes[:40], folds[:40])
+    fresh.add(codes[keep], residuals[keep], folds[keep])
+    assert _same(_state(moved), _state(fresh))

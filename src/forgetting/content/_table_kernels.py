@@ -895,7 +895,7 @@ def update_cells(
     loss_unit,
     probe_start,
     probe_of,
-    probe_sums,
+    probe_records,
     mean_unit,
     square_unit,
     probe_folds,
@@ -912,13 +912,16 @@ def update_cells(
     The same integers as the numpy path: the same per-cell and per-entry terms, summed as
     int64 (exact in any order). The probe entries of fold-qualified cell q are
     ``probe_of[probe_start[q]:probe_start[q + 1]]`` (their probes); ``marks`` is a zeroed
-    uint8 scratch of 2·T·C entries (zeroed again on return). ``out`` (6G + 2) receives
-    Δcross (G), Δsquare (G), the rows in fold 1, then the change of the probes' per-fold
-    totals (content.tables._ProbeNorms): ΔN (fold 0's G, then fold 1's G) of the probes'
-    norm terms (:func:`_norm_term` with ``norm_unit``; each probe's current terms are kept
-    in ``norm_terms`` (m, G), float64 integers, and rewritten here for the changed probes)
-    and ΔQ (likewise) of their sums' last column, new − old over the probes that changed
-    (``probe_folds[p]``: a probe's own fold); and last whether those deltas hold: 0 when
+    uint8 scratch of 2·T·C entries (zeroed again on return). ``probe_records`` (m, W) holds
+    probe p's sums in one row, λ by λ — entry g·(k + 1) + j is the logical probe sums'
+    [g, p, j] (content.tables._ProbeNorms) — and ``norm_terms`` (m, G) is a float64 view of
+    columns G·(k + 1) … of the same rows: each probe's current norm terms
+    (:func:`_norm_term` with ``norm_unit``, float64 integers), rewritten here for the
+    changed probes. ``out`` (6G + 2) receives Δcross (G), Δsquare (G), the rows in fold 1,
+    then the change of the probes' per-fold totals: ΔN (fold 0's G, then fold 1's G) of the
+    probes' norm terms and ΔQ (likewise) of their sums' last column, new − old over the
+    probes that changed (``probe_folds[p]``: a probe's own fold); and last whether those
+    deltas hold: 0 when
     some term reached 2^50 (a sum of up to 2^12 of them might leave int64: the caller
     recounts the totals and terms from the probe sums, exactly). False, with the tables as
     they were, when an index is invalid or a cell or probe term leaves the int64 range
@@ -933,7 +936,12 @@ def update_cells(
     change by new − old: the same integers as recounting them); and every cache line the
     update will touch is requested (:func:`_prefetch`) as soon as its address is known —
     cells and the probe index first, the probe rows once the index is read — so the misses
-    overlap instead of queueing.
+    overlap instead of queueing. A probe's sums and norm terms share one record of whole
+    cache lines (6 at k = 10, G = 4): a one-row forget changes ~300 of the ~1.4k probes of
+    each instance, and their lines were its largest memory traffic — G rows of 88 bytes
+    125 KB apart plus a line of norm terms, 9 lines per probe, where the record is 6
+    adjacent ones (in-process A/B on a 2-core EPYC VM, whose memory is slow: t_fast p50
+    −174 µs, 90 % interval −227 … −43 µs).
     """
     n, T = codes.shape
     TC = sums.shape[1]
@@ -1002,18 +1010,18 @@ def update_cells(
     ok = _entries_terms_into(
         flat_sums, flat_counts, held[:nh], grid, scale, mean_unit, square_unit, s0, old
     )
-    # the rows of the probes about to change (their index lines have arrived meanwhile)
+    # the records of the probes about to change (their index lines have arrived meanwhile)
     m = probe_folds.shape[0]
-    line_probe_sums = probe_sums.reshape(G * m * (k + 1))
-    line_terms = norm_terms.reshape(m * G)
+    width = probe_records.shape[1]
+    if probe_records.shape[0] != m or width < G * (k + 2) or norm_terms.shape[0] != m:
+        return False
+    line_records = probe_records.reshape(m * width)
     for h in range(nh):
         q = held[h]
         for x in range(probe_start[q], probe_start[q + 1]):
             p = probe_of[x]
-            _prefetch(line_terms, p * G)
-            for g in range(G):
-                _prefetch(line_probe_sums, (g * m + p) * (k + 1))
-                _prefetch(line_probe_sums, (g * m + p) * (k + 1) + k)
+            for at in range(0, width, 8):
+                _prefetch(line_records, p * width + at)
     ok = ok & _cells_terms_into(
         sums, counts, cells, nc, grid, scale, loss_unit, scratch, old_cross, old_square
     )
@@ -1037,11 +1045,13 @@ def update_cells(
     d_norm = np.zeros((2, G), dtype=np.int64)  # per fold and λ: new − old norm terms
     d_last = np.zeros((2, G), dtype=np.int64)  # and of the sums' last column
     held_ok = True
+    span = G * (k + 1)  # a record's sums; the new − old terms of a cell in the same order
+    flat_new = new.reshape((nh, span))
+    flat_old = old.reshape((nh, span))
     for h in range(nh):
         q = held[h]
-        for g in range(G):
-            for j in range(k + 1):
-                new[h, g, j] -= old[h, g, j]  # int64: exact (wraps like numpy's new − old)
+        for at in range(span):
+            flat_new[h, at] -= flat_old[h, at]  # int64: exact (wraps like numpy's new − old)
         for x in range(probe_start[q], probe_start[q + 1]):
             p = probe_of[x]
             if changed[p] == 0:  # its terms before its first change
@@ -1049,15 +1059,23 @@ def update_cells(
                 listed[nl] = p
                 nl += 1
                 held_ok = held_ok & _take_norm_terms(
-                    probe_sums, p, probe_folds[p], k, norm_unit, norm_terms, d_norm, d_last, -1
+                    probe_records,
+                    p,
+                    probe_folds[p],
+                    k,
+                    G,
+                    norm_unit,
+                    norm_terms,
+                    d_norm,
+                    d_last,
+                    -1,
                 )
-            for g in range(G):
-                for j in range(k + 1):
-                    probe_sums[g, p, j] += new[h, g, j]
+            for at in range(span):
+                probe_records[p, at] += flat_new[h, at]
     for e in range(nl):  # and after its last
         p = listed[e]
         held_ok = held_ok & _take_norm_terms(
-            probe_sums, p, probe_folds[p], k, norm_unit, norm_terms, d_norm, d_last, 1
+            probe_records, p, probe_folds[p], k, G, norm_unit, norm_terms, d_norm, d_last, 1
         )
     for g in range(G):
         out[g] = d_cross[g] - old_cross[g]  # int64: exact (wraps like numpy's new − old)
@@ -1076,30 +1094,32 @@ NORM_TERM_LIMIT = 2.0**50
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _norm_term(probe_sums, g, p, k, unit) -> float:
-    """rint(Σ_j float64(S_j)² · unit) for the probe's k mean sums S under λ_g: the
-    outputs in order, one product and one sum each (content.tables.probe_norm_terms)."""
-    acc = 0.0
+def _norm_terms_into(records, p, k, G, unit, terms) -> None:
+    """terms[g] = rint(Σ_j float64(S_j)² · unit) for probe p's k mean sums S under each λ_g
+    (its record, :func:`update_cells`): per λ the outputs in order, one product and one sum
+    each (content.tables.probe_norm_terms) — the G sums interleaved, each in its own order."""
+    for g in range(G):
+        terms[g] = 0.0
     for j in range(k):
-        x = np.float64(probe_sums[g, p, j])
-        acc += x * x
-    return np.rint(acc * unit)
+        for g in range(G):
+            x = np.float64(records[p, g * (k + 1) + j])
+            terms[g] += x * x
+    for g in range(G):
+        terms[g] = np.rint(terms[g] * unit)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _take_norm_terms(probe_sums, p, b, k, unit, terms, d_norm, d_last, sign) -> bool:
+def _take_norm_terms(records, p, b, k, G, unit, terms, d_norm, d_last, sign) -> bool:
     """Add ``sign`` × probe p's norm terms and last-column sums (every λ) to fold b's
-    deltas; False when one of them reaches NORM_TERM_LIMIT (nothing is added then). The
-    terms before a change (``sign`` < 0) are the kept ones, ``terms[p, g]``; after it they
-    are computed from the sums and kept."""
+    deltas; False when one of them reaches NORM_TERM_LIMIT (nothing is added for it then).
+    The terms before a change (``sign`` < 0) are the kept ones, ``terms[p]``; after it they
+    are computed from the record and kept."""
     ok = True
-    for g in range(probe_sums.shape[0]):
-        if sign < 0:
-            term = terms[p, g]
-        else:
-            term = _norm_term(probe_sums, g, p, k, unit)
-            terms[p, g] = term
-        last = probe_sums[g, p, k]
+    if sign > 0:
+        _norm_terms_into(records, p, k, G, unit, terms[p])
+    for g in range(G):
+        term = terms[p, g]
+        last = records[p, g * (k + 1) + k]
         if term < NORM_TERM_LIMIT and -NORM_TERM_LIMIT < last < NORM_TERM_LIMIT:
             d_norm[b, g] += sign * np.int64(term)
             d_last[b, g] += sign * last

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from . import head as _head_module
 from .accumulators import MAX_ROWS
@@ -446,7 +447,7 @@ class FlatTables:
             2.0 ** loss_bits(self.scale_bits),
             start,
             probe_of,
-            norms.probe_sums,
+            norms.records,
             2.0**MEAN_BITS,
             2.0 ** square_bits(self.scale_bits),
             norms.folds,
@@ -659,6 +660,8 @@ class FlatTables:
         self._refresh_probes()
         if self._norms is None:
             self._norms = _ProbeNorms(self)
+            if self._probe_sums is not None:  # the same integers, now in the records
+                self._probe_sums = self._norms.probe_sums
         return self._norms
 
     def _terms(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -835,6 +838,17 @@ class FlatTables:
         return total.astype(np.float64) * 2.0**-MEAN_BITS / T
 
     # -- bookkeeping -------------------------------------------------------------------------
+    def __getstate__(self) -> dict:
+        """Without the probe records and the compiled update's arguments: the probe sums are
+        a view of the records, and a pickle (or deepcopy) would part the two; both are
+        rebuilt from the sums on first use."""
+        state = dict(self.__dict__)
+        state["_norms"] = None
+        state["_update_args"] = None
+        if state["_probe_sums"] is not None:
+            state["_probe_sums"] = np.ascontiguousarray(state["_probe_sums"])
+        return state
+
     def copy(self) -> FlatTables:
         def dup(a):
             return None if a is None else a.copy()
@@ -936,7 +950,15 @@ class _ProbeNorms:
         folds = tables.probe_folds
         if tables.probe_cells is None or sums is None:  # no probes: nothing to keep
             folds, sums = np.zeros(0, np.int64), np.zeros((G, 0, k + 1), np.int64)
-        self.probe_sums = sums
+        # one record per probe: its sums λ by λ, then its norm terms (float64), padded to
+        # whole cache lines (the compiled update's layout: _table_kernels.update_cells);
+        # probe_sums is the (G, m, k + 1) view of it that the tables and numpy read
+        m, span = sums.shape[1], G * (k + 1)
+        self.records = _line_aligned(m, span + G + (-(span + G) % 8))
+        self.probe_sums = as_strided(
+            self.records, shape=(G, m, k + 1), strides=(8 * (k + 1), 8 * self.records.shape[1], 8)
+        )
+        self.probe_sums[...] = sums
         self.folds = np.ascontiguousarray(folds, dtype=np.int64)
         self.n_probes = [int((self.folds == 0).sum()), int((self.folds == 1).sum())]
         unit = norm_unit(T, tables.scale_bits)
@@ -944,9 +966,10 @@ class _ProbeNorms:
         self.mean_scale = 2.0 ** (-2 * MEAN_BITS) / unit / (T * T)
         self.square_scale = 2.0 ** -square_bits(tables.scale_bits) / T
         terms = probe_norm_terms(sums, unit)
-        # each probe's G terms side by side (one cache line): kept current by the compiled
-        # update, which reads a changed probe's old terms from here
-        self.terms = np.ascontiguousarray(terms.T)
+        # each probe's G terms in its record, kept current by the compiled update, which
+        # reads a changed probe's old terms from here
+        self.terms = self.records.view(np.float64)[:, span : span + G]
+        self.terms[...] = terms.T
         self.norm_totals = [[0, 0] for _ in range(G)]
         self.last_totals = [[0, 0] for _ in range(G)]
         for b in (0, 1):
@@ -970,6 +993,14 @@ class _ProbeNorms:
             float(self.norm_totals[g][b]) * self.mean_scale,
             float(self.last_totals[g][b]) * self.square_scale,
         )
+
+
+def _line_aligned(rows: int, width: int) -> np.ndarray:
+    """A zeroed (rows, width) int64 array whose rows start on 64-byte cache lines (width a
+    multiple of 8): a record then spans exactly width / 8 lines."""
+    buffer = np.zeros(rows * width + 8, dtype=np.int64)
+    skip = (-buffer.ctypes.data % 64) // 8
+    return buffer[skip : skip + rows * width].reshape(rows, width)
 
 
 def norm_unit(n_tables: int, scale_bits: int) -> float:
