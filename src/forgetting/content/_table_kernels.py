@@ -909,23 +909,22 @@ def update_cells(
     touched table-major cell, :func:`_cell_terms_into`) and of the probe sums (new − old terms
     of every probe entry whose out-of-fold cell was touched, :func:`_probe_terms_into`).
 
-    The same integers as the numpy path: the same per-cell and per-entry terms, summed as
-    int64 (exact in any order). The probe entries of fold-qualified cell q are
-    ``probe_of[probe_start[q]:probe_start[q + 1]]`` (their probes); ``marks`` is a zeroed
-    uint8 scratch of 2·T·C entries (zeroed again on return). ``probe_records`` (m, W) holds
-    probe p's sums in one row, λ by λ — entry g·(k + 1) + j is the logical probe sums'
-    [g, p, j] (content.tables._ProbeNorms) — and ``norm_terms`` (m, G) is a float64 view of
-    columns G·(k + 1) … of the same rows: each probe's current norm terms
-    (:func:`_norm_term` with ``norm_unit``, float64 integers), rewritten here for the
-    changed probes. ``out`` (6G + 2) receives Δcross (G), Δsquare (G), the rows in fold 1,
-    then the change of the probes' per-fold totals: ΔN (fold 0's G, then fold 1's G) of the
-    probes' norm terms and ΔQ (likewise) of their sums' last column, new − old over the
-    probes that changed (``probe_folds[p]``: a probe's own fold); and last whether those
-    deltas hold: 0 when
-    some term reached 2^50 (a sum of up to 2^12 of them might leave int64: the caller
-    recounts the totals and terms from the probe sums, exactly). False, with the tables as
-    they were, when an index is invalid or a cell or probe term leaves the int64 range
-    (numpy decides).
+    The same integers as the numpy path: the same per-cell and per-entry terms, summed as int64
+    (exact in any order). The probe entries of fold-qualified cell q are
+    ``probe_of[probe_start[q]:probe_start[q + 1]]`` (their probes); ``marks`` is a zeroed uint8
+    scratch of 2·T·C entries (zeroed again on return) that finds each touched cell once among
+    several rows' (one row's T cells are distinct: its update reads no marks). ``probe_records``
+    (m, W) holds probe p's sums in one row, λ by λ — entry g·(k + 1) + j is the logical probe
+    sums' [g, p, j] (content.tables._ProbeNorms) — and ``norm_terms`` (m, G) is a float64 view
+    of columns G·(k + 1) … of the same rows: each probe's current norm terms
+    (:func:`_norm_terms_into` with ``norm_unit``, float64 integers), rewritten here for the
+    changed probes. ``out`` (6G + 2) receives Δcross (G), Δsquare (G), the rows in fold 1, then
+    the change of the probes' per-fold totals: ΔN (fold 0's G, then fold 1's G) of the probes'
+    norm terms and ΔQ (likewise) of their sums' last column, new − old over the probes that
+    changed (``probe_folds[p]``: a probe's own fold); and last whether those deltas hold: 0 when
+    some term reached 2^50 (a sum of up to 2^12 of them might leave int64: the caller recounts
+    the totals and terms from the probe sums, exactly). False, with the tables as they were,
+    when an index is invalid or a cell or probe term leaves the int64 range (numpy decides).
 
     Why it is laid out this way (measured at n = 300k, T = 64, k = 10, ~1.4k probes, in a
     process that predicts between forgets, so nothing is in cache): a touched cell holds
@@ -972,24 +971,34 @@ def update_cells(
     nq = 0
     nc = 0
     ones = 0
-    for i in range(n):
-        f = np.int64(folds[i])
-        ones += f
+    if n == 1:  # one row's T cells are distinct already (one per table): no marks read
+        f = np.int64(folds[0])
+        ones = f
         for t in range(T):
-            c = t * C + np.int64(codes[i, t])
-            q = f * TC + c
-            if marks[q] & 1 == 0:
-                marks[q] |= 1
-                quals[nq] = q
-                nq += 1
-            if marks[c] & 2 == 0:
-                marks[c] |= 2
-                cells[nc] = c
-                nc += 1
-    for e in range(nq):
-        marks[quals[e]] = 0
-    for e in range(nc):
-        marks[cells[e]] = 0
+            c = t * C + np.int64(codes[0, t])
+            quals[t] = f * TC + c
+            cells[t] = c
+        nq = T
+        nc = T
+    else:
+        for i in range(n):
+            f = np.int64(folds[i])
+            ones += f
+            for t in range(T):
+                c = t * C + np.int64(codes[i, t])
+                q = f * TC + c
+                if marks[q] & 1 == 0:
+                    marks[q] |= 1
+                    quals[nq] = q
+                    nq += 1
+                if marks[c] & 2 == 0:
+                    marks[c] |= 2
+                    cells[nc] = c
+                    nc += 1
+        for e in range(nq):
+            marks[quals[e]] = 0
+        for e in range(nc):
+            marks[cells[e]] = 0
     # the touched fold-qualified cells that hold probe entries (each once)
     held = np.empty(nq, dtype=np.int64)
     nh = 0

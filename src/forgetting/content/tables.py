@@ -1014,8 +1014,8 @@ def norm_unit(n_tables: int, scale_bits: int) -> float:
 def probe_norm_terms(probe_sums: np.ndarray, unit: float) -> np.ndarray:
     """Per λ and probe, N = rint(Σ_j float64(S_j)² · unit) for the probe's k mean sums S
     (``probe_sums[..., :k]``): the outputs summed in order, one product and one sum each —
-    the compiled update's order (:func:`._table_kernels._norm_term`), so the same integers
-    (as float64; exact below 2^53, and integers beyond)."""
+    the compiled update's order (:func:`._table_kernels._norm_terms_into`), so the same
+    integers (as float64; exact below 2^53, and integers beyond)."""
     k = probe_sums.shape[-1] - 1
     acc = np.zeros(probe_sums.shape[:-1], dtype=np.float64)
     for j in range(k):
