@@ -314,58 +314,53 @@ class GainFilter:
         Ainv, G0, X, Q, B, lam = self._state
         waiting = self._waiting
         m = X.shape[1] // 2
-        D = X.shape[0]
-        kernel = _KERNEL.get(REFRESH_ROWS * D**2)
-        if kernel is None and Ainv.ndim == 1:  # the numpy path takes over: whole, terms added
+        kernel = _KERNEL.get(REFRESH_ROWS * X.shape[0] ** 2)
+        if kernel is None and Ainv.ndim == 1:  # the numpy path takes over: whole arrays
             Ainv, G0 = unpacked(Ainv), unpacked(G0)
-            waiting.flush(Ainv, G0)
         elif kernel is not None and Ainv.ndim == 2:  # the compiled path's layout
             Ainv, G0 = packed(Ainv), packed(G0)
         if kernel is None:  # the numpy path updates A⁻¹ and G_0 as it goes: terms due first
             waiting.flush(Ainv, G0)
         self._state = (Ainv, G0, X, Q, B, lam)
         scores: tuple[np.ndarray, np.ndarray] | None = None
-        rows = [(i, j) for i, change in enumerate(self._log) for j in range(len(change.v))]
-        r_all = None
-        for n_row, (i, j) in enumerate(rows):
-            change = self._log[i]
-            if j == 0:
-                r_all = np.zeros((len(change.v), m))  # absent slots: zero, like their columns
-                for slot, res in zip(self._slots, self._residuals, strict=True):
-                    k = res[i].shape[1]
-                    r_all[:, slot * k : (slot + 1) * k] = res[i]
-            v = np.ldexp(change.v[j], -FEATURE_BITS)
-            sigma = float(change.sign)
-            in0 = bool(change.folds[j] == 0)
-            row = r_all[j]  # type: ignore[index]
-            b = np.concatenate([row, row if in0 else np.zeros_like(row)])
-            if kernel is not None:
-                last = n_row == len(rows) - 1
-                scores = (np.empty(m), np.empty(m)) if last else (_NONE, _NONE)
-                kernel.apply_row(
-                    Ainv, G0, X, Q, B, v, b, sigma, in0, *waiting.buffers(), lam, *scores
-                )
-                continue
-            u = Ainv @ v
-            vu = float(v @ u)
-            s = 1.0 + sigma * vu
-            xv = v @ X
-            c = (sigma / s) * (b - xv)
-            w = G0 @ u
-            blas.dger(sigma, v, b, a=B, overwrite_a=1)
-            blas.dger(1.0, u, c, a=X, overwrite_a=1)
-            blas.dger(1.0, w, c, a=Q, overwrite_a=1)
-            if in0:
-                blas.dger(sigma, v, xv + vu * c, a=Q, overwrite_a=1)
-                blas.dger(sigma, v, v, a=G0, overwrite_a=1)
-            blas.dger(-sigma / s, u, u, a=Ainv, overwrite_a=1)
+        left = self._logged_rows  # rows still to apply: the last one scores (compiled path)
+        for i, change in enumerate(self._log):
+            r_all = np.zeros((len(change.v), m))  # absent slots: zero, like their columns
+            for slot, res in zip(self._slots, self._residuals, strict=True):
+                k = res[i].shape[1]
+                r_all[:, slot * k : (slot + 1) * k] = res[i]
+            for j in range(len(change.v)):
+                v = np.ldexp(change.v[j], -FEATURE_BITS)
+                sigma = float(change.sign)
+                in0 = bool(change.folds[j] == 0)
+                b = np.concatenate([r_all[j], r_all[j] if in0 else np.zeros_like(r_all[j])])
+                left -= 1
+                if kernel is not None:
+                    scores = (np.empty(m), np.empty(m)) if left == 0 else (_NONE, _NONE)
+                    kernel.apply_row(
+                        Ainv, G0, X, Q, B, v, b, sigma, in0, *waiting.buffers(), lam, *scores
+                    )
+                    continue
+                u = Ainv @ v
+                vu = float(v @ u)
+                s = 1.0 + sigma * vu
+                xv = v @ X
+                c = (sigma / s) * (b - xv)
+                w = G0 @ u
+                blas.dger(sigma, v, b, a=B, overwrite_a=1)
+                blas.dger(1.0, u, c, a=X, overwrite_a=1)
+                blas.dger(1.0, w, c, a=Q, overwrite_a=1)
+                if in0:
+                    blas.dger(sigma, v, xv + vu * c, a=Q, overwrite_a=1)
+                    blas.dger(sigma, v, v, a=G0, overwrite_a=1)
+                blas.dger(-sigma / s, u, u, a=Ainv, overwrite_a=1)
         self._rows += self._logged_rows
         self._log.clear()
         self._logged_rows = 0
         for r, res in enumerate(self._residuals):
             self._changes[r] += len(res)
             res.clear()
-        if scores is None or scores[0].shape[0] != m:
+        if scores is None:  # no row applied, or numpy's path
             scores = (fold_scores if kernel is None else kernel.fold_scores)(X, Q, B, lam)
         return scores
 
