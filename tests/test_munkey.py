@@ -93,6 +93,11 @@ def test_forget_deletes_memory_rows_only(data):
     snapshot = model.memory_.keys.clone(), list(model.ids_)
     with pytest.raises(KeyError, match="nobody"):
         model.forget([ids[5], "nobody"])
+    many = [f"nobody-{i}" for i in range(13)]
+    with pytest.raises(KeyError) as err:
+        model.forget([ids[5], *many])
+    listed = ", ".join(repr(v) for v in many[:10])
+    assert err.value.args[0] == f"unknown ids (never fitted): [{listed}, ... (3 more)]"
     assert torch.equal(model.memory_.keys, snapshot[0]) and model.ids_ == snapshot[1]
     with pytest.raises(ValueError, match="duplicate"):
         model.forget([ids[5], ids[5]])

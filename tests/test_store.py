@@ -83,6 +83,13 @@ def test_forget_is_idempotent_and_unknown_ids_change_nothing(db):
         model.forget(["never-seen"])
     with pytest.raises(KeyError):
         model.forget([ids[4], "never-seen"])
+    many = [f"never-seen-{i}" for i in range(12)]
+    with pytest.raises(KeyError) as err:
+        model.forget([ids[4], *many])
+    listed = ", ".join(repr(v) for v in many[:10])
+    assert err.value.args[0] == (
+        f"unknown ids (never inserted, or with no label left): [{listed}, ... (2 more)]"
+    )
     assert model.state_digest() == digest
     assert model.receipt(first["id_hashes"][0])["operation"] == "forget"
     model.close()

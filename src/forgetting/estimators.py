@@ -32,7 +32,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 
 from .distributed import fit_distributed, is_distributed_input
 from .ensemble import EngineConfig, QSSEngine, canonical_params
-from .ids import normalize_ids
+from .ids import listing, normalize_ids
 from .labels import UNLABELED, is_labeled
 from .privacy import PrivacyReport, check_privacy_params
 from .receipts import Receipt
@@ -378,8 +378,7 @@ class _QSSBase(BaseEstimator):
             missing = self.engine_.unknown_ids(id_list)
             if missing:
                 raise KeyError(
-                    f"unknown ids (never inserted, or already forgotten): {missing[:5]}"
-                    + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                    f"unknown ids (never inserted, or already forgotten): {listing(missing)}"
                 ) from None
             raise
 

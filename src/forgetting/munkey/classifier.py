@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
+from ..ids import listing
 from ..schema.membership import canonical_id, derive_key, id_bytes, receipt_hash
 from .backbone import TinyViT, ViTConfig
 from .memory import KeyMemory
@@ -507,10 +508,7 @@ class MUNKEYClassifier(ClassifierMixin, BaseEstimator):
             else:
                 unknown.append(row_id)
         if unknown:
-            raise KeyError(
-                f"unknown ids (never fitted): {unknown[:5]}"
-                + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-            )
+            raise KeyError(f"unknown ids (never fitted): {listing(unknown)}")
         for row_id, digest in present:
             memory.delete(row_id)
             self.tombstones_.add(digest)

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..ensemble import RebuildError
 from ..estimators import restore_estimator
+from ..ids import listing
 from ..io.model_format import ModelFileError, dumps, loads
 from ..labels import UNLABELED, is_labeled
 from ..persistence import check_schema, library_versions
@@ -611,8 +612,7 @@ class DurableModel:
                 unknown.append(row_id)
         if unknown:
             raise KeyError(
-                f"unknown ids (never inserted, or with no label left): {unknown[:10]}"
-                + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+                f"unknown ids (never inserted, or with no label left): {listing(unknown)}"
             )
         if not present:
             return {**earlier[-1], "already_forgotten": True}
