@@ -137,3 +137,49 @@ def test_auto_alpha_is_near_zero_on_pure_noise_and_near_one_on_signal():
     silent = Accumulators.empty(2, b, 1, 32)
     silent.add(codes, np.zeros((n, 1), dtype=np.int64), folds)
     assert build_content(silent, "auto", "auto").alpha == 0.0
+
+
+def _content_bits(content):
+    return content.means.tobytes(), content.alpha, content.shrinkage
+
+
+def test_kept_fold_statistics_follow_every_change():
+    """build_content keeps each fold's float statistics and grid means until a change
+    touches that fold (Accumulators.fold_kept): after changes in one fold, the other, both,
+    a merge and an unpickle, the content is the bits of a fresh copy's (which keeps
+    nothing yet), and what is kept cannot be written to."""
+    import pickle
+
+    rng = np.random.default_rng(0)
+    n_levels, b, k, n = 3, 8, 3, 400
+    codes = rng.integers(0, b, size=(n, n_levels))
+    res = quantize_residuals(rng.uniform(-1, 1, size=(n, k)), 32)
+    folds = rng.integers(0, 2, size=n)
+    acc = Accumulators.empty(n_levels, b, k, 32)
+    acc.add(codes, res, folds)
+
+    def check(acc):
+        kept = build_content(acc, "auto", "auto")
+        assert _content_bits(kept) == _content_bits(build_content(acc.copy(), "auto", "auto"))
+        return kept
+
+    first = check(acc)
+    in0, in1 = np.flatnonzero(folds == 0), np.flatnonzero(folds == 1)
+    singles = [[in0[0]], [in1[0]], [in0[1], in1[1]]]
+    bulk = np.setdiff1d(np.arange(100, 160), np.concatenate(singles))
+    for rows in [*singles, bulk]:
+        acc.subtract(codes[rows], res[rows], folds[rows])
+        assert _content_bits(check(acc)) != _content_bits(first)
+    part = Accumulators.empty(n_levels, b, k, 32)
+    part.add(codes[bulk], res[bulk], folds[bulk])
+    acc.merge(part)
+    check(acc)
+    for rows in singles:
+        acc.add(codes[rows], res[rows], folds[rows])
+        check(acc)
+    assert _content_bits(check(acc)) == _content_bits(first)  # every row back: the same bits
+    again = pickle.loads(pickle.dumps(acc))
+    assert "_kept" not in acc.__getstate__()
+    assert _content_bits(check(again)) == _content_bits(first)
+    T, _, N = acc.fold_kept(0, "stats", lambda: _stats(acc, 0))
+    assert not T.flags.writeable and not N.flags.writeable

@@ -15,6 +15,7 @@ recomputed after every insertion or deletion like the means themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -103,15 +104,17 @@ def _out_of_fold_grid(means: np.ndarray, T: np.ndarray, n: np.ndarray, N: np.nda
     return cross, square
 
 
-def out_of_fold_scores(folds, shrinkages) -> tuple[np.ndarray, np.ndarray]:
+def out_of_fold_scores(folds, shrinkages, means=None) -> tuple[np.ndarray, np.ndarray]:
     """Σ⟨r, m(x)⟩ and Σ‖m(x)‖² with m's means from the other fold, summed over both folds,
     for each shrinkage of ``shrinkages`` (arrays (L,)).
 
-    ``folds`` holds the two folds' (T, n, N) as returned by ``_stats``.
+    ``folds`` holds the two folds' (T, n, N) as returned by ``_stats``; ``means`` each fold's
+    :func:`materialize_grid` of them, where the caller has them (else computed here).
     """
     cross = square = 0.0
     for train, score in ((0, 1), (1, 0)):
-        c, s = _out_of_fold_grid(materialize_grid(*folds[train], shrinkages), *folds[score])
+        grid_means = materialize_grid(*folds[train], shrinkages) if means is None else means[train]
+        c, s = _out_of_fold_grid(grid_means, *folds[score])
         cross = cross + c
         square = square + s
     return cross, square
@@ -128,8 +131,14 @@ def build_content(acc: Accumulators, alpha: float | str, shrinkage: float | str)
     if alpha != "auto" and len(grid) == 1:
         return Content(materialize(*_stats(acc, slice(None)), grid[0]), float(alpha), grid[0])
     best = (-np.inf, 0.0, grid[0])
-    folds = [_stats(acc, f) for f in (0, 1)]
-    crosses, squares = out_of_fold_scores(folds, grid)
+    # each fold's float statistics and its means on the grid depend on that fold alone: kept
+    # by the accumulators until a change touches the fold (a one-row change touches one)
+    folds = [acc.fold_kept(f, "stats", partial(_stats, acc, f)) for f in (0, 1)]
+    means = [
+        acc.fold_kept(f, ("means", grid), partial(materialize_grid, *folds[f], grid))
+        for f in (0, 1)
+    ]
+    crosses, squares = out_of_fold_scores(folds, grid, means)
     for lam, cross, square in zip(grid, crosses.tolist(), squares.tolist(), strict=True):
         if alpha == "auto":
             a = cross / square if cross > 0.0 and square > 0.0 else 0.0

@@ -171,10 +171,11 @@ def reduce_chunks(
         residuals[start:stop] = c.residuals
         digests[start:stop] = c.digests
         part = result.accumulators
-        acc.sums += part.sums
-        acc.counts += part.counts
-        if not isinstance(acc, FlatTables):
-            acc.pair_counts += part.pair_counts
+        if isinstance(acc, FlatTables):
+            acc.sums += part.sums
+            acc.counts += part.counts
+        else:
+            acc.merge(part)
         if instance.head is not None:
             instance.head.merge(result.head)
         content_hash = (content_hash + result.content_hash) % MODULUS
