@@ -183,3 +183,38 @@ def test_kept_fold_statistics_follow_every_change():
     assert _content_bits(check(again)) == _content_bits(first)
     T, _, N = acc.fold_kept(0, "stats", lambda: _stats(acc, 0))
     assert not T.flags.writeable and not N.flags.writeable
+
+
+def test_float_copies_are_the_conversions_of_the_integers_after_any_change():
+    """fold_floats and total_count_floats after small changes (entries converted again
+    one by one), a large one (all converted), a merge and a replaced array equal
+    content.materialize's conversion of the integers, bit for bit, and cannot be written."""
+    rng = np.random.default_rng(1)
+    n_levels, b, k, n = 4, 8, 2, 500
+    codes = rng.integers(0, b, size=(n, n_levels))
+    res = quantize_residuals(rng.uniform(-1, 1, size=(n, k)), 32)
+    folds = rng.integers(0, 2, size=n)
+    acc = Accumulators.empty(n_levels, b, k, 32)
+    acc.add(codes[:300], res[:300], folds[:300])
+
+    def check():
+        for f in (0, 1):
+            for mine, theirs in zip(acc.fold_floats(f), _stats(acc, f), strict=True):
+                assert mine.tobytes() == theirs.tobytes() and not mine.flags.writeable
+        n_all, N_all = acc.total_count_floats()
+        _, n_ref, N_ref = _stats(acc, slice(None))
+        assert n_all.tobytes() == n_ref.tobytes() and N_all.tobytes() == N_ref.tobytes()
+
+    check()
+    for rows in ([0], [1, 2], [3, 3], list(range(4, 80)), [299]):
+        rows = np.array(rows)
+        acc.subtract(codes[rows], res[rows], folds[rows])
+        check()
+    acc.add(codes[300:303], res[300:303], folds[300:303])
+    check()
+    part = Accumulators.empty(n_levels, b, k, 32)
+    part.add(codes[303:], res[303:], folds[303:])
+    acc.merge(part)
+    check()
+    acc.sums = acc.sums * 2  # a replaced array (mode="dp" noises a copy's sums this way)
+    check()

@@ -52,17 +52,44 @@ class Accumulators:
     def __post_init__(self) -> None:
         self._fold_changes = [0, 0]
         self._kept: dict = {}
+        self._floats: _Floats | None = None
 
     def __getstate__(self) -> dict:
-        # what fold_kept holds is derived (floats of these integers): not pickled or copied
+        # what fold_kept and the float copies hold is derived from these integers: not
+        # pickled or copied
         state = dict(self.__dict__)
         state.pop("_kept", None)
+        state.pop("_floats", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._fold_changes = [0, 0]
         self._kept = {}
+        self._floats = None
+
+    def fold_floats(self, fold: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Fold ``fold``'s (T, n, N) as floats, T in units of 1 (read-only views): the
+        numbers ``content.materialize._stats`` converts, bit for bit.
+
+        Why kept rather than converted per read: RQ mode materializes after every change,
+        and converting the pair counts (P·b² per fold: 3 MB at ℓ = 4, b = 256) was a
+        fifth of that. A change of a few rows converts again only the entries it
+        touched — each float is a function of its own integer, so the same bits."""
+        floats = self._current_floats()
+        return _read_only(floats.T[fold]), _read_only(floats.n[fold]), _read_only(floats.N[fold])
+
+    def total_count_floats(self) -> tuple[np.ndarray, np.ndarray]:
+        """(n, N) of both folds as floats (read-only): fold 0's floats + fold 1's, which
+        are integers below 2^53, so exactly the integers' sums."""
+        floats = self._current_floats()
+        return _read_only(floats.n_all), _read_only(floats.N_all)
+
+    def _current_floats(self) -> _Floats:
+        floats = self._floats
+        if floats is None or not floats.made_from(self):
+            floats = self._floats = _Floats.of(self)
+        return floats
 
     def fold_kept(self, fold: int, name: object, compute: Callable[[], Any]) -> Any:
         """``compute()``, a function of fold ``fold``'s statistics alone, kept until a change
@@ -124,14 +151,23 @@ class Accumulators:
         levels = np.arange(self.n_levels)
         values = residuals if sign > 0 else -residuals
         self._changed(folds)
-        np.add.at(self.sums, (folds[:, None], levels[None, :], codes), values[:, None, :])
-        np.add.at(self.counts, (folds[:, None], levels[None, :], codes), sign)
-        for p, (q, m) in enumerate(level_pairs(self.n_levels)):
-            np.add.at(self.pair_counts, (folds, p, codes[:, q], codes[:, m]), sign)
+        cells = (folds[:, None], levels[None, :], codes)
+        np.add.at(self.sums, cells, values[:, None, :])
+        np.add.at(self.counts, cells, sign)
+        pairs = [(p, codes[:, q], codes[:, m]) for p, (q, m) in enumerate(level_pairs(levels.size))]
+        for p, left, right in pairs:
+            np.add.at(self.pair_counts, (folds, p, left, right), sign)
+        floats = self._floats
+        if floats is not None:
+            if n <= FLOAT_UPDATE_ROWS and floats.made_from(self):
+                floats.convert(self, cells, pairs, folds)
+            else:
+                self._floats = None
 
     def merge(self, other: Accumulators) -> None:
         """Add another part's statistics (rows summarized elsewhere: distributed fits)."""
         self._changed(np.array([0, 1]))
+        self._floats = None
         self.sums += other.sums
         self.counts += other.counts
         self.pair_counts += other.pair_counts
@@ -154,3 +190,59 @@ class Accumulators:
             and np.array_equal(self.counts, other.counts)
             and np.array_equal(self.pair_counts, other.pair_counts)
         )
+
+
+FLOAT_UPDATE_ROWS = 64
+"""Up to this many rows a change converts the float copies' touched entries; a larger one
+drops them, and the next read converts every entry once."""
+
+
+@dataclass
+class _Floats:
+    """The float copies :meth:`Accumulators.fold_floats` reads, with the integer arrays they
+    were made from (a replaced array — mode="dp"'s noised copy — makes them anew)."""
+
+    sources: tuple
+    unit: float
+    T: np.ndarray
+    n: np.ndarray
+    N: np.ndarray
+    n_all: np.ndarray
+    N_all: np.ndarray
+
+    @classmethod
+    def of(cls, acc: Accumulators) -> _Floats:
+        unit = float(np.ldexp(1.0, -acc.scale_bits))
+        n = acc.counts.astype(np.float64)
+        N = acc.pair_counts.astype(np.float64)
+        return cls(
+            (acc.sums, acc.counts, acc.pair_counts),
+            unit,
+            acc.sums.astype(np.float64) * unit,
+            n,
+            N,
+            n[0] + n[1],
+            N[0] + N[1],
+        )
+
+    def made_from(self, acc: Accumulators) -> bool:
+        now = (acc.sums, acc.counts, acc.pair_counts)
+        return all(a is b for a, b in zip(self.sources, now, strict=True))
+
+    def convert(self, acc: Accumulators, cells: tuple, pairs: list, folds: np.ndarray) -> None:
+        """Convert again the entries a change of a few rows touched (``cells``: its
+        (fold, level, code) index, ``pairs``: (p, left codes, right codes) per level pair):
+        each from its own integer, as :meth:`of` converts every entry."""
+        _, levels, codes = cells
+        self.T[cells] = acc.sums[cells].astype(np.float64) * self.unit
+        self.n[cells] = acc.counts[cells]
+        self.n_all[levels, codes] = self.n[0][levels, codes] + self.n[1][levels, codes]
+        for p, left, right in pairs:
+            self.N[folds, p, left, right] = acc.pair_counts[folds, p, left, right]
+            self.N_all[p, left, right] = self.N[0, p, left, right] + self.N[1, p, left, right]
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view

@@ -133,7 +133,7 @@ def build_content(acc: Accumulators, alpha: float | str, shrinkage: float | str)
     best = (-np.inf, 0.0, grid[0])
     # each fold's float statistics and its means on the grid depend on that fold alone: kept
     # by the accumulators until a change touches the fold (a one-row change touches one)
-    folds = [acc.fold_kept(f, "stats", partial(_stats, acc, f)) for f in (0, 1)]
+    folds = [acc.fold_floats(f) for f in (0, 1)]
     means = [
         acc.fold_kept(f, ("means", grid), partial(materialize_grid, *folds[f], grid))
         for f in (0, 1)
@@ -151,5 +151,5 @@ def build_content(acc: Accumulators, alpha: float | str, shrinkage: float | str)
     # all rows' counts from the folds' floats: integers below 2^53, so the same numbers as
     # converting the summed integers (the sums T are not: they are added as integers)
     T = _stats(acc, slice(None), counts=False)[0]
-    means = materialize(T, folds[0][1] + folds[1][1], folds[0][2] + folds[1][2], best_lam)
+    means = materialize(T, *acc.total_count_floats(), best_lam)
     return Content(means=means, alpha=best_alpha, shrinkage=best_lam)
