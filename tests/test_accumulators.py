@@ -153,7 +153,9 @@ def test_kept_fold_statistics_follow_every_change():
     rng = np.random.default_rng(0)
     n_levels, b, k, n = 3, 8, 3, 400
     codes = rng.integers(0, b, size=(n, n_levels))
-    res = quantize_residuals(rng.uniform(-1, 1, size=(n, k)), 32)
+    # residuals with a signal in the cells, so that α > 0 reads every fold's scores
+    signal = rng.uniform(-0.5, 0.5, size=(b, k))[codes[:, 0]]
+    res = quantize_residuals(signal + rng.uniform(-0.4, 0.4, size=(n, k)), 32)
     folds = rng.integers(0, 2, size=n)
     acc = Accumulators.empty(n_levels, b, k, 32)
     acc.add(codes, res, folds)
@@ -164,6 +166,7 @@ def test_kept_fold_statistics_follow_every_change():
         return kept
 
     first = check(acc)
+    assert first.alpha > 0.0
     in0, in1 = np.flatnonzero(folds == 0), np.flatnonzero(folds == 1)
     singles = [[in0[0]], [in1[0]], [in0[1], in1[1]]]
     bulk = np.setdiff1d(np.arange(100, 160), np.concatenate(singles))
