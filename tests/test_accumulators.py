@@ -186,6 +186,9 @@ def test_kept_fold_statistics_follow_every_change():
     assert _content_bits(check(again)) == _content_bits(first)
     T, _, N = acc.fold_kept(0, "stats", lambda: _stats(acc, 0))
     assert not T.flags.writeable and not N.flags.writeable
+    # α and λ given: the float copies' totals, the bits of converting the summed integers
+    given = build_content(acc, 0.7, 2.0)
+    assert given.means.tobytes() == materialize(*_stats(acc, slice(None)), 2.0).tobytes()
 
 
 def test_float_copies_are_the_conversions_of_the_integers_after_any_change():

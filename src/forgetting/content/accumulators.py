@@ -96,17 +96,19 @@ class Accumulators:
         touches that fold.
 
         Why: RQ mode materializes again after every change (content.materialize), and a
-        one-row change lies in one fold — the other fold's float statistics and its
-        cell means for the λ grid are the same floats as before (the same operations on the
-        same integers), so they are kept instead of recomputed: a quarter of the products
-        and half the conversions of the first prediction after a forget. Kept under the
-        arrays' identities too, so replacing an array (mode="dp"'s noised copy) computes
-        anew; arrays returned are read-only."""
+        one-row change lies in one fold — the other fold's cell means on the λ grid are the
+        same floats as before (the same operations on the same integers), so they are kept
+        instead of recomputed: a quarter of the products of the first prediction after a
+        forget. Kept under the arrays' identities too, so replacing an array (mode="dp"'s
+        noised copy) computes anew; arrays returned are read-only."""
         stamp = (self._fold_changes[fold], self.sums, self.counts, self.pair_counts)
         entry = self._kept.get((fold, name))
-        if entry is not None and all(a is b for a, b in zip(entry[0][1:], stamp[1:], strict=True)):
-            if entry[0][0] == stamp[0]:
-                return entry[1]
+        if (
+            entry is not None
+            and entry[0][0] == stamp[0]
+            and all(a is b for a, b in zip(entry[0][1:], stamp[1:], strict=True))
+        ):
+            return entry[1]
         value = compute()
         for array in value if isinstance(value, tuple) else (value,):
             if isinstance(array, np.ndarray):
@@ -172,7 +174,8 @@ class Accumulators:
         same integers by scalar indexing instead of ``np.add.at``'s index arrays, and the
         touched entries of the float copies converted as :meth:`_Floats.convert` converts
         them (~20 small numpy calls fewer per instance)."""
-        if not 0 <= fold <= 1 or not all(0 <= c < self.sums.shape[2] for c in codes):
+        b = self.sums.shape[2]
+        if not 0 <= fold <= 1 or len(codes) != self.n_levels or not all(0 <= c < b for c in codes):
             raise IndexError("a code or fold lies outside the accumulators")
         self._fold_changes[fold] += 1
         floats = self._floats
@@ -201,7 +204,8 @@ class Accumulators:
         self.pair_counts += other.pair_counts
 
     def _changed(self, folds: np.ndarray) -> None:
-        """Whatever :meth:`fold_kept` holds for these folds is out of date."""
+        """Whatever :meth:`fold_kept` holds for these folds is out of date (the float
+        copies are the caller's to convert or drop)."""
         for f in (0, 1):
             if np.any(folds == f):
                 self._fold_changes[f] += 1

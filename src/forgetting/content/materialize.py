@@ -128,8 +128,11 @@ def build_content(acc: Accumulators, alpha: float | str, shrinkage: float | str)
     fall.
     """
     grid = SHRINKAGE_GRID if shrinkage == "auto" else (float(shrinkage),)
+    # all rows' counts from the folds' floats: integers below 2^53, so the same numbers as
+    # converting the summed integers (the sums T are not: they are added as integers)
+    T = _stats(acc, slice(None), counts=False)[0]
     if alpha != "auto" and len(grid) == 1:
-        return Content(materialize(*_stats(acc, slice(None)), grid[0]), float(alpha), grid[0])
+        return Content(materialize(T, *acc.total_count_floats(), grid[0]), float(alpha), grid[0])
     best = (-np.inf, 0.0, grid[0])
     # each fold's float statistics and its means on the grid depend on that fold alone: kept
     # by the accumulators until a change touches the fold (a one-row change touches one)
@@ -148,8 +151,5 @@ def build_content(acc: Accumulators, alpha: float | str, shrinkage: float | str)
         if gain > best[0]:
             best = (gain, a, lam)
     _, best_alpha, best_lam = best
-    # all rows' counts from the folds' floats: integers below 2^53, so the same numbers as
-    # converting the summed integers (the sums T are not: they are added as integers)
-    T = _stats(acc, slice(None), counts=False)[0]
     means = materialize(T, *acc.total_count_floats(), best_lam)
     return Content(means=means, alpha=best_alpha, shrinkage=best_lam)
