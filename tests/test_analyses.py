@@ -11,7 +11,7 @@ import pytest
 from forgetting.bench.analyses import main
 from forgetting.bench.analyses.common import level_means, level_sums
 from forgetting.bench.analyses.instability import flips_2d
-from forgetting.bench.analyses.memory import measure, statistics_formula
+from forgetting.bench.analyses.memory import float_copies_formula, measure, statistics_formula
 from forgetting.bench.analyses.retention import scenario
 from forgetting.bench.analyses.scheduling import (
     all_down_fraction,
@@ -85,6 +85,7 @@ def test_memory_formula_matches_measured_statistics():
     row = measure(800, k=3, b=8, levels=2, p=2)
     assert row["formula_matches"]
     assert row["statistics_mb"] * 2**20 == statistics_formula(3, 8, 2, 2)
+    assert row["float_copies_mb"] * 2**20 == float_copies_formula(3, 8, 2, 2) > 0
     assert row["row_store_bytes_per_row"] > 0
 
 

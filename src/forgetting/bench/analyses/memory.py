@@ -21,6 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ... import QSSClassifier
+from ...content.materialize import SHRINKAGE_GRID
 from ..costs import array_bytes
 from ..plots import pyplot, save_figure
 from .common import Settings, figure_path, write_tables
@@ -32,13 +33,24 @@ VARY_AT = 100_000
 VARY = {"k": (2, 50), "b": (64, 1024), "l": (2, 8), "p": (1, 5)}
 COLUMNS = [
     "n", "k", "b", "l", "p", "statistics_mb", "statistics_formula_mb", "formula_matches",
-    "content_mb", "schema_mb", "row_store_mb", "row_store_bytes_per_row", "fit_s",
+    "float_copies_mb", "float_copies_formula_mb", "content_mb", "schema_mb", "row_store_mb",
+    "row_store_bytes_per_row", "fit_s",
 ]  # fmt: skip
 
 
 def statistics_formula(k: int, b: int, levels: int, p: int) -> int:
     """Bytes of the int64 statistics of p instances, two folds each."""
     return p * 2 * 8 * (levels * b * k + levels * b + levels * (levels - 1) // 2 * b * b)
+
+
+def float_copies_formula(k: int, b: int, levels: int, p: int) -> int:
+    """Bytes of what p instances' accumulators keep beside their integers once a prediction
+    has materialized them (content.accumulators): float64 copies of both folds' T, n and N,
+    of both folds' counts together, and each fold's cell means on the λ grid."""
+    pairs = levels * (levels - 1) // 2 * b * b
+    copies = statistics_formula(k, b, levels, 1) + 8 * (levels * b + pairs)
+    grid_means = 2 * 8 * levels * b * len(SHRINKAGE_GRID) * k
+    return p * (copies + grid_means)
 
 
 def synthetic(n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -58,7 +70,10 @@ def measure(n: int, k: int, b: int, levels: int, p: int) -> dict[str, Any]:
     fit_s = time.perf_counter() - started
     model.predict(X[:1])  # materialize the content
     instances = model.engine_.instances
-    stats = sum(array_bytes(inst.accumulators) for inst in instances)
+    accumulators = [inst.accumulators for inst in instances]
+    stats = sum(a.sums.nbytes + a.counts.nbytes + a.pair_counts.nbytes for a in accumulators)
+    copies = sum(array_bytes(a) for a in accumulators) - stats
+    copies_formula = float_copies_formula(k, b, levels, p)
     content = sum(array_bytes(inst.content) for inst in instances)
     schema = sum(array_bytes(inst.schema) for inst in instances)
     store = array_bytes(model.engine_.rows)
@@ -71,7 +86,9 @@ def measure(n: int, k: int, b: int, levels: int, p: int) -> dict[str, Any]:
         "p": p,
         "statistics_mb": stats / 2**20,
         "statistics_formula_mb": formula / 2**20,
-        "formula_matches": stats == formula,
+        "formula_matches": stats == formula and copies == copies_formula,
+        "float_copies_mb": copies / 2**20,
+        "float_copies_formula_mb": copies_formula / 2**20,
         "content_mb": content / 2**20,
         "schema_mb": schema / 2**20,
         "row_store_mb": store / 2**20,
@@ -103,6 +120,7 @@ def run(settings: Settings) -> dict[str, Any]:
     by_n = sorted((r for r in rows if all(r[x] == base[x] for x in base)), key=lambda r: r["n"])
     for key, label in (
         ("statistics_mb", "statistics (T, n, N)"),
+        ("float_copies_mb", "their float copies and kept grid means"),
         ("content_mb", "materialized content"),
         ("schema_mb", "schemas"),
         ("row_store_mb", "row store"),
@@ -121,7 +139,11 @@ def run(settings: Settings) -> dict[str, Any]:
     notes = (
         "Synthetic Gaussian-mixture data, exact mode, ρ = max(0.5 %, 2.5·b/n) so D° can hold "
         "b centroids. statistics_formula = p · 2 folds · 8 bytes · (ℓ·b·k + ℓ·b + "
-        "ℓ(ℓ−1)/2 · b²); formula_matches: the measured bytes equal it exactly. content = the "
+        "ℓ(ℓ−1)/2 · b²); float_copies = what the accumulators keep beside their integers for "
+        "the next materialization (float64 copies of both folds' T, n, N, of both folds' "
+        "counts together, and each fold's cell means on the 4-value λ grid): statistics + "
+        "p · 8 · (ℓ·b + ℓ(ℓ−1)/2 · b²) + p · 2 · 8 · ℓ·b·4·k; formula_matches: the measured "
+        "bytes equal both formulas exactly. content = the "
         "materialized cell means (recomputed from the statistics; float64). schema = φ, g and "
         "the codebook of every instance. row_store = everything kept per row for rebuilds and "
         "deletion (inputs, per-instance codes and quantized residuals, keyed draws, hashes), "
