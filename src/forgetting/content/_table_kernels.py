@@ -216,6 +216,62 @@ def partition_codes(
     return True
 
 
+_CODEBOOK_LIMIT = 2.0**51
+"""What :func:`codebook_codes` accepts: ‖r‖·max‖c‖·2 + max‖c‖² below this — half the numpy
+encoder's bound (schema.codebook: 2^52, where it raises), so a row the kernel accepts is one
+the numpy encoder accepts too, whatever the rounding of either's norm; the rest go to numpy."""
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+def codebook_codes(residual, centroids, sq_norms, max_norm, codes) -> bool:
+    """``Codebook.encode`` of a few rows whose grid values (integer-valued float64, from
+    ``to_grid``) are ``residual`` (n, d), overwritten by their final residuals: per level the
+    exact argmin of ‖c‖² − 2⟨r, c⟩ over the level's centroids (the lowest index on ties),
+    then r −= c. The numpy encoder takes a float32 product and certifies its winner, or
+    recomputes near-ties exactly (schema.codebook): in both cases the exact argmin with the
+    lowest index on ties, which this computes directly.
+
+    Exact: every value is an integer; with the bound checked here (:data:`_CODEBOOK_LIMIT`)
+    every product r_j·c_j and every partial sum of ⟨r, c⟩ lies below ‖r‖·‖c‖ < 2^50 in
+    magnitude (Cauchy–Schwarz on |r|, |c|), and ‖c‖² − 2⟨r, c⟩ below 2^52, so float64
+    holds each exactly in any summation order — hence the fast-math flags, which only let
+    LLVM reorder and fuse those sums into vector instructions. ``sq_norms`` (ℓ, b) are the
+    exact ‖c‖² and ``max_norm`` (ℓ,) the largest ‖c‖ per level (Codebook._search_tables).
+    False, with ``codes`` unspecified, for a row outside the bound or not finite: the numpy
+    encoder then decides (and raises where it must)."""
+    n, d = residual.shape
+    n_levels, b, _ = centroids.shape
+    for i in range(n):
+        r = residual[i]
+        for level in range(n_levels):
+            norm2 = 0.0
+            for j in range(d):
+                norm2 += r[j] * r[j]
+            if not np.isfinite(norm2):
+                return False
+            top = 0.0
+            for c in range(b):
+                top = max(top, sq_norms[level, c])
+            if np.sqrt(norm2) * max_norm[level] * 2.0 + top >= _CODEBOOK_LIMIT:
+                return False
+            best = 0
+            best_dist = np.inf
+            for c in range(b):
+                centroid = centroids[level, c]
+                dot = 0.0
+                for j in range(d):
+                    dot += r[j] * centroid[j]
+                dist = sq_norms[level, c] - 2.0 * dot
+                if dist < best_dist:
+                    best_dist = dist
+                    best = c
+            codes[i, level] = best
+            centroid = centroids[level, best]
+            for j in range(d):
+                r[j] -= centroid[j]
+    return True
+
+
 @numba.njit(cache=True, nogil=True)
 def scatter_rows(target, flat, values, T) -> bool:
     """target[flat[i·T + t], :] += values[i, :] for every row i and table t (int64, wraps
