@@ -9,9 +9,11 @@ from hypothesis.extra import numpy as hnp
 
 from forgetting.content.accumulators import Accumulators, quantize_residuals
 from forgetting.content.materialize import (
+    SHRINKAGE_GRID,
     _out_of_fold,
     _stats,
     build_content,
+    content_jobs,
     materialize,
     materialize_grid,
     out_of_fold_scores,
@@ -224,3 +226,70 @@ def test_float_copies_are_the_conversions_of_the_integers_after_any_change():
     check()
     acc.sums = acc.sums * 2  # a replaced array (mode="dp" noises a copy's sums this way)
     check()
+
+
+def _serial_definition(acc, alpha, shrinkage):
+    """build_content as one serial computation: out_of_fold_scores over both directions,
+    the grid's best (α, λ), the means on all rows at that λ."""
+    grid = SHRINKAGE_GRID if shrinkage == "auto" else (float(shrinkage),)
+    folds = [_stats(acc, f) for f in (0, 1)]
+    crosses, squares = out_of_fold_scores(folds, grid)
+    best = (-np.inf, 0.0, grid[0])
+    for lam, cross, square in zip(grid, crosses.tolist(), squares.tolist(), strict=True):
+        a = (cross / square if cross > 0.0 and square > 0.0 else 0.0) if alpha == "auto" else alpha
+        gain = 2.0 * a * cross - a * a * square
+        if gain > best[0]:
+            best = (gain, a, lam)
+    means = materialize(*_stats(acc, slice(None)), best[2])
+    return means.tobytes(), best[1], best[2]
+
+
+def test_content_jobs_in_any_order_give_the_serial_definition():
+    """content_jobs splits build_content into the cross-fit's two directions (run on any
+    thread, in any order) and a last step: the same bits as the serial definition, after
+    changes in either fold, with the kept means of the untouched fold."""
+    rng = np.random.default_rng(4)
+    n_levels, b, k, n = 3, 8, 2, 500
+    codes = rng.integers(0, b, size=(n, n_levels))
+    signal = rng.uniform(-0.5, 0.5, size=(b, k))[codes[:, 1]]
+    res = quantize_residuals(signal + rng.uniform(-0.4, 0.4, size=(n, k)), 32)
+    folds = rng.integers(0, 2, size=n)
+    acc = Accumulators.empty(n_levels, b, k, 32)
+    acc.add(codes, res, folds)
+    for step, rows in enumerate([[0], [1], [2, 3], list(range(10, 40))]):
+        acc.subtract(codes[rows], res[rows], folds[rows])
+        jobs, finish = content_jobs(acc, "auto", "auto")
+        assert len(jobs) == 2
+        results = [None, None]
+        for i in (1, 0) if step % 2 else (0, 1):  # either direction first
+            results[i] = jobs[i]()
+        content = finish(results)
+        assert _content_bits(content) == _serial_definition(acc, "auto", "auto")
+        assert content.alpha > 0.0
+    jobs, finish = content_jobs(acc, 0.5, 8.0)  # α and λ given: nothing to cross-fit
+    assert jobs == [] and _content_bits(finish([])) == _serial_definition(acc, 0.5, 8.0)
+
+
+def test_engine_builds_rq_contents_in_jobs_with_each_instance_s_own_bits():
+    """After a forget, the engine builds the p RQ contents as 2p jobs on the pool's threads
+    (QSSEngine._contents_in_jobs): each is the bits of that instance's content built alone."""
+    from forgetting import QSSClassifier
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(900, 8)).astype(np.float32)
+    y = (X[:, 0] + 0.3 * rng.normal(size=900) > 0).astype(int) + (X[:, 1] > 0.5)
+    model = QSSClassifier(
+        partition="rq", n_instances=3, rho=0.2, n_levels=2, n_centroids=8, random_state=0
+    ).fit(X, y, np.arange(900))
+    engine = model.engine_
+    model.forget([5])
+    model.wait_for_rebuilds()
+    model.forget([7])
+    model.wait_for_rebuilds()
+    served = [inst for inst in engine.instances if inst is not None]
+    assert len(served) == 3 and all(inst.content is None for inst in served)
+    contents = engine._contents_in_jobs(served)
+    for inst, content in zip(served, contents, strict=True):
+        alone = build_content(inst.accumulators.copy(), "auto", "auto")
+        assert content is inst.content
+        assert _content_bits(content) == _content_bits(alone)

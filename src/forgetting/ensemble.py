@@ -401,8 +401,11 @@ class QSSEngine:
             if self.privacy is None:  # mode="dp" serves no head
                 self._solve_heads(serving)
             costly = sum(inst.content_is_costly for inst in serving) > 1
-            each = map_instances if self._bulk_change or costly else serial_map
-            contents = each(self._content, serving)
+            if costly and self.privacy is None:
+                contents = self._contents_in_jobs(serving)
+            else:
+                each = map_instances if self._bulk_change or costly else serial_map
+                contents = each(self._content, serving)
             self._bulk_change = False
             # with whether each serves its head: only then does it read the head's inputs
             parts = [
@@ -471,6 +474,22 @@ class QSSEngine:
         for out in outs[1:]:  # summed in instance order, whoever computed them
             total = total + out
         return total / len(parts)
+
+    def _contents_in_jobs(self, serving: list[Instance]) -> list:
+        """The served contents of instances that re-materialize after every change (the RQ
+        codebook's), their cross-fit directions as separate jobs on the pool's threads
+        (Instance.content_jobs: 2p jobs pack onto two cores where p whole instances did
+        not), then each instance's last step — the means at the chosen λ — likewise."""
+        alpha, shrinkage = self.config.alpha, self.config.shrinkage
+        split = [inst.content_jobs(alpha, shrinkage) for inst in serving]
+        jobs = [job for instance_jobs, _ in split for job in instance_jobs]
+        results = map_instances(lambda job: job(), jobs) if jobs else []
+        finishing = []
+        at = 0
+        for instance_jobs, finish in split:
+            finishing.append((finish, results[at : at + len(instance_jobs)]))
+            at += len(instance_jobs)
+        return map_instances(lambda item: item[0](item[1]), finishing)
 
     def _content(self, inst: Instance):
         """The instance's served content; in mode="dp" materialized from noised fold sums."""

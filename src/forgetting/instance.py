@@ -8,6 +8,7 @@ after a deletion land on the same bits as a fresh fit without the row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +23,7 @@ from .content.accumulators import (
 )
 from .content.fingerprint import MODULUS, Contributions, multiset_sum
 from .content.head import LinearHead, LogitRidgeHead, NewtonHead, head_features
-from .content.materialize import Content, build_content
+from .content.materialize import Content, build_content, content_jobs
 from .content.tables import FlatContent, FlatTables, build_flat_content
 from .labels import is_labeled
 from .privacy import clip_residuals
@@ -165,6 +166,21 @@ class Instance:
             acc = self.accumulators if privatize is None else privatize(self.accumulators)
             self.content = build_content(acc, alpha, shrinkage)
         return self.content
+
+    def content_jobs(self, alpha, shrinkage) -> tuple[list, Callable[[list], Content]]:
+        """:meth:`content_for` of an instance whose content :attr:`content_is_costly` (the
+        RQ codebook's), in steps that may run on several threads (content.materialize.
+        content_jobs): ``(jobs, finish)``; ``finish`` takes the jobs' results, in order, and
+        keeps and returns the content. No jobs when the content is current."""
+        if self.content is not None or not self.content_is_costly:
+            return [], lambda results: self.content_for(alpha, shrinkage)
+        jobs, build = content_jobs(self.accumulators, alpha, shrinkage)
+
+        def finish(results: list) -> Content:
+            self.content = build(results)
+            return self.content
+
+        return jobs, finish
 
 
 def instance_seed(random_state: int, instance: int) -> int:

@@ -127,29 +127,55 @@ def build_content(acc: Accumulators, alpha: float | str, shrinkage: float | str)
     cross/square (never negative: α = 0 is g alone), and λ is the grid value with the largest
     fall.
     """
+    jobs, finish = content_jobs(acc, alpha, shrinkage)
+    return finish([job() for job in jobs])
+
+
+def content_jobs(acc: Accumulators, alpha: float | str, shrinkage: float | str):
+    """:func:`build_content` in two steps: ``(jobs, finish)``, ``finish(results)`` given the
+    jobs' results in their order.
+
+    Why: the cross-fit's two directions — fold 0's means scored on fold 1's rows, and the
+    reverse — depend on different folds' statistics, so each is a job of its own (its fold's
+    grid means, kept or computed, then its products). The p instances' 2p jobs pack onto two
+    cores where p whole instances did not (3 on 2: the last ran alone), and a one-row change
+    makes one job per instance long (its fold's means computed again) and one short. The same
+    operations on the same floats whichever thread runs them (BLAS on one thread per call),
+    and ``finish`` adds the two directions in the order :func:`out_of_fold_scores` does, so
+    the same bits. The statistics' floats are read here, before any job runs: the jobs only
+    read them."""
     grid = SHRINKAGE_GRID if shrinkage == "auto" else (float(shrinkage),)
     # all rows' counts from the folds' floats: integers below 2^53, so the same numbers as
     # converting the summed integers (the sums T are not: they are added as integers)
     T = _stats(acc, slice(None), counts=False)[0]
     if alpha != "auto" and len(grid) == 1:
-        return Content(materialize(T, *acc.total_count_floats(), grid[0]), float(alpha), grid[0])
-    best = (-np.inf, 0.0, grid[0])
+        content = Content(materialize(T, *acc.total_count_floats(), grid[0]), float(alpha), grid[0])
+        return [], lambda results: content
+    n_all, N_all = acc.total_count_floats()
     # each fold's float statistics and its means on the grid depend on that fold alone: kept
     # by the accumulators until a change touches the fold (a one-row change touches one)
     folds = [acc.fold_floats(f) for f in (0, 1)]
-    means = [
-        acc.fold_kept(f, ("means", grid), partial(materialize_grid, *folds[f], grid))
-        for f in (0, 1)
-    ]
-    crosses, squares = out_of_fold_scores(folds, grid, means)
-    for lam, cross, square in zip(grid, crosses.tolist(), squares.tolist(), strict=True):
-        if alpha == "auto":
-            a = cross / square if cross > 0.0 and square > 0.0 else 0.0
-        else:
-            a = float(alpha)
-        gain = 2.0 * a * cross - a * a * square
-        if gain > best[0]:
-            best = (gain, a, lam)
-    _, best_alpha, best_lam = best
-    means = materialize(T, *acc.total_count_floats(), best_lam)
-    return Content(means=means, alpha=best_alpha, shrinkage=best_lam)
+
+    def direction(train: int, score: int):
+        means = acc.fold_kept(
+            train, ("means", grid), partial(materialize_grid, *folds[train], grid)
+        )
+        return _out_of_fold_grid(means, *folds[score])
+
+    def finish(results) -> Content:
+        (c01, s01), (c10, s10) = results
+        crosses, squares = (0.0 + c01) + c10, (0.0 + s01) + s10  # out_of_fold_scores' order
+        best = (-np.inf, 0.0, grid[0])
+        for lam, cross, square in zip(grid, crosses.tolist(), squares.tolist(), strict=True):
+            if alpha == "auto":
+                a = cross / square if cross > 0.0 and square > 0.0 else 0.0
+            else:
+                a = float(alpha)
+            gain = 2.0 * a * cross - a * a * square
+            if gain > best[0]:
+                best = (gain, a, lam)
+        _, best_alpha, best_lam = best
+        means = materialize(T, n_all, N_all, best_lam)
+        return Content(means=means, alpha=best_alpha, shrinkage=best_lam)
+
+    return [partial(direction, 0, 1), partial(direction, 1, 0)], finish
