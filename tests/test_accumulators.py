@@ -266,6 +266,14 @@ def test_content_jobs_in_any_order_give_the_serial_definition():
         content = finish(results)
         assert _content_bits(content) == _serial_definition(acc, "auto", "auto")
         assert content.alpha > 0.0
+        # a guessed λ: its means computed by a third job, used only when the cross-fit
+        # chooses that λ (a right guess, a wrong one, one off the grid: the same bits)
+        wrong = next(lam for lam in SHRINKAGE_GRID if lam != content.shrinkage)
+        for likely in (content.shrinkage, wrong, 3.0):
+            jobs, finish = content_jobs(acc, "auto", "auto", likely)
+            assert len(jobs) == (2 if likely == 3.0 else 3)
+            results = [job() for job in reversed(jobs)][::-1]
+            assert _content_bits(finish(results)) == _serial_definition(acc, "auto", "auto")
     jobs, finish = content_jobs(acc, 0.5, 8.0)  # α and λ given: nothing to cross-fit
     assert jobs == [] and _content_bits(finish([])) == _serial_definition(acc, 0.5, 8.0)
 
@@ -282,14 +290,25 @@ def test_engine_builds_rq_contents_in_jobs_with_each_instance_s_own_bits():
         partition="rq", n_instances=3, rho=0.2, n_levels=2, n_centroids=8, random_state=0
     ).fit(X, y, np.arange(900))
     engine = model.engine_
-    model.forget([5])
-    model.wait_for_rebuilds()
-    model.forget([7])
-    model.wait_for_rebuilds()
-    served = [inst for inst in engine.instances if inst is not None]
-    assert len(served) == 3 and all(inst.content is None for inst in served)
-    contents = engine._contents_in_jobs(served)
-    for inst, content in zip(served, contents, strict=True):
-        alone = build_content(inst.accumulators.copy(), "auto", "auto")
-        assert content is inst.content
-        assert _content_bits(content) == _content_bits(alone)
+    candidates = iter(range(900))
+
+    def forget_outside_every_d0() -> list:
+        """Forget rows until one lies in no instance's D° (no rebuild): the p instances
+        are then current, each with its content to build again."""
+        while True:
+            receipt = model.forget([next(candidates)])
+            model.wait_for_rebuilds()
+            if not receipt.instances_hit:
+                served = [inst for inst in engine.instances if inst is not None]
+                assert len(served) == 3 and all(inst.content is None for inst in served)
+                return served
+
+    served = forget_outside_every_d0()
+    for _ in range(2):  # the first build guesses no λ, the next the one chosen before
+        contents = engine._contents_in_jobs(served)
+        for inst, content in zip(served, contents, strict=True):
+            alone = build_content(inst.accumulators.copy(), "auto", "auto")
+            assert content is inst.content
+            assert _content_bits(content) == _content_bits(alone)
+            assert inst.likely_shrinkage == content.shrinkage
+        served = forget_outside_every_d0()

@@ -479,7 +479,8 @@ class QSSEngine:
         """The served contents of instances that re-materialize after every change (the RQ
         codebook's), their cross-fit directions as separate jobs on the pool's threads
         (Instance.content_jobs: 2p jobs pack onto two cores where p whole instances did
-        not), then each instance's last step — the means at the chosen λ — likewise."""
+        not) beside the means at each instance's likely λ, then each instance's choice of
+        (α, λ) — here, and only where the choice moved its means computed too."""
         alpha, shrinkage = self.config.alpha, self.config.shrinkage
         split = [inst.content_jobs(alpha, shrinkage) for inst in serving]
         jobs = [job for instance_jobs, _ in split for job in instance_jobs]
@@ -489,7 +490,7 @@ class QSSEngine:
         for instance_jobs, finish in split:
             finishing.append((finish, results[at : at + len(instance_jobs)]))
             at += len(instance_jobs)
-        return map_instances(lambda item: item[0](item[1]), finishing)
+        return [finish(results) for finish, results in finishing]
 
     def _content(self, inst: Instance):
         """The instance's served content; in mode="dp" materialized from noised fold sums."""

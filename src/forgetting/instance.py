@@ -64,6 +64,10 @@ class Instance:
     content: Content | FlatContent | None = field(default=None)
     head: LinearHead | None = None
     """The exact head's sums (schema.head: ridge or Newton), or None."""
+    likely_shrinkage: float | None = field(default=None, repr=False, compare=False)
+    """The λ the last content built in jobs chose (:meth:`content_jobs`): a hint only — the
+    next build computes the means at that λ beside the cross-fit, and uses them only when
+    the cross-fit chooses it again."""
 
     @property
     def input_head(self) -> bool:
@@ -174,10 +178,11 @@ class Instance:
         keeps and returns the content. No jobs when the content is current."""
         if self.content is not None or not self.content_is_costly:
             return [], lambda results: self.content_for(alpha, shrinkage)
-        jobs, build = content_jobs(self.accumulators, alpha, shrinkage)
+        jobs, build = content_jobs(self.accumulators, alpha, shrinkage, self.likely_shrinkage)
 
         def finish(results: list) -> Content:
             self.content = build(results)
+            self.likely_shrinkage = self.content.shrinkage
             return self.content
 
         return jobs, finish

@@ -131,7 +131,9 @@ def build_content(acc: Accumulators, alpha: float | str, shrinkage: float | str)
     return finish([job() for job in jobs])
 
 
-def content_jobs(acc: Accumulators, alpha: float | str, shrinkage: float | str):
+def content_jobs(
+    acc: Accumulators, alpha: float | str, shrinkage: float | str, likely: float | None = None
+):
     """:func:`build_content` in two steps: ``(jobs, finish)``, ``finish(results)`` given the
     jobs' results in their order.
 
@@ -143,7 +145,13 @@ def content_jobs(acc: Accumulators, alpha: float | str, shrinkage: float | str):
     operations on the same floats whichever thread runs them (BLAS on one thread per call),
     and ``finish`` adds the two directions in the order :func:`out_of_fold_scores` does, so
     the same bits. The statistics' floats are read here, before any job runs: the jobs only
-    read them."""
+    read them.
+
+    ``likely``: the λ the cross-fit probably chooses (the last one: a one-row change rarely
+    moves it). Then a third job computes the means on all rows at that λ beside the
+    directions, and ``finish`` uses them when the cross-fit does choose it — the same
+    deterministic function of the same floats — leaving only the choice after the jobs
+    (that last step was a second round on the pool, three jobs on two cores again)."""
     grid = SHRINKAGE_GRID if shrinkage == "auto" else (float(shrinkage),)
     # all rows' counts from the folds' floats: integers below 2^53, so the same numbers as
     # converting the summed integers (the sums T are not: they are added as integers)
@@ -162,8 +170,10 @@ def content_jobs(acc: Accumulators, alpha: float | str, shrinkage: float | str):
         )
         return _out_of_fold_grid(means, *folds[score])
 
+    guess = likely if likely in grid else None
+
     def finish(results) -> Content:
-        (c01, s01), (c10, s10) = results
+        (c01, s01), (c10, s10) = results[:2]
         crosses, squares = (0.0 + c01) + c10, (0.0 + s01) + s10  # out_of_fold_scores' order
         best = (-np.inf, 0.0, grid[0])
         for lam, cross, square in zip(grid, crosses.tolist(), squares.tolist(), strict=True):
@@ -175,7 +185,13 @@ def content_jobs(acc: Accumulators, alpha: float | str, shrinkage: float | str):
             if gain > best[0]:
                 best = (gain, a, lam)
         _, best_alpha, best_lam = best
-        means = materialize(T, n_all, N_all, best_lam)
+        if guess is not None and best_lam == guess:
+            means = results[2]
+        else:
+            means = materialize(T, n_all, N_all, best_lam)
         return Content(means=means, alpha=best_alpha, shrinkage=best_lam)
 
-    return [partial(direction, 0, 1), partial(direction, 1, 0)], finish
+    jobs = [partial(direction, 0, 1), partial(direction, 1, 0)]
+    if guess is not None:
+        jobs.append(partial(materialize, T, n_all, N_all, guess))
+    return jobs, finish
