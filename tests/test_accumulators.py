@@ -141,6 +141,19 @@ def test_auto_alpha_is_near_zero_on_pure_noise_and_near_one_on_signal():
     assert build_content(silent, "auto", "auto").alpha == 0.0
 
 
+def _rows_with_a_signal(seed: int, n_levels: int, b: int, k: int, n: int, level: int):
+    """(accumulators, codes, residuals, folds) of n random rows whose residuals carry a signal
+    in the cells of ``level``, so that α > 0 reads every fold's scores."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, b, size=(n, n_levels))
+    signal = rng.uniform(-0.5, 0.5, size=(b, k))[codes[:, level]]
+    res = quantize_residuals(signal + rng.uniform(-0.4, 0.4, size=(n, k)), 32)
+    folds = rng.integers(0, 2, size=n)
+    acc = Accumulators.empty(n_levels, b, k, 32)
+    acc.add(codes, res, folds)
+    return acc, codes, res, folds
+
+
 def _content_bits(content):
     return content.means.tobytes(), content.alpha, content.shrinkage
 
@@ -152,15 +165,8 @@ def test_kept_fold_statistics_follow_every_change():
     nothing yet), and what is kept cannot be written to."""
     import pickle
 
-    rng = np.random.default_rng(0)
     n_levels, b, k, n = 3, 8, 3, 400
-    codes = rng.integers(0, b, size=(n, n_levels))
-    # residuals with a signal in the cells, so that α > 0 reads every fold's scores
-    signal = rng.uniform(-0.5, 0.5, size=(b, k))[codes[:, 0]]
-    res = quantize_residuals(signal + rng.uniform(-0.4, 0.4, size=(n, k)), 32)
-    folds = rng.integers(0, 2, size=n)
-    acc = Accumulators.empty(n_levels, b, k, 32)
-    acc.add(codes, res, folds)
+    acc, codes, res, folds = _rows_with_a_signal(0, n_levels, b, k, n, level=0)
 
     def check(acc):
         kept = build_content(acc, "auto", "auto")
@@ -248,14 +254,7 @@ def test_content_jobs_in_any_order_give_the_serial_definition():
     """content_jobs splits build_content into the cross-fit's two directions (run on any
     thread, in any order) and a last step: the same bits as the serial definition, after
     changes in either fold, with the kept means of the untouched fold."""
-    rng = np.random.default_rng(4)
-    n_levels, b, k, n = 3, 8, 2, 500
-    codes = rng.integers(0, b, size=(n, n_levels))
-    signal = rng.uniform(-0.5, 0.5, size=(b, k))[codes[:, 1]]
-    res = quantize_residuals(signal + rng.uniform(-0.4, 0.4, size=(n, k)), 32)
-    folds = rng.integers(0, 2, size=n)
-    acc = Accumulators.empty(n_levels, b, k, 32)
-    acc.add(codes, res, folds)
+    acc, codes, res, folds = _rows_with_a_signal(4, 3, 8, 2, 500, level=1)
     for step, rows in enumerate([[0], [1], [2, 3], list(range(10, 40))]):
         acc.subtract(codes[rows], res[rows], folds[rows])
         jobs, finish = content_jobs(acc, "auto", "auto")

@@ -120,6 +120,18 @@ def out_of_fold_scores(folds, shrinkages, means=None) -> tuple[np.ndarray, np.nd
     return cross, square
 
 
+def blend_and_fall(alpha: float | str, cross: float, square: float) -> tuple[float, float]:
+    """(α, the fall 2α·cross − α²·square of the out-of-fold squared error it achieves) for
+    one λ's cross-fitted sums: α given, or "auto" — the best, cross/square, never negative
+    (α = 0 is g alone). The one definition of the choice, for the RQ contents here and the
+    flat tables' totals (content.tables)."""
+    if alpha == "auto":
+        a = cross / square if cross > 0.0 and square > 0.0 else 0.0
+    else:
+        a = float(alpha)
+    return a, 2.0 * a * cross - a * a * square
+
+
 def build_content(acc: Accumulators, alpha: float | str, shrinkage: float | str) -> Content:
     """Materialize μ on all rows with α and λ given, or cross-fitted when "auto".
 
@@ -177,11 +189,7 @@ def content_jobs(
         crosses, squares = (0.0 + c01) + c10, (0.0 + s01) + s10  # out_of_fold_scores' order
         best = (-np.inf, 0.0, grid[0])
         for lam, cross, square in zip(grid, crosses.tolist(), squares.tolist(), strict=True):
-            if alpha == "auto":
-                a = cross / square if cross > 0.0 and square > 0.0 else 0.0
-            else:
-                a = float(alpha)
-            gain = 2.0 * a * cross - a * a * square
+            a, gain = blend_and_fall(alpha, cross, square)
             if gain > best[0]:
                 best = (gain, a, lam)
         _, best_alpha, best_lam = best

@@ -41,6 +41,7 @@ from . import head as _head_module
 from .accumulators import MAX_ROWS
 from .head import FixedWeights, LinearHead, NewtonWeights, head_features
 from .kernels import table_kernels
+from .materialize import blend_and_fall
 
 SHRINKAGE_GRID = (0.5, 2.0, 8.0, 32.0)
 MEAN_BITS = 40
@@ -755,11 +756,7 @@ class FlatTables:
             square = None if squares is None else squares[g]
             if square is None:
                 square = float(totals_square[g]) * scale
-            if alpha == "auto":
-                a = cross / square if cross > 0.0 and square > 0.0 else 0.0
-            else:
-                a = float(alpha)
-            gain = 2.0 * a * cross - a * a * square
+            a, gain = blend_and_fall(alpha, cross, square)
             if gain > best[0]:
                 best = (gain, a, self.grid[g])
         return best[1], best[2], best[0]
