@@ -99,16 +99,12 @@ class Codebook:
         general route decides). Why: the general route is ~15 numpy calls per level on a
         row or two, where the arithmetic is ℓ·b·d multiply-adds."""
         _, sq_norms, _, max_norm = self._search_tables
+        centroids = np.ascontiguousarray(self.centroids, dtype=np.float64)  # as trained: no copy
         out = np.empty(codes.shape, dtype=np.int64)
-        if not kernels.codebook_codes(to_grid(Z), self._centroids_c, sq_norms, max_norm, out):
+        if not kernels.codebook_codes(to_grid(Z), centroids, sq_norms, max_norm, out):
             return False
         codes[...] = out
         return True
-
-    @cached_property
-    def _centroids_c(self) -> np.ndarray:
-        """The centroids as a C-contiguous float64 array (what the kernel reads)."""
-        return np.ascontiguousarray(self.centroids, dtype=np.float64)
 
     def _encode_chunk(self, Z: np.ndarray) -> np.ndarray:
         C = self.centroids
