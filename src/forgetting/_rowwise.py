@@ -123,11 +123,21 @@ def _libraries() -> list:
 
 
 def _openblas_functions(lib) -> tuple | None:
-    if getattr(lib, "threading_layer", None) == "openmp":
-        return None  # OpenMP builds: per-thread limits, threadpoolctl sets them as asked
-    for prefix, suffix in _AFFIXES:
-        get = getattr(lib.dynlib, f"{prefix}openblas_get_num_threads{suffix}", None)
-        set_threads = getattr(lib.dynlib, f"{prefix}openblas_set_num_threads{suffix}", None)
+    """An OpenBLAS's (get, set) of its thread count as ctypes functions: its own process-wide
+    pair, or for an OpenMP build the OpenMP pair it links (per-thread limits:
+    omp_get_max_threads / omp_set_num_threads, the functions threadpoolctl calls there).
+    Why not threadpoolctl's methods: a one-row forget and its prediction enter
+    :func:`one_blas_thread` twice, and faiss's OpenMP OpenBLAS through threadpoolctl's
+    methods was four Python-level calls of ~3 µs each."""
+    openmp = getattr(lib, "threading_layer", None) == "openmp"
+    get_name, set_name = (
+        ("omp_get_max_threads", "omp_set_num_threads")
+        if openmp
+        else ("openblas_get_num_threads", "openblas_set_num_threads")
+    )
+    for prefix, suffix in [("", "")] if openmp else _AFFIXES:
+        get = getattr(lib.dynlib, f"{prefix}{get_name}{suffix}", None)
+        set_threads = getattr(lib.dynlib, f"{prefix}{set_name}{suffix}", None)
         if get is not None and set_threads is not None:
             get.restype = ctypes.c_int
             set_threads.argtypes = [ctypes.c_int]
