@@ -41,7 +41,7 @@ from .instance import (
 from .privacy import PrivacyLedger, public_state_digest
 from .receipts import Receipt
 from .rows import RowStore
-from .schema import SchemaConfig, normalized_rows
+from .schema import SchemaConfig, serving
 from .schema.membership import (
     canonical_id,
     id_bytes,
@@ -51,7 +51,6 @@ from .schema.membership import (
 )
 from .schema.membership import draws as keyed_draws
 from .schema.selection import schema_problem
-from .schema.stacked import encode_block
 from .snapshots import EngineSnapshot, InstanceSnapshot
 
 STATE_FORMAT = b"forgetting-state-v1"
@@ -389,69 +388,52 @@ class QSSEngine:
     def _predict_outputs(self, X: np.ndarray, instance: int | None) -> np.ndarray:
         with self._changed:
             if instance is None:
-                serving = self._serving()
+                served = self._serving()
             else:
                 if self.instances[instance] is None:
                     raise RuntimeError(f"instance {instance} is rebuilding")
-                serving = [self.instances[instance]]
+                served = [self.instances[instance]]
             # After a bulk change each instance's content (deferred table totals, probe terms,
             # its head solve) is milliseconds of work: each on its own core (_parallel). After
             # a few rows it is a fraction of a millisecond, less than a thread hand-off costs
             # — except where it is re-materialized whatever changed (the RQ codebook's).
             if self.privacy is None:  # mode="dp" serves no head
-                self._solve_heads(serving)
-            costly = sum(inst.content_is_costly for inst in serving) > 1
+                self._solve_heads(served)
+            costly = sum(inst.content_is_costly for inst in served) > 1
             if costly and self.privacy is None:
-                contents = self._contents_in_jobs(serving)
+                contents = self._contents_in_jobs(served)
             else:
                 each = map_instances if self._bulk_change or costly else serial_map
-                contents = each(self._content, serving)
+                contents = each(self._content, served)
             self._bulk_change = False
             # with whether each serves its head: only then does it read the head's inputs
             parts = [
                 (inst, inst.schema, c, _serves_head(c))
-                for inst, c in zip(serving, contents, strict=True)
+                for inst, c in zip(served, contents, strict=True)
             ]
-        # φ, g and the cells depend on the (immutable) schema only: computed without the lock;
-        # φ's first step (the normalized input) has no fitted state: once for all instances
+        # φ, g and the cells depend on the (immutable) schema only: computed without the lock,
+        # by the serving route (schema.serving: each row's bits its own, whatever the batch or
+        # the instances served); its first step (the normalized input) has no fitted state:
+        # once for all instances
+        schemas = [part[1] for part in parts]
         normalized = None
-        if all(part[1].encoder is None for part in parts):
-            normalized = normalized_rows(X, SERVE_BLOCK_ROWS)
+        if all(schema.encoder is None for schema in schemas):
+            normalized = serving.normalized(X)
         # a head's inputs only where an instance serves its head: where the tables serve
         # (the filter's usual case at n = 300k) the prediction reads φ, g and the cells alone
         # an input head's features ("shared-rf": u and its random features) are the same in
         # every instance with the same key: computed once too
         shared = None
-        first = parts[0][1]
+        first = schemas[0]
         if (
             sum(part[3] for part in parts) > 1
             and first.input_head_key is not None
             and not first.head_takes_phi
-            and all(part[1].input_head_key == first.input_head_key for part in parts)
+            and all(schema.input_head_key == first.input_head_key for schema in schemas)
         ):
             shared = first.head_inputs(X, SERVE_BLOCK_ROWS, normalized)
         each = map_instances if len(X) >= PARALLEL_ROWS else serial_map
-        # a row or few (the first prediction after a forget): the p schemas' φ and g stacked
-        # in one pass where they are of one kind — the same bits, checked (schema.stacked)
-        stacked = None
-        if normalized is not None:
-            stacked = encode_block([part[1] for part in parts], X, normalized, SERVE_BLOCK_ROWS)
-        if stacked is None:
-            encoded = each(
-                lambda part: part[1].encode(
-                    X, SERVE_BLOCK_ROWS, normalized, head=part[3], head_inputs=shared
-                ),
-                parts,
-            )
-        else:  # φ, or the head's inputs where an instance serves its head on other ones
-            encoded = [
-                (
-                    codes,
-                    g,
-                    part[1].served_inputs(phi, X, SERVE_BLOCK_ROWS, normalized, part[3], shared),
-                )
-                for part, (codes, g, phi) in zip(parts, stacked, strict=True)
-            ]
+        encoded = serving.encode(schemas, X, normalized, [part[3] for part in parts], shared, each)
 
         def combine(item):
             (inst, schema, content, head), (codes, g, Z) = item
@@ -1023,7 +1005,7 @@ class QSSEngine:
 
 
 def _instance_outputs(schema, content, X: np.ndarray) -> np.ndarray:
-    return _combine(schema, content, *schema.encode(X, SERVE_BLOCK_ROWS))
+    return _combine(schema, content, *schema.serve(X))
 
 
 def _serves_head(content) -> bool:

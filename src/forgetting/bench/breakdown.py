@@ -35,6 +35,7 @@ from ..ensemble import QSSEngine
 from ..instance import Instance
 from ..rows import RowStore
 from ..schema import Schema
+from ..schema import serving as serving_module
 from .core import SECRET_KEY, clustered_data
 from .costs import schema_rank
 from .report import write_results
@@ -69,8 +70,8 @@ STEPS: list[tuple[str, object, str, str]] = [
         "solve_stacked",
         "instance content: (α, λ) and head choice",
     ),
-    ("φ, g and cells of the predicted row", Schema, "encode", "predict"),
-    ("  the same, the instances stacked", ensemble_module, "encode_block", "predict"),
+    ("φ, g and cells of the predicted row (serving route)", serving_module, "encode", "predict"),
+    ("  φ and g by a model's own arithmetic", Schema, "encode", "predict"),
     ("combine", ensemble_module, "_combine", "predict"),
 ]
 """The steps timed; each name is a method (or module function) on the deletion path."""

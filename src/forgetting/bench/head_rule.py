@@ -24,7 +24,7 @@ import numpy as np
 import scipy.linalg
 from tqdm import tqdm
 
-from .._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
+from .._rowwise import one_blas_thread
 from ..content.head import (
     _POTRS,
     PENALTY,
@@ -142,7 +142,7 @@ def instance_rows(
         gain, weights = head.solution()
         H, H0, H1 = head.float_cross()
         old_gain = _gain(richardson_solve(GramSystem.of(head.gram), H, H0, H1)[1])
-        codes, g, Z = inst.schema.encode(X, SERVE_BLOCK_ROWS)
+        codes, g, Z = inst.schema.serve(X)
         with_tables = g + content.alpha * tables.correction(codes, content.shrinkage)
         v = head_features(Z, np.float64)
         if isinstance(weights, NewtonWeights):  # a logistic step from g's logits (shared-rf)

@@ -1253,3 +1253,73 @@ def serve_correction(sums, counts, codes, scale, shrinkage, mean_unit, out_unit,
         for c in range(k):
             out[i, c] = np.float64(total[c]) * out_unit / T
     return True
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def serve_normalize(X, out) -> None:
+    """Serving's L2 normalization of rows ``X`` (n, d ≥ 1) into ``out``: per row the sum of
+    squares left to right (first term, then each next one added: ``np.add.accumulate``'s
+    order), its square root (1 for an all-zero row), each entry divided by it —
+    schema.serving's numpy definition, operation for operation (no fused multiply-add)."""
+    n, d = X.shape
+    for i in range(n):
+        sq = X[i, 0] * X[i, 0]
+        for j in range(1, d):
+            sq += X[i, j] * X[i, j]
+        norm = np.sqrt(sq)
+        if norm == 0.0:
+            norm = 1.0
+        for j in range(d):
+            out[i, j] = X[i, j] / norm
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def serve_scores(U, P, coef, b, phi, scores) -> None:
+    """φ and the logistic scores of serving-normalized rows ``U`` (n, d) under s schemas at
+    once: schema r's LDA directions ``P[r]`` (d, e; e = 0: no LDA, φ is u itself), its g's
+    coef_ᵀ ``coef[r]`` (d + e, k) and intercept ``b[r]`` (k,), into ``phi`` (s, n, d + e) and
+    ``scores`` (s, n, k). With LDA, t = u P, φ = [u, t] / ‖[u, t]‖; then scores = φ coef + b.
+    Every sum runs left to right from its first term (``np.add.accumulate``'s order: the
+    numpy definition in schema.serving), so each output depends on its own row and schema
+    only — the same bits alone or in any batch, under one schema or several."""
+    s = coef.shape[0]
+    n, d = U.shape
+    e = P.shape[2]
+    D = d + e
+    k = coef.shape[2]
+    t = np.empty(max(e, 1))
+    acc = np.empty(k)
+    for r in range(s):
+        for i in range(n):
+            if e == 0:
+                for j in range(d):
+                    phi[r, i, j] = U[i, j]
+            else:
+                u0 = U[i, 0]
+                for c in range(e):
+                    t[c] = u0 * P[r, 0, c]
+                for j in range(1, d):
+                    uj = U[i, j]
+                    for c in range(e):
+                        t[c] += uj * P[r, j, c]
+                sq = U[i, 0] * U[i, 0]
+                for j in range(1, d):
+                    sq += U[i, j] * U[i, j]
+                for c in range(e):
+                    sq += t[c] * t[c]
+                norm = np.sqrt(sq)
+                if norm == 0.0:
+                    norm = 1.0
+                for j in range(d):
+                    phi[r, i, j] = U[i, j] / norm
+                for c in range(e):
+                    phi[r, i, d + c] = t[c] / norm
+            f0 = phi[r, i, 0]
+            for c in range(k):
+                acc[c] = f0 * coef[r, 0, c]
+            for j in range(1, D):
+                f = phi[r, i, j]
+                for c in range(k):
+                    acc[c] += f * coef[r, j, c]
+            for c in range(k):
+                scores[r, i, c] = acc[c] + b[r, c]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._rowwise import BLOCK_ROWS, one_blas_thread, rowwise
+from . import serving
 from .base_model import BaseModel, fit_base_model
 from .codebook import Codebook, train_codebook
 from .membership import MembershipRule
@@ -215,6 +216,12 @@ class Schema:
         codes = self.codebook.encode(Z) if self.partition is None else self.partition.cells(Z)
         g = rowwise(self.base_model.predict, Z, block_rows, owner=self.base_model)
         return codes, g, self.served_inputs(Z, X, block_rows, normalized, head, head_inputs)
+
+    def serve(self, X: np.ndarray, head: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`encode` for a prediction: codes, g(x) and the head's inputs (φ with
+        ``head=False``) of rows ``X`` by the serving route (:mod:`.serving`) — what the engine
+        serves for this schema, alone or beside others."""
+        return serving.encode([self], X, None, [head])[0]
 
     def served_inputs(
         self,

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from ... import QSSClassifier, QSSRegressor
-from ..._rowwise import rowwise
 from ...baselines import ExactRidge, ExactRidgeClassifier, SISAClassifier, SISARegressor
 from .data import N_SHARDS, Data
 
@@ -52,16 +51,16 @@ def g_only_outputs(model: QSSClassifier | QSSRegressor, X: np.ndarray) -> np.nda
 
     Why not a second fit: with α = 0 the prediction is g(φ(f(x))) averaged over the p
     instances, and the schemas (D°, f, φ, g) do not depend on α, so they are taken from the
-    fitted QSS-E model instead of training them again. Same blocks, same order of sums as
-    :meth:`QSSEngine.predict_outputs`: the bits equal those of a ``alpha=0.0`` fit (the tests
-    check ``array_equal``).
+    fitted QSS-E model instead of training them again. The same serving route
+    (:meth:`Schema.serve`) and order of sums as :meth:`QSSEngine.predict_outputs`: the bits
+    equal those of a ``alpha=0.0`` fit (the tests check ``array_equal``).
     """
     X = model._check_X(X, model.n_features_in_)
     total = None
     instances = model.engine_.instances
     for inst in instances:
+        _, out, _ = inst.schema.serve(X, head=False)
         schema = inst.schema
-        out = rowwise(schema.base_model.predict, schema.features(X))
         out = out + 0.0 * out  # α·correction with α = 0 adds a signed zero, exactly as predict
         if schema.base_model.task == "regression":
             out = out * schema.base_model.y_scale + schema.base_model.y_mean
