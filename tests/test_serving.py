@@ -10,7 +10,7 @@ import pytest
 from conftest import regression_data, with_kernels
 
 from forgetting import QSSClassifier, QSSRegressor
-from forgetting._rowwise import SERVE_BLOCK_ROWS
+from forgetting._rowwise import SERVE_BLOCK_ROWS, kept_for
 from forgetting.schema import serving
 
 
@@ -133,3 +133,24 @@ def test_predictions_do_not_depend_on_which_implementation_ran():
         with_kernels("numba", lambda: model.predict_proba(Xq)),
         with_kernels("numpy", lambda: refit.predict_proba(Xq)),
     )
+
+
+def test_the_kept_stacks_stay_few_however_often_the_other_schemas_change():
+    """A rebuild replaces an instance's schema while the others stay: the first schema keeps
+    the stacked arrays of the group it was served in, so without a bound every rebuild of
+    another instance would leave one more stack behind for as long as it lives."""
+    X, y = _clustered(2000, 16, 4, 7)
+    first = QSSClassifier(rho=0.1, rebuild="sync", random_state=0).fit(X, y)
+    schemas = [inst.schema for inst in first.engine_.instances]
+    Xq = _queries(16, 8, extreme=1e30)
+    u = serving.normalized(Xq[:1])
+    expected = serving.encode(schemas, Xq[:1], u, [False] * 3)
+    for seed in range(1, 9):  # eight "rebuilds" of the other two instances
+        others = QSSClassifier(rho=0.1, rebuild="sync", random_state=seed).fit(X, y)
+        group = [schemas[0]] + [inst.schema for inst in others.engine_.instances[1:]]
+        got = serving.encode(group, Xq[:1], u, [False] * 3)
+        assert all(np.array_equal(a, b) for a, b in zip(got[0], expected[0], strict=True))
+        alone = schemas[0].serve(Xq[:1], head=False)  # a group of one beside it
+        assert all(np.array_equal(a, b) for a, b in zip(alone, expected[0], strict=True))
+    stacks = [key for key in kept_for(schemas[0]) if key[0] == "serving stack"]
+    assert len(stacks) <= 2, stacks

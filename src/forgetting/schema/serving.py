@@ -212,10 +212,12 @@ def _groups(schemas: Sequence, compiled: Sequence[int]) -> list[list[int]]:
 
 
 def _stacked(schemas: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``schemas``' arrays stacked (s, ...), kept with the first schema under the others'
-    identities (checked by weak reference): stacking anew was ~10 µs of every call."""
+    """``schemas``' arrays stacked (s, ...), kept with the first schema for the others
+    (checked by weak reference): stacking anew was ~10 µs of every call. One stack per
+    group size, replaced when the others differ: a rebuild replaces another instance's
+    schema, and a stack per set of others would pile up while the first schema lives."""
     kept = kept_for(schemas[0])
-    key = ("serving stack", tuple(map(id, schemas[1:])))
+    key = ("serving stack", len(schemas))
     entry = kept.get(key)
     if entry is not None and all(
         ref() is schema for ref, schema in zip(entry[0], schemas[1:], strict=True)
