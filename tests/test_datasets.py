@@ -1,4 +1,4 @@
-"""Tests for forgetting.datasets: the data contract, fixed splits, subsampling, error paths.
+"""Tests for forgetting_lab.datasets: the data contract, fixed splits, subsampling, error paths.
 
 digits/diabetes are bundled with scikit-learn and always tested. MNIST and Fashion-MNIST come
 from installed packages: when a source is missing these tests skip with the install hint, unless
@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from conftest import load_dataset_or_skip as _load
 from conftest import source_missing
+from forgetting_lab.datasets import Dataset, DatasetUnavailableError
+from forgetting_lab.datasets import loaders as L
+from forgetting_lab.datasets._idx import parse_idx, read_idx
+from forgetting_lab.datasets._zarr_zip import read_zarr_zip_array
 
-from forgetting import datasets as fd
-from forgetting.datasets import Dataset, DatasetUnavailableError
-from forgetting.datasets import loaders as L
-from forgetting.datasets._idx import parse_idx, read_idx
-from forgetting.datasets._zarr_zip import read_zarr_zip_array
+from forgetting_lab import datasets as fd
 
 ALL = ("diabetes", "digits", "fashion_mnist", "mnist")
 SIZES = {  # (n_train, n_test, n_features)

@@ -10,15 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-
-from forgetting.audit.quantization import (
-    audit_estimator,
-    fake_quant_nf4,
-    is_adapter,
-    quantized_weights,
-)
-from forgetting.durableun.corpus import EOS, make_corpus
-from forgetting.durableun.experiment import (
+from forgetting_lab.durableun.corpus import EOS, make_corpus
+from forgetting_lab.durableun.experiment import (
     ExperimentConfig,
     audit,
     audit_state,
@@ -26,8 +19,15 @@ from forgetting.durableun.experiment import (
     pretrain_base,
     run_method,
 )
-from forgetting.durableun.methods import UnlearnConfig
-from forgetting.durableun.model import Batch, TinyLM, exact_match, greedy_decode
+from forgetting_lab.durableun.methods import UnlearnConfig
+from forgetting_lab.durableun.model import Batch, TinyLM, exact_match, greedy_decode
+
+from forgetting.audit.quantization import (
+    audit_estimator,
+    fake_quant_nf4,
+    is_adapter,
+    quantized_weights,
+)
 
 
 @pytest.fixture(scope="module")
@@ -163,11 +163,11 @@ def test_qss_is_durable_by_construction():
 
 
 def test_bench_quick_writes_tables_and_plot(tmp_path):
-    from forgetting.bench.durability import main
+    from forgetting_lab.bench.durability import main
 
     assert main(["--quick", "--out", str(tmp_path), "--qss-dataset", "", "--alphas", "0,3"]) == 0
     md = (tmp_path / "durability.md").read_text()
-    assert "Command: `python -m forgetting.bench.durability --quick" in md
+    assert "Command: `python -m forgetting_lab.bench.durability --quick" in md
     assert (tmp_path / "durability-pareto.png").stat().st_size > 0
     per_seed = (tmp_path / "durability-per_seed.csv").read_text().splitlines()
     assert per_seed[0].startswith("method,seed") and len(per_seed) == 1 + 4
@@ -176,7 +176,7 @@ def test_bench_quick_writes_tables_and_plot(tmp_path):
 def test_audit_durability_command_lm_quick(capsys):
     import argparse
 
-    from forgetting.audit import durability_command
+    from forgetting_lab.audits import durability as durability_command
 
     parser = argparse.ArgumentParser()
     durability_command.configure(parser)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import assert_same_model, schema_ids
+from forgetting_lab.bench.core import clustered_data
 
 import forgetting.content.head as head_module
 from forgetting import QSSClassifier
-from forgetting.bench.core import clustered_data
 from forgetting.content.accumulators import CLASSIFICATION_SCALE_BITS
 from forgetting.content.gain_filter import LOG_ROWS, TOLERANCE
 from forgetting.content.head import (

@@ -207,14 +207,14 @@ def test_throughput_benchmark_small(tmp_path):
     every batched hashing stage equal to the per-row loop."""
     import csv
 
-    from forgetting.bench import throughput
+    from forgetting_lab.bench import throughput
 
     assert (
         throughput.main(["--sizes", "3000", "--d", "16", "--repeats", "1", "--out", str(tmp_path)])
         == 0
     )
     text = (tmp_path / "throughput.md").read_text()
-    assert "Command: `python -m forgetting.bench.throughput --sizes 3000" in text
+    assert "Command: `python -m forgetting_lab.bench.throughput --sizes 3000" in text
     with open(tmp_path / "throughput-fit_per_instance_vs_faiss_s_encoder.csv") as f:
         fits = list(csv.DictReader(f))
     assert [r["hash_backend"] for r in fits] == ["numba", "hashlib"]

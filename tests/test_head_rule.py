@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.linalg
 from conftest import assert_same_model, outside_all_schemas
+from forgetting_lab.bench.core import clustered_data
 
 from forgetting import QSSClassifier
-from forgetting.bench.core import clustered_data
 from forgetting.content import head as head_module
 from forgetting.content.head import (
     PENALTY,
@@ -155,7 +155,7 @@ def test_head_rule_benchmark_on_digits_diabetes_and_a_held_out_set(tmp_path):
     rule it reports is the one the engine served (it checks each instance)."""
     import csv
 
-    from forgetting.bench import head_rule
+    from forgetting_lab.bench import head_rule
 
     sets = "digits,diabetes,mkclass-small"
     args = ["--datasets", sets, "--seeds", "1", "--no-timing", "--out", str(tmp_path)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from forgetting_lab.baselines import RetrainClassifier
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.linear_model import LogisticRegression
 
@@ -17,7 +18,6 @@ from forgetting.audit.lira import (
     tpr_at_fpr,
     unlearning_audit,
 )
-from forgetting.baselines import RetrainClassifier
 
 
 class Memorizer(ClassifierMixin, BaseEstimator):
@@ -148,7 +148,7 @@ def test_unlearning_audit_exact_vs_fake_forgetting():
 def test_cli_runs_lira_and_the_unlearning_audit(tmp_path, capsys):
     import argparse
 
-    from forgetting.audit import lira_command
+    from forgetting_lab.audits import lira as lira_command
 
     parser = argparse.ArgumentParser()
     lira_command.configure(parser)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from forgetting_lab.datasets import load_dataset
 
 from forgetting import ModelFileError, MUNKEYClassifier
-from forgetting.datasets import load_dataset
 from forgetting.munkey import AGGREGATIONS, KeyMemory
 
 TINY = dict(

@@ -203,7 +203,7 @@ def _xdr_rda(columns: dict, levels: list[str]) -> bytes:
 
 
 def test_rda_reader_decodes_a_data_frame(tmp_path) -> None:
-    from forgetting.datasets.letter import read_rda
+    from forgetting_lab.datasets.letter import read_rda
 
     path = tmp_path / "LetterRecognition.rda"
     path.write_bytes(_xdr_rda({"lettr": [2, 1, 3], "x.box": [1.0, 2.5, 15.0]}, ["A", "B", "C"]))
@@ -215,8 +215,8 @@ def test_rda_reader_decodes_a_data_frame(tmp_path) -> None:
 
 
 def test_letter_loader_checks_its_source(tmp_path, monkeypatch) -> None:
-    from forgetting.datasets import DatasetUnavailableError
-    from forgetting.datasets.letter import load_letter
+    from forgetting_lab.datasets import DatasetUnavailableError
+    from forgetting_lab.datasets.letter import load_letter
 
     monkeypatch.setenv("FORGETTING_MLBENCH_DIR", str(tmp_path))
     with pytest.raises(DatasetUnavailableError, match="r-cran-mlbench"):
@@ -229,8 +229,8 @@ def test_letter_loader_checks_its_source(tmp_path, monkeypatch) -> None:
 
 
 def test_letter_dataset_when_installed() -> None:
-    from forgetting.datasets import DatasetUnavailableError
-    from forgetting.datasets.letter import load_letter
+    from forgetting_lab.datasets import DatasetUnavailableError
+    from forgetting_lab.datasets.letter import load_letter
 
     try:
         ds = load_letter(n_train=500)
@@ -368,7 +368,7 @@ def test_flat_partition_parameter_is_validated() -> None:
 
 def test_partitions_benchmark_runs_on_digits(tmp_path) -> None:
     """The selection benchmark end to end on the bundled digits (a few configurations)."""
-    from forgetting.bench import partitions
+    from forgetting_lab.bench import partitions
 
     argv = [
         "--datasets", "digits", "--families", "trees/none", "--heads", "g",

@@ -1,4 +1,4 @@
-"""forgetting.bench.scale: its data generator is deterministic per chunk (any worker makes any
+"""forgetting_lab.bench.scale: its data generator is deterministic per chunk (any worker makes any
 chunk, a rerun makes the same rows), and the benchmark runs end to end on a small n and writes
 a results row whose figures are consistent (it reaches into the engine — instances, rebuild
 times, D° membership — so an API change there would break the 10 M-row run silently)."""
@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from forgetting.bench import scale  # noqa: E402
+from forgetting_lab.bench import scale  # noqa: E402
 
 
 def test_chunks_are_deterministic_and_synthetic_concatenates_them():
@@ -42,7 +42,7 @@ def test_scale_runs_end_to_end_and_writes_a_consistent_row(tmp_path):
     )  # fmt: skip
     assert code == 0
     md = (tmp_path / "scale_test.md").read_text()
-    assert "Command: `python -m forgetting.bench.scale --n 12288" in md
+    assert "Command: `python -m forgetting_lab.bench.scale --n 12288" in md
     [csv_file] = tmp_path.glob("scale_test-*.csv")
     with open(csv_file) as f:
         [row] = list(csv.DictReader(f))

@@ -14,8 +14,8 @@ import pytest
 WORKLOAD = r"""
 import json, numpy as np
 from forgetting import QSSClassifier
-from forgetting.bench.core import SECRET_KEY, clustered_data
-from forgetting.bench.costs import schema_rank
+from forgetting_lab.bench.core import SECRET_KEY, clustered_data
+from forgetting_lab.bench.costs import schema_rank
 from forgetting.warmup import kernel_stats
 
 # bench.core's shape at a size where the library picks its kernels by itself (no forcing)

@@ -1,14 +1,16 @@
-"""``forgetting bench NAME`` and ``forgetting audit NAME``: registries of modules that own their
-options, offered only when the module exists in this installation.
+"""``forgetting bench NAME`` and ``forgetting audit NAME``: commands other packages provide.
 
-A benchmark is ``forgetting.bench.NAME`` with ``main(argv) -> int``; an audit is a module with
-``configure(parser)`` and ``run(args) -> int``. Only the chosen module is imported, so another
-one's missing dependency never matters, and menus read each module's docstring from its source
-rather than importing it.
+The library has no benchmarks of its own: the lab (``forgetting-lab``, in ``benchmarks/``)
+declares them as entry points, so the library never imports it. A benchmark is a module with
+``main(argv) -> int``, listed in the entry-point group ``forgetting.benchmarks``; an audit is a
+module with ``configure(parser)`` and ``run(args) -> int``, listed in ``forgetting.audits``.
+Only the chosen module is imported, so another one's missing dependency never matters, and
+menus read each module's docstring from its source rather than importing it.
 
 The registries are published as ``forgetting.cli.BENCHMARKS`` and ``forgetting.cli.AUDITS``
-and read from there each time (:func:`_registry`), so a name added or removed there (a
-downstream package, a test) is what ``bench``, ``audit`` and ``--help`` offer.
+(``None``: the installed entry points) and read from there each time (:func:`_registry`), so a
+mapping set there (a downstream package, a test) is what ``bench``, ``audit`` and ``--help``
+offer.
 """
 
 from __future__ import annotations
@@ -19,40 +21,34 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from .errors import CLIError, install_hint, usage
 
-#: ``forgetting bench NAME``: the benchmark modules ``forgetting.bench.NAME`` (each with
-#: ``main(argv) -> int``), offered only when the module exists in this installation.
-BENCHMARKS = (
-    "core",
-    "paper",
-    "analyses",
-    "partitions",
-    "privacy",
-    "munkey",
-    "durability",
-    "throughput",
-    "scale",
-    "heads",
-    "breakdown",
-    "store",
-)
+BENCHMARK_GROUP = "forgetting.benchmarks"
+AUDIT_GROUP = "forgetting.audits"
 
-#: ``forgetting audit NAME``: modules with ``configure(parser)`` and ``run(args) -> int``.
-AUDITS = {
-    "lira": "forgetting.audit.lira_command",
-    "durability": "forgetting.audit.durability_command",
-}
+#: ``forgetting bench NAME``: name -> module with ``main(argv) -> int``; None = the entry
+#: points of :data:`BENCHMARK_GROUP`.
+BENCHMARKS: dict[str, str] | None = None
+
+#: ``forgetting audit NAME``: name -> module with ``configure(parser)`` and
+#: ``run(args) -> int``; None = the entry points of :data:`AUDIT_GROUP`.
+AUDITS: dict[str, str] | None = None
+
+_GROUPS = {"BENCHMARKS": BENCHMARK_GROUP, "AUDITS": AUDIT_GROUP}
 
 
-def _registry(name: str) -> Any:
+def _registry(name: str) -> dict[str, str]:
     """The registry ``name`` (``BENCHMARKS`` or ``AUDITS``) as ``forgetting.cli`` publishes it
-    now (see the module docstring); this module's value until the package is imported."""
+    now (see the module docstring), or the installed entry points when it is None."""
     package = sys.modules.get(__package__ or "")
-    return getattr(package, name, globals()[name])
+    registry = getattr(package, name, globals()[name])
+    if registry is None:
+        registry = {ep.name: ep.module for ep in entry_points(group=_GROUPS[name])}
+    return dict(registry)
 
 
 def _module_exists(name: str) -> bool:
@@ -78,7 +74,7 @@ def _summary(name: str) -> str:
 
 def available_benchmarks() -> list[str]:
     """The names of :data:`BENCHMARKS` whose module exists here."""
-    return [name for name in _registry("BENCHMARKS") if _module_exists(f"forgetting.bench.{name}")]
+    return [name for name, module in _registry("BENCHMARKS").items() if _module_exists(module)]
 
 
 def available_audits() -> list[str]:
@@ -103,16 +99,15 @@ def _entry(module: Any, name: str) -> Callable[..., Any]:
 
 def _bench_menu(names: list[str]) -> str:
     if not names:
-        return "  (none in this installation)"
+        return "  (none in this installation: pip install forgetting-lab, see benchmarks/)"
+    registry = _registry("BENCHMARKS")
     width = max(len(name) for name in names)
-    return "\n".join(
-        f"  {name.ljust(width)}  {_summary(f'forgetting.bench.{name}')}" for name in names
-    )
+    return "\n".join(f"  {name.ljust(width)}  {_summary(registry[name])}" for name in names)
 
 
 def run_bench(argv: list[str]) -> int:
-    """``forgetting bench [NAME] [ARGS...]``: ``forgetting.bench.NAME.main(ARGS)``; without a
-    NAME (nothing, or options first) the paper benchmark, as before."""
+    """``forgetting bench [NAME] [ARGS...]``: the ``main(ARGS)`` of NAME's module; without a
+    NAME (nothing, or options first) the paper benchmark."""
     names = available_benchmarks()
     if argv and not argv[0].startswith("-"):
         name, rest = argv[0], argv[1:]
@@ -133,7 +128,7 @@ def run_bench(argv: list[str]) -> int:
             )
         if "paper" not in names:
             raise usage("the paper benchmark is not available; name one: " + ", ".join(names))
-    entry = _entry(_import_command(f"forgetting.bench.{name}"), "main")
+    entry = _entry(_import_command(_registry("BENCHMARKS")[name]), "main")
     return int(entry(rest) or 0)
 
 

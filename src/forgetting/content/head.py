@@ -63,7 +63,7 @@ tables' (their cross-fitted gain with the D°-probe square term, ``FlatTables.be
 of :func:`forgetting.content.tables.build_flat_content`.
 
 Why this statistic, and why below 1: on validation splits carved from the training sets
-(benchmarks/results/head_rule.md: `python -m forgetting.bench.head_rule`, 4 splits × 3
+(benchmarks/results/head_rule.md: `python -m forgetting_lab.bench.head_rule`, 4 splits × 3
 instances per set) the ratio head gain / tables' probe gain separates, instance by instance,
 the sets where the head is the better model on validation (digits ≥ 0.70, MNIST-HOG ≥ 1.05,
 Fashion-HOG, Adult and sentiment ≥ 1.18) from those where the tables are (bench.core's Gaussian

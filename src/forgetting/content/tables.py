@@ -26,7 +26,7 @@ fresh build, bit for bit, and choosing α and λ costs O(|grid|) after each chan
 Why per-table and not the loss of the average: the average's square term couples every pair of
 tables (Σ_i ‖Σ_t μ_t[c_t(i)]‖² needs joint cell counts of all table pairs), which no per-cell
 state can maintain. Σ_t square_t / T bounds it from above (Jensen), so the α chosen here is
-conservative; :mod:`forgetting.bench.partitions` measures what that costs against an α
+conservative; :mod:`forgetting_lab.bench.partitions` measures what that costs against an α
 cross-fitted on the average with all rows in sight.
 """
 

@@ -11,7 +11,7 @@ images installs offline here, and a 2-core CPU must encode 70,000 images in seco
 scikit-image costs ~0.1 ms per 28×28 image. The setting -- 9 orientations, 7×7-pixel cells,
 2×2-cell blocks (324 values), plus the image average-pooled over 2×2 pixels (196 values), 520 in
 all -- was chosen on a validation split carved from the *training* images
-(``python benchmarks/image_features.py``, results in benchmarks/results/image_features.md):
+(``python -m forgetting_lab.image_features``, results in benchmarks/results/image_features.md):
 logistic-regression accuracy 0.975 vs 0.914 raw on MNIST and 0.886 vs 0.845 on Fashion-MNIST,
 the best on Fashion-MNIST of six candidates. HOG alone barely beats raw pixels on Fashion-MNIST
 (0.847): the pooled pixels bring back the silhouette. 4-pixel cells score 0.977 on MNIST but are
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from . import Encoder, EncoderUnavailableError
+from .base import Encoder, EncoderUnavailableError
 
 __all__ = ["HOG_INSTALL", "HOGEncoder"]
 

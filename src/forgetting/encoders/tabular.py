@@ -29,7 +29,7 @@ from typing import Any, Literal, Self
 
 import numpy as np
 
-from . import Encoder, EncoderUnavailableError
+from .base import Encoder, EncoderUnavailableError
 
 __all__ = ["LIGHTGBM_INSTALL", "LightGBMLeafContrib"]
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from . import Encoder, EncoderUnavailableError
+from .base import Encoder, EncoderUnavailableError
 
 __all__ = ["EMBEDDING_DIM", "MINILM_INSTALL", "MODEL_NAME", "MiniLMEncoder", "locate_minilm"]
 
@@ -166,6 +166,21 @@ class _EmbeddingCache:
         self._db.close()
 
 
+CACHE_ENV = "FORGETTING_CACHE"
+"""Environment variable naming the local cache directory (see :func:`cache_dir`)."""
+
+
+def cache_dir() -> Path:
+    """The local cache directory: ``$FORGETTING_CACHE``, else ``~/.cache/forgetting``.
+
+    Holds what this package computes and keeps (text embeddings) and what a registry client
+    put there by hand (the lab's vaderSentiment sdist); it is never filled from the network at
+    run time.
+    """
+    override = os.environ.get(CACHE_ENV)
+    return Path(override).expanduser() if override else Path.home() / ".cache" / "forgetting"
+
+
 class MiniLMEncoder(Encoder):
     """Frozen all-MiniLM-L6-v2 sentence embeddings: ``transform(texts) -> float32 (n, 384)``.
 
@@ -226,8 +241,6 @@ class MiniLMEncoder(Encoder):
         if self.cache_dir is not None:
             root = self.cache_dir
         else:
-            from ..datasets.sentiment import cache_dir
-
             root = cache_dir()
         tag = hashlib.sha256(self.model_id.encode()).hexdigest()[:16]
         return root / "embeddings" / f"all-MiniLM-L6-v2-{tag}.sqlite"

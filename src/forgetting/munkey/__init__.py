@@ -5,7 +5,7 @@ by a frozen key; ``forget`` deletes the rows' (key, exemplar) pairs in microseco
 backbone still saw the rows, so the guarantee is approximate — see docs/munkey.md.
 
 Names load lazily (PEP 562): importing :mod:`forgetting` must not pull in torch (~3 s), so
-``forgetting.MUNKEYClassifier`` and this package's names import their module on first use.
+this package's names (and ``forgetting.MUNKEYClassifier``) import their module on first use.
 """
 
 from __future__ import annotations
@@ -31,9 +31,3 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-def package_getattr(name: str) -> Any:
-    """``forgetting.__getattr__``: resolves ``forgetting.MUNKEYClassifier`` on first use."""
-    if name == "MUNKEYClassifier":
-        return __getattr__(name)
-    raise AttributeError(f"module 'forgetting' has no attribute {name!r}")

@@ -1,0 +1,173 @@
+"""The DurableUn pipeline at CPU scale: pretrain → NF4 base → LoRA fine-tune → unlearn → audit.
+
+1. **Pretrain** a :class:`~.model.TinyLM` (all weights, float32) on the *public* authors: it
+   learns the question format and the answer vocabulary, never the fictitious authors.
+2. **Quantize and freeze the base** to NF4 and add LoRA adapters (QLoRA's deployment layout).
+3. **Fine-tune the adapters** on every fictitious author (forget + retain), like TOFU's
+   fine-tuning step. The *oracle* adapters are fine-tuned the same way on the retain authors
+   only — what exact unlearning would give.
+4. **Unlearn** the forget authors with one method (:mod:`.methods`), starting from the
+   fine-tuned adapters.
+5. **Audit**: FA and RA with the adapters at fp32 (as trained), BF16, INT8 and INT4 (row-wise
+   symmetric), and the (ε, P)-durability certificate over P = {BF16, INT8, INT4}.
+
+FA is the share of forget-set questions whose answer (and closing ``<eos>``) greedy decoding
+still produces; RA the same on the retain set. Seeds: the corpus and the pretrained base are
+fixed (seed 0: the "public model" everyone starts from); ``seed`` moves the adapters'
+initialisation, the fine-tuning batches and the unlearning batches.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+
+import torch
+
+from forgetting.audit.quantization import (
+    PAPER_PRECISIONS,
+    DurabilityReport,
+    PrecisionResult,
+    is_adapter,
+    quantized_weights,
+)
+
+from .corpus import Corpus, make_corpus
+from .methods import UnlearnConfig, unlearn
+from .model import Batch, TinyLM, answer_nll, exact_match
+
+AUDIT_PRECISIONS = ("fp32", *PAPER_PRECISIONS)
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """Sizes of the CPU-scale setting (defaults: ≈ 2 min to prepare on one busy core)."""
+
+    n_fictitious: int = 40
+    n_public: int = 60
+    forget_fraction: float = 0.1
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    pretrain_steps: int = 600
+    finetune_steps: int = 600
+    batch_size: int = 64
+    lr: float = 3e-3
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    nf4_base: bool = True
+    epsilon: float = 0.05
+    seed: int = 0
+
+    @classmethod
+    def tiny(cls, **kw) -> ExperimentConfig:
+        """A seconds-long configuration for smoke tests."""
+        base = dict(
+            n_fictitious=10,
+            n_public=12,
+            d_model=32,
+            n_layers=1,
+            n_heads=2,
+            pretrain_steps=100,
+            finetune_steps=150,
+            batch_size=32,
+            lr=1e-2,
+            lora_rank=4,
+        )
+        return cls(**{**base, **kw})
+
+
+@dataclass
+class Prepared:
+    """A fine-tuned model ready to unlearn, with its starting and oracle adapter states."""
+
+    config: ExperimentConfig
+    corpus: Corpus
+    model: TinyLM
+    forget: Batch
+    retain: Batch
+    finetuned: dict[str, torch.Tensor]
+    oracle: dict[str, torch.Tensor]
+
+
+def _train(model: TinyLM, params, data: Batch, steps: int, cfg: ExperimentConfig, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps))
+    model.train()
+    for _ in range(steps):
+        rows = torch.randperm(len(data), generator=gen)[: cfg.batch_size]
+        loss = answer_nll(model, data.subset(rows))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    model.eval()
+
+
+def pretrain_base(cfg: ExperimentConfig, corpus: Corpus) -> TinyLM:
+    """Full-precision pretraining on the public authors (seed 0: one public base for all)."""
+    torch.manual_seed(0)
+    model = TinyLM(len(corpus.vocab), cfg.d_model, cfg.n_layers, cfg.n_heads)
+    public = Batch([corpus.encode(q) for q in corpus.public])
+    _train(model, list(model.parameters()), public, cfg.pretrain_steps, cfg, seed=0)
+    return model
+
+
+def prepare(cfg: ExperimentConfig, base: TinyLM | None = None) -> Prepared:
+    """Steps 1–3; ``base`` (a pretrained model from :func:`pretrain_base` with the same
+    config) is reused when given, so seeds share one public base."""
+    corpus = make_corpus(cfg.n_fictitious, cfg.n_public, cfg.forget_fraction, seed=0)
+    if base is None:
+        base = pretrain_base(cfg, corpus)
+    model = copy.deepcopy(base)
+    torch.manual_seed(cfg.seed)
+    model.freeze_base(cfg.lora_rank, cfg.lora_alpha, nf4=cfg.nf4_base)
+    forget = Batch([corpus.encode(q) for q in corpus.forget])
+    retain = Batch([corpus.encode(q) for q in corpus.retain])
+    start = model.adapter_state()
+
+    oracle_data = retain
+    _train(model, model.adapter_parameters(), oracle_data, cfg.finetune_steps, cfg, cfg.seed)
+    oracle = model.adapter_state()
+
+    model.load_adapter_state(start)
+    everything = Batch([corpus.encode(q) for q in corpus.fictitious])
+    _train(model, model.adapter_parameters(), everything, cfg.finetune_steps, cfg, cfg.seed)
+    return Prepared(cfg, corpus, model, forget, retain, model.adapter_state(), oracle)
+
+
+def audit(prep: Prepared, precisions=AUDIT_PRECISIONS) -> DurabilityReport:
+    """FA / RA of ``prep.model``'s current adapters at each precision (adapters only are
+    quantized; the base is already NF4) and the certificate over P = {BF16, INT8, INT4}."""
+    results = []
+    for p in precisions:
+        with quantized_weights(prep.model, p, is_adapter):
+            fa = float(exact_match(prep.model, prep.forget).float().mean())
+            ra = float(exact_match(prep.model, prep.retain).float().mean())
+        results.append(PrecisionResult(p, fa, ra))
+    return DurabilityReport(tuple(results), prep.config.epsilon, PAPER_PRECISIONS)
+
+
+def report_row(name: str, report: DurabilityReport, **extra) -> dict:
+    """One table row: FA/RA per precision, the certificate verdict and ``extra`` columns."""
+    row: dict = {"method": name, **extra}
+    for r in report.results:
+        row[f"FA_{r.precision}"] = r.fa
+        row[f"RA_{r.precision}"] = r.ra
+    row["certified"] = report.passed
+    return row
+
+
+def run_method(prep: Prepared, ucfg: UnlearnConfig) -> tuple[DurabilityReport, dict]:
+    """Unlearn from the fine-tuned adapters with ``ucfg`` and audit; the model's adapters are
+    reset to the fine-tuned state first (so runs are independent)."""
+    prep.model.load_adapter_state(prep.finetuned)
+    info = unlearn(prep.model, prep.forget, prep.retain, replace(ucfg, seed=prep.config.seed))
+    return audit(prep), info
+
+
+def audit_state(prep: Prepared, state: dict[str, torch.Tensor]) -> DurabilityReport:
+    """Audit a stored adapter state (e.g. the fine-tuned or the oracle adapters)."""
+    prep.model.load_adapter_state(state)
+    return audit(prep)

@@ -1,5 +1,0 @@
-"""``python -m forgetting.bench.analyses``: regenerate the paper's analyses."""
-
-from . import main
-
-raise SystemExit(main())

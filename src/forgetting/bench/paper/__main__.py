@@ -1,5 +1,0 @@
-"""``python -m forgetting.bench.paper``: run the paper benchmark (see the package docstring)."""
-
-from . import main
-
-raise SystemExit(main())
