@@ -7,6 +7,7 @@ import csv
 
 import numpy as np
 import pytest
+
 from forgetting_lab.bench.analyses import main
 from forgetting_lab.bench.analyses.common import level_means, level_sums
 from forgetting_lab.bench.analyses.instability import flips_2d

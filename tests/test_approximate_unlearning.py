@@ -10,8 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import FAST
-from forgetting_lab.baselines.approximate import METHODS, TrainConfig, ViTClassifier, unlearn
-from forgetting_lab.datasets import load_dataset
 
 from forgetting import QSSClassifier
 from forgetting.audit.unlearning import (
@@ -22,6 +20,8 @@ from forgetting.audit.unlearning import (
     score_model,
 )
 from forgetting.munkey import ViTConfig
+from forgetting_lab.baselines.approximate import METHODS, TrainConfig, ViTClassifier, unlearn
+from forgetting_lab.datasets import load_dataset
 
 VIT = ViTConfig(width=16, depth=1, heads=2, patch=4)
 TRAIN = TrainConfig(epochs=2, batch_size=32, seed=1)

@@ -10,13 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from forgetting_lab.baselines import (
-    ExactRidge,
-    ExactRidgeClassifier,
-    SISAClassifier,
-    SISARegressor,
-)
-from forgetting_lab.baselines._ids import id_keys
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
@@ -25,6 +18,14 @@ from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LogisticRegression, Ridge, RidgeClassifier
 from sklearn.tree import DecisionTreeClassifier
 from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from forgetting_lab.baselines import (
+    ExactRidge,
+    ExactRidgeClassifier,
+    SISAClassifier,
+    SISARegressor,
+)
+from forgetting_lab.baselines._ids import id_keys
 
 N = 120
 XC, YC = make_classification(
@@ -588,8 +589,9 @@ def test_a_deletion_in_the_last_slice_reuses_earlier_checkpoints() -> None:
 
 
 def test_full_retrain_oracle_forgets_by_refitting() -> None:
-    from forgetting_lab.baselines import RetrainClassifier
     from sklearn.base import clone as sk_clone
+
+    from forgetting_lab.baselines import RetrainClassifier
 
     ids = list(range(len(YC)))
     model = RetrainClassifier(random_state=3).fit(XC, YC)

@@ -6,6 +6,7 @@ import csv
 
 import numpy as np
 import pytest
+
 from forgetting_lab.bench.core import main
 
 
@@ -62,11 +63,10 @@ def test_heads_benchmark_on_digits(tmp_path):
 
 
 def test_breakdown_benchmark_times_every_step_and_restores_them(tmp_path):
-    from forgetting_lab.bench import breakdown
-
     from forgetting import QSSClassifier
     from forgetting.content.tables import FlatTables
     from forgetting.ensemble import QSSEngine
+    from forgetting_lab.bench import breakdown
 
     before = (QSSEngine.__dict__["forget"], FlatTables.__dict__["subtract"])
     own_forget = "forget" in vars(QSSClassifier)  # inherited: the wrapper must go again

@@ -8,6 +8,8 @@ import re
 
 import numpy as np
 import pytest
+
+from forgetting import QSSClassifier, QSSRegressor
 from forgetting_lab.bench import paper
 from forgetting_lab.bench.paper import (
     g_only_outputs,
@@ -16,8 +18,6 @@ from forgetting_lab.bench.paper import (
     parse_mapping,
     resolve_rho,
 )
-
-from forgetting import QSSClassifier, QSSRegressor
 
 TABLES = {
     "accuracy": paper.ACCURACY_COLUMNS,
@@ -153,9 +153,9 @@ def test_image_rows_use_the_chosen_features(features, width):
     """MNIST rows get HOG features by default (all models see the same matrix), raw pixels on
     request; digits stays raw (8×8 is too small for 7-pixel cells)."""
     from conftest import source_missing
-    from forgetting_lab.datasets import DatasetUnavailableError
 
     from forgetting.encoders import EncoderUnavailableError
+    from forgetting_lab.datasets import DatasetUnavailableError
 
     try:
         data = paper.load_data("mnist", 300, image_features=features)
@@ -281,6 +281,7 @@ def test_fast_forgets_stop_at_the_budget_but_not_below_the_minimum():
 def test_letter_is_a_paper_set():
     """The k ≥ 20 set loads through the benchmark with its own features and ρ rule."""
     from conftest import source_missing
+
     from forgetting_lab.datasets import DatasetUnavailableError
 
     assert "letter" in paper.data.DEFAULT_DATASETS.split(",")

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from conftest import load_dataset_or_skip as _load
 from conftest import source_missing
+
+from forgetting_lab import datasets as fd
 from forgetting_lab.datasets import Dataset, DatasetUnavailableError
 from forgetting_lab.datasets import loaders as L
 from forgetting_lab.datasets._idx import parse_idx, read_idx
 from forgetting_lab.datasets._zarr_zip import read_zarr_zip_array
-
-from forgetting_lab import datasets as fd
 
 ALL = ("diabetes", "digits", "fashion_mnist", "mnist")
 SIZES = {  # (n_train, n_test, n_features)

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import outside_all_schemas, schema_ids, source_missing
-from forgetting_lab.datasets import Dataset, DatasetUnavailableError
-from forgetting_lab.datasets import diamonds as D
 
 from forgetting import QSSRegressor
 from forgetting_lab import datasets as fd
+from forgetting_lab.datasets import Dataset, DatasetUnavailableError
+from forgetting_lab.datasets import diamonds as D
 
 N_ROWS, N_TRAIN, N_TEST, N_FEATURES = 53940, 43152, 10788, 26
 N_NUM = len(D.DIAMONDS_NUMERIC)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from conftest import load_dataset_or_skip as _load
 from conftest import source_missing
+
+from forgetting_lab import datasets as fd
 from forgetting_lab.datasets import Dataset, DatasetUnavailableError
 from forgetting_lab.datasets import adult as A
 from forgetting_lab.datasets import sentiment as S
-
-from forgetting_lab import datasets as fd
 
 
 @pytest.fixture(scope="module")

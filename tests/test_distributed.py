@@ -45,7 +45,7 @@ def test_chunked_build_equals_build_instance(params):
     model = QSSClassifier(random_state=0, **{"n_instances": 2, **params}).fit(X, y)
     engine = model.engine_
     data = engine._row_data(copy=False)
-    engine.row_work = LocalRowWork(1024)  # two chunks, the second one short
+    engine.set_row_work(LocalRowWork(1024))  # two chunks, the second one short
     for r in range(model.n_instances):
         a, pos_a, ca = build_instance(
             engine.config.schema, data, r, engine.config.random_state, engine.config.label_mode

@@ -10,6 +10,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+
+from forgetting.audit.quantization import (
+    audit_estimator,
+    fake_quant_nf4,
+    is_adapter,
+    quantized_weights,
+)
 from forgetting_lab.durableun.corpus import EOS, make_corpus
 from forgetting_lab.durableun.experiment import (
     ExperimentConfig,
@@ -21,13 +28,6 @@ from forgetting_lab.durableun.experiment import (
 )
 from forgetting_lab.durableun.methods import UnlearnConfig
 from forgetting_lab.durableun.model import Batch, TinyLM, exact_match, greedy_decode
-
-from forgetting.audit.quantization import (
-    audit_estimator,
-    fake_quant_nf4,
-    is_adapter,
-    quantized_weights,
-)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import assert_same_model, schema_ids
-from forgetting_lab.bench.core import clustered_data
 
 import forgetting.content.head as head_module
 from forgetting import QSSClassifier
@@ -19,6 +18,7 @@ from forgetting.content.head import (
     head_penalty,
     solve_stacked,
 )
+from forgetting_lab.bench.core import clustered_data
 
 D_IN, K, P = 24, 4, 3
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import scipy.linalg
 from conftest import assert_same_model, outside_all_schemas
-from forgetting_lab.bench.core import clustered_data
 
 from forgetting import QSSClassifier
 from forgetting.content import head as head_module
@@ -21,6 +20,7 @@ from forgetting.content.head import (
     _solve,
     head_features,
 )
+from forgetting_lab.bench.core import clustered_data
 
 
 def random_head(n: int, d: int, k: int, seed: int = 0) -> LinearHead:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from forgetting_lab.baselines import RetrainClassifier
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.linear_model import LogisticRegression
 
@@ -18,6 +17,7 @@ from forgetting.audit.lira import (
     tpr_at_fpr,
     unlearning_audit,
 )
+from forgetting_lab.baselines import RetrainClassifier
 
 
 class Memorizer(ClassifierMixin, BaseEstimator):

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from forgetting_lab.datasets import load_dataset
 
 from forgetting import ModelFileError, MUNKEYClassifier
 from forgetting.munkey import AGGREGATIONS, KeyMemory
+from forgetting_lab.datasets import load_dataset
 
 TINY = dict(
     width=16, depth=1, heads=2, patch=4, exemplar_dim=8, epochs=2, batch_size=32, k=4, retrieval_k=3

@@ -351,7 +351,7 @@ def test_a_chunked_build_equals_the_one_piece_build():
     model = QSSClassifier(**{**RF, "n_instances": 2}).fit(X, y)
     engine = model.engine_
     data = engine._row_data(copy=False)
-    engine.row_work = LocalRowWork(1024)
+    engine.set_row_work(LocalRowWork(1024))
     for r in range(2):
         one, _, _ = build_instance(
             engine.config.schema, data, r, engine.config.random_state, engine.config.label_mode

@@ -177,7 +177,7 @@ def test_a_fit_through_local_row_work_and_another_row_work_are_the_same_model(mo
 
         def init(self, *args, _work=work, **kwargs):
             real_init(self, *args, **kwargs)
-            self.row_work = _work
+            self.set_row_work(_work)
 
         with monkeypatch.context() as m:
             m.setattr(QSSEngine, "__init__", init)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,7 +30,7 @@ from ._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
 from .content.fingerprint import Contributions, multiset_sum
 from .content.head import GramCache, solve_stacked
 from .content.tables import FlatContent, FlatTables
-from .distributed.chunks import build_instance, build_instances
+from .distributed.chunks import RowWork, build_instance, build_instances
 from .instance import (
     Instance,
     RowData,
@@ -125,6 +126,31 @@ class QSSEngine:
         self._digest_prefix.update(key_fingerprint(key).encode())
         self.on_install: Callable[[int], None] | None = None
         """Called (under the engine lock) whenever an instance is (re)built and installed."""
+        self._row_work: RowWork | None = None
+        """Where builds compute their rows' contributions (None: here, in one pass)."""
+
+    # -- hooks -----------------------------------------------------------------------------
+    def set_row_work(self, work: RowWork | None) -> None:
+        """Compute every build's rows in chunks through ``work`` (forgetting.distributed: on
+        a dask cluster, or streamed from disk); None computes them here in one pass. The
+        bits are the same either way."""
+        self._row_work = work
+
+    @property
+    def row_work(self) -> RowWork | None:
+        """The row work set by :meth:`set_row_work` (None: local, one pass)."""
+        return self._row_work
+
+    @property
+    def membership_key(self) -> bytes:
+        """The membership key, for row work that computes the keyed draws elsewhere
+        (forgetting.distributed sends it to its workers). Secret: never log or store it."""
+        return self._key
+
+    def spill_rows(self, rows_dir: str | os.PathLike) -> None:
+        """Keep the rows' features in a file in ``rows_dir`` instead of RAM (see
+        ``RowStore.spill``); call under :meth:`locked`."""
+        self.rows.spill(rows_dir)
 
     # -- row data ------------------------------------------------------------------------
     def _draws(self, id_bytes: Sequence[bytes]) -> np.ndarray:
@@ -134,7 +160,7 @@ class QSSEngine:
         """The rows' columns, as views or as a private copy (a background rebuild's snapshot).
 
         With the features on disk (``RowStore.spill``) X is a file view, or a copy of the file:
-        a build streams it in chunks (``self.row_work``), so its memory is one chunk's.
+        a build streams it in chunks (:meth:`set_row_work`), so its memory is one chunk's.
         """
         n = self.rows.size
         take = (lambda a: a[:n].copy()) if copy else (lambda a: a[:n])
@@ -199,7 +225,7 @@ class QSSEngine:
                 # The builds' tasks (schemas, chunks) run one per core here; with a dask
                 # ``row_work`` the workers already share every build's chunks, so they go
                 # one at a time.
-                local = getattr(self, "row_work", None) is None and self.rows.size >= PARALLEL_ROWS
+                local = self._row_work is None and self.rows.size >= PARALLEL_ROWS
                 each = map_instances if local else serial_map
                 built = self._build_all(data, each)
             except BaseException:
@@ -234,7 +260,7 @@ class QSSEngine:
             range(self.config.n_instances),
             self.config.random_state,
             self.config.label_mode,
-            work=getattr(self, "row_work", None),
+            work=self._row_work,
             each=each,
             seconds=seconds,
         )
@@ -252,8 +278,9 @@ class QSSEngine:
         """Build instance ``r`` on ``data``: its schema from D°_r (small, trained here), then
         every labeled row's contribution in chunks, reduced exactly.
 
-        The chunks run through ``self.row_work`` when one is set (forgetting.distributed sets
-        a dask one: fit and rebuilds then run on the workers) and in this process otherwise,
+        The chunks run through the row work when one is set (:meth:`set_row_work`;
+        forgetting.distributed sets a dask one: fit and rebuilds then run on the workers) and
+        in this process otherwise,
         one chunk at a time, so a build's transient memory is one chunk's. Chunks start at
         multiples of the float block size, so the result equals
         :func:`forgetting.instance.build_instance` bit for bit (tests/test_distributed.py).
@@ -265,7 +292,7 @@ class QSSEngine:
             r,
             self.config.random_state,
             self.config.label_mode,
-            work=getattr(self, "row_work", None),
+            work=self._row_work,
             head_gram=head_gram,
         )
         result[0].refresh()  # here (a fit, or a rebuild's thread), not in the next prediction
@@ -642,7 +669,7 @@ class QSSEngine:
             folds = self.rows.folds(labeled)
             kept = [r for r, inst in enumerate(self.instances) if inst is not None and r not in hit]
             each = map_instances if len(labeled) >= PARALLEL_ROWS else serial_map
-            work = getattr(self, "row_work", None)
+            work = self._row_work
             remote = getattr(work, "remote", False) and len(labeled) >= REMOTE_INSERT_ROWS
             rows = self.rows
             X_new, targets, hashes = rows.X[labeled], rows.targets[labeled], rows.row_hash[labeled]

@@ -22,7 +22,7 @@ import time
 from collections.abc import Hashable, Sequence
 from numbers import Integral, Real
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
@@ -33,7 +33,8 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 from .distributed import fit_distributed, is_distributed_input
 from .ensemble import EngineConfig, QSSEngine, canonical_params
 from .ids import listing, normalize_ids
-from .labels import UNLABELED, is_labeled
+from .labels import UNLABELED, is_labeled, user_unlabeled
+from .persistence import load_model, save_model
 from .privacy import PrivacyReport, check_privacy_params
 from .receipts import Receipt
 from .schema import SchemaConfig
@@ -52,6 +53,29 @@ def _no_bools(**values: Any) -> None:
     for name, value in values.items():
         if isinstance(value, bool | np.bool_):
             raise ValueError(f"{name} must be a number, got the bool {value!r}")
+
+
+class RowSource(Protocol):
+    """Rows that fill the engine themselves (:meth:`_QSSBase.fit_from`): a dask collection
+    whose row work runs on a cluster (forgetting.distributed) is one. The estimator asks for
+    the shape, labels and ids (in this order, after validating its parameters), makes the
+    engine, and hands it to :meth:`build`."""
+
+    def shape(self) -> tuple[int, int]:
+        """(rows, features); raises for an unusable collection."""
+
+    def labels(self) -> Any:
+        """The targets, in memory, as ``fit``'s ``y``."""
+
+    def ids(self) -> Any:
+        """The ids, in memory, as ``fit``'s ``ids`` (None: ``range(n)``)."""
+
+    def feature_names(self) -> np.ndarray | None:
+        """String column names (``feature_names_in_``), or None."""
+
+    def build(self, engine: QSSEngine, ids: list, targets: np.ndarray) -> None:
+        """Fill the unfitted ``engine`` with the rows (``engine.fit``), the normalized
+        ``ids`` and the encoded ``targets``."""
 
 
 class _QSSBase(BaseEstimator):
@@ -335,14 +359,50 @@ class _QSSBase(BaseEstimator):
     # -- the unlearning surface ----------------------------------------------------------
     def _fit_engine(self, ids, X, targets, n_outputs: int):
         id_list, id_raw = self._check_ids(ids, X.shape[0], allow_range=True)
-        key = derive_key(self.secret_key, int(self.random_state))
-        engine = QSSEngine(self._config(n_outputs), key, X.shape[1], targets.dtype)
+        engine = self._new_engine(n_outputs, X.shape[1], targets.dtype)
         engine.fit(id_list, id_raw, X, targets)
+        self._install_engine(engine)
+        return self
+
+    def _new_engine(self, n_outputs: int, n_features: int, dtype: np.dtype) -> QSSEngine:
+        key = derive_key(self.secret_key, int(self.random_state))
+        return QSSEngine(self._config(n_outputs), key, n_features, dtype)
+
+    def _install_engine(self, engine: QSSEngine) -> None:
+        """Serve ``engine`` from now on; the previous one (a refit) stops its rebuilds."""
         old = getattr(self, "engine_", None)
         if old is not None:
             old.retire()
         self.engine_ = engine
-        return self
+
+    def fit_from(self, source: RowSource) -> Any:
+        """Fit on rows that ``source`` feeds to the engine itself (forgetting.distributed
+        fits a dask collection this way, its row work on a cluster).
+
+        The estimator validates its parameters, the labels and the ids exactly as :meth:`fit`
+        does, sets the fitted attributes and makes the engine; ``source.build`` fills it.
+        The result equals ``fit`` on the same rows, bit for bit, when the source computes the
+        rows' work as the engine would. On any error the previous fit stays.
+        """
+        self._check_params()
+
+        def run():
+            n, d = source.shape()
+            targets, n_outputs = self._fit_targets(source.labels(), n)
+            id_values = source.ids()
+            id_list = normalize_ids(id_values, n)
+            self.n_features_in_ = d
+            names = source.feature_names()
+            if names is not None:
+                self.feature_names_in_ = names
+            elif hasattr(self, "feature_names_in_"):
+                del self.feature_names_in_
+            engine = self._new_engine(n_outputs, d, targets.dtype)
+            source.build(engine, id_list, targets)
+            self._install_engine(engine)
+            return self
+
+        return self._fit_atomically(run)
 
     def _fit_atomically(self, fit) -> Any:
         """Run ``fit``; if it raises, put every fitted attribute back as it was."""
@@ -486,8 +546,6 @@ class _QSSBase(BaseEstimator):
         A secret ``secret_key`` is not written unless ``store_key=True``: pass it to
         :meth:`load` instead.
         """
-        from .persistence import save_model
-
         check_is_fitted(self)
         save_model(self, path, store_key=store_key)
 
@@ -505,9 +563,37 @@ class _QSSBase(BaseEstimator):
         is truncated, corrupted, of another format version or written by other library
         versions (unless ``allow_version_mismatch``).
         """
-        from .persistence import load_model
-
         return load_model(cls, path, allow_version_mismatch, secret_key=secret_key)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: ModelSnapshot, *, secret_key: bytes | str | None = None):
+        """Rebuild a fitted estimator from :meth:`snapshot` output: the one restore path
+        (files, stores). ``snapshot`` must be of this class.
+
+        ``secret_key`` must be the key the model was fitted with (None for a derived key); a
+        wrong or missing key is refused before anything is rebuilt, because it would silently
+        move every row's D° membership.
+        """
+        if snapshot.estimator != cls.__name__:
+            raise ValueError(f"the snapshot holds a {snapshot.estimator!r}, not a {cls.__name__}")
+        if snapshot.key_derived and secret_key is not None:
+            raise ValueError(
+                "this model's membership key is derived from random_state; do not pass a secret_key"
+            )
+        if not snapshot.key_derived and secret_key is None:
+            raise ValueError(
+                "this model was fitted with a secret membership key; pass it as secret_key"
+            )
+        estimator = cls(**snapshot.params, secret_key=secret_key)
+        key = derive_key(secret_key, int(estimator.random_state))
+        if key_fingerprint(key) != snapshot.key_fingerprint:
+            raise ValueError("secret_key does not match the key this model was fitted with")
+        for name, value in snapshot.fitted.items():
+            setattr(estimator, name, value)
+        n_outputs = len(estimator.classes_) if hasattr(estimator, "classes_") else 1
+        config = estimator._config(n_outputs)
+        estimator.engine_ = QSSEngine.from_snapshot(config, key, snapshot.engine)
+        return estimator
 
 
 class QSSClassifier(ClassifierMixin, _QSSBase):
@@ -623,27 +709,37 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
 
         def run():
             X_valid = self._validate_X(X, reset=True)
-            y_valid = self._check_y(y, X_valid.shape[0])
-            labeled = np.ones(len(y_valid), dtype=bool)
-            if self.mode == "label":
-                labeled = ~_user_unlabeled(y_valid)
-            if labeled.sum() == 0:
-                raise ValueError("no labeled rows")
-            classes = np.unique(y_valid[labeled])
-            targets = np.full(len(y_valid), UNLABELED, dtype=np.int64)
-            targets[labeled] = np.searchsorted(classes, y_valid[labeled])
-            return self._fit_indices(X_valid, targets, classes, ids)
+            targets, n_outputs = self._fit_targets(y, X_valid.shape[0])
+            return self._fit_engine(ids, X_valid, targets, n_outputs)
 
         return self._fit_atomically(run)
 
-    def _fit_indices(self, X: np.ndarray, targets: np.ndarray, classes: np.ndarray, ids):
-        """Fit on validated rows whose labels are already class indices (UNLABELED = none)."""
+    def _fit_targets(self, y: Any, n: int) -> tuple[np.ndarray, int]:
+        """``fit``'s labels as class indices (UNLABELED = none) and the number of classes;
+        sets ``classes_``."""
+        y_valid = self._check_y(y, n)
+        labeled = np.ones(len(y_valid), dtype=bool)
+        if self.mode == "label":
+            labeled = ~user_unlabeled(y_valid)
+        if labeled.sum() == 0:
+            raise ValueError("no labeled rows")
+        classes = np.unique(y_valid[labeled])
+        targets = np.full(len(y_valid), UNLABELED, dtype=np.int64)
+        targets[labeled] = np.searchsorted(classes, y_valid[labeled])
+        self._set_classes(classes)
+        return targets, classes.size
+
+    def _set_classes(self, classes: np.ndarray) -> None:
         if classes.size < 2:
             raise ValueError(
                 f"need at least 2 classes, got 1 class ({classes.tolist()}): a classifier "
                 "cannot be fitted on one class"
             )
         self.classes_ = classes
+
+    def _fit_indices(self, X: np.ndarray, targets: np.ndarray, classes: np.ndarray, ids):
+        """Fit on validated rows whose labels are already class indices (UNLABELED = none)."""
+        self._set_classes(classes)
         return self._fit_engine(ids, X, targets, classes.size)
 
     def _check_y(self, y: Any, n: int) -> np.ndarray:
@@ -661,7 +757,7 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
 
     def _encode_targets(self, y: Any, n: int) -> np.ndarray:
         y = self._check_y(y, n)
-        if self.mode == "label" and np.any(_user_unlabeled(y)):
+        if self.mode == "label" and np.any(user_unlabeled(y)):
             raise ValueError("insert needs labeled rows (y == -1 is only meaningful in fit)")
         idx = np.searchsorted(self.classes_, y)
         idx = idx.clip(max=len(self.classes_) - 1)
@@ -776,15 +872,20 @@ class QSSRegressor(RegressorMixin, _QSSBase):
 
         def run():
             X_valid = self._validate_X(X, reset=True)
-            y_valid = self._check_y(y, X_valid.shape[0], allow_nan=self.mode == "label")
-            n_labeled = int(np.count_nonzero(~np.isnan(y_valid)))
-            if n_labeled < 2:
-                raise ValueError(
-                    f"got n_samples={n_labeled} labeled row(s); a regressor needs at least 2"
-                )
-            return self._fit_engine(ids, X_valid, y_valid, 1)
+            targets, n_outputs = self._fit_targets(y, X_valid.shape[0])
+            return self._fit_engine(ids, X_valid, targets, n_outputs)
 
         return self._fit_atomically(run)
+
+    def _fit_targets(self, y: Any, n: int) -> tuple[np.ndarray, int]:
+        """``fit``'s targets (NaN = unlabeled, label mode) and the number of outputs (1)."""
+        y_valid = self._check_y(y, n, allow_nan=self.mode == "label")
+        n_labeled = int(np.count_nonzero(~np.isnan(y_valid)))
+        if n_labeled < 2:
+            raise ValueError(
+                f"got n_samples={n_labeled} labeled row(s); a regressor needs at least 2"
+            )
+        return y_valid, 1
 
     def _check_y(self, y: Any, n: int, allow_nan: bool) -> np.ndarray:
         if y is None:
@@ -813,37 +914,10 @@ class QSSRegressor(RegressorMixin, _QSSBase):
         return self._outputs(X)[:, 0]
 
 
-def _user_unlabeled(y: np.ndarray) -> np.ndarray:
-    """Label mode's marker in user labels: -1 (numeric labels only)."""
-    if y.dtype.kind in "iuf":
-        return y == -1
-    return np.zeros(len(y), dtype=bool)
-
-
 def restore_estimator(snapshot: ModelSnapshot, *, secret_key: bytes | str | None = None):
-    """Rebuild a fitted estimator from :meth:`snapshot` output: the one restore path.
-
-    ``secret_key`` must be the key the model was fitted with (None for a derived key); a
-    wrong or missing key is refused before anything is rebuilt, because it would silently
-    move every row's D° membership.
-    """
+    """The estimator a snapshot holds (QSSClassifier or QSSRegressor, by its recorded class
+    name), rebuilt through that class's :meth:`~_QSSBase.from_snapshot`."""
     classes = {"QSSClassifier": QSSClassifier, "QSSRegressor": QSSRegressor}
     if snapshot.estimator not in classes:
         raise ValueError(f"unknown estimator {snapshot.estimator!r} in snapshot")
-    if snapshot.key_derived and secret_key is not None:
-        raise ValueError(
-            "this model's membership key is derived from random_state; do not pass a secret_key"
-        )
-    if not snapshot.key_derived and secret_key is None:
-        raise ValueError(
-            "this model was fitted with a secret membership key; pass it as secret_key"
-        )
-    estimator = classes[snapshot.estimator](**snapshot.params, secret_key=secret_key)
-    key = derive_key(secret_key, int(estimator.random_state))
-    if key_fingerprint(key) != snapshot.key_fingerprint:
-        raise ValueError("secret_key does not match the key this model was fitted with")
-    for name, value in snapshot.fitted.items():
-        setattr(estimator, name, value)
-    n_outputs = len(estimator.classes_) if hasattr(estimator, "classes_") else 1
-    estimator.engine_ = QSSEngine.from_snapshot(estimator._config(n_outputs), key, snapshot.engine)
-    return estimator
+    return classes[snapshot.estimator].from_snapshot(snapshot, secret_key=secret_key)

@@ -26,3 +26,11 @@ def is_labeled(targets: np.ndarray) -> np.ndarray:
 def unlabeled_value(dtype: np.dtype) -> float | int:
     """The marker to store for a row without a label, for targets of ``dtype``."""
     return np.nan if np.dtype(dtype).kind == "f" else UNLABELED
+
+
+def user_unlabeled(y: np.ndarray) -> np.ndarray:
+    """Label mode's marker in *user* labels passed to ``fit``: -1 (numeric labels only; a
+    string label is always a label)."""
+    if y.dtype.kind in "iuf":
+        return y == -1
+    return np.zeros(len(y), dtype=bool)

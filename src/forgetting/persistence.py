@@ -24,10 +24,22 @@ import faiss
 import numpy as np
 import sklearn
 
+from .encoders.tabular import LightGBMLeafContrib
 from .io.atomic import atomic_write
-from .io.model_format import ModelFileError, dumps, loads
+from .io.model_format import (
+    ModelFileError,
+    dumps,
+    loads,
+    register_codec,
+    register_dataclass,
+    register_object,
+)
 from .schema import Schema
-from .snapshots import ModelSnapshot
+from .schema.base_model import BaseModel
+from .schema.codebook import Codebook
+from .schema.partitions import ExactLinear, ThresholdPartition
+from .schema.preprocess import Preprocessor
+from .snapshots import EngineSnapshot, InstanceSnapshot, ModelSnapshot, RowsSnapshot
 
 FILE_KIND = "forgetting-model-file"
 
@@ -78,13 +90,12 @@ def load_model(
     *,
     secret_key: bytes | str | None = None,
 ):
-    """Read a model written by :func:`save_model`.
+    """Read a model written by :func:`save_model` as an instance of ``cls``, restored through
+    ``cls.from_snapshot(snapshot, secret_key=...)`` (the estimator's own restore path).
 
     Raises :class:`ModelFileError` for a damaged, foreign, incompatible or tampered file, and
     ValueError when the model needs a secret key that is missing or wrong.
     """
-    from .estimators import restore_estimator
-
     state = loads(Path(path).read_bytes(), FILE_KIND, str(path))
     if not isinstance(state, dict) or not isinstance(state.get("snapshot"), ModelSnapshot):
         raise ModelFileError(f"{path}: the file holds no model snapshot")
@@ -116,10 +127,65 @@ def load_model(
                 f"{path}: the schema of instance {r} is unusable ({type(err).__name__}: {err})"
             ) from None
     try:
-        return restore_estimator(snapshot, secret_key=secret_key)
+        return cls.from_snapshot(snapshot, secret_key=secret_key)
     except ValueError as err:
         if "key" in str(err):
             raise ValueError(f"{path}: {err}") from None
         raise ModelFileError(f"{path}: inconsistent model ({err})") from None
     except (TypeError, IndexError, KeyError, AttributeError) as err:
         raise ModelFileError(f"{path}: inconsistent model ({type(err).__name__}: {err})") from None
+
+
+# -- the allowlist: the types a model file is made of ---------------------------------------
+def _allow_model_types() -> None:
+    """Register with the codec the types a QSS model is made of: snapshots, schema parts, the
+    base models and LDA QSS trains itself, their helper objects, and the learned LightGBM
+    encoder. Nothing else in a model file is ever restored."""
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.neural_network import MLPClassifier, MLPRegressor
+    from sklearn.neural_network._stochastic_optimizers import AdamOptimizer, SGDOptimizer
+    from sklearn.preprocessing import LabelBinarizer
+
+    for cls in (
+        ModelSnapshot,
+        EngineSnapshot,
+        RowsSnapshot,
+        InstanceSnapshot,
+        Schema,
+        BaseModel,
+        Codebook,
+        Preprocessor,
+        ThresholdPartition,
+        ExactLinear,
+    ):
+        register_dataclass(cls, f"forgetting.{cls.__qualname__}")
+    for cls in (
+        LogisticRegression,
+        Ridge,
+        MLPClassifier,
+        MLPRegressor,
+        LinearDiscriminantAnalysis,
+        LabelBinarizer,
+        AdamOptimizer,
+        SGDOptimizer,
+    ):
+        register_object(cls, f"sklearn.{cls.__qualname__}")
+    register_object(LightGBMLeafContrib, "forgetting.LightGBMLeafContrib")
+
+    def random_state_decode(state: Any) -> np.random.RandomState:
+        if not (isinstance(state, tuple) and len(state) == 5 and state[0] == "MT19937"):
+            raise ModelFileError("bad RandomState")
+        rs = np.random.RandomState()
+        rs.set_state(state)
+        return rs
+
+    register_codec(
+        np.random.RandomState,
+        lambda rs: rs.get_state(legacy=True),
+        random_state_decode,
+        "numpy.RandomState",
+    )
+
+
+_allow_model_types()

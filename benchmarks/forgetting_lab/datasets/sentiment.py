@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import shlex
 import tarfile
 from dataclasses import dataclass
@@ -65,7 +64,6 @@ SENTIMENT_CLASSES = ("negative", "positive")
 SENTIMENT_TEST_FRACTION = 0.2
 #: ``random_state`` of the stratified train/test split (never change: it defines the data).
 SENTIMENT_SPLIT_SEED = 0
-
 
 
 def sentiment_install_command(directory: Path | None = None) -> str:

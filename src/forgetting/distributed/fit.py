@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..ids import normalize_ids
-from ..labels import UNLABELED, is_labeled
+from ..labels import is_labeled
 from ..rows import DiskRows, hand_over
-from ..schema.membership import derive_key
 from .chunks import DEFAULT_CHUNK_ROWS, LocalRowWork, check_chunk_rows, chunk_bounds
 from .work import DaskRowWork, ResidentChunks, map_prepare
 
@@ -89,34 +88,6 @@ def _materialize(values: Any) -> Any:
     if hasattr(values, "to_numpy"):
         values = values.to_numpy()
     return values
-
-
-def _targets(estimator, y: Any, n: int) -> tuple[np.ndarray, int]:
-    """Validated targets and the number of outputs, exactly as the estimator's ``fit``."""
-    from ..estimators import _user_unlabeled
-
-    if estimator._task == "classification":
-        y_valid = estimator._check_y(y, n)
-        labeled = np.ones(len(y_valid), dtype=bool)
-        if estimator.mode == "label":
-            labeled = ~_user_unlabeled(y_valid)
-        if labeled.sum() == 0:
-            raise ValueError("no labeled rows")
-        classes = np.unique(y_valid[labeled])
-        if classes.size < 2:
-            raise ValueError(
-                f"need at least 2 classes, got 1 class ({classes.tolist()}): a classifier "
-                "cannot be fitted on one class"
-            )
-        targets = np.full(len(y_valid), UNLABELED, dtype=np.int64)
-        targets[labeled] = np.searchsorted(classes, y_valid[labeled])
-        estimator.classes_ = classes
-        return targets, classes.size
-    y_valid = estimator._check_y(y, n, allow_nan=estimator.mode == "label")
-    n_labeled = int(np.count_nonzero(~np.isnan(y_valid)))
-    if n_labeled < 2:
-        raise ValueError(f"got n_samples={n_labeled} labeled row(s); a regressor needs at least 2")
-    return y_valid, 1
 
 
 @dataclass(frozen=True)
@@ -216,41 +187,62 @@ def fit_distributed(
     ``update(1)`` (its ``total`` set to the fit's chunks, its description to the stage). It
     only observes: the fitted bits are the same with or without it.
 
-    Returns ``estimator``, fitted: its ``state_digest()`` and predictions equal a local
-    ``estimator.fit(X.compute(), y, ids)`` bit for bit. On any error the previous fit stays.
+    Returns ``estimator``, fitted through its ``fit_from`` (the estimator validates and
+    encodes; this module does the row work): its ``state_digest()`` and predictions equal a
+    local ``estimator.fit(X.compute(), y, ids)`` bit for bit. On any error the previous fit
+    stays.
     """
-    from ..ensemble import QSSEngine
-
     chunk_rows = check_chunk_rows(chunk_rows)
     client = _client(client)
-    estimator._check_params()
     report = _reporter(_PROGRESS.get() if progress is None else progress)
+    source = _DaskSource(X, y, ids, client, chunk_rows, rows_dir, report)
+    return estimator.fit_from(source)
 
-    def run():
-        Xd, names = _as_dask_array(X, chunk_rows)
-        n, d = (int(s) for s in Xd.shape)
+
+class _DaskSource:
+    """A dask collection as the estimator's row source (``RowSource`` in
+    forgetting.estimators): the shape, labels and ids gathered here, the rows' work on the
+    cluster."""
+
+    def __init__(self, X, y, ids, client, chunk_rows: int, rows_dir, report) -> None:
+        self._X, self._y, self._ids = X, y, ids
+        self._client, self._chunk_rows, self._rows_dir = client, chunk_rows, rows_dir
+        self._report = report
+        self._Xd = self._names = self._y_values = self._id_values = None
+
+    def shape(self) -> tuple[int, int]:
+        self._Xd, self._names = _as_dask_array(self._X, self._chunk_rows)
+        n, d = (int(s) for s in self._Xd.shape)
         if n < 1:
             raise ValueError("Found array with 0 sample(s) while a minimum of 1 is required.")
         if d < 1:
             raise ValueError("Found array with 0 feature(s) while a minimum of 1 is required.")
-        y_values = _materialize(y)
-        targets, n_outputs = _targets(estimator, y_values, n)
-        id_values = _materialize(ids)
-        id_list = normalize_ids(id_values, n)
-        chunk_ids = None if id_values is None else id_list
-        estimator.n_features_in_ = d
-        if names is not None:
-            estimator.feature_names_in_ = names
-        elif hasattr(estimator, "feature_names_in_"):
-            del estimator.feature_names_in_
-        key = derive_key(estimator.secret_key, int(estimator.random_state))
-        config = estimator._config(n_outputs)
-        engine = QSSEngine(config, key, d, targets.dtype)
+        return n, d
+
+    def labels(self) -> Any:
+        self._y_values = _materialize(self._y)
+        return self._y_values
+
+    def ids(self) -> Any:
+        self._id_values = _materialize(self._ids)
+        return self._id_values
+
+    def feature_names(self) -> np.ndarray | None:
+        return self._names
+
+    def build(self, engine, id_list: list, targets: np.ndarray) -> None:
+        """Pass 1 on the workers (features checked, keyed draws, row hashes), gathered into
+        the row store's columns; then the engine's fit with pass 2 (each instance's
+        contributions) on the workers through :class:`DaskRowWork`."""
+        client, chunk_rows, rows_dir = self._client, self._chunk_rows, self._rows_dir
+        n, d = (int(s) for s in self._Xd.shape)
+        chunk_ids = None if self._id_values is None else id_list
+        config, key = engine.config, engine.membership_key
         p = config.n_instances
         bounds = chunk_bounds(n, chunk_rows)
         n_build = len(chunk_bounds(int(np.count_nonzero(is_labeled(targets))), chunk_rows))
-        count = _ChunkCounter(report, len(bounds) + p * n_build)
-        parts = client.compute(list(Xd.to_delayed().ravel()))
+        count = _ChunkCounter(self._report, len(bounds) + p * n_build)
+        parts = client.compute(list(self._Xd.to_delayed().ravel()))
         if rows_dir is None:
             X32 = np.empty((n, d), dtype=np.float32)
         else:
@@ -260,7 +252,14 @@ def fit_distributed(
         prepared: list = [None] * len(bounds)
         try:
             for i, future, chunk in map_prepare(
-                client, parts, targets, chunk_ids, bounds, key, p, config.label_mode
+                client,
+                parts,
+                targets,
+                chunk_ids,
+                bounds,
+                key,
+                p,
+                config.label_mode,
             ):
                 start, stop = bounds[i]
                 X32[start:stop] = chunk["X"]
@@ -269,16 +268,18 @@ def fit_distributed(
                 prepared[i] = future
                 count("pass 1", None, start, stop)
             del parts
-            engine.row_work = DaskRowWork(
-                client,
-                chunk_rows,
-                ResidentChunks(prepared, n),
-                on_chunk=None if report is None else count.built,
+            engine.set_row_work(
+                DaskRowWork(
+                    client,
+                    chunk_rows,
+                    ResidentChunks(prepared, n),
+                    on_chunk=None if self._report is None else count.built,
+                )
             )
             # The gathered columns have the row store's shapes: handed over, the store keeps
             # them instead of a second copy of every row (targets only when they are not the
             # caller's own array, which the store would later overwrite).
-            if not np.may_share_memory(targets, np.asarray(y_values)):
+            if not np.may_share_memory(targets, np.asarray(self._y_values)):
                 targets = hand_over(targets)
             engine.fit(
                 id_list,
@@ -295,14 +296,7 @@ def fit_distributed(
             for future in prepared:
                 if future is not None:
                     future.release()
-        engine.row_work = DaskRowWork(client, chunk_rows)
-        old = getattr(estimator, "engine_", None)
-        if old is not None:
-            old.retire()
-        estimator.engine_ = engine
-        return estimator
-
-    return estimator._fit_atomically(run)
+        engine.set_row_work(DaskRowWork(client, chunk_rows))
 
 
 class _ChunkCounter:
@@ -373,6 +367,6 @@ def keep_rows_on_disk(
     chunk_rows = check_chunk_rows(chunk_rows)
     engine = estimator.engine_
     with engine.locked():
-        engine.rows.spill(rows_dir)
-        if not isinstance(getattr(engine, "row_work", None), DaskRowWork):
-            engine.row_work = LocalRowWork(chunk_rows)
+        engine.spill_rows(rows_dir)
+        if not isinstance(engine.row_work, DaskRowWork):
+            engine.set_row_work(LocalRowWork(chunk_rows))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ThresholdPartition, fit_linear, pca_directions, random_thresholds, to_grid
+from .base import ThresholdPartition, fit_linear, pca_directions, random_thresholds, to_grid
 
 PROJECTIONS = ("none", "pca")
 

@@ -1,0 +1,127 @@
+"""The shape of the house (docs/architecture.md), checked from the source: the library's
+imports form no cycle — imports inside functions count, they only hide a cycle until the
+function runs — and the library never imports the lab; the lab's rooms are not in it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = ROOT / "src" / "forgetting"
+LAB = ROOT / "benchmarks" / "forgetting_lab"
+
+
+def _modules(package_dir: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package in ``package_dir``."""
+    top = package_dir.parent
+    modules = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = list(path.relative_to(top).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules of ``known`` that module ``name`` imports, anywhere in its body.
+
+    ``from package import submodule`` is an edge to the submodule only (importing a
+    submodule runs its package's ``__init__``, which every module of the package does
+    anyway); ``from package import name`` is an edge to the package."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            wanted = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+            wanted = subs if len(subs) == len(node.names) else [base, *subs]
+        else:
+            continue
+        for target in wanted:
+            parts = target.split(".")
+            while parts and ".".join(parts) not in known:
+                parts.pop()
+            if parts and ".".join(parts) != name:
+                targets.add(".".join(parts))
+    return targets
+
+
+def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_library_has_no_import_cycles():
+    cycles = _cycles(_graph(_modules(LIBRARY)))
+    assert not cycles, f"import cycles in src/forgetting: {cycles}"
+
+
+def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from . import b\n")
+    (package / "b.py").write_text("def late():\n    from .a import thing\n")
+    assert _cycles(_graph(_modules(package))) == [["pkg.a", "pkg.b"]]
+
+
+def test_the_library_never_imports_the_lab():
+    offenders = []
+    for path in sorted(LIBRARY.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            if any(n == "forgetting_lab" or n.startswith("forgetting_lab.") for n in names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, f"the library imports the lab at {offenders}"
+
+
+def test_the_lab_lives_beside_the_library():
+    for room in ("bench", "datasets", "durableun", "baselines", "demo.py"):
+        assert not (LIBRARY / room).exists(), f"src/forgetting/{room} belongs to the lab"
+        assert (LAB / room).exists() or (LAB / room).with_suffix(".py").exists()
