@@ -237,8 +237,8 @@ class _QSSBase(BaseEstimator):
         return np.ascontiguousarray(X32)
 
     def _check_fitted(self) -> None:
-        """check_is_fitted, skipped once fitted: scikit-learn's check costs ~0.3 ms a call
-        (its tags), a tenth of a forget with its first prediction."""
+        """check_is_fitted, skipped once fitted: scikit-learn's check reads the estimator's
+        tags on every call, a noticeable share of a one-row forget and its prediction."""
         if "engine_" not in self.__dict__:
             check_is_fitted(self)
 
@@ -246,11 +246,11 @@ class _QSSBase(BaseEstimator):
         """Features for a fitted model (predict, insert): validated against the fit.
 
         A plain finite float ndarray of the fitted width — what a service or a pipeline passes
-        — takes a direct path: scikit-learn's ``validate_data`` costs ~0.3 ms a call, half the
-        time of a one-row prediction. The result is the array ``validate_data`` would give
-        (float64, then float32: for float32 input the round trip is the identity); anything
-        else, including every input that is invalid, goes through ``validate_data`` and gets
-        its messages.
+        — takes a direct path: scikit-learn's ``validate_data`` (tags, checks, copies) is a
+        large share of a one-row prediction. The result is the array ``validate_data`` would
+        give (float64, then float32: for float32 input the round trip is the identity);
+        anything else, including every input that is invalid, goes through ``validate_data``
+        and gets its messages.
         """
         self._check_fitted()
         if (
@@ -289,27 +289,17 @@ class _QSSBase(BaseEstimator):
     def _head(self) -> str | bool:
         """Resolve ``head="auto"``: an exact ridge head on all rows wherever it can run (flat
         partitions, modes other than "dp"); each instance serves its head only when the ridge
-        head's out-of-fold gain exceeds 0.65 × the tables' (``TABLES_GAIN_FACTOR``,
-        content.tables.build_flat_content; chosen on validation splits,
-        benchmarks/results/head_rule.md).
+        head's out-of-fold gain exceeds ``TABLES_GAIN_FACTOR`` × the tables' (chosen on
+        validation splits: benchmarks/results/head_rule.md).
 
         Classification: "shared-rf" — the shared ridge head on the normalized input and its
-        fixed random ReLU features (design.md §5.13). On the paper benchmark's low-k sets it
-        is the head that reaches SISA (heads-rf.md: digits +1.2, MNIST-HOG +0.0, Fashion-HOG
-        −1.0, Adult +0.4, sentiment +0.1 pp, where "shared-ridge" trails by 1.0–2.9 pp on
-        the image sets). Its price: where the head serves, a (d + E + 1)² system per change
-        (MNIST-HOG: ~28 instead of ~9 ms for a forget and its first prediction); where the
-        tables serve, the gain filter keeps the system off the deletion path, but the wider
-        filter and head sums cost ~0.2–0.4 ms per deletion at n = 300k (1.33 ms against
-        1.18 ms with "shared-ridge" on the machine of those runs; 2.40 ms on a slower one,
-        0.96 ms on core.md's); a batch's Gram terms are O(n·D²), computed as exact products
-        on all cores (101–118k rows/s for 20k ids there, 57.6k on the slower machine, 118.7k
-        on core.md's). The
-        rule's factor was chosen with the linear head and misjudges some low-dimensional
-        mixtures with it (head_rule_heldout-rf.md; docs/partitions.md). Regression:
-        "shared-ridge" (the random features were studied on classification only). With a
-        learned encoder: "ridge" (the instance's own f(x) makes every instance's inputs
-        differ)."""
+        fixed random ReLU features (design.md §5.13), the head that reaches SISA on the paper
+        benchmark's low-k sets where "shared-ridge" trails on image features
+        (benchmarks/results/heads-rf.md). Its price is a (d + E + 1)² system per change where
+        the head serves, and wider gain-filter and head sums per deletion where the tables
+        serve (benchmarks/results/heads-rf.md, core.md). Regression: "shared-ridge" (the
+        random features were studied on classification only). With a learned encoder:
+        "ridge" (the instance's own f(x) makes every instance's inputs differ)."""
         if self.head == "auto":
             if self._partition() == "rq" or self.mode == "dp":
                 return False
@@ -433,8 +423,8 @@ class _QSSBase(BaseEstimator):
             return self._forget_checked(id_list, id_raw, erase_inputs)
         except KeyError:
             # an unknown id fails the engine's row lookup before anything changes; which ids
-            # are unknown is worked out here, on the error path only (a lookup of every id
-            # before each forget was ~4 µs of a one-row forget)
+            # are unknown is worked out here, on the error path only, so a forget looks its
+            # ids up once
             missing = self.engine_.unknown_ids(id_list)
             if missing:
                 raise KeyError(
@@ -635,7 +625,7 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         a change. "newton" (classification): one Newton step of one-vs-rest logistic
         regression started from g's probabilities, also from exact integer sums (per class
         Σ p_c(1 − p_c) v vᵀ), served as softmax(log g + δᵀv) — closer to SISA's logistic
-        shards on image features (MNIST-HOG 0.973 vs the ridge head's 0.963), at k more
+        shards on image features (benchmarks/results/heads.md), at k more
         (d + 1)² sums and factorizations per instance. "shared-ridge": the ridge head on the
         L2-normalized input x itself instead of φ(x) (no D°-fitted LDA directions), so every
         instance holds the same Gram matrix and the p instances share one factorization and
