@@ -1,0 +1,47 @@
+"""The README is the library's front door: short, its quick start runs, its links resolve."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+MAX_LINES = 300
+
+
+def _text() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def test_the_readme_is_at_most_300_lines():
+    assert len(_text().splitlines()) <= MAX_LINES
+
+
+def test_the_first_python_block_runs_as_written(tmp_path):
+    match = re.search(r"^```python\n(.*?)^```", _text(), flags=re.S | re.M)
+    assert match, "README.md has no ```python block"
+    # A fresh process, in an empty folder: the block needs nothing the README does not show.
+    # The timeout leaves room for numba's first compilation on a machine that never ran it.
+    done = subprocess.run(
+        [sys.executable, "-c", match.group(1)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_every_results_file_and_doc_the_readme_names_exists():
+    text = _text()
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if not re.match(r"[a-z]+://", link)]
+    named = re.findall(r"(?<![\w/.-])((?:benchmarks/results|docs)/[\w./-]*\w)", text)
+    paths = sorted(set(local) | set(named))
+    assert any(p.startswith("benchmarks/results/") for p in paths)
+    assert any(p.startswith("docs/") for p in paths)
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    assert not missing, f"README.md names files that do not exist: {missing}"
