@@ -63,8 +63,8 @@ def one_blas_thread() -> _OneBlasThread:
     with a depth count shared by all threads: the first entrant limits, the last one restores,
     and while any thread computes for a model every BLAS call in the process runs on one thread.
     Re-entrant and cheap when nested (a counter). A plain object rather than a generator
-    context: a one-row prediction enters it many times, and a generator's set-up on every
-    entry would cost more than the work it guards.
+    context: a one-row prediction enters it many times, and a generator context's set-up,
+    paid on every entry, costs far more than this one's lock and counter.
     """
     return _ONE_BLAS_THREAD
 

@@ -194,7 +194,7 @@ def instance_seed(random_state: int, instance: int) -> int:
 
 SPLIT_FEATURE_ROWS = 8192
 """Rows from which :func:`statistics_head_features` splits "shared-rf" rows between the
-pool's threads (a large batch forget's features); below it one thread is cheaper."""
+pool's threads (a large batch forget's features); below it the split does not pay."""
 
 
 def statistics_head_features(

@@ -23,7 +23,7 @@ the head's integer sums keep their bounds (content.head: |v| ≤ 2^14, sums belo
 
 Exactness: a row's ψ must be the same bits alone or in any batch (the statistics hold the
 leaving row's ψ as it was computed at fit, inside a chunk). ψ's only shape-sensitive step is
-the product uᵀR. A model computes it on an integer grid
+the product uᵀR. A fit computes it on an integer grid
 (``RandomFeatures(exact=True)``, ``Schema.rf_exact``): ũ = rint(2^14 u) — the grid the head's
 features are rounded to anyway — and R̃ = rint(2^b R) with b ≤ 24 chosen so that
 d · 2^14 · max|R̃| < 2^52; every product and partial sum of ũᵀR̃ is then an integer below 2^53,
