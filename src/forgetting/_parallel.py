@@ -3,7 +3,7 @@
 Why: every change and every first prediction after it does the same work once per instance —
 subtract the rows' contributions from that instance's sums, then re-solve its head and re-pick
 its (α, λ) — and the instances share nothing but the read-only row store. Done one after the
-other, p = 3 instances cost 3× one on a machine with idle cores. The heavy parts release the
+other, p instances cost p times one on a machine with idle cores. The heavy parts release the
 GIL (LAPACK/BLAS, the compiled table kernels, numpy on large arrays), so threads are enough.
 
 Why this is still exact: each instance's arithmetic is the same sequence of operations on its
@@ -34,10 +34,10 @@ _IN_WORKER = threading.local()
 
 PARALLEL_ROWS = 256
 """Changes and predictions of fewer rows run their instances one after the other: the work per
-instance is then a fraction of a millisecond, and waking a thread and handing it the GIL-bound
-Python parts costs about as much as it saves (measured on the 2-core machine: a one-row forget
-and predict took longer with the hand-off). From a few hundred rows the per-instance work is
-milliseconds of BLAS and compiled kernels that release the GIL."""
+instance is then small, and waking a thread and handing it the GIL-bound Python parts costs
+about as much as it saves (a one-row forget and predict is slower with the hand-off). From a
+few hundred rows the per-instance work is mostly BLAS and compiled kernels that release the
+GIL."""
 
 
 def serial_map(function: Callable[[T], R], items: Sequence[T]) -> list[R]:

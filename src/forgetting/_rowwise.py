@@ -30,10 +30,9 @@ from threadpoolctl import ThreadpoolController
 BLOCK_ROWS = 1024
 SERVE_BLOCK_ROWS = 8
 """Predictions: a prediction's bits are recomputed on every call, never stored, so this may
-change between versions. 8 rather than 64 (the value until the 2026-12 release): the first
-prediction after a deletion evaluates φ and g of one row per instance, and at 64 padded rows
-that was ~1/4 of a forget + first predict (encode of one row 134 → 96 µs per instance at
-d = 128, measured); bulk prediction is as fast (many blocks per BLAS call, :func:`rowwise`)."""
+change between versions. Small, because the first prediction after a deletion evaluates φ and
+g of one row per instance, and every padded row is paid for; bulk prediction loses nothing
+(many blocks go through one BLAS call, :func:`rowwise`)."""
 HEAD_BLOCK_ROWS = 64
 """The head's features of the rows in the statistics (content.head): stored sums were
 computed with them, so they must stay what they were — a forget recomputes the leaving
@@ -53,7 +52,7 @@ def one_blas_thread() -> _OneBlasThread:
     Why one thread: BLAS and LAPACK round differently on one thread than on two (a logistic
     fit, LAPACK's eigensolver, even a 311 × 784 product), so every float computation behind a
     model's bits must run with one fixed count — one: row-wise blocks are small, and on a busy
-    machine an oversubscribed OpenBLAS made a 1 024 × 128 projection 25× slower.
+    machine an oversubscribed OpenBLAS makes even a small projection many times slower.
 
     Why process-wide, and not through threadpoolctl: OpenBLAS's count is one setting for the
     whole process, and threadpoolctl lets only the first thread that limited it change it —
@@ -64,8 +63,8 @@ def one_blas_thread() -> _OneBlasThread:
     with a depth count shared by all threads: the first entrant limits, the last one restores,
     and while any thread computes for a model every BLAS call in the process runs on one thread.
     Re-entrant and cheap when nested (a counter). A plain object rather than a generator
-    context: a one-row prediction enters it ~16 times, and the generator's set-up was
-    ~3 µs of each entry.
+    context: a one-row prediction enters it many times, and a generator context's set-up,
+    paid on every entry, costs far more than this one's lock and counter.
     """
     return _ONE_BLAS_THREAD
 
@@ -127,8 +126,8 @@ def _openblas_functions(lib) -> tuple | None:
     pair, or for an OpenMP build the OpenMP pair it links (per-thread limits:
     omp_get_max_threads / omp_set_num_threads, the functions threadpoolctl calls there).
     Why not threadpoolctl's methods: a one-row forget and its prediction enter
-    :func:`one_blas_thread` twice, and faiss's OpenMP OpenBLAS through threadpoolctl's
-    methods was four Python-level calls of ~3 µs each."""
+    :func:`one_blas_thread` twice, and for faiss's OpenMP OpenBLAS threadpoolctl's methods
+    add four Python-level calls to that; these ctypes functions add none."""
     openmp = getattr(lib, "threading_layer", None) == "openmp"
     get_name, set_name = (
         ("omp_get_max_threads", "omp_set_num_threads")

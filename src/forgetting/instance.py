@@ -77,7 +77,7 @@ class Instance:
 
     @property
     def content_is_costly(self) -> bool:
-        """Whether the next read of a changed content is milliseconds of work however small
+        """Whether the next read of a changed content is a pass over all of it however small
         the change: the RQ codebook's content is a re-materialization over every level pair
         (content.materialize), where the flat tables' follows a change by difference."""
         return self.content is None and not isinstance(self.accumulators, FlatTables)
@@ -126,7 +126,7 @@ class Instance:
     def refresh(self) -> None:
         """Compute now what a bulk change left for the next read (the flat tables' totals and
         probe sums): builds and loads call it off the serving path, so the first prediction
-        after them does not pay a pass over every cell (~40 ms per instance at 262k cells)."""
+        after them does not pay a pass over every cell."""
         if isinstance(self.accumulators, FlatTables):
             self.accumulators.refresh()
 
@@ -194,7 +194,7 @@ def instance_seed(random_state: int, instance: int) -> int:
 
 SPLIT_FEATURE_ROWS = 8192
 """Rows from which :func:`statistics_head_features` splits "shared-rf" rows between the
-pool's threads (a 20k-row batch forget's features: ~25 → ~13 ms on two cores)."""
+pool's threads (a large batch forget's features); below it the split does not pay."""
 
 
 def statistics_head_features(
@@ -208,10 +208,10 @@ def statistics_head_features(
     (:meth:`~forgetting.schema.random_features.RandomFeatures.fixed_point_into`: one exact
     product, one pass), a large change's rows split between the pool's threads at multiples
     of the block height. The same bits as the composed form, which every other head (and
-    every model fitted before the grid) keeps: the normalization is row by row — the same
-    bits in any block height (tests/test_serving_blocks.py), so a forget's few rows are
-    normalized as they are (:func:`normalized_rows`) — and the random features are exact in
-    any order."""
+    every model whose random features are off the grid, ``rf_exact`` False) keeps: the
+    normalization is row by row — the same bits in any block height
+    (tests/test_serving_blocks.py), so a forget's few rows are normalized as they are
+    (:func:`normalized_rows`) — and the random features are exact in any order."""
     d = X.shape[1]
     rf = None if schema.encoder is not None else schema.input_random_features(d)
     if rf is None or not rf.exact:
@@ -255,7 +255,7 @@ def contributions_with_features(
     φ's first step, the L2 normalization, is computed once for both: it is row by row, so
     the statistics' blocks and the head's give the same normalized rows (the same bits as
     each normalizing on its own; tests/test_serving_blocks.py) — one pass over the rows
-    instead of two or three (~0.1 s each per instance at 300k × 128).
+    instead of two or three.
 
     ``normalized`` (:func:`normalized_rows` of ``X`` in BLOCK_ROWS blocks) and ``features``
     (:func:`head_features` of the head's inputs, float64) may come from the caller: instances

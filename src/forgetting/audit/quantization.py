@@ -431,46 +431,55 @@ def validate_simulators(
     saying so (the ``durability`` extra installs both).
     """
     if weights is None:
-        g = torch.Generator().manual_seed(seed)
-        weights = [
-            torch.randn(64, 128, generator=g) * 0.02,
-            torch.randn(96, 256, generator=g),
-            torch.randn(32, 200, generator=g) ** 3,  # heavy-tailed rows
-            torch.randn(16, 64, generator=g).masked_fill(torch.rand(16, 64, generator=g) < 0.3, 0),
-        ]
+        weights = _sample_weights(seed)
     weights = [w.float() for w in weights]
     rows: list[dict[str, Any]] = []
+    _compare_torch_int8(weights, rows)
+    _compare_torchao(weights, rows)
+    _compare_bitsandbytes(weights, rows)
+    return rows
 
-    def add(precision: str, library: str, pairs: list[tuple[Any, ...]] | str) -> None:
-        if isinstance(pairs, str):
-            rows.append(
-                {
-                    "precision": precision,
-                    "library": library,
-                    "max_abs_diff": float("nan"),
-                    "codes_equal": "",
-                    "bit_equal": "",
-                    "note": pairs,
-                }
-            )
-            return
-        diff = max(float((a - b).abs().max()) for a, b, _, _ in pairs)
-        codes = all(torch.equal(ca.to(torch.int64), cb.to(torch.int64)) for _, _, ca, cb in pairs)
-        bit = all(torch.equal(a, b) for a, b, _, _ in pairs)
-        n = sum(a.numel() for a, _, _, _ in pairs)
-        rows.append(
-            {
-                "precision": precision,
-                "library": library,
-                "max_abs_diff": diff,
-                "codes_equal": codes,
-                "bit_equal": bit,
-                "note": f"{len(pairs)} tensors, {n} weights",
-            }
-        )
 
-    # INT8: torch's own per-channel quantizer (deprecated in torch 2.13 but still the
-    # framework's reference qint8 path; the warning is silenced here, not elsewhere).
+def _sample_weights(seed: int) -> list[torch.Tensor]:
+    """:func:`validate_simulators`' default weights: Gaussian, heavy-tailed and sparse rows."""
+    g = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn(64, 128, generator=g) * 0.02,
+        torch.randn(96, 256, generator=g),
+        torch.randn(32, 200, generator=g) ** 3,  # heavy-tailed rows
+        torch.randn(16, 64, generator=g).masked_fill(torch.rand(16, 64, generator=g) < 0.3, 0),
+    ]
+
+
+def _comparison(precision: str, library: str, pairs: list[tuple[Any, ...]] | str) -> dict:
+    """One row of :func:`validate_simulators`: ``pairs`` of (simulated, reference dequantized
+    weights, simulated, reference codes), or a note saying why there are none."""
+    if isinstance(pairs, str):
+        return {
+            "precision": precision,
+            "library": library,
+            "max_abs_diff": float("nan"),
+            "codes_equal": "",
+            "bit_equal": "",
+            "note": pairs,
+        }
+    diff = max(float((a - b).abs().max()) for a, b, _, _ in pairs)
+    codes = all(torch.equal(ca.to(torch.int64), cb.to(torch.int64)) for _, _, ca, cb in pairs)
+    bit = all(torch.equal(a, b) for a, b, _, _ in pairs)
+    n = sum(a.numel() for a, _, _, _ in pairs)
+    return {
+        "precision": precision,
+        "library": library,
+        "max_abs_diff": diff,
+        "codes_equal": codes,
+        "bit_equal": bit,
+        "note": f"{len(pairs)} tensors, {n} weights",
+    }
+
+
+def _compare_torch_int8(weights: Sequence[torch.Tensor], rows: list[dict[str, Any]]) -> None:
+    """INT8 against torch's own per-channel quantizer (deprecated in torch 2.13 but still the
+    framework's reference qint8 path; the warning is silenced here, not elsewhere)."""
     pairs = []
     for w in weights:
         codes, scale = quantize_rowwise(w, 8)
@@ -491,8 +500,11 @@ def validate_simulators(
                 qt.int_repr(),
             )
         )
-    add("int8", f"torch {torch.__version__} quantize_per_channel", pairs)
+    rows.append(_comparison("int8", f"torch {torch.__version__} quantize_per_channel", pairs))
 
+
+def _compare_torchao(weights: Sequence[torch.Tensor], rows: list[dict[str, Any]]) -> None:
+    """INT8 and INT4 against torchao's affine primitives, or a row saying it is missing."""
     try:
         from torchao.quantization import quant_primitives as qp
 
@@ -515,10 +527,15 @@ def validate_simulators(
                 da = qp.dequantize_affine(qa, block, s, zp, torch.int8, -qmax, qmax)
                 codes, scale = quantize_rowwise(w, bits)
                 pairs.append((dequantize_rowwise(codes, scale, w), da.reshape(w.shape), codes, qa))
-            add(f"int{bits}", f"torchao {version} quantize_affine", pairs)
+            rows.append(_comparison(f"int{bits}", f"torchao {version} quantize_affine", pairs))
     except ImportError as err:
-        add("int4", "torchao", f"not installed ({err}); pip install '.[durability]'")
+        rows.append(
+            _comparison("int4", "torchao", f"not installed ({err}); pip install '.[durability]'")
+        )
 
+
+def _compare_bitsandbytes(weights: Sequence[torch.Tensor], rows: list[dict[str, Any]]) -> None:
+    """NF4 against bitsandbytes' ``quantize_4bit``, or a row saying it is missing."""
     try:
         import bitsandbytes.functional as bnbf
 
@@ -533,10 +550,15 @@ def validate_simulators(
             pairs.append(
                 (dequantize_nf4(codes, absmax, w), deq.reshape(w.shape).float(), codes, ref_codes)
             )
-        add("nf4", f"bitsandbytes {version} quantize_4bit(nf4, blocksize 64)", pairs)
+        rows.append(
+            _comparison("nf4", f"bitsandbytes {version} quantize_4bit(nf4, blocksize 64)", pairs)
+        )
     except ImportError as err:
-        add("nf4", "bitsandbytes", f"not installed ({err}); pip install '.[durability]'")
-    return rows
+        rows.append(
+            _comparison(
+                "nf4", "bitsandbytes", f"not installed ({err}); pip install '.[durability]'"
+            )
+        )
 
 
 def _version(dist: str) -> str:

@@ -2,20 +2,21 @@
 
 Why not raw pixels: a nearest-centroid codebook on 784 raw pixels splits digits by stroke
 position and thickness rather than shape, so at ρ = 0.5 % (~150–300 schema rows) its cells are
-impure and QSS-E trails SISA by 5–7 pp (benchmarks/results/paper.md, first run). Histograms of
-oriented gradients (Dalal & Triggs) describe local edge directions, which is what separates the
-classes, and are invariant to small shifts and to contrast.
+impure and QSS-E trails SISA by 5–7 pp on them (the paper benchmark with
+``--image-features pixels``). Histograms of oriented gradients (Dalal & Triggs) describe local
+edge directions, which is what separates the classes, and are invariant to small shifts and to
+contrast.
 
 Why HOG and this setting, not a network: the paper uses CLIP on an A100; nothing pretrained for
-images installs offline here, and a 2-core CPU must encode 70,000 images in seconds. HOG from
-scikit-image costs ~0.1 ms per 28×28 image. The setting -- 9 orientations, 7×7-pixel cells,
-2×2-cell blocks (324 values), plus the image average-pooled over 2×2 pixels (196 values), 520 in
-all -- was chosen on a validation split carved from the *training* images
-(``python -m forgetting_lab.image_features``, results in benchmarks/results/image_features.md):
-logistic-regression accuracy 0.975 vs 0.914 raw on MNIST and 0.886 vs 0.845 on Fashion-MNIST,
-the best on Fashion-MNIST of six candidates. HOG alone barely beats raw pixels on Fashion-MNIST
-(0.847): the pooled pixels bring back the silhouette. 4-pixel cells score 0.977 on MNIST but are
-2.5× wider and 3× slower to encode.
+images installs offline here, and a 2-core CPU must encode 70,000 images in seconds, which
+scikit-image's HOG does. The setting -- 9 orientations, 7×7-pixel cells, 2×2-cell blocks
+(324 values), plus the image average-pooled over 2×2 pixels (196 values), 520 in all -- was
+chosen on a validation split carved from the *training* images
+(``python -m forgetting_lab.image_features``, results and encode times in
+benchmarks/results/image_features.md): logistic-regression accuracy 0.975 vs 0.914 raw on
+MNIST and 0.886 vs 0.845 on Fashion-MNIST, the best on Fashion-MNIST of six candidates. HOG
+alone barely beats raw pixels on Fashion-MNIST (0.847): the pooled pixels bring back the
+silhouette. 4-pixel cells score 0.977 on MNIST but are 2.5× wider and slower to encode.
 
 Why frozen (``learned = False``): nothing is fitted; each row's features are a pure function of
 that image alone (HOG's block normalization sees one image only), so deleting rows never

@@ -20,11 +20,11 @@ length L is thus computed in a ``(rows(L), L)`` batch without padding, whatever 
 Measured here: 0 of 118 random compositions and positions (on the VADER sentences, default
 shapes) changed a single bit, and neither did the torch thread count; the tests check that a
 mixed call gives the same bits as encoding each sentence alone. The token budget keeps the
-filler cheap for long sentences (one sentence per batch would also be a pure function, but runs
-at about half the speed).
+filler cheap for long sentences (one sentence per batch would also be a pure function, but
+gives up the batching's speed).
 
-Why a cache: encoding is the slow step (hundreds of sentences per second on 2 cores) and
-benchmarks re-encode the same corpora over and over. Embeddings are stored in an SQLite file
+Why a cache: encoding is the slow step of a text pipeline and benchmarks re-encode the same
+corpora over and over. Embeddings are stored in an SQLite file
 under ``$FORGETTING_CACHE/embeddings/`` keyed by the SHA-256 of each text's UTF-8 bytes, one
 file per model id (the model, the versions of the packages that compute it, and the batching
 scheme), so a different stack never serves stale vectors. A cache hit returns the stored float32

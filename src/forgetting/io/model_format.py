@@ -46,7 +46,7 @@ import numpy as np
 
 MAGIC = b"FRGTQSS\x00"
 FORMAT_VERSION = 2
-"""Version 1 was the pickle-based format; it is refused (it could run code)."""
+"""Version 1 is the pickle-based format; it is refused (it could run code)."""
 _HEADER = struct.Struct("<8sIQ32s")
 _LEN = struct.Struct("<Q")
 _MAX_DEPTH = 64

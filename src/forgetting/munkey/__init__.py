@@ -1,10 +1,10 @@
 """MUNKEY (Machine UNlearning via KEY deletion, design.md §7): approximate unlearning by design.
 
 :class:`MUNKEYClassifier` trains a small ViT whose extra token is a per-row exemplar looked up
-by a frozen key; ``forget`` deletes the rows' (key, exemplar) pairs in microseconds. The
+by a frozen key; ``forget`` deletes the rows' (key, exemplar) pairs, O(1) per row. The
 backbone still saw the rows, so the guarantee is approximate — see docs/munkey.md.
 
-Names load lazily (PEP 562): importing :mod:`forgetting` must not pull in torch (~3 s), so
+Names load lazily (PEP 562): importing :mod:`forgetting` must not pull in torch, so
 this package's names (and ``forgetting.MUNKEYClassifier``) import their module on first use.
 """
 

@@ -40,8 +40,8 @@ INPUT_HEADS = ("shared-ridge", "shared-rf")
 
 
 def head_kind(head: bool | str | None) -> str | None:
-    """A schema's ``head`` as one of :data:`HEAD_KINDS` or None; True (a model saved when the
-    ridge head was the only one) is "ridge". Anything else is refused."""
+    """A schema's ``head`` as one of :data:`HEAD_KINDS` or None; True (the boolean form a
+    saved model may carry) is "ridge". Anything else is refused."""
     if head is True:
         return "ridge"
     if head is False or head is None:
@@ -99,9 +99,9 @@ class Schema:
     the square term of its α cross-fit (see content.tables)."""
     probe_folds: np.ndarray | None = None
     head: bool | str = False
-    """The instance keeps an exact head over all rows (content.head): "ridge" — True in
-    models saved before there was a choice — or "newton" on φ, "shared-ridge" on the
-    normalized input; False for none."""
+    """The instance keeps an exact head over all rows (content.head): "ridge" — or True, its
+    boolean form in saved models — or "newton" on φ, "shared-ridge" on the normalized input;
+    False for none."""
     n_features: int = 0
     """Dimension of the head's features (φ(f(x)), or f(x) for "shared-ridge", or d + E for
     "shared-rf"; set with a head: its sums are (n_features + 1)²)."""
@@ -113,14 +113,15 @@ class Schema:
     fit time); 0 otherwise."""
     rf_exact: bool = False
     """"shared-rf": ψ on the integer grid (:mod:`.random_features`: exact, so a row is computed
-    alone); False in models fitted before it, which keep the float product in blocks."""
+    alone); False: the float product in canonical blocks, which a saved model without the
+    flag keeps."""
 
     @cached_property
     def head_kind(self) -> str | None:
         """One of :data:`HEAD_KINDS` or None (``head`` normalized: True is "ridge").
 
         This and the other head properties are cached (the schema is frozen: they never
-        change): a one-row forget with its first prediction asked ~30 times, ~10 µs in all."""
+        change): a one-row forget with its first prediction asks for them dozens of times."""
         return head_kind(self.head)
 
     @cached_property
@@ -264,7 +265,8 @@ class Schema:
         if self.encoder is not None:
             h.update(pickle.dumps(self.encoder, protocol=5))
         _hash_value(h, self.preprocessor.lda)
-        if self.preprocessor.projection is not None:  # absent from models fitted before it
+        # optional fields are hashed only when present: a model without them keeps its digest
+        if self.preprocessor.projection is not None:
             h.update(b"lda-projection")
             _hash_value(h, self.preprocessor.projection)
         _hash_value(h, self.base_model)
@@ -282,7 +284,7 @@ class Schema:
             h.update(b"shared-ridge-head")
         elif self.head_kind == "shared-rf":
             h.update(repr(("shared-rf-head", int(self.rf_width), int(self.rf_seed))).encode())
-            if self.rf_exact:  # absent from models fitted before it
+            if self.rf_exact:  # only when set, as above
                 h.update(b"rf-integer-grid")
         if self.residual_clip is not None:
             h.update(repr(("residual_clip", float(self.residual_clip))).encode())
@@ -295,7 +297,7 @@ def normalized_rows(X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
     every instance of a model (so serving computes it once for all p)."""
     if 0 < X.shape[0] <= block_rows:
         # a forget's row or a prediction's: the normalization is row by row, the same bits
-        # in any block (tests/test_serving_blocks.py), so no padded block (~4 µs of each)
+        # in any block (tests/test_serving_blocks.py), so no padded block
         return l2_normalize(X)
     # a fixed row-local function: many blocks per call once checked (_rowwise)
     return rowwise(l2_normalize, X, block_rows, owner=l2_normalize)
@@ -350,11 +352,11 @@ def probe_rows(n_schema: int) -> np.ndarray:
 
     Why a cap: a forget updates the probe terms of every probe in the T cells the row leaves,
     and with a probe per D° row there are ρ·n of them over at most 4 096 cells per table — a
-    one-row forget grew with n (measured by helper H14, rows on disk, d = 8, p = 3: 18.5 ms at
-    10 M rows, 89 % in the probe terms; 2.1 ms with 4 096 probes). 4 096 rows estimate the
-    square term's ratio as well as 50 000 for this purpose; the choice is a function of D°
-    alone, so forget ≡ refit is untouched, and a model whose D° has ≤ 4 096 rows (n ≲ 800k at
-    ρ = 0.5 %) keeps every row as before.
+    one-row forget would grow with n, almost all of it in the probe terms (at 10 M rows, see
+    benchmarks/results/scale_probecap.md against scale.md). 4 096 rows estimate the square
+    term's ratio as well as 50 000 for this purpose; the choice is a function of D° alone, so
+    forget ≡ refit is untouched, and a model whose D° has ≤ 4 096 rows (n ≲ 800k at
+    ρ = 0.5 %) keeps every D° row as a probe.
     """
     if n_schema <= MAX_PROBES:
         return np.arange(n_schema, dtype=np.intp)
@@ -376,8 +378,8 @@ def train_schema(
     One thread always: LAPACK's eigensolver (LDA) and the logistic fit round differently on one
     thread than on two, so a schema trained with whatever count the process had at the moment
     would depend on it — a background rebuild that ran while a prediction had pinned BLAS to
-    one thread trained another schema than a refit (found by the README's demo; test:
-    tests/test_threads.py), as would a refit on a machine with more cores.
+    one thread would train another schema than a refit (tests/test_threads.py), as would a
+    refit on a machine with more cores.
     """
     with one_blas_thread():
         return _train_schema(config, X_schema, y_schema, X_codebook, seed, schema_folds)

@@ -10,13 +10,12 @@ a code is only taken from floating point when it is certified. A float32 product
 distance (up to the row's constant ‖r‖²) within a proven bound E of the exact value
 (|error| ≤ γ_{d+3}(‖r‖ + ‖c‖)², doubled for safety), so when the runner-up is more than 2E
 behind the winner, the winner is the exact argmin. (numpy's BLAS is used rather than faiss's
-search: on 2 cores faiss's OpenMP threads and numpy's BLAS threads fought, and the float32
-pass was 2-3× slower.) The remaining near-ties — frequent in exact
-mode, whose deep levels are trained on almost-zero D° residuals — are recomputed in float64 on
-integer values small enough that every product and partial sum is exact, ties going to the
-lowest index. A row's codes are thus a pure function of the row: a plain float32 product is
-not (its last bits changed with the row's position in the batch, and codes differed between a
-fit and a refit on MNIST before this design).
+search: faiss's OpenMP threads and numpy's BLAS threads contend for the same cores and slow
+the float32 pass.) The remaining near-ties — frequent in exact mode, whose deep levels are
+trained on almost-zero D° residuals — are recomputed in float64 on integer values small
+enough that every product and partial sum is exact, ties going to the lowest index. A row's
+codes are thus a pure function of the row: a plain float32 product is not (its last bits
+change with the row's position in the batch, so a fit and a refit could disagree on codes).
 """
 
 from __future__ import annotations

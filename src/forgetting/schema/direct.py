@@ -1,21 +1,21 @@
 """Fitted scikit-learn models applied directly, without their per-call input validation.
 
 Why: a deletion computes φ and g for the leaving row and the first prediction after it for
-the predicted row — on 64-row blocks, p times each. scikit-learn's ``transform`` and
+the predicted row — on small blocks, p times each. scikit-learn's ``transform`` and
 ``predict_proba`` validate their input on every call (finite check, feature names through
-narwhals, namespace dispatch): ~0.4 ms per call, against ~10 µs of arithmetic. Measured at
-n = 300k, d = 128, p = 3: 3.5 of the 7.5 ms of a forget and its first prediction, and 3.7 of
-the 13.9 s of a fit (15k calls in 64-row blocks).
+narwhals, namespace dispatch), which on a small block costs many times the arithmetic: it
+would be the larger part of a forget with its first prediction, and a large share of a fit,
+which makes such calls by the thousand.
 
 Exactness: every function here performs the *same numpy operations in the same order* as the
 scikit-learn method it stands for (same BLAS call on the same arrays, same in-place softmax),
-so it returns the same bits — a model fitted before this module existed, or by a process that
-falls back, forgets and serves identically. That is not left to reading the source: before the
-first direct call on a fitted object, :func:`_agrees` compares the direct result with
-scikit-learn's own on fixed probe rows, and any difference (a future scikit-learn that changes
-its arithmetic), a model type not covered here, or an error falls back to scikit-learn for that
-object. Inputs here are always our own validated float64 blocks (φ's output), which is why
-skipping the validation is safe.
+so it returns the same bits — a model whose g went through scikit-learn's own methods, or a
+process that falls back, forgets and serves identically. That is not left to reading the
+source: before the first direct call on a fitted object, :func:`_agrees` compares the direct
+result with scikit-learn's own on fixed probe rows, and any difference (a future scikit-learn
+that changes its arithmetic), a model type not covered here, or an error falls back to
+scikit-learn for that object. Inputs here are always our own validated float64 blocks (φ's
+output), which is why skipping the validation is safe.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def _lda_direct(lda) -> Callable[[np.ndarray], np.ndarray] | None:
     # scikit-learn multiplies by every eigenvector and then keeps the first ``width`` columns
     # (the eigen solver's scalings_ are d × d). Multiplying by the kept columns alone would be
     # cheaper but is not the same arithmetic: OpenBLAS's kernels for 9 columns round
-    # differently from its kernels for 128 (tried: _agrees refused it), so the full product it is.
+    # differently from its kernels for 128 (_agrees refuses it), so the full product it is.
     if lda.solver == "eigen":
         return lambda Z: block_matmul(Z, lda.scalings_)[:, :width]
     if lda.solver == "svd":

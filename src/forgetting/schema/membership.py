@@ -79,7 +79,7 @@ class MembershipRule:
     data size, and D° stays a pure function of the *set* of rows: the ``min_rows`` lowest
     draws of a set do not depend on how the set was reached. A change to rows outside D°
     (draw at or above the threshold) leaves the threshold and so D° unchanged, so only
-    deletions of D° rows — and insertions that land in D° — force a rebuild, as before. The
+    deletions of D° rows — and insertions that land in D° — force a rebuild. The
     price on small data is a higher *effective* ρ (|D°|/n), the probability that a deletion
     hits D°: models report it.
     """

@@ -33,11 +33,11 @@ class Preprocessor:
     """The LDA directions φ keeps, (d, k − 1) contiguous; φ multiplies by them alone.
 
     scikit-learn's ``transform`` multiplies by all d eigenvectors and then drops all but
-    k − 1 columns: 14× the work at d = 128, k = 10 — a third of a fit's φ passes and ~0.3 ms
-    of a deletion with its first prediction. The narrow product rounds differently (OpenBLAS
-    picks other kernels for 9 columns than for 128), so it is a different φ: a model fitted
-    before it existed has no ``projection`` (None) and keeps scikit-learn's product, the
-    arithmetic its stored contributions were computed with. The schema digest says which.
+    k − 1 columns: d / (k − 1) times the work (14× at d = 128, k = 10), paid in every φ pass of
+    a fit and of a deletion. The narrow product rounds differently (OpenBLAS picks other
+    kernels for 9 columns than for 128), so it is a different φ: a model without a
+    ``projection`` (None) keeps scikit-learn's product, the arithmetic its stored
+    contributions were computed with. The schema digest says which.
     """
 
     @property

@@ -23,14 +23,14 @@ the head's integer sums keep their bounds (content.head: |v| ≤ 2^14, sums belo
 
 Exactness: a row's ψ must be the same bits alone or in any batch (the statistics hold the
 leaving row's ψ as it was computed at fit, inside a chunk). ψ's only shape-sensitive step is
-the product uᵀR. Models fitted since 2026-12 compute it on an integer grid
+the product uᵀR. A fit computes it on an integer grid
 (``RandomFeatures(exact=True)``, ``Schema.rf_exact``): ũ = rint(2^14 u) — the grid the head's
 features are rounded to anyway — and R̃ = rint(2^b R) with b ≤ 24 chosen so that
 d · 2^14 · max|R̃| < 2^52; every product and partial sum of ũᵀR̃ is then an integer below 2^53,
 exact in float64 in any order, and ψ = min(1, max(0, ũᵀR̃ · 2^-(14 + b))) is the same bits
-whatever BLAS kernel the batch's shape picks — a one-row forget computes one row (the block
-product of the leaving row's 64-row block was ~0.06 ms of a forget with its first prediction
-at n = 300k, d = 128). Models fitted before keep the float product in canonical blocks
+whatever BLAS kernel the batch's shape picks — a one-row forget computes one row, not a
+padded block. A saved model without the flag (``rf_exact`` False) keeps the float product in
+canonical blocks
 (:func:`forgetting._rowwise.block_matmul` inside :func:`forgetting._rowwise.rowwise`,
 HEAD_BLOCK_ROWS for the statistics, SERVE_BLOCK_ROWS for predictions): their stored sums
 were computed with those bits.
@@ -71,16 +71,16 @@ def weight_grid_bits(d: int, peak: float) -> int:
 def rf_width(d: int) -> int:
     """E, the number of random features for a d-dimensional input: 64·⌈d/64⌉, at most 512.
 
-    Why this rule (helper H23's study on validation splits of the paper benchmark's training
-    sets; test figures are 3 seeds, additive serving, SISA in brackets): E of the order of d
+    Why this rule (a study on validation splits of the paper benchmark's training sets,
+    docs/partitions.md; the test figures below are 3 seeds, additive serving, SISA in
+    brackets; the current head's are in benchmarks/results/heads-rf.md): E of the order of d
     is where the gain comes from — digits (d = 64) with E = 64 already 0.970 (0.957), Adult
     (d = 108) with E = 108 0.855 (0.853) — and 512 at d = 520 (MNIST- and Fashion-HOG) gives
     0.975 (0.977) and 0.864 (0.877), up from 0.963 and 0.848 with the linear head. The cap
-    bounds the cost: the system is D = d + E + 1 and a change factors it once (cubic in D),
-    ~17–21 ms of arithmetic at d = 520, E = 512 against ~5 ms for "shared-ridge"; 1024
-    features bought Fashion-HOG another ~0.7 pp at about 4× the factorization. Rounding up to
-    a multiple of 64 keeps the BLAS shapes regular. A function of d alone (no data): the
-    same for every instance and every refit.
+    bounds the cost: the system is D = d + E + 1 and a change factors it once (cubic in D);
+    1024 features bought Fashion-HOG under 1 pp more for several times the factorization.
+    Rounding up to a multiple of 64 keeps the BLAS shapes regular. A function of d alone (no
+    data): the same for every instance and every refit.
     """
     if d < 1:
         raise ValueError(f"random features need at least one input feature, got d = {d}")
@@ -133,10 +133,10 @@ class RandomFeatures:
         Grid only (``exact``): the product is exact in any order, so a caller may split the
         rows between threads, each writing its own rows of ``out``.
 
-        Why: the composed form made four (n, D) float64 arrays — ψ, the stacked [u, ψ], its
-        scaled copy and the integer features — and ran its elementwise steps on column blocks
-        (one inner loop per row): 35 ms of a ~240 ms 20k-row batch forget at d = 128 besides
-        the product itself. Here the steps after the product are one compiled pass over the
+        Why: the composed form makes four (n, D) float64 arrays — ψ, the stacked [u, ψ], its
+        scaled copy and the integer features — and runs its elementwise steps on column blocks
+        (one inner loop per row): a sizeable share of a large batch forget besides the product
+        itself. Here the steps after the product are one compiled pass over the
         rows (content._head_kernels); without the kernels, the composed form."""
         if not self.exact:
             raise ValueError("fixed-point features in one pass need ψ on the integer grid")
@@ -152,8 +152,8 @@ class RandomFeatures:
         kernel.fixed_point_rows(ui, P, down, 2.0**RF_INPUT_BITS, out)
 
     def __call__(self, U: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
-        """ψ of normalized rows ``U`` (n, d): on the integer grid, or (models fitted before
-        it) in canonical blocks of ``block_rows`` rows."""
+        """ψ of normalized rows ``U`` (n, d): on the integer grid, or (``exact`` False) in
+        canonical blocks of ``block_rows`` rows."""
         if U.shape[1] != self.d:
             raise ValueError(f"random features for d = {self.d}, got {U.shape[1]} columns")
         if self.exact:

@@ -6,9 +6,8 @@ arithmetic in canonical blocks (:mod:`forgetting._rowwise`, :mod:`.direct`). A p
 bits are recomputed on every call and never stored: they need only be a fixed function of the
 row and the schema — the same alone or in any batch, under one instance or several, and so the
 same for a model after ``forget`` and for its refit. The first prediction after a deletion
-encodes one row in each of the p schemas, and through the models' own arithmetic that was ~25
-small numpy and BLAS calls (~60 µs at d = 128, k = 10, p = 3; ~90 µs of a ~0.8 ms forget and
-first prediction at n = 300k, where the caches are cold).
+encodes one row in each of the p schemas, and through the models' own arithmetic that is some
+two dozen small numpy and BLAS calls, whose overhead dwarfs the arithmetic on one row.
 
 What it computes:
 
@@ -23,7 +22,7 @@ What it computes:
   (``_table_kernels.serve_normalize``/``serve_scores``), or the numpy definition here
   (``np.add.accumulate`` sums in that very order): the same bits either way, so which runs
   changes timings only (tests/test_serving.py).
-- Any other schema (a binary or regression g, an encoder, a model fitted before the narrow
+- Any other schema (a binary or regression g, an encoder, an LDA model without the narrow
   projection): :meth:`Schema.encode` on ``SERVE_BLOCK_ROWS`` blocks, from the same u.
 """
 
@@ -184,7 +183,7 @@ def _fitted_arrays(schema) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         or type(est) is not LogisticRegression
         or np.ndim(est.coef_) != 2
         or est.coef_.shape[0] < 3  # binary: expit, another formula
-        or (pre.uses_lda and pre.projection is None)  # fitted before the narrow projection
+        or (pre.uses_lda and pre.projection is None)  # scikit-learn's wide LDA product
     ):
         return None
     d = est.coef_.shape[1]
@@ -213,7 +212,7 @@ def _groups(schemas: Sequence, compiled: Sequence[int]) -> list[list[int]]:
 
 def _stacked(schemas: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``schemas``' arrays stacked (s, ...), kept with the first schema for the others
-    (checked by weak reference): stacking anew was ~10 µs of every call. One stack per
+    (checked by weak reference), so a call does not stack them anew. One stack per
     group size, replaced when the others differ: a rebuild replaces another instance's
     schema, and a stack per set of others would pile up while the first schema lives."""
     kept = kept_for(schemas[0])

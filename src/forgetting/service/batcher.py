@@ -24,10 +24,11 @@ class _Job:
 class PredictBatcher:
     """Runs concurrent prediction requests as one model call.
 
-    Why: the model evaluates rows in fixed-shape blocks (of 1024 rows, so that a row's bits do
-    not depend on its batch), which makes a 1-row call cost as much as a 1000-row one. Under
-    concurrent load, requests that arrive while a call runs are queued and the next call
-    serves all of them; with no load a request runs at once (no added wait).
+    Why: a model call pays a fixed cost whatever its rows (the p instances, each evaluating
+    rows in fixed-shape blocks so that a row's bits do not depend on its batch), so one call
+    for many requests costs little more than one for a single request. Under concurrent load,
+    requests that arrive while a call runs are queued and the next call serves all of them;
+    with no load a request runs at once (no added wait).
 
     Exactness and freshness are kept: each row's output does not depend on the other rows of
     the call, and a call starts only after every request in it arrived, so it reflects every

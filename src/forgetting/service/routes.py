@@ -76,6 +76,26 @@ def _valid_instances(model: ServableModel) -> tuple[int | None, int | None]:
         return None, None
 
 
+@dataclass(frozen=True)
+class _Routes:
+    """What the route groups share: the model, the settings and the service's parts."""
+
+    model: ServableModel
+    config: ServiceConfig
+    access: Access
+    batcher: PredictBatcher
+    recovery: Recovery
+    write_lock: Any
+    """The mutation lock, or a null context when the model commits concurrent writes itself."""
+    token: list
+    """The dependency that checks a bearer token (one list, shared by every route needing it)."""
+
+    @property
+    def reads(self) -> list:
+        """Dependencies of the read routes (/predict, /stats): none when reads are open."""
+        return [] if self.access.open_reads else self.token
+
+
 def build_router(
     model: ServableModel,
     config: ServiceConfig,
@@ -84,18 +104,34 @@ def build_router(
     recovery: Recovery,
     mutation_lock: threading.Lock,
 ) -> APIRouter:
-    """The API's routes for ``model`` under ``config``."""
-    router = APIRouter()
-    write_lock = contextlib.nullcontext() if groups_writes(model) else mutation_lock
-    classification = model.task == "classification"
-    token = [Depends(token_dependency(config.tokens))]
-    writes = token
-    reads = [] if access.open_reads else token
-    receipt_reads = [] if access.open_receipts else token
-    unauthorized = {401: ERRORS[401]}
-    unavailable = {503: ERRORS[503]}
+    """The API's routes for ``model`` under ``config``.
 
-    @router.get("/health", response_model=HealthResponse, responses=unavailable, tags=["service"])
+    One function per group registers its routes, in the order OpenAPI lists them: health,
+    predict, the writes (forget, insert), the audit trail (receipts, stats)."""
+    router = APIRouter()
+    routes = _Routes(
+        model=model,
+        config=config,
+        access=access,
+        batcher=batcher,
+        recovery=recovery,
+        write_lock=contextlib.nullcontext() if groups_writes(model) else mutation_lock,
+        token=[Depends(token_dependency(config.tokens))],
+    )
+    _add_health(router, routes)
+    _add_predict(router, routes)
+    _add_writes(router, routes)
+    _add_audit(router, routes)
+    return router
+
+
+def _add_health(router: APIRouter, routes: _Routes) -> None:
+    """GET /health."""
+    model = routes.model
+
+    @router.get(
+        "/health", response_model=HealthResponse, responses={503: ERRORS[503]}, tags=["service"]
+    )
     def health() -> HealthResponse:
         """Liveness (200 while the model serves; 503 while it reloads from the store) and
         whether any instance is valid."""
@@ -109,12 +145,17 @@ def build_router(
             version=__version__,
         )
 
+
+def _add_predict(router: APIRouter, routes: _Routes) -> None:
+    """POST /predict, through the micro-batcher."""
+    model, config, batcher, recovery = routes.model, routes.config, routes.batcher, routes.recovery
+
     @router.post(
         "/predict",
         response_model=PredictResponse,
         response_model_exclude_none=True,
-        dependencies=reads,
-        responses={k: v for k, v in ERRORS.items() if k != 401 or not access.open_reads},
+        dependencies=routes.reads,
+        responses={k: v for k, v in ERRORS.items() if k != 401 or not routes.access.open_reads},
         tags=["model"],
     )
     def predict(body: PredictRequest) -> PredictResponse:
@@ -138,10 +179,17 @@ def build_router(
             classes=jsonable(model.classes) if model.classes is not None else None,
         )
 
+
+def _add_writes(router: APIRouter, routes: _Routes) -> None:
+    """POST /forget and POST /insert: token only, serialized by the write lock."""
+    model, config, recovery = routes.model, routes.config, routes.recovery
+    write_lock = routes.write_lock
+    classification = model.task == "classification"
+
     @router.post(
         "/forget",
         response_model=ReceiptResponse,
-        dependencies=writes,
+        dependencies=routes.token,
         responses={**ERRORS, **NOT_FOUND},
         tags=["model"],
     )
@@ -166,7 +214,7 @@ def build_router(
     @router.post(
         "/insert",
         response_model=ReceiptResponse,
-        dependencies=writes,
+        dependencies=routes.token,
         responses=ERRORS,
         tags=["model"],
     )
@@ -196,10 +244,17 @@ def build_router(
         except (ValueError, TypeError, KeyError) as err:
             raise unprocessable(error_message(err)) from None
 
+
+def _add_audit(router: APIRouter, routes: _Routes) -> None:
+    """GET /receipts/{id_hash} and GET /stats."""
+    model, access, batcher, recovery = routes.model, routes.access, routes.batcher, routes.recovery
+    unauthorized = {401: ERRORS[401]}
+    unavailable = {503: ERRORS[503]}
+
     @router.get(
         "/receipts/{id_hash}",
         response_model=ReceiptResponse,
-        dependencies=receipt_reads,
+        dependencies=[] if access.open_receipts else routes.token,
         responses={
             404: {"model": ErrorResponse, "description": "No receipt for this id hash."},
             **({} if access.open_receipts else unauthorized),
@@ -229,7 +284,7 @@ def build_router(
     @router.get(
         "/stats",
         response_model=StatsResponse,
-        dependencies=reads,
+        dependencies=routes.reads,
         responses={**({} if access.open_reads else unauthorized), **unavailable},
         tags=["audit"],
     )
@@ -243,5 +298,3 @@ def build_router(
             "store_reloads": recovery.reloads,
         }
         return finite({**model.stats(), "service": service})
-
-    return router

@@ -63,8 +63,8 @@ __all__ = [
 
 KINDS = ("trees", "hyperplanes")
 N_TABLES = 64
-"""Tables per instance: accuracy still rose from 32 to 64 in bench.partitions; each table
-costs a cell update per deletion and 2·k int64 per cell of memory."""
+"""Tables per instance: accuracy still rose from 32 to 64 (benchmarks/results/partitions.md);
+each table costs a cell update per deletion and 2·k int64 per cell of memory."""
 ROWS_PER_CELL = 2.0
 """Expected rows per cell setting the depth (deep, sparse tables with shrinkage won on every
 validation split measured; see benchmarks/results/partitions.md)."""

@@ -164,7 +164,7 @@ class ThresholdPartition:
     def _few_codes_args(self) -> tuple:
         """What ``partition_codes`` takes besides the rows: built once per partition and kept
         by its identity, outside it (``_rowwise.kept_for``: its attributes are its digest);
-        the fields never change, and building them was ~10 µs of each one-row encode."""
+        the fields never change, so a one-row encode does not build them again."""
         stages = [s for s in (self.stage1, self.stage2) if s is not None]
         parts: list = []
         for stage in stages + [None] * (2 - len(stages)):
