@@ -53,7 +53,8 @@ class RowStore:
         self._next_serial = 0
         self.changes = 0
         """Counts the changes of the rows (appends, removals, unlabels): a copy taken in
-        pieces (:meth:`copy_rows`) is the state of one moment when this did not move."""
+        pieces (``QSSEngine._snapshot``) is the state of one moment when this did not
+        move."""
         self.multiset_hash = 0
         self.class_counts = np.zeros(0, dtype=np.int64)
         self._alloc(0)
