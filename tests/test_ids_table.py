@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from forgetting.ids import _EMPTY, _INT64_MAX, _INT64_MIN, _SMALL, _TOMBSTONE, IntIdTable
+from forgetting.ids import _INT64_MAX, _INT64_MIN
+from forgetting.rows.id_table import _EMPTY, _SMALL, _TOMBSTONE, IntIdTable
 
 
 class _Mirror:

@@ -18,8 +18,9 @@ from conftest import FAST, assert_same_model, classification_data
 
 from forgetting import QSSClassifier
 from forgetting.content.fingerprint import Contributions
-from forgetting.ids import IntIdTable
-from forgetting.rows import DiskRows, RowStore, _move_rows, take_rows
+from forgetting.rows import DiskRows, RowStore, take_rows
+from forgetting.rows.columns import _move_rows, _span
+from forgetting.rows.id_table import IntIdTable
 from forgetting.schema.membership import MembershipRule, id_bytes
 
 P = 2
@@ -116,7 +117,7 @@ def _check(store: RowStore, ref: _Reference) -> None:
     assert [store.position[i] for i in ref.ids] == list(range(n))
     assert store.snapshot().ids == ref.ids
     # §5.7: the slots past the last row hold nothing
-    for a in store._row_arrays():
+    for a in store._row_arrays() + [store._id_index._slot, store._id_index._id_str]:
         tail = np.asarray(a[n:])
         if tail.dtype == object:
             assert all(v is None for v in tail.tolist())
@@ -126,11 +127,11 @@ def _check(store: RowStore, ref: _Reference) -> None:
         for a in field:
             if a is not None:
                 assert not np.any(a[n:].view(np.uint8))
-    table = store._int_ids
+    table = store._id_index._int_ids
     live = table.vals >= 0
     assert sorted(table.keys[live].tolist()) == sorted(i for i in ref.ids if type(i) is int)
     assert not np.any(table.keys[~live])
-    assert sorted(store._str_ids) == sorted(i for i in ref.ids if type(i) is str)
+    assert sorted(store._id_index._str_ids) == sorted(i for i in ref.ids if type(i) is str)
 
 
 def _new_ids(kind: str, start: int, n: int, rng) -> list:
@@ -248,7 +249,7 @@ def test_one_row_inserts_through_table_rebuilds():
             gone = [ref.ids[int(rng.integers(store.size))]]
             store.remove(store.positions_of(gone))
             ref.remove(ref.positions_of(gone))
-    assert store._int_ids.vals.size > 64  # it grew
+    assert store._id_index._int_ids.vals.size > 64  # it grew
     _check(store, ref)
 
 
@@ -263,7 +264,9 @@ def test_removing_the_last_string_ids_clears_their_column(n_str):
     store.remove(store.positions_of(strings[::-1]))
     ref.remove(list(range(n_str)))
     _check(store, ref)
-    assert store._n_str == 0 and not any(v is not None for v in store._id_str.tolist())
+    assert store._id_index._n_str == 0 and not any(
+        v is not None for v in store._id_index._id_str.tolist()
+    )
     _append(store, ref, ["", "x"], rng)  # and they may come back
     _check(store, ref)
 
@@ -344,10 +347,8 @@ def test_estimator_errors_for_unknown_forgotten_and_duplicate_ids():
     ids=["run", "all", "reversed", "gap"],
 )
 def test_contributions_for_a_run_of_positions_are_stored_as_by_scatter(pos):
-    """set_instance_rows copies a run of consecutive positions as one block (rows._span);
+    """set_instance_rows copies a run of consecutive positions as one block (rows.columns._span);
     anything else — a reversed run, a gap — is scattered. Both store the same values."""
-    from forgetting.rows import _span
-
     rng = np.random.default_rng(3)
     contrib = Contributions(
         rng.integers(0, 2**16, (len(pos), 64)).astype(np.uint16),
@@ -378,14 +379,18 @@ def test_contributions_for_a_run_of_positions_are_stored_as_by_scatter(pos):
 def _state(store: RowStore) -> dict:
     """Everything a removal may change, as comparable values (arrays as bytes)."""
     fields = store._instance_fields()
-    columns = store._row_arrays() + [a for field in fields for a in field if a is not None]
+    columns = (
+        store._row_arrays()
+        + [store._id_index._slot, store._id_index._id_str]
+        + [a for field in fields for a in field if a is not None]
+    )
     return {
         "columns": [
             a.tolist() if a.dtype == object else np.ascontiguousarray(a).tobytes() for a in columns
         ],
-        "index": (store._int_ids.keys.tobytes(), store._int_ids.vals.tobytes()),
-        "live": (store._int_ids.n_live, store._int_ids.n_used),
-        "strings": (dict(store._str_ids), store._n_str),
+        "index": (store._id_index._int_ids.keys.tobytes(), store._id_index._int_ids.vals.tobytes()),
+        "live": (store._id_index._int_ids.n_live, store._id_index._int_ids.n_used),
+        "strings": (dict(store._id_index._str_ids), store._id_index._n_str),
         "counts": (store.size, store.changes, store._n_labeled, store._n_pool),
         "classes": store.class_counts.tolist(),
         "hash": store.multiset_hash,
@@ -406,7 +411,7 @@ def test_one_row_removal_leaves_the_batch_routes_state(kind, target_dtype):
     stores = []
     for _ in range(2):
         store = RowStore(D, P, MembershipRule(0.3, 2), target_dtype)
-        store._int_ids = IntIdTable(salt=1)  # one layout for both (the salt is random)
+        store._id_index._int_ids = IntIdTable(salt=1)  # one layout for both (the salt is random)
         X, targets, draws, contrib = _rows(np.random.default_rng(3), 60)
         ids = _new_ids(kind, 0, 60, np.random.default_rng(4))
         y = targets.astype(target_dtype)
