@@ -217,8 +217,8 @@ def dataset_features(
     dataset: Dataset, *, columns: Sequence[str] | None = None, exclude: Iterable[str] = ()
 ) -> tuple[list[str], list[str]]:
     """(feature columns, skipped text columns) of a dataset, chosen from its schema by the
-    rule of :func:`~.table_columns.select_features` for one Parquet file. A named column that cannot hold
-    numbers (strings, dates, ...) is refused here, before any row is read."""
+    rule of :func:`~.table_columns.select_features` for one Parquet file. A named column that
+    cannot hold numbers (strings, dates, ...) is refused here, before any row is read."""
 
     def is_text(name: str) -> bool:
         return dataset.kinds[name] not in "biuf"
@@ -236,8 +236,8 @@ def dataset_features(
 
 def feature_block(frame: Any, path: str, names: Sequence[str]) -> np.ndarray:
     """One file's feature matrix from the pandas frame dask read it into, converted and
-    checked exactly as :func:`~.table_columns.select_features` does one Parquet file's columns (a bad cell is
-    an error naming this file, its row and column). Runs on the dask workers."""
+    checked exactly as :func:`~.table_columns.select_features` does one Parquet file's columns
+    (a bad cell is an error naming this file, its row and column). Runs on the dask workers."""
     import pyarrow as pa
 
     table = pa.table({name: pa.array(frame[name]) for name in names})
