@@ -8,9 +8,15 @@ is one more model family.
 Every public name is imported on first use (PEP 562), so ``import forgetting`` alone imports
 nothing heavy: the command line (``python -m forgetting``, whose package this is) prints its
 help without scikit-learn or numpy, and torch is loaded only by ``MUNKEYClassifier``.
+Importing the estimators imports scikit-learn but not pandas (:mod:`._sklearn_pandas`): pandas
+is the caller's, imported when a DataFrame arrives.
 """
 
 from typing import TYPE_CHECKING, Any
+
+from . import _sklearn_pandas
+
+_sklearn_pandas.install()
 
 if TYPE_CHECKING:
     from .estimators import QSSClassifier, QSSRegressor
