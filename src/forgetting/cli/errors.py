@@ -25,24 +25,25 @@ from ..io.table_types import TableError, TableUsageError
 #: leave a change unacknowledged.
 WRITERS = ("fit", "forget", "insert", "serve")
 
-#: The extra of ``forgetting`` that installs each optional package (top-level import name).
+#: The extra that installs each optional package (top-level import name): of ``forgetting``,
+#: or, for the benchmarks' own needs, of the lab (``forgetting-lab``, in benchmarks/).
 _EXTRAS = {
-    "fastapi": "service",
-    "uvicorn": "service",
-    "psycopg": "postgres",
-    "pyarrow": "parquet",
-    "dask": "distributed",
-    "distributed": "distributed",
-    "matplotlib": "bench",
-    "lightgbm": "tabular",
-    "skimage": "image",
-    "pandas": "diamonds",
-    "torch": "text",
-    "sentence_transformers": "text",
-    "transformers": "text",
-    "dp_accounting": "privacy",
-    "bitsandbytes": "durability",
-    "torchao": "durability",
+    "fastapi": "forgetting[service]",
+    "uvicorn": "forgetting[service]",
+    "psycopg": "forgetting[postgres]",
+    "pyarrow": "forgetting[parquet]",
+    "dask": "forgetting[distributed]",
+    "distributed": "forgetting[distributed]",
+    "lightgbm": "forgetting[tabular]",
+    "skimage": "forgetting[image]",
+    "torch": "forgetting[text]",
+    "sentence_transformers": "forgetting[text]",
+    "transformers": "forgetting[text]",
+    "dp_accounting": "forgetting[privacy]",
+    "bitsandbytes": "forgetting[durability]",
+    "torchao": "forgetting[durability]",
+    "matplotlib": "forgetting-lab[plots]",
+    "pandas": "forgetting-lab[diamonds]",
 }
 
 
@@ -78,7 +79,7 @@ def install_hint(err: ImportError) -> str:
     """One line naming what to install for a missing optional package."""
     missing = (err.name or "").split(".")[0]
     if missing in _EXTRAS:
-        return f"install it: pip install 'forgetting[{_EXTRAS[missing]}]'"
+        return f"install it: pip install '{_EXTRAS[missing]}'"
     return f"install the missing package: pip install {missing or err}"
 
 

@@ -114,7 +114,7 @@ def _id_value(value: Any, id_type: str, text_type: str) -> int | str:
 def label_column(table: Table, name: str | None = None, *, task: str) -> np.ndarray:
     """The labels: finite numbers for ``task="regression"``; for classification integers when
     every label is a canonical integer, else strings (CSV cells have surrounding spaces
-    removed, as before: labels are class names, not ids)."""
+    removed: labels are class names, not ids, which are never rewritten)."""
     column = name or DEFAULT_LABEL_COLUMN[table.kind]
     values = table.column(column, "--label-col")
     if task == "regression":
