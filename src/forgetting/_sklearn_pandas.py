@@ -7,10 +7,12 @@ estimators. The estimators never need pandas by themselves: a DataFrame only arr
 caller who has imported pandas, and scikit-learn finds pandas for its DataFrame checks in
 ``sys.modules`` (``sklearn.utils._dataframe``), so it sees the caller's.
 
-:func:`install` puts a finder first on ``sys.meta_path`` that answers that one import, made by
-the module body of ``sklearn.utils.fixes``, with ``ModuleNotFoundError`` (as if pandas were not
-installed), and then removes itself. Every other import of pandas, by the caller, by
-scikit-learn inside a function, or on another thread, proceeds as usual.
+:func:`install` (run by ``import forgetting``) puts a finder first on ``sys.meta_path`` that
+answers that one import, made by the module body of ``sklearn.utils.fixes`` whoever imports
+scikit-learn first, with ``ModuleNotFoundError`` (as if pandas were not installed), and then
+removes itself; ``sklearn.utils.fixes.pd`` stays None. Every other import of pandas, by the
+caller, by scikit-learn inside a function (``set_output(transform="pandas")``, ``fetch_*``),
+or on another thread, proceeds as usual. tests/test_import_cost.py checks both sides.
 """
 
 from __future__ import annotations
