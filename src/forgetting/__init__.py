@@ -3,23 +3,50 @@
 Public API: :class:`QSSClassifier`, :class:`QSSRegressor`, the :class:`Receipt` they return
 from ``forget``/``insert``, and :class:`ModelFileError` raised by ``load``.
 ``MUNKEYClassifier`` (approximate unlearning by key deletion, the optional ``munkey`` extra)
-is imported on first use, so ``import forgetting`` never loads torch.
+is one more model family.
+
+Every public name is imported on first use (PEP 562), so ``import forgetting`` alone imports
+nothing heavy: the command line (``python -m forgetting``, whose package this is) prints its
+help without scikit-learn or numpy, and torch is loaded only by ``MUNKEYClassifier``.
+Importing the estimators imports scikit-learn but not pandas (:mod:`._sklearn_pandas`): pandas
+is the caller's, imported when a DataFrame arrives.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .estimators import QSSClassifier, QSSRegressor
-from .io.model_format import ModelFileError
-from .receipts import Receipt
+from . import _sklearn_pandas
+
+_sklearn_pandas.install()
+
+if TYPE_CHECKING:
+    from .estimators import QSSClassifier, QSSRegressor
+    from .io.model_format import ModelFileError
+    from .munkey import MUNKEYClassifier
+    from .receipts import Receipt
 
 __all__ = ["QSSClassifier", "QSSRegressor", "Receipt", "ModelFileError", "MUNKEYClassifier"]
 __version__ = "0.1.0"
 
+#: Each public name -> the module that defines it.
+_HOMES = {
+    "QSSClassifier": ".estimators",
+    "QSSRegressor": ".estimators",
+    "Receipt": ".receipts",
+    "ModelFileError": ".io.model_format",
+    "MUNKEYClassifier": ".munkey",
+}
+
 
 def __getattr__(name: str) -> Any:
-    """``forgetting.MUNKEYClassifier``, imported on first use (PEP 562)."""
-    if name == "MUNKEYClassifier":
-        from .munkey import MUNKEYClassifier
+    """The public names, imported on first use (PEP 562) and kept as attributes."""
+    if name in _HOMES:
+        from importlib import import_module
 
-        return MUNKEYClassifier
+        value = getattr(import_module(_HOMES[name], __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'forgetting' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

@@ -5,17 +5,21 @@ Every store command works on a *store* (a SQLite file or a ``postgresql://`` DSN
 :class:`forgetting.store.durable.DurableModel`, so a deletion acknowledged by ``forget``
 survives any crash, and ``serve`` exposes the same store over HTTP. This package only parses,
 calls the library and prints: table files are read by :mod:`forgetting.io.tables` (whose
-docstring states the rules for ids, labels and features), estimator defaults come from the
-estimators themselves (``get_params()``), and the store enforces one writer. One job per module:
+docstring states the rules for ids, labels and features), an estimator option left out takes
+the estimator's own default, and the store enforces one writer. One job per module:
 
 * :mod:`.parser` -- the argparse tree: commands, options, help texts;
 * :mod:`.commands` -- fit, predict, forget, insert, inspect, verify; :mod:`.serve` -- serve;
 * :mod:`.inputs` -- data files and dataset directories (and the dask cluster that fits the
   latter), ids, the secret key file and the store, as the library takes them;
-* :mod:`.estimator` -- the estimator options of ``fit`` and their defaults;
+* :mod:`.estimator` -- the estimator options of ``fit`` and the defaults its help shows;
 * :mod:`.render` -- what is printed: JSON, receipts, tables;
 * :mod:`.errors` -- ``CLIError`` and the mapping of every expected error to a line and a code;
 * :mod:`.plugins` -- the ``bench`` and ``audit`` registries and their dispatch.
+
+**Help is instant.** :func:`main`, the parser and the error handling import no numpy,
+scikit-learn or store: a command imports the library when it runs, and the names below that
+need it (``cmd_fit``, ``open_store``, ...) are imported on first use (PEP 562).
 
 Why the conventions below:
 
@@ -45,21 +49,13 @@ Why the conventions below:
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from .commands import (
-    PREDICT_CHUNK,
-    cmd_fit,
-    cmd_forget,
-    cmd_insert,
-    cmd_inspect,
-    cmd_predict,
-    cmd_verify,
-)
 from .errors import CLIError, redact, run_command
 from .estimator import ESTIMATOR_OPTIONS
-from .inputs import embed_texts, open_store
 from .parser import build_parser
 from .plugins import (
     AUDITS,
@@ -69,8 +65,22 @@ from .plugins import (
     run_audit,
     run_bench,
 )
-from .render import format_table, render_stats
-from .serve import cmd_serve
+
+#: Names imported on first use (their modules import numpy and the library): name -> module.
+_LAZY = {
+    "PREDICT_CHUNK": ".commands",
+    "cmd_fit": ".commands",
+    "cmd_forget": ".commands",
+    "cmd_insert": ".commands",
+    "cmd_inspect": ".commands",
+    "cmd_predict": ".commands",
+    "cmd_verify": ".commands",
+    "cmd_serve": ".serve",
+    "embed_texts": ".inputs",
+    "open_store": ".inputs",
+    "format_table": ".render",
+    "render_stats": ".render",
+}
 
 __all__ = [
     "AUDITS",
@@ -97,6 +107,17 @@ __all__ = [
     "run_audit",
     "run_bench",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_LAZY`, imported on first use (PEP 562)."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

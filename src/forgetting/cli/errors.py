@@ -5,42 +5,45 @@ Kept apart from the commands so that every command, and ``bench``/``audit``, fai
 way: a command raises (``CLIError`` or the library's own exceptions) and :func:`run_command`
 alone decides the message and the code. Messages pass through :func:`redact`, so a DSN's
 password never reaches a terminal or a log.
+
+Light by design: ``main`` imports this module before any command runs, so it imports neither
+the store nor numpy (the store's errors are looked up only once something failed).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
-import sqlite3
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..io.tables import TableError, TableUsageError
-from ..store.errors import StoreBusy, StoreCorrupt, StoreError
+from ..io.table_types import TableError, TableUsageError
 
 #: The commands that change a store (the others open it read-only): only their failures can
 #: leave a change unacknowledged.
 WRITERS = ("fit", "forget", "insert", "serve")
 
-#: The extra of ``forgetting`` that installs each optional package (top-level import name).
+#: The extra that installs each optional package (top-level import name): of ``forgetting``,
+#: or, for the benchmarks' own needs, of the lab (``forgetting-lab``, in benchmarks/).
 _EXTRAS = {
-    "fastapi": "service",
-    "uvicorn": "service",
-    "psycopg": "postgres",
-    "pyarrow": "parquet",
-    "dask": "distributed",
-    "distributed": "distributed",
-    "matplotlib": "bench",
-    "lightgbm": "tabular",
-    "skimage": "image",
-    "pandas": "diamonds",
-    "torch": "text",
-    "sentence_transformers": "text",
-    "transformers": "text",
-    "dp_accounting": "privacy",
-    "bitsandbytes": "durability",
-    "torchao": "durability",
+    "fastapi": "forgetting[service]",
+    "uvicorn": "forgetting[service]",
+    "psycopg": "forgetting[postgres]",
+    "pyarrow": "forgetting[parquet]",
+    "dask": "forgetting[distributed]",
+    "distributed": "forgetting[distributed]",
+    "lightgbm": "forgetting[tabular]",
+    "skimage": "forgetting[image]",
+    "torch": "forgetting[text]",
+    "sentence_transformers": "forgetting[text]",
+    "transformers": "forgetting[text]",
+    "dp_accounting": "forgetting[privacy]",
+    "bitsandbytes": "forgetting[durability]",
+    "torchao": "forgetting[durability]",
+    "matplotlib": "forgetting-lab[plots]",
+    "pandas": "forgetting-lab[diamonds]",
 }
 
 
@@ -76,50 +79,66 @@ def install_hint(err: ImportError) -> str:
     """One line naming what to install for a missing optional package."""
     missing = (err.name or "").split(".")[0]
     if missing in _EXTRAS:
-        return f"install it: pip install 'forgetting[{_EXTRAS[missing]}]'"
+        return f"install it: pip install '{_EXTRAS[missing]}'"
     return f"install the missing package: pip install {missing or err}"
 
 
 def _database_error(err: BaseException) -> bool:
+    import sqlite3
+
     return isinstance(err, sqlite3.Error) or type(err).__module__.startswith("psycopg")
 
 
-def run_command(command: str, call: Callable[[], int], store: str | None = None) -> int:
-    """Run a command, turning every expected error into one line on stderr and an exit code."""
-    where = redact(store) if store else "the store"
+def _store_errors() -> Any:
+    """:mod:`forgetting.store.errors`, or None while it was never imported: then none of its
+    errors can have been raised, and the store (which imports the whole library) stays
+    unimported, so a usage error of ``bench`` or ``audit`` answers at once."""
+    return sys.modules.get(importlib.util.resolve_name("..store.errors", __package__))
 
-    def fail(message: Any, code: int) -> int:
-        print(f"forgetting {command}: error: {redact(one_line(message))}", file=sys.stderr)
-        return code
 
-    try:
-        return call()
-    except CLIError as err:
-        return fail(err, err.code)
-    except TableUsageError as err:
-        return fail(err, 2)
-    except TableError as err:
-        return fail(err, 1)
-    except StoreBusy as err:
-        return fail(
+def _failure(command: str, err: Exception, where: str) -> tuple[Any, int] | None:
+    """The message and exit code of an expected error; None for anything else (a bug, raised
+    as is)."""
+    store = _store_errors()
+    if isinstance(err, CLIError):
+        return err, err.code
+    if isinstance(err, TableUsageError):
+        return err, 2
+    if isinstance(err, TableError):
+        return err, 1
+    if store is not None and isinstance(err, store.StoreBusy):
+        return (
             f"the store is busy: {err}; nothing was changed (a running `forgetting serve` "
             "takes changes over HTTP)",
             1,
         )
-    except StoreCorrupt as err:
-        return fail(f"unreadable store: {err}", 1)
-    except StoreError as err:
+    if store is not None and isinstance(err, store.StoreCorrupt):
+        return f"unreadable store: {err}", 1
+    if store is not None and isinstance(err, store.StoreError):
         unacknowledged = "the change was not acknowledged; " if command in WRITERS else ""
-        return fail(f"{err}; {unacknowledged}retry later", 1)
-    except KeyError as err:
+        return f"{err}; {unacknowledged}retry later", 1
+    if isinstance(err, KeyError):
         message = err.args[0] if err.args else "unknown key"
-        return fail(f"{message}; nothing was changed", 1)
-    except (FileExistsError, FileNotFoundError) as err:
-        return fail(err, 2)
-    except (ValueError, TypeError) as err:
-        return fail(err, 1)
-    except ImportError as err:
-        return fail(f"{err}; {install_hint(err)}", 1)
+        return f"{message}; nothing was changed", 1
+    if isinstance(err, FileExistsError | FileNotFoundError):
+        return err, 2
+    if isinstance(err, ValueError | TypeError):
+        return err, 1
+    if isinstance(err, ImportError):
+        return f"{err}; {install_hint(err)}", 1
+    if _database_error(err):
+        return (
+            f"database error ({type(err).__name__}): {err}; is {where!r} a "
+            "forgetting store, and reachable?",
+            1,
+        )
+    return None
+
+
+def run_command(command: str, call: Callable[[], int], store: str | None = None) -> int:
+    """Run a command, turning every expected error into one line on stderr and an exit code."""
+    try:
+        return call()
     except BrokenPipeError:
         # The reader went away (`forgetting predict ... | head`): not an error of ours.
         # Point stdout at devnull so the interpreter's final flush does not fail again.
@@ -129,10 +148,9 @@ def run_command(command: str, call: Callable[[], int], store: str | None = None)
         print(f"forgetting {command}: interrupted", file=sys.stderr)
         return 130
     except Exception as err:
-        if _database_error(err):
-            return fail(
-                f"database error ({type(err).__name__}): {err}; is {where!r} a "
-                "forgetting store, and reachable?",
-                1,
-            )
-        raise
+        failure = _failure(command, err, redact(store) if store else "the store")
+        if failure is None:
+            raise
+        message, code = failure
+        print(f"forgetting {command}: error: {redact(one_line(message))}", file=sys.stderr)
+        return code

@@ -1,8 +1,11 @@
-"""The estimator behind ``forgetting fit`` and the parameters it exposes as options.
+"""The estimator behind ``forgetting fit``, the parameters it exposes as options, and the
+defaults ``fit --help`` shows for them.
 
-Defaults are never repeated here: an option left out is not passed, so the estimator's own
-default applies, and ``--help`` shows the values read from ``get_params()``. Changing a default
-in :mod:`forgetting.estimators` therefore changes the CLI and its help with it.
+An option left out is not passed, so the estimator's own default applies. The help shows those
+defaults from :data:`DEFAULTS`, a copy written out here so that ``--help`` never imports the
+estimators (and with them scikit-learn and numpy); tests/test_import_cost.py checks that it
+equals ``get_params()`` of both estimators, so a default changed in
+:mod:`forgetting.estimators` fails the tests until it is changed here too.
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 #: The estimator parameters ``fit`` exposes as options (``--n-instances`` -> ``n_instances``).
-#: Their defaults are the estimator's own (an option left out is not passed), never repeated.
 ESTIMATOR_OPTIONS = (
     "mode",
     "rho",
@@ -21,6 +23,29 @@ ESTIMATOR_OPTIONS = (
     "random_state",
 )
 
+#: ``get_params()`` of a default QSSClassifier (``classification``) and QSSRegressor
+#: (``regression``), restricted to :data:`ESTIMATOR_OPTIONS`. Only shown by ``--help``.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "classification": {
+        "mode": "exact",
+        "rho": 0.005,
+        "n_instances": 3,
+        "n_levels": None,
+        "n_centroids": None,
+        "rebuild": "background",
+        "random_state": 0,
+    },
+    "regression": {
+        "mode": "exact",
+        "rho": 0.005,
+        "n_instances": 3,
+        "n_levels": None,
+        "n_centroids": None,
+        "rebuild": "background",
+        "random_state": 0,
+    },
+}
+
 
 def estimator_class(task: str):
     """QSSClassifier for ``classification``, QSSRegressor otherwise."""
@@ -30,16 +55,16 @@ def estimator_class(task: str):
 
 
 def estimator_defaults() -> dict[str, str]:
-    """The estimators' own defaults as --help shows them (``None`` means the estimator picks
-    a value from the data: "auto"); a default the two tasks do not share shows both."""
+    """The estimators' defaults as --help shows them (``None`` means the estimator picks a
+    value from the data: "auto"); a default the two tasks do not share shows both."""
 
     def shown(value: Any) -> str:
         return "auto" if value is None else str(value)
 
-    clf, reg = (estimator_class(task)().get_params() for task in ("classification", "regression"))
+    clf, reg = DEFAULTS["classification"], DEFAULTS["regression"]
     return {
         name: shown(clf[name])
         if clf[name] == reg[name]
         else f"{shown(clf[name])} (classifier), {shown(reg[name])} (regressor)"
-        for name in clf
+        for name in ESTIMATOR_OPTIONS
     }

@@ -252,7 +252,7 @@ def model_features(args: argparse.Namespace, table: tables.Table, model: Any) ->
             f"--text-col {args.text_col}: the model was not fitted on that text column "
             "(leave the option out: the store knows which columns it needs)"
         )
-    if recorded is None:  # a store written before names were recorded: position and width
+    if recorded is None:  # a store that records no feature names: match position and width
         features = fit_features(args, table)
         if features.matrix.shape[1] != model.n_features:
             raise usage(

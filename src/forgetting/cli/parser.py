@@ -3,20 +3,38 @@
 Only definitions live here: each command's ``func`` is in :mod:`.commands` or :mod:`.serve`,
 and ``bench``/``audit`` are listed for ``forgetting --help`` but parsed by their own modules
 (:mod:`.plugins`). Estimator options default to ``argparse.SUPPRESS`` so that an option left
-out is not passed and the estimator's own default applies; the help shows that default, read
-from the estimator (:func:`.estimator.estimator_defaults`).
+out is not passed and the estimator's own default applies; the help shows that default
+(:func:`.estimator.estimator_defaults`).
+
+Building the parser imports nothing of the library beyond this package's light modules (no
+numpy, scikit-learn or store): a command's ``func`` is a :class:`_Command` that imports its
+module when the command runs, so ``forgetting --help`` and ``forgetting fit --help`` answer
+at once. tests/test_import_cost.py checks the modules each ``--help`` leaves unimported.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from typing import Any
 
-from ..io import tables
-from .commands import cmd_fit, cmd_forget, cmd_insert, cmd_inspect, cmd_predict, cmd_verify
+from ..io.table_types import ID_TYPES
 from .estimator import estimator_defaults
 from .plugins import available_audits, available_benchmarks
-from .serve import cmd_serve, cmd_warmup
+
+
+class _Command:
+    """The function ``name`` of this package's module ``module``, imported when the command
+    runs (called with the parsed arguments, like the function itself)."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(self.module, __package__), self.name)(args)
+
+    def __repr__(self) -> str:
+        return f"<command {self.module}.{self.name}>"
 
 
 def _positive_int(text: str) -> int:
@@ -92,7 +110,7 @@ def _add_columns(
     )
     group.add_argument("--data", required=True, metavar="PATH", help=data_help)
     group.add_argument("--id-col", metavar="NAME", help=id_help)
-    group.add_argument("--id-type", choices=tables.ID_TYPES, default="auto", help=_ID_TYPE_HELP)
+    group.add_argument("--id-type", choices=ID_TYPES, default="auto", help=_ID_TYPE_HELP)
     group.add_argument("--label-col", metavar="NAME", help=label_help)
     group.add_argument("--feature-cols", metavar="A,B,...", help=feature_help)
     group.add_argument("--text-col", metavar="NAME", help=text_help)
@@ -216,7 +234,7 @@ def _add_fit(sub: Any) -> None:
         help="keep the secret key in the store, so later commands need no --secret-key-file "
         "(anyone who can read the store can then read the key)",
     )
-    fit.set_defaults(func=cmd_fit)
+    fit.set_defaults(func=_Command(".commands", "cmd_fit"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -255,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument(
         "--no-proba", action="store_true", help="classifiers: only the predicted class"
     )
-    predict.set_defaults(func=cmd_predict)
+    predict.set_defaults(func=_Command(".commands", "cmd_predict"))
 
     forget = sub.add_parser(
         "forget",
@@ -277,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="file with one id per line, exactly as written (empty lines are skipped, lines "
         "starting with # are comments); ids holding commas need this",
     )
-    forget.add_argument("--id-type", choices=tables.ID_TYPES, default="auto", help=_ID_TYPE_HELP)
+    forget.add_argument("--id-type", choices=ID_TYPES, default="auto", help=_ID_TYPE_HELP)
     forget.add_argument(
         "--erase-inputs",
         action="store_true",
@@ -285,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     forget.add_argument("--json", action="store_true", help="print the receipt as JSON")
     forget.add_argument("--no-wait", action="store_true", help=_NO_WAIT_HELP)
-    forget.set_defaults(func=cmd_forget)
+    forget.set_defaults(func=_Command(".commands", "cmd_forget"))
 
     insert = sub.add_parser(
         "insert",
@@ -303,12 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     insert.add_argument("--json", action="store_true", help="print the receipt as JSON")
     insert.add_argument("--no-wait", action="store_true", help=_NO_WAIT_HELP)
-    insert.set_defaults(func=cmd_insert)
+    insert.set_defaults(func=_Command(".commands", "cmd_insert"))
 
     for name, func, help_, description, json_help in (
         (
             "inspect",
-            cmd_inspect,
+            _Command(".commands", "cmd_inspect"),
             "show rows, instances, validity and rebuild statistics (read-only)",
             "Show what the store holds: rows, task and mode, each instance's validity and "
             "schema size, rebuild counts and the state digest. Opens the store read-only: "
@@ -317,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         (
             "verify",
-            cmd_verify,
+            _Command(".commands", "cmd_verify"),
             "refit from the stored rows and compare state digests (read-only; exit 0 only "
             "if equal)",
             "Audit: fit a fresh model on the rows in the store and compare its state digest "
@@ -389,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
         "kernels a forget needs while the store loads, once per machine: the first deletion "
         "would otherwise wait seconds)",
     )
-    serve.set_defaults(func=cmd_serve)
+    serve.set_defaults(func=_Command(".serve", "cmd_serve"))
 
     warmup = sub.add_parser(
         "warmup",
@@ -402,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
         "installing (e.g. in a container image); with a complete cache it takes a few seconds.",
     )
     warmup.add_argument("--quiet", action="store_true", help="print nothing")
-    warmup.set_defaults(func=cmd_warmup)
+    warmup.set_defaults(func=_Command(".serve", "cmd_warmup"))
 
     # Listed for `forgetting --help`; main() hands `bench ...` and `audit ...` to run_bench and
     # run_audit, whose modules own their options (`forgetting bench NAME --help`).

@@ -1,0 +1,266 @@
+"""Numeric columns and feature matrices: which number in a table is feature ``j`` of row
+``i``.
+
+At fit time :func:`select_features` picks the columns (named, or every numeric column but the
+id and label ones); at predict and insert time :func:`match_features` selects the recorded
+names *by name*. A feature cell must be a finite number: anything else is an error naming its
+row and column. The rules are written down in :mod:`forgetting.io.tables`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .table_types import DEFAULT_NPZ_FEATURES, Features, Table, TableError, TableUsageError
+
+_MATRIX_NAME = re.compile(r"(.+)\[(0|[1-9][0-9]*)\]")
+_EMBEDDING_NAME = re.compile(r"minilm\((.+)\)\[(0|[1-9][0-9]*)\]")
+#: The column names pyarrow and dask give a frame's unnamed index when writing Parquet.
+_INDEX_NAME = re.compile(r"__index_level_[0-9]+__|__null_dask_index__")
+
+#: Embeds a list of texts into an ``(n, d)`` matrix (the CLI passes the MiniLM encoder).
+Embedder = Callable[[list[str]], np.ndarray]
+
+
+def _finite(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _bad_cell(table: Table, column: str, row: int, value: Any) -> TableError:
+    if isinstance(value, np.generic):  # nan, not np.float64(nan)
+        value = value.item()
+    shown = "an empty cell" if value is None or value == "" else f"{value!r}"
+    return TableError(
+        f"{table.at(row, column)}: {shown} is not a finite number; "
+        "fix the cell, or leave the column out with --feature-cols"
+    )
+
+
+def numeric_column(table: Table, name: str) -> np.ndarray:
+    """A 1-D column as float64; the first empty, non-numeric or non-finite cell is an error
+    naming its row and column."""
+    values = table.column(name, "--feature-cols")
+    if table.kind == "csv":
+        try:
+            out = np.fromiter(map(float, values), dtype=np.float64, count=len(values))
+        except ValueError:
+            out = None
+        if out is None or not np.all(np.isfinite(out)):
+            for row, value in enumerate(values):
+                if _finite(value) is None:
+                    raise _bad_cell(table, name, row, value) from None
+        return out
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise TableUsageError(
+            f"{table.path}: array {name!r} is {array.ndim}-D; name it alone to use it as the "
+            "feature matrix"
+        )
+    if array.dtype.kind not in "biuf":  # strings, or objects (Parquet nulls, mixed values)
+        for row, value in enumerate(array):
+            if not isinstance(value, int | float | np.number) or isinstance(value, bool):
+                raise _bad_cell(table, name, row, value)
+    out = array.astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(out))
+    if bad.size:
+        raise _bad_cell(table, name, int(bad[0]), out[int(bad[0])])
+    return out
+
+
+def _matrix(table: Table, name: str) -> np.ndarray:
+    """A 2-D NPZ array as float64, every entry finite."""
+    array = np.asarray(table.column(name, "--feature-cols"))
+    if array.dtype.kind not in "biuf":
+        raise TableError(f"{table.path}: array {name!r} is not numeric (dtype {array.dtype})")
+    out = array.astype(np.float64)
+    bad = np.argwhere(~np.isfinite(out))
+    if bad.size:
+        row, col = (int(v) for v in bad[0])
+        raise TableError(
+            f"{table.path}, array {name!r}, row {row + 1}, column {col}: {out[row, col]!r} "
+            "is not a finite number"
+        )
+    return out
+
+
+def _is_text_column(table: Table, name: str) -> bool:
+    """True for a column with no number in it (left out of the default features)."""
+    values = table.columns[name]
+    if table.kind == "csv":
+        return not any(_finite(value) is not None for value in values)
+    array = np.asarray(values)
+    return array.ndim == 1 and array.dtype.kind not in "biuf"
+
+
+def matrix_names(array: str, width: int) -> list[str]:
+    """The recorded names of the columns of a 2-D array: ``X[0]``, ``X[1]``, ..."""
+    return [f"{array}[{j}]" for j in range(width)]
+
+
+def embedding_names(column: str, width: int) -> list[str]:
+    """The recorded names of an embedded text column: ``minilm(text)[0]``, ..."""
+    return [f"minilm({column})[{j}]" for j in range(width)]
+
+
+def _source(names: Sequence[str], pattern: re.Pattern[str]) -> str | None:
+    """The one array/column ``names`` enumerate as ``source[0..d-1]`` under ``pattern``."""
+    matches = [pattern.fullmatch(name) for name in names]
+    if not names or not all(matches):
+        return None
+    sources = {m.group(1) for m in matches if m}
+    indices = [int(m.group(2)) for m in matches if m]
+    return sources.pop() if len(sources) == 1 and indices == list(range(len(names))) else None
+
+
+def text_column(table: Table, name: str) -> list[str]:
+    """The cells of a text column as strings (an empty cell is an error naming its row)."""
+    values = table.column(name, "--text-col")
+    texts = []
+    for row, value in enumerate(values):
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            raise TableError(f"{table.at(row, name)}: empty text")
+        texts.append(value.decode() if isinstance(value, bytes) else str(value))
+    return texts
+
+
+def _embed(table: Table, column: str, embed: Embedder | None) -> Features:
+    if embed is None:
+        raise TableUsageError(f"column {column!r} must be embedded, and no text encoder was given")
+    matrix = np.asarray(embed(text_column(table, column)), dtype=np.float64)
+    if matrix.ndim != 2 or len(matrix) != len(table.columns[column]):
+        raise TableError(f"the text encoder returned shape {matrix.shape} for column {column!r}")
+    return Features(matrix, embedding_names(column, matrix.shape[1]), [column])
+
+
+def select_features(
+    table: Table,
+    *,
+    columns: Sequence[str] | None = None,
+    exclude: Iterable[str] = (),
+    text_column: str | None = None,
+    embed: Embedder | None = None,
+) -> Features:
+    """The fit-time feature matrix: ``columns`` as given, else the default selection.
+
+    Defaults: NPZ uses the array ``X`` (2-D, or 1-D as one column); CSV and Parquet use every
+    column not in ``exclude`` (the id and label columns), leaving out text columns (listed in
+    :attr:`Features.skipped`). ``text_column`` embeds that column instead (``embed`` does the
+    work). ``columns`` naming one 2-D NPZ array uses it as the whole matrix.
+    """
+    if text_column is not None:
+        if columns:
+            raise TableUsageError("give feature columns or a text column, not both")
+        return _embed(table, text_column, embed)
+    if columns is None and table.kind == "npz":
+        names, skipped = [DEFAULT_NPZ_FEATURES], []
+    else:
+        names, skipped = choose_features(
+            table.path, table.names, lambda name: _is_text_column(table, name), columns, exclude
+        )
+    for name in names:
+        table.column(name, "--feature-cols")
+    if len(names) == 1 and np.ndim(table.columns[names[0]]) == 2:
+        matrix = _matrix(table, names[0])
+        return Features(matrix, matrix_names(names[0], matrix.shape[1]), names, skipped)
+    matrix = np.column_stack([numeric_column(table, name) for name in names])
+    return Features(matrix, names, names, skipped)
+
+
+def choose_features(
+    path: str,
+    available: Sequence[str],
+    is_text: Callable[[str], bool],
+    columns: Sequence[str] | None,
+    exclude: Iterable[str],
+) -> tuple[list[str], list[str]]:
+    """(feature names, skipped text columns): ``columns`` as given, else every column of
+    ``available`` but the excluded ones, unnamed index columns and text columns. One rule for
+    a table in memory and a dataset known only by its schema."""
+    if columns is not None:
+        names = list(columns)
+        if not names:
+            raise TableUsageError("the list of feature columns is empty")
+        if len(set(names)) != len(names):
+            raise TableUsageError(f"a feature column is named twice: {names}")
+        return names, []
+    excluded = set(exclude)
+    candidates = [
+        name for name in available if name not in excluded and not _INDEX_NAME.fullmatch(name)
+    ]
+    skipped = [name for name in candidates if is_text(name)]
+    names = [name for name in candidates if name not in skipped]
+    if not names:
+        raise TableUsageError(
+            f"{path} has no numeric feature columns besides the id and label: name "
+            "them with --feature-cols, or embed a text column with --text-col"
+        )
+    return names, skipped
+
+
+def match_features(
+    table: Table,
+    recorded: Sequence[str],
+    *,
+    columns: Sequence[str] | None = None,
+    ignore: Iterable[str] = (),
+    embed: Embedder | None = None,
+) -> Features:
+    """The feature matrix for a model fitted on the columns ``recorded``, selected by name.
+
+    The file's column order does not matter; a recorded column the file lacks is an error
+    naming it; columns the model does not use are ignored and listed in
+    :attr:`Features.unused` (except those in ``ignore``: the id and label columns). ``columns``
+    (``--feature-cols`` at predict/insert) must name the recorded columns, in any order.
+    """
+    recorded = list(recorded)
+    if columns is not None and sorted(columns) != sorted(recorded):
+        raise TableUsageError(
+            f"the model was fitted on the columns {','.join(recorded)}; the feature columns "
+            f"given are {','.join(columns)} (leave the option out to select them by name)"
+        )
+    if all(name in table.columns and np.ndim(table.columns[name]) == 1 for name in recorded):
+        matrix = np.column_stack([numeric_column(table, name) for name in recorded])
+        used = set(recorded) | set(ignore)
+        unused = [name for name in table.names if name not in used]
+        return Features(matrix, recorded, recorded, unused=unused)
+    array = _source(recorded, _MATRIX_NAME)
+    if array is not None and array in table.columns and np.ndim(table.columns[array]) == 2:
+        matrix = _matrix(table, array)
+        if matrix.shape[1] != len(recorded):
+            raise TableError(
+                f"{table.path}: array {array!r} has {matrix.shape[1]} columns, the model was "
+                f"fitted on {len(recorded)}"
+            )
+        return Features(matrix, recorded, [array])
+    text = _source(recorded, _EMBEDDING_NAME)
+    if text is not None and text in table.columns:
+        features = _embed(table, text, embed)
+        if features.names != recorded:
+            raise TableError(
+                f"embedding column {text!r} gave {len(features.names)} dimensions, the model "
+                f"was fitted on {len(recorded)}"
+            )
+        return features
+    wanted = [text] if text else [array] if array else recorded
+    missing = [name for name in wanted if name not in table.columns]
+    raise TableUsageError(
+        f"{table.path} lacks the column(s) the model was fitted on: {', '.join(missing or wanted)}"
+        f" (the model's features: {_describe(recorded)}; the file has: {', '.join(table.names)})"
+    )
+
+
+def _describe(names: Sequence[str]) -> str:
+    for pattern, what in ((_MATRIX_NAME, "array"), (_EMBEDDING_NAME, "embedded text column")):
+        source = _source(names, pattern)
+        if source is not None:
+            return f"{len(names)} columns of the {what} {source!r}"
+    return ", ".join(names)
