@@ -56,10 +56,10 @@ def _exact_gain(head: LinearHead) -> float:
 @pytest.mark.parametrize("kernels", ["numba", "numpy"])
 @pytest.mark.parametrize("slots", [range(P), (0, 2)], ids=["all-slots", "one-rebuilding"])
 def test_the_tracked_gain_follows_the_exact_gain_through_forgets_and_inserts(
-    slots, kernels, monkeypatch
+    slots, kernels, use_kernels
 ):
     """Both paths (the compiled kernel and numpy) stay within 10⁻⁴ of the tolerance."""
-    monkeypatch.setenv("FORGETTING_KERNELS", kernels)
+    use_kernels(kernels)
     cache, heads = _stacked_heads(slots=slots)
     v, residuals, folds = _rows(200, seed=1)
     rng = np.random.default_rng(2)
@@ -81,19 +81,19 @@ def test_the_tracked_gain_follows_the_exact_gain_through_forgets_and_inserts(
 
 
 @pytest.mark.parametrize("first, then", [("numba", "numpy"), ("numpy", "numba")])
-def test_the_tracked_state_carries_over_between_the_paths(first, then, monkeypatch):
+def test_the_tracked_state_carries_over_between_the_paths(first, then, use_kernels):
     """The compiled update holds A⁻¹ and G_0 as packed triangles and leaves rank-one terms
     pending (a few rows at a time); when numpy takes over mid-way (FORGETTING_KERNELS
     switched) it unpacks them and adds the terms first, and the compiled path packs what
     numpy held: the tracked gain stays on the exact one either way (a numpy step on the
     arrays alone misses by far more than the tolerance)."""
-    monkeypatch.setenv("FORGETTING_KERNELS", first)
+    use_kernels(first)
     cache, heads = _stacked_heads()
     v, residuals, folds = _rows(40, seed=3)
     worst = 0.0
     for i in range(30):
         if i == 13:  # 13 rows in: some terms wait (8 per flush), from both folds
-            monkeypatch.setenv("FORGETTING_KERNELS", then)
+            use_kernels(then)
         for r, head in heads.items():
             head.subtract(v[i : i + 1], residuals[r][i : i + 1], folds[i : i + 1])
         lam = head_penalty(next(iter(heads.values())).gram)

@@ -82,7 +82,7 @@ def test_fold_sums_equal_integer_matmul_over_each_folds_rows(chunk, monkeypatch)
 
 
 @pytest.mark.parametrize("kind", [LinearHead, LogitRidgeHead])
-def test_one_row_changes_compiled_or_not_are_the_same_integers(kind, monkeypatch):
+def test_one_row_changes_compiled_or_not_are_the_same_integers(kind, use_kernels):
     """A one-row add or subtract (the latency path) in one compiled call — cross sums, the
     pending Gram diagonal and, for the logit head, the Newton weights — leaves the integers
     numpy's calls leave, and both equal the bulk path's sums."""
@@ -96,7 +96,7 @@ def test_one_row_changes_compiled_or_not_are_the_same_integers(kind, monkeypatch
     folds = rng.integers(0, 2, size=60)
     heads = []
     for kernels in ("numba", "numpy"):
-        monkeypatch.setenv("FORGETTING_KERNELS", kernels)
+        use_kernels(kernels)
         head = kind.empty(8, 3, 32)
         for i in range(60):
             head.add(v[i : i + 1], r[i : i + 1], folds[i : i + 1])
@@ -111,7 +111,7 @@ def test_one_row_changes_compiled_or_not_are_the_same_integers(kind, monkeypatch
     assert heads[0].equals(heads[1]) and heads[0].equals(bulk)
 
 
-def test_the_compiled_gram_passes_give_numpys_integers_and_floats(monkeypatch):
+def test_the_compiled_gram_passes_give_numpys_integers_and_floats(use_kernels):
     """GramSystem.of's one-pass conversion and the flush's one-pass copy with pending rows
     (content._head_kernels) give the very floats and integers of numpy's steps — on sums
     near the int64 limit too, where the adds wrap alike."""
@@ -123,7 +123,7 @@ def test_the_compiled_gram_passes_give_numpys_integers_and_floats(monkeypatch):
     pending = [(v[:1], np.array([1]), -1), (v[1:4], np.array([0, 1, 0]), 1), (v[4:], [0], -1)]
     results = []
     for kernels in ("numba", "numpy"):
-        monkeypatch.setenv("FORGETTING_KERNELS", kernels)
+        use_kernels(kernels)
         system = head_module.GramSystem.of(gram)
         results.append((system.G0, system.factor, head_module._with_pending(gram, pending)))
     (G0_a, factor_a, new_a), (G0_b, factor_b, new_b) = results

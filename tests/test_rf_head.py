@@ -81,12 +81,12 @@ def test_features_on_the_integer_grid_are_exact_in_any_batch():
 
 
 @pytest.mark.parametrize("kernels", ["numba", "numpy"])
-def test_fixed_point_features_in_one_pass_are_the_composed_forms_bits(kernels, monkeypatch):
+def test_fixed_point_features_in_one_pass_are_the_composed_forms_bits(kernels, use_kernels):
     """RandomFeatures.fixed_point_into (one product, then one compiled pass or numpy on
     contiguous arrays) writes head_features([u, ψ(u)]) bit for bit — zero rows, a basis
     vector, one row and none; and rows far off the unit sphere, where u's grid values pass
     ±2^14 and ψ clips at 1 (the composed form clips both), with ψ clipping at 0 throughout."""
-    monkeypatch.setenv("FORGETTING_KERNELS", kernels)
+    use_kernels(kernels)
     rng = np.random.default_rng(5)
     for n, d, width, scale in [
         (3000, 30, 64, 1.0),

@@ -38,23 +38,33 @@ from forgetting.schema.partitions import ThresholdPartition, fit_linear, to_grid
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
-def test_backend_switch(compiled, monkeypatch) -> None:
+def test_backend_switch(compiled, use_kernels) -> None:
     assert kernels.backend(1) == "numba"
-    monkeypatch.setenv("FORGETTING_KERNELS", "numpy")
+    use_kernels("numpy")
     assert kernels.backend(1 << 30) == "numpy"
-
-
-def test_backend_follows_every_way_the_environment_changes(compiled, monkeypatch) -> None:
-    """The kernels' switch reads the environment as ``os.environ.get`` does, after
-    ``monkeypatch``, a plain assignment, a deletion and a non-ASCII value alike."""
-    for value in ("numpy", "NUMPY", "numba", "", "nümpy"):
-        monkeypatch.setenv("FORGETTING_KERNELS", value)
-        assert kernels._environ("FORGETTING_KERNELS") == os.environ["FORGETTING_KERNELS"]
-    os.environ["FORGETTING_KERNELS"] = "numpy"
-    assert kernels.backend(1 << 30) == "numpy"
-    del os.environ["FORGETTING_KERNELS"]
-    assert kernels._environ("FORGETTING_KERNELS") == ""
+    use_kernels("auto")
     assert kernels.backend(1) == "numba"  # loaded, nothing forces numpy
+
+
+def test_the_choice_is_read_once_and_changed_through_the_api(use_kernels) -> None:
+    """The environment is read at import (unknown values mean "auto"); a later change of it
+    has no effect, ``use`` refuses unknown choices, and ``using`` restores what it found."""
+    code = (
+        "import os\n"
+        "from forgetting.content import kernels\n"
+        "assert kernels.settings() == {'kernels': 'numpy', 'hashing': 'auto'}\n"
+        "os.environ['FORGETTING_KERNELS'] = 'numba'\n"
+        "assert kernels.backend(1 << 30) == 'numpy'\n"
+        "with kernels.using('numba', hashing='hashlib'):\n"
+        "    assert kernels.settings() == {'kernels': 'numba', 'hashing': 'hashlib'}\n"
+        "assert kernels.settings() == {'kernels': 'numpy', 'hashing': 'auto'}\n"
+    )
+    env = {**os.environ, "FORGETTING_KERNELS": " NumPy ", "FORGETTING_HASH_BACKEND": "nümpy"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    with pytest.raises(ValueError, match="FORGETTING_KERNELS"):
+        kernels.use("fast")
+    with pytest.raises(ValueError, match="FORGETTING_HASH_BACKEND"):
+        kernels.use(hashing="numpy")
 
 
 def test_import_does_not_load_numba() -> None:

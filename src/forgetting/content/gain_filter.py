@@ -47,7 +47,7 @@ import numpy as np
 import scipy.linalg.blas as blas
 from scipy.linalg.lapack import dpotri as _POTRI
 
-from .kernels import LOAD_MIN_WORK, LazyKernel
+from .kernels import GAIN_FILTER_KERNELS
 
 FEATURE_BITS = 14
 """content.head's fixed point of the head features (v = rint(2^14 φ)); repeated here, not
@@ -58,10 +58,6 @@ docstring: ≥ 30× the rounding estimates, ≥ 10⁴× the errors the tests all
 REFRESH_ROWS = 512
 """Rows the tracked solution may be updated by before the exact route runs again: bounds the
 rounding drift of the row updates (each adds ~cond·ε)."""
-_KERNEL = LazyKernel("_gain_filter_kernel", "FORGETTING_KERNELS", "numpy", LOAD_MIN_WORK)
-"""The compiled row updates and gains (content._gain_filter_kernel), loaded when the work the
-filter may do before its next exact solve (REFRESH_ROWS · D² per tracked solution) reaches
-LOAD_MIN_WORK — D ≥ 46 — or once loaded; FORGETTING_KERNELS=numpy keeps numpy."""
 LOG_ROWS = 16
 """A change of more rows than this is not logged: the exact route (one solve) is cheaper
 than that many row updates, and bulk changes solve their heads on several threads anyway."""
@@ -317,7 +313,7 @@ class GainFilter:
         Ainv, G0, X, Q, B, lam = self._state
         waiting = self._waiting
         m = X.shape[1] // 2
-        kernel = _KERNEL.get(REFRESH_ROWS * X.shape[0] ** 2)
+        kernel = GAIN_FILTER_KERNELS.get(REFRESH_ROWS * X.shape[0] ** 2)
         if kernel is None and Ainv.ndim == 1:  # the numpy path takes over: whole arrays
             Ainv, G0 = unpacked(Ainv), unpacked(G0)
         elif kernel is not None and Ainv.ndim == 2:  # the compiled path's layout
