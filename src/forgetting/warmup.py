@@ -97,7 +97,7 @@ def run() -> dict[str, tuple[int, int]]:
     """The workloads, in this process (see the module docstring: a process of its own)."""
     kernels.use("numba", hashing="numba")
     from . import QSSClassifier, QSSRegressor
-    from .content import head as head_module
+    from .content import tables as tables_module
 
     X, y = _mixture()
     common = dict(n_instances=3, rebuild="sync", random_state=0, secret_key=b"warm-up" * 4)
@@ -107,12 +107,12 @@ def run() -> dict[str, tuple[int, int]]:
     Xr = X.astype(np.float64)
     yr = Xr[:, 0] * 2.0 - Xr[:, 1] + np.sin(3.0 * Xr[:, 2])
     _exercise(QSSRegressor(**common), Xr, yr)
-    factor = head_module.TABLES_GAIN_FACTOR
-    head_module.TABLES_GAIN_FACTOR = 50.0  # the tables serve: the gain filter's kernels run
+    factor = tables_module.TABLES_GAIN_FACTOR
+    tables_module.TABLES_GAIN_FACTOR = 50.0  # the tables serve: the gain filter's kernels run
     try:
         _exercise(QSSClassifier(**common), X, y)
     finally:
-        head_module.TABLES_GAIN_FACTOR = factor
+        tables_module.TABLES_GAIN_FACTOR = factor
     return kernel_stats()
 
 

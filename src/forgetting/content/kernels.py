@@ -161,8 +161,8 @@ HASHES = KernelGroup(HASHING, LOAD_MIN_ROWS)
 """The batched BLAKE2b."""
 
 TABLE_KERNELS = LazyKernel("forgetting.content._table_kernels", TABLES)
-HEAD_KERNELS = LazyKernel("forgetting.content._head_kernels", HEADS)
-GAIN_FILTER_KERNELS = LazyKernel("forgetting.content._gain_filter_kernel", GAIN_FILTER)
+HEAD_KERNELS = LazyKernel("forgetting.content.heads._kernels", HEADS)
+GAIN_FILTER_KERNELS = LazyKernel("forgetting.content.heads._gain_filter_kernel", GAIN_FILTER)
 HASH_KERNELS = LazyKernel("forgetting.content._blake2_kernel", HASHES)
 
 MODULES = tuple(kernel.module_name for kernel in _ALL)

@@ -14,7 +14,7 @@ choice would serve different bits — so this is a *filter* in the computational
 an approximation with an error bound decides when the bound says the answer is certain, and
 the exact computation decides otherwise. After an exact stacked solve of all p heads (one
 Gram system), this keeps X = A⁻¹[H | H_0] (the same (D, 2m) layout as
-content.head._solve), A⁻¹ and Q = G_0 X as floats and updates them row by row
+content.heads.solve.solve_ridge), A⁻¹ and Q = G_0 X as floats and updates them row by row
 (Sherman–Morrison) as the integer sums change: per row O(D² + D·2m) flops
 (~10 µs at D = 129) instead of a factorization and a 2m-column solve. The head's gain is then
 read off X and Q with the exact route's formula (:func:`fold_scores`), together with the
@@ -22,7 +22,7 @@ scale Σ|terms| the rounding errors act on; the head is certainly not served whe
 gain + TOLERANCE · scale < threshold.
 
 Why the tolerance holds: the penalty λ is constant between power-of-two buckets of the Gram's
-trace (content.head.head_penalty), so the tracked A is the exact route's matrix in real
+trace (content.heads.gram.head_penalty), so the tracked A is the exact route's matrix in real
 arithmetic and the two differ only by rounding. A is λ-regularized with
 λ ≥ PENALTY/√2 · mean diag G, so cond(A) ≤ 1 + √2·D/PENALTY (1.8·10⁵ at D = 129,
 1.5·10⁶ at D = 1033): a backward-stable solve is accurate to ~D·cond·ε relative
@@ -47,11 +47,9 @@ import numpy as np
 import scipy.linalg.blas as blas
 from scipy.linalg.lapack import dpotri as _POTRI
 
-from .kernels import GAIN_FILTER_KERNELS
+from ..kernels import GAIN_FILTER_KERNELS
+from .fixed_point import FEATURE_BITS
 
-FEATURE_BITS = 14
-"""content.head's fixed point of the head features (v = rint(2^14 φ)); repeated here, not
-imported: content.head imports this module."""
 TOLERANCE = 1e-5
 """The filter's error bound, relative to the scale Σ|terms| of the gain (see the module
 docstring: ≥ 30× the rounding estimates, ≥ 10⁴× the errors the tests allow)."""
@@ -65,7 +63,7 @@ than that many row updates, and bulk changes solve their heads on several thread
 
 def fold_scores(X: np.ndarray, Q: np.ndarray, B: np.ndarray, lam: float):
     """Per-column out-of-fold gain of the fold heads W_0 = 2Y, W_1 = 2(W − Y), from
-    X = [W | Y] = A⁻¹B, B = [H | H_0] and Q = G_0 X (content.head._solve's definitions), and
+    X = [W | Y] = A⁻¹B, B = [H | H_0] and Q = G_0 X (content.heads.solve's definitions), and
     the per-column scale Σ|terms| of that sum (what rounding errors are relative to).
 
     fold 0's head on fold 1: ⟨W_0, 2H_1 − 2H_0 + λW_0 + G_0 W_0⟩; fold 1's on fold 0:
@@ -101,7 +99,7 @@ class _Change:
 class _Waiting:
     """The compiled row update's pending rank-one terms of A⁻¹ (columns ``U``, factors
     ``fu``) and of G_0 (``V``, ``fv``), ``counts`` of each in use
-    (content._gain_filter_kernel.apply_row): A⁻¹ and G_0 are the arrays plus these."""
+    (content.heads._gain_filter_kernel.apply_row): A⁻¹ and G_0 are the arrays plus these."""
 
     COLUMNS = 8
     """Terms kept before they are added to the (D, D) arrays in one pass."""
@@ -228,7 +226,7 @@ class GainFilter:
     def certainly_below(self, head, threshold: float, lam) -> bool:
         """True when ``head``'s exact out-of-fold gain is certainly ≤ ``threshold`` (the head
         is not served); False means unknown: ask the exact route. ``lam``: the penalty of the
-        head's current sums (content.head.head_penalty), or a function that computes it
+        head's current sums (content.heads.gram.head_penalty), or a function that computes it
         (:meth:`estimate`)."""
         estimate = self.estimate(head, lam)
         if estimate is None:
@@ -296,9 +294,9 @@ class GainFilter:
         """Bring the tracked solution up to date with the logged rows (Sherman–Morrison per
         row: A' = A + σvvᵀ, X' = A'⁻¹[H' | H_0'], Q' = G_0'X') and return its per-column gains
         and scales (:func:`fold_scores`) — computed by the compiled kernels with the last row
-        (content._gain_filter_kernel) where they run, which hold A⁻¹ and G_0 packed
+        (content.heads._gain_filter_kernel) where they run, which hold A⁻¹ and G_0 packed
         (:func:`packed`); the numpy path holds them whole. A state made by one path and
-        continued by the other (FORGETTING_KERNELS switched) is converted first."""
+        continued by the other (the kernels setting changed) is converted first."""
         if self._state is None:
             factor, X, B, G0, lam = self._base  # type: ignore[misc]
             Ainv, info = _POTRI(factor, lower=1)

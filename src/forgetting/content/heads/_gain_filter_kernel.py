@@ -1,13 +1,13 @@
-"""Compiled row updates and gains of the gain filter (content.gain_filter).
+"""Compiled row updates and gains of the gain filter (content.heads.gain_filter).
 
 Why compiled: per changed row the filter does ~10 small BLAS/numpy operations on (D, D) and
 (D, 2m) arrays (D = 129, 2m = 60 at bench.core's shape) and then ~20 elementwise passes for
 the gains; each call costs a few µs of Python and dispatch, ~75 µs per change in all, where
 the arithmetic is ~110k flops. Fused loops do it in one pass per array. The results are not
 bit-identical to the numpy path (another summation order) and need not be: the filter only
-has to stay within its tolerance of the exact gain (content.gain_filter's docstring), which
+has to stay within its tolerance of the exact gain (content.heads.gain_filter's docstring), which
 tests/test_gain_filter.py checks for both paths. Loaded like the table kernels
-(content.kernels.LazyKernel): FORGETTING_KERNELS=numpy keeps the numpy path.
+(content.kernels: the kernels setting "numpy" keeps the numpy path).
 
 Every (D, 2m) array is in Fortran order (column-major): the inner loops run down a column;
 A⁻¹ and G_0 are packed lower triangles, column by column (:func:`apply_row`).
@@ -35,13 +35,13 @@ propagates, as in the numpy path."""
 def apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0, U, fu, V, fv, counts, lam, gains, scales):
     """One row (features ``v``, right-hand-side row ``b``, sign ``sigma``, in fold 0 or not)
     applied to A⁻¹, G_0, X = A⁻¹B, Q = G_0 X and B (Sherman–Morrison; see
-    content.gain_filter.GainFilter._apply for the algebra); with ``gains``/``scales`` of m
+    content.heads.gain_filter.GainFilter._apply for the algebra); with ``gains``/``scales`` of m
     entries (X has 2m columns) it also writes :func:`fold_scores` of the result, column pair by
     column pair while they are in cache (pass empty arrays when a later row follows).
 
     ``Ainv`` and ``G0`` are symmetric and held *packed*: their lower triangles, column by
-    column (:func:`forgetting.content.gain_filter.packed`). Why: the two matrix–vector products
-    read them once per row, and where the filter's ~1.4 MB of state has left the cache
+    column (:func:`forgetting.content.heads.gain_filter.packed`). Why: the two matrix–vector
+    products read them once per row, and where the filter's ~1.4 MB of state has left the cache
     between deletions (a one-row forget and its prediction touch the p instances' tables
     in between) that read was most of the row's time; the packed triangle is half the
     bytes, in one contiguous stream (the lower triangle of a full array restarts the
@@ -185,7 +185,7 @@ def _column_score(X, Q, B, lam, j):
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST)
 def fold_scores(X, Q, B, lam):
-    """content.gain_filter.fold_scores in one pass: per column j < m, the out-of-fold gain
+    """content.heads.gain_filter.fold_scores in one pass: per column j < m, the out-of-fold gain
     4·(⟨Y, H − 2H_0 + λY + QY⟩ + ⟨W − Y, H_0 − (QW − QY)⟩) and its scale Σ|terms|."""
     m = X.shape[1] // 2
     gains = np.zeros(m)
