@@ -8,7 +8,6 @@ import pytest
 from conftest import assert_same_model, schema_ids
 
 from forgetting import QSSClassifier
-from forgetting.content import tables as tables_module
 from forgetting.content.accumulators import CLASSIFICATION_SCALE_BITS
 from forgetting.content.heads import (
     GramCache,
@@ -21,6 +20,7 @@ from forgetting.content.heads import gram as gram_module
 from forgetting.content.heads import linear as linear_module
 from forgetting.content.heads import solve as solve_module
 from forgetting.content.heads.gain_filter import LOG_ROWS, TOLERANCE
+from forgetting.content.tables import flat_content as tables_module
 from forgetting_lab.bench.core import clustered_data
 
 D_IN, K, P = 24, 4, 3

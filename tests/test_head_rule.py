@@ -10,12 +10,12 @@ import scipy.linalg
 from conftest import assert_same_model, outside_all_schemas
 
 from forgetting import QSSClassifier
-from forgetting.content import tables as tables_module
 from forgetting.content.heads import GramSystem, LinearHead, head_features
 from forgetting.content.heads.gram import PENALTY
 from forgetting.content.heads.solve import head_gain as _gain
 from forgetting.content.heads.solve import solve_ridge as _solve
-from forgetting.content.tables import TABLES_GAIN_FACTOR
+from forgetting.content.tables import flat_content as tables_module
+from forgetting.content.tables.flat_content import TABLES_GAIN_FACTOR
 from forgetting_lab.bench.core import clustered_data
 
 

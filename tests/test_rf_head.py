@@ -14,10 +14,10 @@ from conftest import assert_same_model, outside_all_schemas, schema_ids
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting._rowwise import HEAD_BLOCK_ROWS, SERVE_BLOCK_ROWS
-from forgetting.content import tables as tables_module
 from forgetting.content.heads import GramSystem, head_features
 from forgetting.content.heads import fixed_point as fixed_point_module
 from forgetting.content.heads import gram as gram_module
+from forgetting.content.tables import flat_content as tables_module
 from forgetting.instance import Instance
 from forgetting.schema import normalized_rows
 from forgetting.schema.random_features import RF_SEED, random_features, rf_width

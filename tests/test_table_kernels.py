@@ -1,7 +1,8 @@
 """The compiled table kernels give the numpy versions' integers bit for bit.
 
-:mod:`forgetting.content._table_kernels` replaces the numpy loops of ``ThresholdPartition.cells``,
-``_scatter_rows`` and ``FlatTables._terms`` / ``_probe_terms`` on the fit and forget paths. Any
+The compiled kernels of :mod:`forgetting.content.tables` and :mod:`forgetting.schema` replace
+the numpy loops of ``ThresholdPartition.cells``, ``scatter_rows`` and ``FlatTables._terms`` /
+``_probe_terms`` on the fit and forget paths. Any
 difference in one integer would make a forget differ from a refit that ran the other
 implementation (a small batch runs numpy, a big one compiled), so every comparison here is
 ``np.array_equal`` on random inputs and on the edges: empty and zero-count cells, negative
@@ -27,12 +28,11 @@ from forgetting.content.accumulators import (
     MAX_ROWS,
     REGRESSION_SCALE_BITS,
 )
-from forgetting.content.tables import (
-    SHRINKAGE_GRID,
-    FlatTables,
-    _scatter_rows,
-    _scatter_rows_sparse,
-)
+from forgetting.content.tables import SHRINKAGE_GRID, FlatTables
+from forgetting.content.tables import _terms_kernels as terms_kernels
+from forgetting.content.tables import _update_kernels as update_kernels
+from forgetting.content.tables.scatter import scatter_rows as _scatter_rows
+from forgetting.content.tables.scatter import scatter_rows_sparse as _scatter_rows_sparse
 from forgetting.schema.partitions import ThresholdPartition, fit_linear, to_grid
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -303,7 +303,7 @@ def test_kernel_hands_over_only_out_of_range(compiled) -> None:
         t = _random_tables(rng, 32, SHRINKAGE_GRID, kind)
         m, G = t.n_tables * t.n_cells, len(SHRINKAGE_GRID)
         cross, square = np.empty((m, G), np.int64), np.empty((m, G), np.int64)
-        ok = compiled.cell_terms(
+        ok = terms_kernels.cell_terms(
             t.sums.reshape(2, m, -1),
             t.counts.reshape(2, m),
             np.arange(m, dtype=np.int64),
@@ -323,10 +323,10 @@ def test_probe_sums_scatter_equals_add_at(compiled) -> None:
     values = rng.integers(-(2**50), 2**50, size=(4, 500, 6), dtype=np.int64)
     want = target.copy()
     np.add.at(want, (slice(None), index), values)
-    assert compiled.add_rows_at(target, index, values)
+    assert update_kernels.add_rows_at(target, index, values)
     assert np.array_equal(target, want)
     index[3] = 30
-    assert not compiled.add_rows_at(target, index, values)
+    assert not update_kernels.add_rows_at(target, index, values)
     assert np.array_equal(target, want)  # untouched
 
 
@@ -354,7 +354,7 @@ def _probe_square_by_masks(t: FlatTables, g: int) -> float | None:
     outputs in order; the fold's terms and its last-column sums are summed as exact ints."""
     if t.probe_cells is None:
         return None
-    from forgetting.content.tables import MEAN_BITS, loss_bits, square_bits
+    from forgetting.content.tables.units import MEAN_BITS, loss_bits, square_bits
 
     k, T = t.n_outputs, t.n_tables
     s = square_bits(t.scale_bits)

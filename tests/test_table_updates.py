@@ -18,15 +18,13 @@ import pytest
 from conftest import with_kernels as _with
 
 from forgetting.content.accumulators import CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS
-from forgetting.content.tables import (
-    MEAN_BITS,
-    SHRINKAGE_GRID,
-    FlatTables,
-    loss_bits,
-    norm_unit,
-    probe_norm_terms,
-    square_bits,
-)
+from forgetting.content.tables import SHRINKAGE_GRID, FlatTables
+from forgetting.content.tables import _refresh_kernels as refresh_kernels
+from forgetting.content.tables import _serve_kernels as serve_kernels
+from forgetting.content.tables import _update_kernels as update_kernels
+from forgetting.content.tables.probes import probe_norm_terms
+from forgetting.content.tables.terms import probe_units
+from forgetting.content.tables.units import MEAN_BITS, loss_bits, norm_unit, square_bits
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -123,7 +121,7 @@ def test_large_norm_terms_are_recounted(compiled) -> None:
         for i in gone:
             t.subtract(codes[i : i + 1], residuals[i : i + 1], folds[i : i + 1])
             if compiled_run:
-                flags.append(int(t._update_args[-1][-1]))  # the kernel's trust flag
+                flags.append(int(t._compiled.out[-1]))  # the kernel's trust flag
             states.append(_state(t))
         return states, flags
 
@@ -186,7 +184,7 @@ def test_update_refuses_overflow_and_leaves_everything(compiled) -> None:
     norms = t._probe_norms()
     before = (t.sums.copy(), t.counts.copy(), norms.probe_sums.copy())
     args = _kernel_args(t, codes[:1], big, folds[:1], 1)
-    assert not compiled.update_cells(*args)
+    assert not update_kernels.update_cells(*args)
     after = (t.sums, t.counts, norms.probe_sums)
     assert all(np.array_equal(x, y) for x, y in zip(before, after, strict=True))
 
@@ -231,7 +229,7 @@ def test_update_cells_against_per_entry_terms(compiled, scale_bits: int) -> None
         out = np.zeros(6 * len(t.grid) + 2, dtype=np.int64)
         args = list(_kernel_args(t, codes[rows], residuals[rows], folds[rows], sign))
         args[-1] = out
-        assert compiled.update_cells(*args)
+        assert update_kernels.update_cells(*args)
         G = len(t.grid)
         assert np.array_equal(out[:G], new_cells[0].sum(0) - old_cells[0].sum(0))
         assert np.array_equal(out[G : 2 * G], new_cells[1].sum(0) - old_cells[1].sum(0))
@@ -379,10 +377,10 @@ def test_refresh_together_hands_each_part_to_numpy(compiled) -> None:
         flat_sums[:, cell] = 2**62
         flat_counts[:, cell] = 1
         t.set_probes(probes, folds)
-        module = compiled
+        module = refresh_kernels
         T, C, k, G = t.n_tables, t.n_cells, t.n_outputs, len(t.grid)
         start, probe_of = t._probe_csr()
-        grid, scale, mean_unit, square_unit = t._probe_units()
+        grid, scale, mean_unit, square_unit = probe_units(t.grid, t.scale_bits)
         done = module.refresh_terms(
             t.sums.reshape(2, T * C, k),
             t.counts.reshape(2, T * C),
@@ -445,7 +443,7 @@ def test_bulk_scatter_equals_add_at(compiled, n: int, ones: int) -> None:
         np.add.at(want_sums.reshape(-1, k), flat, np.repeat(sign * residuals, T, axis=0))
         np.add.at(want_counts.reshape(-1), flat, sign)
         got_sums, got_counts = sums.copy(), counts.copy()
-        assert compiled.scatter_codes(got_sums, got_counts, codes, folds, residuals, negate)
+        assert update_kernels.scatter_codes(got_sums, got_counts, codes, folds, residuals, negate)
         assert np.array_equal(got_sums, want_sums) and np.array_equal(got_counts, want_counts)
 
 
@@ -468,7 +466,7 @@ def test_compiled_serving_correction_equals_the_numpy_definition(compiled, scale
         fast = _with("numba", lambda lam=lam: t.correction(probe, lam))
         slow = t._correction_numpy(probe, lam)
         assert np.array_equal(fast, slow), lam
-    assert not compiled.serve_correction(  # λ = 0 on the empty cell: not an ordinary number
+    assert not serve_kernels.serve_correction(  # λ = 0 on the empty cell: not an ordinary number
         t.sums.reshape(2, T * C, k),
         t.counts.reshape(2, T * C),
         np.ascontiguousarray(probe, dtype=np.int64),

@@ -97,7 +97,7 @@ def run() -> dict[str, tuple[int, int]]:
     """The workloads, in this process (see the module docstring: a process of its own)."""
     kernels.use("numba", hashing="numba")
     from . import QSSClassifier, QSSRegressor
-    from .content import tables as tables_module
+    from .content.tables import flat_content as tables_module
 
     X, y = _mixture()
     common = dict(n_instances=3, rebuild="sync", random_state=0, secret_key=b"warm-up" * 4)

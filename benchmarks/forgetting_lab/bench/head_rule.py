@@ -31,7 +31,7 @@ from forgetting.content.heads.gram import PENALTY
 from forgetting.content.heads.solve import _POTRS
 from forgetting.content.heads.solve import head_gain as _gain
 from forgetting.content.heads.solve import solve_ridge as _solve
-from forgetting.content.tables import TABLES_GAIN_FACTOR
+from forgetting.content.tables.flat_content import TABLES_GAIN_FACTOR
 from forgetting.estimators import QSSClassifier, QSSRegressor
 
 from .core import clustered_data

@@ -160,7 +160,11 @@ exact solve (REFRESH_ROWS · D² per tracked solution) reaches LOAD_MIN_WORK —
 HASHES = KernelGroup(HASHING, LOAD_MIN_ROWS)
 """The batched BLAKE2b."""
 
-TABLE_KERNELS = LazyKernel("forgetting.content._table_kernels", TABLES)
+TABLE_TERMS = LazyKernel("forgetting.content.tables._terms_kernels", TABLES)
+TABLE_REFRESH = LazyKernel("forgetting.content.tables._refresh_kernels", TABLES)
+TABLE_UPDATES = LazyKernel("forgetting.content.tables._update_kernels", TABLES)
+TABLE_SERVING = LazyKernel("forgetting.content.tables._serve_kernels", TABLES)
+SCHEMA_KERNELS = LazyKernel("forgetting.schema._kernels", TABLES)
 HEAD_KERNELS = LazyKernel("forgetting.content.heads._kernels", HEADS)
 GAIN_FILTER_KERNELS = LazyKernel("forgetting.content.heads._gain_filter_kernel", GAIN_FILTER)
 HASH_KERNELS = LazyKernel("forgetting.content._blake2_kernel", HASHES)
@@ -169,12 +173,7 @@ MODULES = tuple(kernel.module_name for kernel in _ALL)
 """Every module of compiled kernels (what the warm-up compiles)."""
 
 
-def table_kernels(work: int) -> ModuleType | None:
-    """The flat tables' compiled kernels for a piece of ``work``, or None for numpy."""
-    return TABLE_KERNELS.get(work)
-
-
 def backend(work: int = LOAD_MIN_WORK) -> str:
     """``"numba"`` or ``"numpy"``: which implementation runs the tables' ``work`` now (asking
     may load the kernels, as running such work would)."""
-    return "numpy" if TABLE_KERNELS.get(work) is None else "numba"
+    return "numpy" if TABLE_UPDATES.get(work) is None else "numba"
