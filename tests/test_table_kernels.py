@@ -31,6 +31,7 @@ from forgetting.content.accumulators import (
 from forgetting.content.tables import SHRINKAGE_GRID, FlatTables
 from forgetting.content.tables import _terms_kernels as terms_kernels
 from forgetting.content.tables import _update_kernels as update_kernels
+from forgetting.content.tables.bundles import CellArrays, term_units
 from forgetting.content.tables.scatter import scatter_rows as _scatter_rows
 from forgetting.content.tables.scatter import scatter_rows_sparse as _scatter_rows_sparse
 from forgetting.schema.partitions import ThresholdPartition, fit_linear, to_grid
@@ -304,12 +305,9 @@ def test_kernel_hands_over_only_out_of_range(compiled) -> None:
         m, G = t.n_tables * t.n_cells, len(SHRINKAGE_GRID)
         cross, square = np.empty((m, G), np.int64), np.empty((m, G), np.int64)
         ok = terms_kernels.cell_terms(
-            t.sums.reshape(2, m, -1),
-            t.counts.reshape(2, m),
+            CellArrays.of(t.sums, t.counts),
             np.arange(m, dtype=np.int64),
-            np.asarray(SHRINKAGE_GRID),
-            2.0**-32,
-            2.0**24,
+            term_units(SHRINKAGE_GRID, 32, t.n_tables),
             cross,
             square,
         )

@@ -138,7 +138,7 @@ def using(kernels: str | None = None, *, hashing: str | None = None) -> Iterator
 
 LOAD_MIN_WORK = 1 << 20
 """Smallest piece of work (row × table entries, or cells × outputs) that loads the compiled
-kernels when they are not loaded yet: numpy spends ≳ 50 ms on it, about what loading the
+kernels when they are not loaded yet: numpy spends about as long on it as loading the
 kernels from numba's disk cache costs once numba is imported (the first fit of ≥ 20k rows
 imports it for the row hashes anyway). A process that only forgets a few rows never loads
 them."""

@@ -33,8 +33,8 @@ def threshold_codes(Y, features, thresholds, out) -> bool:
 
     The comparisons of ``ThresholdPartition.cells`` on its projected rows, 256 rows at a
     time: the block is transposed into a (P, 256) scratch first, so each level's test runs
-    over a contiguous column of the block and compiles to vector compares (2× faster than
-    testing one row at a time). False, with ``out`` untouched, when a feature index lies
+    over a contiguous column of the block and compiles to vector compares (where testing one
+    row at a time does not). False, with ``out`` untouched, when a feature index lies
     outside ``0..P-1`` (numpy would wrap or raise).
     """
     n, P = Y.shape
@@ -81,7 +81,7 @@ def partition_codes(
     """``ThresholdPartition.cells`` of a few rows ``Z`` in one call: the grid (rint(Z ·
     2^GRID_BITS) clipped to ±``limit``), ``stages`` (0, 1 or 2) exact linear stages, then the
     threshold tests — one row at a time, where the numpy route makes ~15 small calls per row
-    (10 µs of a one-row prediction's encode, per instance; 1 µs here). Exact integer
+    (most of a one-row prediction's encode, per instance). Exact integer
     arithmetic throughout, so the same codes as the numpy route and :func:`threshold_codes`.
     False when a feature index is outside the last stage's output or a feature is not finite
     (the caller then computes every row the general way)."""

@@ -2,8 +2,8 @@
 
 Why compiled: per changed row the filter does ~10 small BLAS/numpy operations on (D, D) and
 (D, 2m) arrays (D = 129, 2m = 60 at bench.core's shape) and then ~20 elementwise passes for
-the gains; each call costs a few µs of Python and dispatch, ~75 µs per change in all, where
-the arithmetic is ~110k flops. Fused loops do it in one pass per array. The results are not
+the gains; each call costs Python and dispatch overhead that dwarfs the arithmetic (~110k
+flops). Fused loops do it in one pass per array. The results are not
 bit-identical to the numpy path (another summation order) and need not be: the filter only
 has to stay within its tolerance of the exact gain (content.heads.gain_filter's docstring), which
 tests/test_gain_filter.py checks for both paths. Loaded like the table kernels
@@ -15,9 +15,8 @@ A⁻¹ and G_0 are packed lower triangles, column by column (:func:`apply_row`).
 Compiled with reassociation allowed (:data:`_FAST`, no assumption about NaN or infinity): the
 dot products here (vᵀX per column, the pending terms, the gains' two sums per column) are
 reductions, which LLVM may only vectorize when it may reorder their adds; in strict order
-each was a chain of dependent scalar adds. Measured in isolation at D = 257, 2m = 60:
-``apply_row`` 44 → 31 µs (p50 of 2 000 rows, the rank-one flushes aside), ``fold_scores``
-22 → 7 µs. The sums come out in another order, which the filter allows (above).
+each is a chain of dependent scalar adds. The sums come out in another order, which the
+filter allows (above).
 """
 
 from __future__ import annotations
@@ -41,13 +40,11 @@ def apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0, U, fu, V, fv, counts, lam, ga
 
     ``Ainv`` and ``G0`` are symmetric and held *packed*: their lower triangles, column by
     column (:func:`forgetting.content.heads.gain_filter.packed`). Why: the two matrix–vector
-    products read them once per row, and where the filter's ~1.4 MB of state has left the cache
-    between deletions (a one-row forget and its prediction touch the p instances' tables
-    in between) that read was most of the row's time; the packed triangle is half the
-    bytes, in one contiguous stream (the lower triangle of a full array restarts the
-    hardware prefetcher at every column and was no faster). Measured at D = 257, 2m = 60,
-    with the caches flushed between rows on a 2-core AMD EPYC VM: 297 → 205 µs per row,
-    scores included (hot: 63–83 → 58–71 µs).
+    products read them once per row, and where the filter's state (MBs) has left the cache
+    between deletions (a one-row forget and its prediction touch the p instances' tables in
+    between) that read is most of the row's time; the packed triangle is half the bytes, in
+    one contiguous stream (the lower triangle of a full array restarts the hardware
+    prefetcher at every column and is no faster).
 
     The rank-one terms of A⁻¹ and G_0 wait: A⁻¹ is ``Ainv`` + Σ_k fu[k] U_k U_kᵀ over the
     ``counts[0]`` pending columns of ``U``, G_0 is ``G0`` + Σ_k fv[k] V_k V_kᵀ over

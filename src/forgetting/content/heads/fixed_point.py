@@ -73,7 +73,7 @@ def exact_products(v: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
     Every product and partial sum of a chunk is an integer below 2^53, so float64 holds it
     exactly whatever order the kernel sums in (numpy's int64 matmul is exact too, but runs
-    without BLAS, ~50× slower); chunks are then added as int64.
+    without BLAS, far slower); chunks are then added as int64.
     """
     return exact_gram(v), exact_cross(v, r)
 
@@ -82,11 +82,9 @@ def exact_gram(v: np.ndarray) -> np.ndarray:
     """vᵀv as int64 (see :func:`exact_products`).
 
     A general product (numpy's matmul) rather than BLAS's symmetric rank-k update: it does
-    twice the multiplications and still takes ~2/3 of the time with the OpenBLAS builds
-    measured here (10k × 257: 17 vs 25 ms; 5k × 1033: 107 vs 134 ms), and two threads
-    computing two folds' Grams overlap (the symmetric update from scipy did not: 58 ms for
-    both folds on two threads against 23 now). The same integers: every product and partial
-    sum is an integer below 2^53."""
+    twice the multiplications and still takes less time with the OpenBLAS builds in use, and
+    two threads computing two folds' Grams overlap (the symmetric update from scipy did not).
+    The same integers: every product and partial sum is an integer below 2^53."""
     D = v.shape[1]
     if len(v) <= _SMALL_ROWS:  # a forget or insert of a few rows: int64 matmul, exact
         vi = v.astype(np.int64, copy=False)
@@ -117,9 +115,8 @@ def fold_cross(v: np.ndarray, r: np.ndarray, folds: np.ndarray) -> np.ndarray:
     """Σ v rᵀ over the rows of each statistic fold, (2, D, k) int64: :func:`exact_cross` of
     each fold's rows, without selecting them. One product per chunk, rᵀ's rows split by fold
     (a row's residuals in fold 0's k columns or fold 1's, zeros in the other) against all of
-    v: at 20k rows, D = 257, k = 10 one 8 ms product where two row selections of v (20 MB
-    copies) and two products took ~16 ms, per instance. Exact as exact_cross (integers
-    below 2^53; the zeros add nothing)."""
+    v: one product where two row selections of v (copies of every row) and two products took
+    about twice as long. Exact as exact_cross (integers below 2^53; the zeros add nothing)."""
     D, k = v.shape[1], r.shape[1]
     folds = np.asarray(folds)
     if len(v) <= _SMALL_ROWS:
@@ -143,8 +140,7 @@ def fold_grams(v: np.ndarray, folds: np.ndarray, parallel: bool = False) -> list
 
     ``parallel``: the two folds on two threads (forgetting._parallel; each BLAS call on one
     thread) — the same integers, every product and partial sum of :func:`exact_gram` being an
-    integer that float64 holds, in about half the time for a large batch (O(n·D²): 23 ms for
-    20k rows at D = 257 on two threads, 41 ms on one)."""
+    integer that float64 holds, in about half the time for a large batch (O(n·D²))."""
 
     def one(f: int) -> np.ndarray | None:
         mine = folds == f
@@ -190,7 +186,7 @@ _STACKED_WIDTH = 4096
 _STACKED_FLOATS = 1 << 23
 """With k (d + 1) ≤ 4096 the weighted rows of all classes are stacked side by side (≤ 64 MB per
 block) and multiplied in one BLAS call: at small d a loop over classes is dominated by its
-per-class elementwise products (letter, d = 16, k = 26: 0.64 s of a 1.8 s fit)."""
+per-class elementwise products (letter, d = 16, k = 26: a third of the fit)."""
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,10 @@ without solving the head, when that is certain.
 Why: an instance serves its ridge head when the head's out-of-fold gain exceeds
 ``TABLES_GAIN_FACTOR`` × the tables' (content.tables.build_flat_content). Where the tables
 serve — bench.core's Gaussian mixture, Letter, diamonds — every change still paid the exact
-gain: a factorization of the (d + 1)² system and a solve of 2·p·k columns, 0.49 of a 1.74 ms
-forget + first predict at n = 300k (benchmarks/results/breakdown.md), for a choice that one
-row almost never moves (the gains are sums over ~n rows; a row moves them by ~1 unit, the
-margin is thousands).
+gain: a factorization of the (d + 1)² system and a solve of 2·p·k columns, a large part of a
+forget and its first prediction (benchmarks/results/breakdown.md), for a choice that one row
+almost never moves (the gains are sums over ~n rows; a row moves them by ~1 unit, the margin
+is thousands).
 
 The choice must stay the exact rule's — a refit computes the exact gain, and a different
 choice would serve different bits — so this is a *filter* in the computational-geometry sense:
@@ -15,8 +15,8 @@ an approximation with an error bound decides when the bound says the answer is c
 the exact computation decides otherwise. After an exact stacked solve of all p heads (one
 Gram system), this keeps X = A⁻¹[H | H_0] (the same (D, 2m) layout as
 content.heads.solve.solve_ridge), A⁻¹ and Q = G_0 X as floats and updates them row by row
-(Sherman–Morrison) as the integer sums change: per row O(D² + D·2m) flops
-(~10 µs at D = 129) instead of a factorization and a 2m-column solve. The head's gain is then
+(Sherman–Morrison) as the integer sums change: per row O(D² + D·2m) flops instead of a
+factorization (O(D³)) and a 2m-column solve. The head's gain is then
 read off X and Q with the exact route's formula (:func:`fold_scores`), together with the
 scale Σ|terms| the rounding errors act on; the head is certainly not served when
 gain + TOLERANCE · scale < threshold.
@@ -241,8 +241,8 @@ class GainFilter:
         ``lam``: the penalty of the head's current sums, or a function computing it — called
         at most once per tracked state, after the checks below: every tracked head's sums are
         then the base's (one Gram for all: the stacked solve's) plus the same logged rows, so
-        one head's penalty is every head's. A diagonal of D int64 per head and change was
-        ~10 µs of each of the p heads' first prediction after a one-row forget. It runs under
+        one head's penalty is every head's (a diagonal of D int64 per head and change is not
+        free on the first prediction after a one-row forget). It runs under
         this filter's lock and takes the head's flush lock (LinearHead.penalty): the one
         nesting of the two, and no head holds its flush lock while it calls the filter."""
         with self._lock:
@@ -272,8 +272,8 @@ class GainFilter:
                 self._slot_gains = []
             if not self._slot_gains:  # each slot's sums once per state (p heads ask)
                 # every slot's k columns summed in one reduction per array (the same
-                # pairwise sums over k contiguous entries as slot by slot: 2p numpy sums
-                # were ~15 µs of each first prediction after a change)
+                # pairwise sums over k contiguous entries as slot by slot, in 2 numpy calls
+                # instead of 2p)
                 gains, scales = self._gains
                 k = head.cross.shape[-1]
                 by_slot = (gains.reshape(-1, k).sum(axis=1), scales.reshape(-1, k).sum(axis=1))

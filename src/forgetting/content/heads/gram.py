@@ -212,7 +212,7 @@ class GramCache:
     """The :class:`GramSystem` of the Gram sums last asked for, shared by the heads of one
     engine: with "shared-ridge" (design.md §5.13) every instance's Gram sums are equal, so
     after a change the first head to solve factors them and the others reuse it — checked
-    against the integers (an equality test of (2, D, D) int64, ~20 µs), never assumed.
+    against the integers (an equality test of (2, D, D) int64), never assumed.
     Thread-safe: the first read after a bulk change solves the instances' heads on several
     threads (forgetting._parallel)."""
 
@@ -275,7 +275,8 @@ class GramCache:
 
         A read-only ``v`` that owns its memory (the engine's features of a batch, computed once
         for every instance) is kept by reference and recognized by identity: no one can have
-        changed it, and a 20k-row batch at D = 257 spent ~50 ms copying and comparing 41 MB.
+        changed it, and copying and comparing a large batch's features costs more than the
+        Grams' share of the change.
         ``parallel``: the two folds' Grams on two threads (:func:`fold_grams`) — for a
         caller outside the pool's workers."""
         with self._lock:
@@ -307,8 +308,8 @@ class GramCache:
         """(``gram`` with the ``pending`` rows' terms added, its token): a new read-only
         array. Heads at the same sums (the same token) flushing the same rows — every
         instance of a shared head after a change; the rows compared, not assumed — get the
-        array the first one computed: one (2, D, D) add per change instead of p (~1.2 ms
-        each at D = 1033), and one array in memory instead of p."""
+        array the first one computed: one (2, D, D) add per change instead of p, and one
+        array in memory instead of p."""
         with self._lock:
             last = self._successor
             if (

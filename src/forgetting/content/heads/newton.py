@@ -5,7 +5,7 @@ regression (:class:`NewtonHead`), or the ridge solution scaled by each class's m
 :class:`NewtonHead` keeps the ridge head's sums plus one weighted Gram per class and serves one
 Newton step from g's logits instead of the least-squares fit: the same exactness argument
 (every term a fixed function of its row, summed in int64), closer to logistic regression's
-accuracy (MNIST-HOG 0.973 vs 0.963) at k times the solve work.
+accuracy (MNIST-HOG 0.973 vs 0.963, benchmarks/results/heads.md) at k times the solve work.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def newton_step(n_classes: int) -> float:
     difference — all that the prediction sees — by 2δ; binary logistic regression's own Newton
     step moves it by δ), and for k classes at uniform p the multinomial Hessian on zero-sum
     logits is k/(k − 1) times the one-vs-rest one. Chosen on validation splits carved from the
-    training sets (helper H19's report): (k − 1)/k is the best step or within 0.04 pp of it on
+    training sets: (k − 1)/k is the best step or within 0.04 pp of it on
     MNIST-HOG, Fashion-HOG, digits, Adult and sentiment; a full step loses 0.3–0.6 pp on the two
     binary sets (Adult 0.8512 vs 0.8537, sentiment 0.7729 vs 0.7784), a half step ~0.5–0.8 pp
     on the 10-class sets.
@@ -101,8 +101,8 @@ class NewtonHead(LinearHead):
     parameter; ``gram``/``cross`` keep their folds for the ridge gain, which decides head vs
     tables exactly as for :class:`LinearHead`). Memory: k (d + 1)² int64 more per instance
     (21.7 MB at d = 520, k = 10). Cost of a change: the ridge solution plus one float32
-    Cholesky and solve per class (see :meth:`solution`) — forget + first predict 3.3× the ridge
-    head's at d = 520, k = 10 and 1.3–1.7× on the benchmark's other sets (p = 3, one process).
+    Cholesky and solve per class (see :meth:`solution`), when the head is served (the
+    latencies: benchmarks/results/heads.md).
     """
 
     weighted: np.ndarray = None  # type: ignore[assignment]
@@ -249,7 +249,7 @@ def _softmax_step(shift: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 LOGIT_STEP = 0.75
 """c₀ of :class:`LogitRidgeHead`'s step, chosen on validation splits carved from the training
-sets (helper H23's study: 0.75 best of {0.5, 0.75, 1, 1.25, 1.5} averaged over digits,
+sets (0.75 best of {0.5, 0.75, 1, 1.25, 1.5} averaged over digits,
 MNIST-HOG, Fashion-HOG, Adult and sentiment)."""
 
 
@@ -264,10 +264,11 @@ class LogitRidgeHead(LinearHead):
     needs k weighted Gram sums (:class:`NewtonHead`). Dividing by the class's *mean* curvature
     a_c keeps the one unweighted Gram every instance shares (design.md §5.13) and k more
     integers per instance; with the random features of "shared-rf" it served Fashion-HOG
-    0.3 pp better than adding W to g (H23's study). The weights p(1 − p) = |r|(1 − |r|) come
-    from the stored residuals in integers (:func:`newton_weights`), summed as int64: exact
-    under deletion like every other sum. The gain that decides head vs tables is the ridge
-    head's, unchanged. Classification only."""
+    0.3 pp better than adding W to g (the same validation splits). The weights
+    p(1 − p) = |r|(1 − |r|) come from the stored residuals in integers
+    (:func:`newton_weights`), summed as int64: exact under deletion like every other sum.
+    The gain that decides head vs tables is the ridge head's, unchanged. Classification
+    only."""
 
     weights: np.ndarray = None  # type: ignore[assignment]
     """Σ_i p_ic(1 − p_ic) per class (k,), int64 on the 2^-WEIGHT_BITS grid, both folds."""

@@ -20,17 +20,19 @@ fetched in turn."""
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def serve_correction(sums, counts, codes, scale, shrinkage, mean_unit, out_unit, out) -> bool:
-    """``FlatTables._correction`` for rows with cell ``codes`` (n, T), into ``out`` (n, k):
-    per table μ = S·scale / (n + λ) of the cell's two folds (S, n exact int64 sums), rounded to
-    the 2^-MEAN_BITS grid, summed over tables as int64, then · 2^-MEAN_BITS / T — the same
-    float operations in the same order as the numpy definition, element by element, with no
-    (n, T, k) temporaries (a 20k-row prediction gathered 12.8 M of them per instance).
+def serve_correction(tables, codes, scale, shrinkage, mean_unit, out_unit, out) -> bool:
+    """``serve.correction`` of ``tables`` (:class:`.bundles.CellArrays`) for rows with cell
+    ``codes`` (n, T), into ``out`` (n, k): per table μ = S·scale / (n + λ) of the cell's two
+    folds (S, n exact int64 sums), rounded to the 2^-MEAN_BITS grid (``mean_unit``), summed
+    over tables as int64, then · 2^-MEAN_BITS (``out_unit``) / T — the same float operations
+    in the same order as the numpy definition, element by element, with no (n, T, k)
+    temporaries (a large batch gathers millions of them per instance).
 
     False, with ``out`` unspecified, on anything but ordinary numbers and valid cells (a code
     outside its table, an empty cell at λ = 0, a mean outside int64): the caller then runs
     the numpy definition, which decides (reads, raises or rounds exactly as it always did).
     """
+    sums, counts = tables.sums, tables.counts
     n_rows, T = codes.shape
     TC = sums.shape[1]
     k = sums.shape[2]

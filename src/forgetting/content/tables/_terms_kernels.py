@@ -49,9 +49,10 @@ def _small_terms(x0, y0, x1, y1):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _cell_terms_into(sums, counts, c, grid, scale, unit, s0, s1, cross, square, sign) -> bool:
-    """Add ``sign`` × the cross-fit terms of table-major cell ``c`` to ``cross``/``square``
-    (G,): for λ_g and fold a (b = 1 − a),
+def _cell_terms_into(tables, c, units, s0, s1, cross, square, sign) -> bool:
+    """Add ``sign`` × the cross-fit terms of table-major cell ``c`` of ``tables``
+    (:class:`.bundles.CellArrays`) to ``cross``/``square`` (G,): for λ_g and fold a
+    (b = 1 − a), with ``units`` (:class:`.bundles.TermUnits`) scale and unit = units.loss,
 
         μ = (S_a · scale) / (n_a + λ_g)
         cross  += rint(((S_b · scale) · μ) · unit)
@@ -62,8 +63,10 @@ def _cell_terms_into(sums, counts, c, grid, scale, unit, s0, s1, cross, square, 
     not finite or not below 2^63 in magnitude: the numpy cast is platform-defined there, so
     numpy decides. The range test is a flag, not an early exit, and out-of-range values are
     replaced by 0 before the cast, so the loop over outputs has no branch and compiles to
-    vector instructions (~2× faster). The one definition of these terms in compiled code:
-    :func:`cell_terms` and :func:`update_cells` both call it."""
+    vector instructions. The one definition of these terms in compiled code, which
+    :func:`_block_terms_into` repeats for a block of cells side by side."""
+    sums, counts = tables.sums, tables.counts
+    grid, scale, unit = units.grid, units.scale, units.loss
     k = sums.shape[2]
     G = grid.shape[0]
     n0 = np.float64(counts[0, c])
@@ -102,28 +105,27 @@ BLOCK_CELLS = 64
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _block_terms_into(
-    sums, counts, cells, first, m, grid, scale, unit, scratch, means, cross, square, small
-):
+def _block_terms_into(tables, cells, first, m, units, scratch, means, cross, square, small):
     """Add the terms of :func:`_cell_terms_into` of cells ``cells[first : first + m]``
     (m ≤ BLOCK_CELLS) to ``cross``/``square`` (G,): the same float operations on each cell,
     with the cells of the block in the innermost loop, so it runs as vector instructions over
-    cells (~1.7× faster than one cell at a time over k = 10 outputs). ``scratch``
-    (2k + 6, BLOCK_CELLS) float64. False when a term leaves the int64 range.
+    cells. ``scratch`` (2k + 6, BLOCK_CELLS) float64. False when a term leaves the int64
+    range.
 
     ``small`` (a constant where this is inlined): the terms are converted to integers by
     :func:`_small_terms` (vector instructions where the machine has no vector float → int64
-    conversion: 25 % off a refresh of every cell at 300k rows on an AVX2 machine), and False
-    means a term is 2^51 or more in magnitude (or not finite) — at no realistic size: a cell
-    would need ~2^27 rows — so the caller's numpy route decides (``FlatTables._all_terms``),
-    as for a term out of the int64 range: the integers are the cast's in every case. For the
-    passes over every cell; a one-row update's few cells keep the cast (on an AVX-512
-    machine, which converts by vector anyway, the extra range test made them ~10 % slower).
+    conversion), and False means a term is 2^51 or more in magnitude (or not finite) — at no
+    realistic size: a cell would need ~2^27 rows — so the caller's numpy route decides
+    (``terms.total_terms``), as for a term out of the int64 range: the integers are the
+    cast's in every case. For the passes over every cell; a one-row update's few cells keep
+    the cast (on a machine that converts by vector anyway, the extra range test cost time).
 
     The means it divides out are left in ``means`` (2, G, k, BLOCK_CELLS): means[f, g, j, e]
     = (S_f · scale) / (n_f + λ_g) of cell e — the very operations of
     :func:`_probe_terms_into` on that fold-qualified cell, so the probe terms can be rounded
-    from them without dividing again (:func:`_block_probe_terms`)."""
+    from them without dividing again (``_refresh_kernels._block_probe_terms``)."""
+    sums, counts = tables.sums, tables.counts
+    grid, scale, unit = units.grid, units.scale, units.loss
     k = sums.shape[2]
     G = grid.shape[0]
     n0 = scratch[2 * k]
@@ -171,29 +173,30 @@ def _block_terms_into(
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def cell_terms(sums, counts, cells, grid, scale, unit, cross, square) -> bool:
-    """The cross-fit terms of ``FlatTables._terms`` (:func:`_cell_terms_into`) of table-major
-    cells ``cells``: ``sums`` (2, cells, k), ``counts`` (2, cells); results in
-    ``cross``/``square`` (m, G). False when a term leaves the int64 range (numpy decides)."""
-    k = sums.shape[2]
+def cell_terms(tables, cells, units, cross, square) -> bool:
+    """The cross-fit terms (``terms.cell_terms``, :func:`_cell_terms_into`) of table-major
+    cells ``cells`` of ``tables``; results in ``cross``/``square`` (m, G). False when a term
+    leaves the int64 range (numpy decides)."""
+    k = tables.sums.shape[2]
     s0 = np.empty(k, dtype=np.float64)  # S · scale of one cell, fold 0
     s1 = np.empty(k, dtype=np.float64)  # and fold 1
     ok = True
     for e in range(cells.shape[0]):
         cross[e, :] = 0
         square[e, :] = 0
-        ok = ok & _cell_terms_into(
-            sums, counts, cells[e], grid, scale, unit, s0, s1, cross[e], square[e], 1
-        )
+        ok = ok & _cell_terms_into(tables, cells[e], units, s0, s1, cross[e], square[e], 1)
     return ok
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _probe_terms_into(flat_sums, flat_counts, q, grid, scale, mean_unit, square_unit, scaled, out):
-    """One probe entry's terms (``out`` (G, k + 1)) of fold-qualified cell ``q``: per λ_g,
-    μ = (S_q · scale) / (n_q + λ_g); out[g, j] = rint(μ_j · mean_unit) and
-    out[g, k] = Σ_j rint((μ_j · μ_j) · square_unit). False as :func:`_cell_terms_into`
-    (same branch-free range test). The one compiled definition of these terms."""
+def _probe_terms_into(flat_sums, flat_counts, q, units, scaled, out):
+    """One probe entry's terms (``out`` (G, k + 1)) of fold-qualified cell ``q`` of the flat
+    (2·T·C, k) sums and (2·T·C,) counts: per λ_g, μ = (S_q · scale) / (n_q + λ_g);
+    out[g, j] = rint(μ_j · mean_unit) and out[g, k] = Σ_j rint((μ_j · μ_j) · square_unit)
+    (``units``). False as :func:`_cell_terms_into` (same branch-free range test). The one
+    compiled definition of these terms."""
+    grid, scale = units.grid, units.scale
+    mean_unit, square_unit = units.mean, units.square
     k = flat_sums.shape[1]
     G = grid.shape[0]
     n = np.float64(flat_counts[q])
@@ -217,18 +220,18 @@ def _probe_terms_into(flat_sums, flat_counts, q, grid, scale, mean_unit, square_
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def probe_terms(flat_sums, flat_counts, qualified, grid, scale, mean_unit, square_unit, out):
-    """``FlatTables._probe_terms``: out[:, e, :] = the terms (:func:`_probe_terms_into`) of
-    fold-qualified cell ``qualified[e]``. False when a term leaves the int64 range."""
+def probe_terms(tables, qualified, units, out):
+    """``terms.probe_terms``: out[:, e, :] = the terms (:func:`_probe_terms_into`) of
+    fold-qualified cell ``qualified[e]`` of ``tables``. False when a term leaves the int64
+    range."""
+    flat_sums, flat_counts = _flat(tables)
     k = flat_sums.shape[1]
-    G = grid.shape[0]
+    G = units.grid.shape[0]
     scaled = np.empty(k, dtype=np.float64)  # S · scale of one cell
     one = np.empty((G, k + 1), dtype=np.int64)
     ok = True
     for e in range(qualified.shape[0]):
-        ok = ok & _probe_terms_into(
-            flat_sums, flat_counts, qualified[e], grid, scale, mean_unit, square_unit, scaled, one
-        )
+        ok = ok & _probe_terms_into(flat_sums, flat_counts, qualified[e], units, scaled, one)
         out[:, e, :] = one
     return ok
 
@@ -259,47 +262,31 @@ def _terms_vanish(sums, counts, c) -> bool:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _cells_terms_into(sums, counts, cells, nc, grid, scale, unit, scratch, cross, square) -> bool:
+def _cells_terms_into(tables, cells, nc, units, scratch, cross, square) -> bool:
     """Add the terms of the table-major cells ``cells[:nc]`` to ``cross``/``square`` (G),
     block by block (:func:`_block_terms_into`)."""
-    means = np.empty((2, grid.shape[0], sums.shape[2], BLOCK_CELLS), dtype=np.float64)
+    means = np.empty((2, units.grid.shape[0], tables.sums.shape[2], BLOCK_CELLS))
     ok = True
     for first in range(0, nc, BLOCK_CELLS):
+        m = min(nc, first + BLOCK_CELLS) - first
         ok = ok & _block_terms_into(
-            sums,
-            counts,
-            cells,
-            first,
-            min(nc, first + BLOCK_CELLS) - first,
-            grid,
-            scale,
-            unit,
-            scratch,
-            means,
-            cross,
-            square,
-            False,
+            tables, cells, first, m, units, scratch, means, cross, square, False
         )
     return ok
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _entries_terms_into(
-    flat_sums, flat_counts, entry_cell, grid, scale, mean_unit, square_unit, scaled, out
-) -> bool:
+def _entries_terms_into(flat_sums, flat_counts, entry_cell, units, scaled, out) -> bool:
     """out[e] = the probe terms (:func:`_probe_terms_into`) of fold-qualified cell
     ``entry_cell[e]``, for every probe entry e."""
     ok = True
     for e in range(entry_cell.shape[0]):
-        ok = ok & _probe_terms_into(
-            flat_sums,
-            flat_counts,
-            entry_cell[e],
-            grid,
-            scale,
-            mean_unit,
-            square_unit,
-            scaled,
-            out[e],
-        )
+        ok = ok & _probe_terms_into(flat_sums, flat_counts, entry_cell[e], units, scaled, out[e])
     return ok
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _flat(tables):
+    """The tables' sums (2·T·C, k) and counts (2·T·C,): fold-qualified cells in one axis."""
+    R, k = tables.sums.shape[1], tables.sums.shape[2]
+    return tables.sums.reshape((2 * R, k)), tables.counts.reshape(2 * R)

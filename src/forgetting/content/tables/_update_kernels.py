@@ -26,8 +26,8 @@ def scatter_rows(target, flat, values, T) -> bool:
     like numpy). False, with ``target`` untouched, when an index lies outside ``target``.
 
     Table by table: one table's cells (both folds) stay in cache while every row adds to
-    them, where row by row each add missed the cache (1.5× faster at 20k–60k rows; integer
-    sums do not depend on the order)."""
+    them, where row by row each add missed the cache (integer sums do not depend on the
+    order)."""
     R = target.shape[0]
     for e in range(flat.shape[0]):
         if flat[e] < 0 or flat[e] >= R:
@@ -80,11 +80,10 @@ def _scatter(sums, counts, codes, folds, values, negate) -> None:
     cells of one table (C·k int64) stay in cache while that fold's rows add to them, and the
     rows' values and cell codes are first gathered per fold into contiguous arrays (codes
     transposed, table-major), so each table's pass streams them instead of striding through
-    every row (1.4× faster at 65k rows than row-major passes over both folds; integer sums
-    do not depend on the order). A table's cells of one fold are 2^12 · k int64 (~330 KB at
-    k = 10) that a batch touches in random order, each line first from memory: the cell of
-    the row :data:`_AHEAD` rows on is prefetched, so those misses overlap (a 20k-row batch
-    on 64 × 4096 cells, k = 10: about half the time, measured; a hint changes no value)."""
+    every row (integer sums do not depend on the order). A table's cells of one fold are
+    2^12 · k int64 that a batch touches in random order, each line first from memory: the
+    cell of the row :data:`_AHEAD` rows on is prefetched, so those misses overlap (a hint
+    changes no value)."""
     n, T = codes.shape
     C = sums.shape[1] // T
     k = values.shape[1]
@@ -146,13 +145,14 @@ def _scatter(sums, counts, codes, folds, values, negate) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def scatter_codes(sums, counts, codes, folds, values, negate) -> bool:
+def scatter_codes(tables, codes, folds, values, negate) -> bool:
     """sums[f_i, t·C + c_it, :] ±= values[i, :] and counts[f_i, t·C + c_it] ±= 1 for every
-    row i and table t (− when ``negate``): the flat tables' ``add``/``subtract`` straight
-    from the cell codes (n, T) and folds (n,), without the int64 index temporaries numpy
-    needs (int64 arithmetic wraps like numpy's, and a − v ≡ a + (−v) mod 2^64). ``sums``
-    (2, T·C, k), ``counts`` (2, T·C). False, with nothing written, when a code lies outside
-    0..C−1 or a fold is not 0 or 1."""
+    row i and table t (− when ``negate``) of ``tables`` (:class:`.bundles.CellArrays`): the
+    flat tables' ``add``/``subtract`` straight from the cell codes (n, T) and folds (n,),
+    without the int64 index temporaries numpy needs (int64 arithmetic wraps like numpy's, and
+    a − v ≡ a + (−v) mod 2^64). False, with nothing written, when a code lies outside 0..C−1
+    or a fold is not 0 or 1."""
+    sums, counts = tables.sums, tables.counts
     T = codes.shape[1]
     if T == 0 or sums.shape[1] % T != 0:
         return False
@@ -163,78 +163,96 @@ def scatter_codes(sums, counts, codes, folds, values, negate) -> bool:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def update_cells(
-    sums,
-    counts,
-    codes,
-    folds,
-    values,
-    negate,
-    grid,
-    scale,
-    loss_unit,
-    probe_start,
-    probe_of,
-    probe_records,
-    mean_unit,
-    square_unit,
-    probe_folds,
-    norm_unit,
-    norm_terms,
-    marks,
-    out,
-) -> bool:
+def update_cells(tables, units, probes, codes, folds, values, negate, marks, deltas):
     """A whole incremental ``FlatTables`` update in one call, for a few rows: the scatter
     (:func:`scatter_codes`), the change of the cross-fit totals (new − old terms of every
-    touched table-major cell, :func:`_cell_terms_into`) and of the probe sums (new − old terms
-    of every probe entry whose out-of-fold cell was touched, :func:`_probe_terms_into`).
+    touched table-major cell, ``_terms_kernels._block_terms_into``) and of the probe sums (new
+    − old terms of every probe entry whose out-of-fold cell was touched,
+    ``_terms_kernels._probe_terms_into``).
 
-    The same integers as the numpy path: the same per-cell and per-entry terms, summed as int64
-    (exact in any order). The probe entries of fold-qualified cell q are
-    ``probe_of[probe_start[q]:probe_start[q + 1]]`` (their probes); ``marks`` is a zeroed uint8
-    scratch of 2·T·C entries (zeroed again on return) that finds each touched cell once among
-    several rows' (one row's T cells are distinct: its update reads no marks). ``probe_records``
-    (m, W) holds probe p's sums in one row, λ by λ — entry g·(k + 1) + j is the logical probe
-    sums' [g, p, j] (content.tables._ProbeNorms) — and ``norm_terms`` (m, G) is a float64 view
-    of columns G·(k + 1) … of the same rows: each probe's current norm terms
-    (:func:`_norm_terms_into` with ``norm_unit``, float64 integers), rewritten here for the
-    changed probes. ``out`` (6G + 2) receives Δcross (G), Δsquare (G), the rows in fold 1, then
-    the change of the probes' per-fold totals: ΔN (fold 0's G, then fold 1's G) of the probes'
-    norm terms and ΔQ (likewise) of their sums' last column, new − old over the probes that
-    changed (``probe_folds[p]``: a probe's own fold); and last whether those deltas hold: 0 when
-    some term reached 2^50 (a sum of up to 2^12 of them might leave int64: the caller recounts
-    the totals and terms from the probe sums, exactly). False, with the tables as they were,
-    when an index is invalid or a cell or probe term leaves the int64 range (numpy decides).
+    Arguments: ``tables`` (:class:`.bundles.CellArrays`), ``units``
+    (:class:`.bundles.TermUnits`), ``probes`` (:class:`.bundles.ProbeArrays`: the probe index,
+    each probe's record of sums and norm terms, rewritten here for the changed probes); the
+    rows' ``codes`` (n, T), ``folds`` (n,) and int64 ``values`` (n, k), subtracted when
+    ``negate``; ``marks``, a zeroed uint8 scratch of 2·T·C entries (zeroed again on return)
+    that finds each touched cell once among several rows' (one row's T cells are distinct:
+    its update reads no marks); ``deltas`` (:class:`.bundles.UpdateDeltas`), overwritten with
+    the changes of the totals and of the probes' per-fold totals (new − old over the probes
+    that changed; a probe's own fold is ``probes.folds[p]``).
 
-    Why it is laid out this way (measured at n = 300k, T = 64, k = 10, ~1.4k probes, in a
-    process that predicts between forgets, so nothing is in cache): a touched cell holds
-    ~5 probe entries, all with that cell's mean, so the probe terms are computed once per
-    touched fold-qualified cell (the same operations on the same integers, hence the same
-    terms) and the difference added to each of its probes; each changed probe's norm terms
-    are taken once before its first change and once from its final sums (the per-fold totals
-    change by new − old: the same integers as recounting them); and every cache line the
-    update will touch is requested (:func:`prefetch`) as soon as its address is known —
-    cells and the probe index first, the probe rows once the index is read — so the misses
-    overlap instead of queueing. A probe's sums and norm terms share one record of whole
-    cache lines (6 at k = 10, G = 4): a one-row forget changes ~300 of the ~1.4k probes of
-    each instance, and their lines were its largest memory traffic — G rows of 88 bytes
-    125 KB apart plus a line of norm terms, 9 lines per probe, where the record is 6
-    adjacent ones (in-process A/B on a 2-core EPYC VM, whose memory is slow: t_fast p50
-    −174 µs, 90 % interval −227 … −43 µs).
+    Returns (applied, rows in fold 1, whether the probes' deltas hold). Not applied, with the
+    tables as they were, when an index is invalid or a cell or probe term leaves the int64
+    range (numpy decides). The probes' deltas do not hold when some term reached 2^50 (a sum
+    of up to 2^12 of them might leave int64): the caller recounts them from the probe sums.
+
+    The same integers as the numpy path: the same per-cell and per-entry terms, summed as
+    int64 (exact in any order). Why it is laid out this way: a touched cell holds several
+    probe entries, all with that cell's mean, so the probe terms are computed once per touched
+    fold-qualified cell and the difference added to each of its probes; each changed probe's
+    norm terms are taken once before its first change and once from its final sums (the
+    per-fold totals change by new − old: the same integers as recounting them); and every
+    cache line the update will touch is requested (``prefetch``) as soon as its address is
+    known — cells and the probe index first, the probe records once the index is read — so
+    the misses overlap instead of queueing. A probe's sums and norm terms share one record of
+    whole cache lines, adjacent (content.tables.probes.ProbeNorms): a one-row forget changes
+    a large share of the probes, and their lines are its largest memory traffic
+    (benchmarks/results/breakdown.md lists where a forget's time goes).
     """
     n, T = codes.shape
+    sums, counts = tables.sums, tables.counts
     TC = sums.shape[1]
     if T == 0 or TC % T != 0:
-        return False
+        return False, 0, False
     C = TC // T
     if not _codes_valid(codes, folds, C):
-        return False
+        return False, 0, False
     k = sums.shape[2]
-    G = grid.shape[0]
+    G = units.grid.shape[0]
+    m = probes.folds.shape[0]
+    if probes.records.shape[0] != m or probes.records.shape[1] < G * (k + 2):
+        return False, 0, False
+    if probes.terms.shape[0] != m:
+        return False, 0, False
     flat_sums = sums.reshape((2 * TC, k))
     flat_counts = counts.reshape(2 * TC)
+    _prefetch_cells(sums, flat_counts, probes.start, codes, folds, C)
+    quals, cells, nq, nc, ones = _touched_cells(codes, folds, marks, TC, C)
+    held, nh = _held_cells(quals, nq, probes)
+    s0 = np.empty(k, dtype=np.float64)  # one cell's scaled sums
+    scratch = np.empty((2 * k + 6, BLOCK_CELLS), dtype=np.float64)
+    old_cross = np.zeros(G, dtype=np.int64)
+    old_square = np.zeros(G, dtype=np.int64)
+    old = np.empty((nh, G, k + 1), dtype=np.int64)
+    ok = _entries_terms_into(flat_sums, flat_counts, held[:nh], units, s0, old)
+    _prefetch_records(probes, held, nh)  # their index lines have arrived meanwhile
+    ok = ok & _cells_terms_into(tables, cells, nc, units, scratch, old_cross, old_square)
+    if not ok:
+        return False, 0, False
+    _scatter(sums, counts, codes, folds, values, negate)
+    new_cross = np.zeros(G, dtype=np.int64)
+    new_square = np.zeros(G, dtype=np.int64)
+    new = np.empty((nh, G, k + 1), dtype=np.int64)
+    ok = _cells_terms_into(
+        tables, cells, nc, units, scratch, new_cross, new_square
+    ) & _entries_terms_into(flat_sums, flat_counts, held[:nh], units, s0, new)
+    if not ok:
+        _scatter(sums, counts, codes, folds, values, not negate)  # undo: exact integers
+        return False, 0, False
+    exact = _change_probes(probes, held, nh, new, old, units.norm, deltas)
+    for g in range(G):
+        deltas.cross[g] = new_cross[g] - old_cross[g]  # int64: exact (wraps like numpy's)
+        deltas.square[g] = new_square[g] - old_square[g]
+    return True, ones, exact
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _prefetch_cells(sums, flat_counts, probe_start, codes, folds, C) -> None:
+    """Ask for the cache lines of the rows' cells (both folds) and of their probe index."""
+    n, T = codes.shape
+    TC = sums.shape[1]
+    k = sums.shape[2]
     line_sums = sums.reshape(2 * TC * k)
-    for i in range(n):  # the cells' lines and their probe index, all at once
+    for i in range(n):
         f = np.int64(folds[i])
         for t in range(T):
             c = t * C + np.int64(codes[i, t])
@@ -245,7 +263,13 @@ def update_cells(
             prefetch(line_sums, (TC + c) * k + k - 1)
             prefetch(flat_counts, c)
             prefetch(flat_counts, TC + c)
-    # the touched fold-qualified cells (bit 1) and table-major cells (bit 2), each once
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _touched_cells(codes, folds, marks, TC, C):
+    """The touched fold-qualified cells (quals[:nq]) and table-major cells (cells[:nc]), each
+    once (``marks``: bit 1 and bit 2, zeroed again), and the rows in fold 1."""
+    n, T = codes.shape
     quals = np.empty(n * T, dtype=np.int64)
     cells = np.empty(n * T, dtype=np.int64)
     nq = 0
@@ -258,81 +282,77 @@ def update_cells(
             c = t * C + np.int64(codes[0, t])
             quals[t] = f * TC + c
             cells[t] = c
-        nq = T
-        nc = T
-    else:
-        for i in range(n):
-            f = np.int64(folds[i])
-            ones += f
-            for t in range(T):
-                c = t * C + np.int64(codes[i, t])
-                q = f * TC + c
-                if marks[q] & 1 == 0:
-                    marks[q] |= 1
-                    quals[nq] = q
-                    nq += 1
-                if marks[c] & 2 == 0:
-                    marks[c] |= 2
-                    cells[nc] = c
-                    nc += 1
-        for e in range(nq):
-            marks[quals[e]] = 0
-        for e in range(nc):
-            marks[cells[e]] = 0
-    # the touched fold-qualified cells that hold probe entries (each once)
+        return quals, cells, T, T, ones
+    for i in range(n):
+        f = np.int64(folds[i])
+        ones += f
+        for t in range(T):
+            c = t * C + np.int64(codes[i, t])
+            q = f * TC + c
+            if marks[q] & 1 == 0:
+                marks[q] |= 1
+                quals[nq] = q
+                nq += 1
+            if marks[c] & 2 == 0:
+                marks[c] |= 2
+                cells[nc] = c
+                nc += 1
+    for e in range(nq):
+        marks[quals[e]] = 0
+    for e in range(nc):
+        marks[cells[e]] = 0
+    return quals, cells, nq, nc, ones
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _held_cells(quals, nq, probes):
+    """The touched fold-qualified cells that hold probe entries (held[:nh]), each once; the
+    cache lines of their entries are asked for."""
+    start, probe_of = probes.start, probes.probe_of
     held = np.empty(nq, dtype=np.int64)
     nh = 0
     for e in range(nq):
         q = quals[e]
-        lo = probe_start[q]
-        hi = probe_start[q + 1]
+        lo = start[q]
+        hi = start[q + 1]
         if hi > lo:
             held[nh] = q
             nh += 1
             prefetch(probe_of, lo)
             prefetch(probe_of, hi - 1)
-    s0 = np.empty(k, dtype=np.float64)  # one cell's scaled sums
-    scratch = np.empty((2 * k + 6, BLOCK_CELLS), dtype=np.float64)
-    old_cross = np.zeros(G, dtype=np.int64)
-    old_square = np.zeros(G, dtype=np.int64)
-    old = np.empty((nh, G, k + 1), dtype=np.int64)
-    ok = _entries_terms_into(
-        flat_sums, flat_counts, held[:nh], grid, scale, mean_unit, square_unit, s0, old
-    )
-    # the records of the probes about to change (their index lines have arrived meanwhile)
-    m = probe_folds.shape[0]
-    width = probe_records.shape[1]
-    if probe_records.shape[0] != m or width < G * (k + 2) or norm_terms.shape[0] != m:
-        return False
-    line_records = probe_records.reshape(m * width)
+    return held, nh
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _prefetch_records(probes, held, nh) -> None:
+    """Ask for the records of the probes about to change (entries of cells ``held[:nh]``)."""
+    start, probe_of, records = probes.start, probes.probe_of, probes.records
+    m, width = records.shape
+    line_records = records.reshape(m * width)
     for h in range(nh):
         q = held[h]
-        for x in range(probe_start[q], probe_start[q + 1]):
+        for x in range(start[q], start[q + 1]):
             p = probe_of[x]
             for at in range(0, width, 8):
                 prefetch(line_records, p * width + at)
-    ok = ok & _cells_terms_into(
-        sums, counts, cells, nc, grid, scale, loss_unit, scratch, old_cross, old_square
-    )
-    if not ok:
-        return False
-    _scatter(sums, counts, codes, folds, values, negate)
-    d_cross = np.zeros(G, dtype=np.int64)
-    d_square = np.zeros(G, dtype=np.int64)
-    new = np.empty((nh, G, k + 1), dtype=np.int64)
-    ok = _cells_terms_into(
-        sums, counts, cells, nc, grid, scale, loss_unit, scratch, d_cross, d_square
-    ) & _entries_terms_into(
-        flat_sums, flat_counts, held[:nh], grid, scale, mean_unit, square_unit, s0, new
-    )
-    if not ok:
-        _scatter(sums, counts, codes, folds, values, not negate)  # undo: exact integers
-        return False
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _change_probes(probes, held, nh, new, old, norm_unit, deltas) -> bool:
+    """Add each held cell's new − old probe terms to the records of its probes, and the
+    changed probes' norm terms and last-column sums, new − old per fold, to ``deltas.norm``
+    and ``deltas.last`` (zeroed first). Whether those deltas hold (:func:`_take_norm_terms`).
+    ``new`` is overwritten with the differences."""
+    start, probe_of, records = probes.start, probes.probe_of, probes.records
+    G = new.shape[1]
+    k = new.shape[2] - 1
+    m = probes.folds.shape[0]
+    d_norm, d_last = deltas.norm, deltas.last
+    d_norm[:, :] = 0
+    d_last[:, :] = 0
     changed = np.zeros(m, dtype=np.uint8)  # probes whose sums changed, each listed once
     listed = np.empty(m, dtype=np.int64)
     nl = 0
-    d_norm = np.zeros((2, G), dtype=np.int64)  # per fold and λ: new − old norm terms
-    d_last = np.zeros((2, G), dtype=np.int64)  # and of the sums' last column
     held_ok = True
     span = G * (k + 1)  # a record's sums; the new − old terms of a cell in the same order
     flat_new = new.reshape((nh, span))
@@ -341,40 +361,23 @@ def update_cells(
         q = held[h]
         for at in range(span):
             flat_new[h, at] -= flat_old[h, at]  # int64: exact (wraps like numpy's new − old)
-        for x in range(probe_start[q], probe_start[q + 1]):
+        for x in range(start[q], start[q + 1]):
             p = probe_of[x]
             if changed[p] == 0:  # its terms before its first change
                 changed[p] = 1
                 listed[nl] = p
                 nl += 1
                 held_ok = held_ok & _take_norm_terms(
-                    probe_records,
-                    p,
-                    probe_folds[p],
-                    k,
-                    G,
-                    norm_unit,
-                    norm_terms,
-                    d_norm,
-                    d_last,
-                    -1,
+                    records, p, probes.folds[p], k, G, norm_unit, probes.terms, d_norm, d_last, -1
                 )
             for at in range(span):
-                probe_records[p, at] += flat_new[h, at]
+                records[p, at] += flat_new[h, at]
     for e in range(nl):  # and after its last
         p = listed[e]
         held_ok = held_ok & _take_norm_terms(
-            probe_records, p, probe_folds[p], k, G, norm_unit, norm_terms, d_norm, d_last, 1
+            records, p, probes.folds[p], k, G, norm_unit, probes.terms, d_norm, d_last, 1
         )
-    for g in range(G):
-        out[g] = d_cross[g] - old_cross[g]  # int64: exact (wraps like numpy's new − old)
-        out[G + g] = d_square[g] - old_square[g]
-        for b in range(2):
-            out[2 * G + 1 + b * G + g] = d_norm[b, g]
-            out[4 * G + 1 + b * G + g] = d_last[b, g]
-    out[2 * G] = ones
-    out[6 * G + 1] = 1 if held_ok else 0
-    return True
+    return held_ok
 
 
 NORM_TERM_LIMIT = 2.0**50
@@ -386,7 +389,8 @@ NORM_TERM_LIMIT = 2.0**50
 def _norm_terms_into(records, p, k, G, unit, terms) -> None:
     """terms[g] = rint(Σ_j float64(S_j)² · unit) for probe p's k mean sums S under each λ_g
     (its record, :func:`update_cells`): per λ the outputs in order, one product and one sum
-    each (content.tables.probe_norm_terms) — the G sums interleaved, each in its own order."""
+    each (content.tables.probes.probe_norm_terms) — the G sums interleaved, each in its own
+    order."""
     for g in range(G):
         terms[g] = 0.0
     for j in range(k):

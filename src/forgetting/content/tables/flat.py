@@ -266,18 +266,18 @@ class FlatTables:
                 self._probe_csr(),
                 self._marks,
             )
-        values = update.run(kernels, codes, residuals, folds, sign)
-        if values is None:
+        applied, ones, exact = update.run(kernels, codes, residuals, folds, sign)
+        if not applied:
             return False
-        G = len(self.grid)
-        for g in range(G):
-            self._cross[g] += values[g]
-            self._square[g] += values[G + g]
-        ones = values[2 * G]
+        deltas = update.deltas
+        changes = zip(deltas.cross.tolist(), deltas.square.tolist(), strict=True)
+        for g, (d_cross, d_square) in enumerate(changes):
+            self._cross[g] += d_cross
+            self._square[g] += d_square
         self._fold_rows[0] += sign * (codes.shape[0] - ones)
         self._fold_rows[1] += sign * ones
-        if values[6 * G + 1]:
-            norms.add(values[2 * G + 1 : 4 * G + 1], values[4 * G + 1 : 6 * G + 1])
+        if exact:
+            norms.add(deltas.norm.tolist(), deltas.last.tolist())
         else:  # a term too large for the kernel's int64 deltas: recounted when next read
             self._norms = None
         return True

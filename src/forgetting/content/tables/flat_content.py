@@ -1,7 +1,7 @@
 """What a prediction needs from flat tables, and the rule that chooses between the tables and
-the instance's ridge head: the one whose exact out-of-fold gain is larger, with the tables'
-given a head start (:data:`TABLES_GAIN_FACTOR`). Both gains are deterministic functions of
-the current integer sums, so a refit makes the same choice.
+the instance's ridge head: the head serves when its exact out-of-fold gain exceeds
+:data:`TABLES_GAIN_FACTOR` times the tables'. Both gains are deterministic functions of the
+current integer sums, so a refit makes the same choice.
 """
 
 from __future__ import annotations
@@ -28,17 +28,18 @@ mixture ≤ 0.61, diamonds ≤ 0.59, letter ≤ 0.42); 0.65 is the geometric mid
 because the probe estimate is optimistic (the tables' gain on the validation rows is below it
 on 81 of 96 instances, median 0.93 times it) and because squared error is not accuracy: on
 digits the tables' squared-error gain on the validation rows exceeds the head's on 10 of 12
-instances while the head is the more accurate on every one. The former rule compared the head
-with the geometric mean of the probe estimate and the exact per-table gain; it served the head
-on the Gaussian mixture (every instance; tables 0.993 vs 0.984 on validation) and on a third of
+instances while the head is the more accurate on every one. A rule comparing the head with
+the geometric mean of the probe estimate and the exact per-table gain serves the head on the
+Gaussian mixture (every instance; tables 0.993 vs 0.984 on validation) and on a third of
 diamonds' instances, and no constant factor on that mean separates the sets. On diabetes (247
 fitting rows, 62 validation rows) no rule of these statistics tracks the validation winner
 (both get 8–9 of 12 wrong; squared errors within 1 %).
 
 Out of sample — synthetic sets that played no part in choosing it
 (benchmarks/results/head_rule_heldout.md) — it picks the better model on 61 of 72 instances
-where the former rule picked it on 31, and it is not a complete answer: on make_classification
-with 3 clusters per class the tables are better while the ratio (0.59–0.92) overlaps digits',
+where the geometric-mean rule picks it on 31, and it is not a complete answer: on
+make_classification with 3 clusters per class the tables are better while the ratio
+(0.59–0.92) overlaps digits',
 and a per-instance rule cannot see that averaging p instances' tables (each built on its own
 D°) cancels much of their noise while the instances' heads are nearly one model (bench.core's
 mixture at k = 20: the head is the better instance on 10 of 12, the tables' average the better
@@ -83,19 +84,16 @@ def build_flat_content(
     """O(|grid|) after any change: the totals are maintained per cell, exactly.
 
     With a ridge head (content.heads) the head is served instead of the tables when its exact
-    out-of-fold gain exceeds :data:`TABLES_GAIN_FACTOR` (0.65) times
-    the tables' — both falls in the squared error of the same residuals on the same rows, the
-    tables' with the square term of their average estimated on the D° probes. The factor was
-    chosen on validation splits carved from the training sets
-    (benchmarks/results/head_rule.md): it picks the model that is better on validation on every
-    instance of every classification set there (including bench.core's Gaussian mixture, where
-    the former rule — the geometric mean of the probe estimate and the exact per-table gain —
-    served the head on every instance: validation accuracy 0.984 against the tables' 0.993)
-    and on diamonds. Both gains are
-    deterministic functions of the current integer sums, so a refit makes the same choice.
-    The head costs one (d + 1)² factorization after each change plus one solve and one
-    product over 2k columns (LinearHead.solution) — unless the engine's gain filter is certain
-    the head's gain is below the threshold (content.heads.gain_filter: the same choice, no solve).
+    out-of-fold gain exceeds :data:`TABLES_GAIN_FACTOR` (0.65) times the tables' — both falls
+    in the squared error of the same residuals on the same rows, the tables' with the square
+    term of their average estimated on the D° probes. The factor was chosen on validation
+    splits carved from the training sets (benchmarks/results/head_rule.md): it picks the model
+    that is better on validation on every instance of every classification set there and on
+    diamonds. Both gains are deterministic functions of the current integer sums, so a refit
+    makes the same choice. The head costs one (d + 1)² factorization after each change plus
+    one solve and one product over 2k columns (LinearHead.solution) — unless the engine's
+    gain filter is certain the head's gain is below the threshold (content.heads.gain_filter:
+    the same choice, no solve).
     """
     a, lam, gain = tables.best(alpha, shrinkage)
     if head is not None and alpha == "auto" and shrinkage == "auto":

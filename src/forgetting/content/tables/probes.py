@@ -111,13 +111,13 @@ class ProbeNorms:
                 self.norm_totals[g][b] = _exact_total(terms[g, mine])
                 self.last_totals[g][b] = _exact_total(sums[g, mine, k])
 
-    def add(self, d_norm: list[int], d_last: list[int]) -> None:
-        """An update's deltas, fold 0's G values then fold 1's (``update_cells``' layout)."""
+    def add(self, d_norm: list[list[int]], d_last: list[list[int]]) -> None:
+        """An update's deltas per probe fold and λ (``UpdateDeltas.norm``/``last``)."""
         G = len(self.norm_totals)
         for b in (0, 1):
             for g in range(G):
-                self.norm_totals[g][b] += d_norm[b * G + g]
-                self.last_totals[g][b] += d_last[b * G + g]
+                self.norm_totals[g][b] += d_norm[b][g]
+                self.last_totals[g][b] += d_last[b][g]
 
     def norms(self, g: int, b: int) -> tuple[float, float]:
         """Σ ‖m‖² and Σ q over fold b's probes for λ_g (the two sums of the square estimate):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import TABLE_UPDATES
+from .bundles import CellArrays
 
 SPARSE_MIN_ENTRIES = 1 << 15
 """(row, table) entries from which numpy adds rows by a sparse product, not ``np.add.at``."""
@@ -33,8 +34,7 @@ def scatter(
     if kernels is not None:
         codes_c, folds_c = index_arrays(codes, folds)
         if kernels.scatter_codes(
-            sums.reshape(2, T * C, -1),
-            counts.reshape(2, T * C),
+            CellArrays.of(sums, counts),
             codes_c,
             folds_c,
             np.ascontiguousarray(residuals, dtype=np.int64),

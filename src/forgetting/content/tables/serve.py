@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import TABLE_SERVING
+from .bundles import CellArrays
 from .units import MEAN_BITS
 
 SERVE_CHUNK = 2048
@@ -38,13 +39,12 @@ def correction(
 def _correction(
     sums: np.ndarray, counts: np.ndarray, codes: np.ndarray, shrinkage: float, scale_bits: int
 ) -> np.ndarray:
-    T, C, k = sums.shape[1], sums.shape[2], sums.shape[3]
+    T, k = sums.shape[1], sums.shape[3]
     kernels = TABLE_SERVING.get(codes.shape[0] * T * k)
     if kernels is not None:
         out = np.empty((codes.shape[0], k), dtype=np.float64)
         if kernels.serve_correction(
-            sums.reshape(2, T * C, -1),
-            counts.reshape(2, T * C),
+            CellArrays.of(sums, counts),
             np.ascontiguousarray(codes, dtype=np.int64),
             2.0**-scale_bits,
             float(shrinkage),

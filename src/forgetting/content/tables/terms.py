@@ -21,22 +21,13 @@ from collections.abc import Callable
 import numpy as np
 
 from ..kernels import TABLE_REFRESH, TABLE_TERMS, TABLE_UPDATES
+from .bundles import CellArrays, term_units
 from .units import MEAN_BITS, loss_bits, square_bits
 
 TOTALS_CHUNK = 1 << 16
 """Cells per int64 partial sum of the totals (then added as Python ints): the blocks every
 recount has used, so even sums past int64 (beyond the documented limits) wrap alike."""
 _EMPTY_CHECK_MIN_CELLS = 1 << 12
-
-
-def probe_units(grid: tuple[float, ...], scale_bits: int) -> tuple[np.ndarray, float, float, float]:
-    """The grid and the fixed-point scales the compiled probe-term kernels take."""
-    return (
-        np.asarray(grid, dtype=np.float64),
-        2.0**-scale_bits,
-        2.0**MEAN_BITS,
-        2.0 ** square_bits(scale_bits),
-    )
 
 
 def cell_terms(
@@ -67,12 +58,9 @@ def cell_terms(
         cross = np.empty((len(cells), G), dtype=np.int64)
         square = np.empty((len(cells), G), dtype=np.int64)
         if kernels.cell_terms(
-            sums.reshape(2, T * C, -1),
-            flat_counts,
+            CellArrays.of(sums, counts),
             np.ascontiguousarray(cells),
-            np.asarray(grid, dtype=np.float64),
-            2.0**-scale_bits,
-            2.0 ** loss_bits(scale_bits),
+            term_units(grid, scale_bits, T),
             cross,
             square,
         ):
@@ -121,12 +109,9 @@ def total_terms(
         cross = np.empty((blocks, G), dtype=np.int64)
         square = np.empty((blocks, G), dtype=np.int64)
         if kernels.total_terms(
-            sums.reshape(2, T * C, -1),
-            counts.reshape(2, T * C),
+            CellArrays.of(sums, counts),
             TOTALS_CHUNK,
-            np.asarray(grid, dtype=np.float64),
-            2.0**-scale_bits,
-            2.0 ** loss_bits(scale_bits),
+            term_units(grid, scale_bits, T),
             cross,
             square,
         ):
@@ -173,10 +158,9 @@ def probe_terms(
     if kernels is not None:
         out = np.empty((len(grid), m, k + 1), dtype=np.int64)
         if kernels.probe_terms(
-            sums.reshape(-1, k),
-            counts.reshape(-1),
+            CellArrays.of(sums, counts),
             np.ascontiguousarray(qualified, dtype=np.int64),
-            *probe_units(grid, scale_bits),
+            term_units(grid, scale_bits, sums.shape[1]),
             out,
         ):
             return out
@@ -238,12 +222,7 @@ def all_probe_sums(
     if kernels is not None and m and T:
         keys, probe_of = index
         if kernels.probe_sums_by_cell(
-            sums.reshape(2 * T * C, -1),
-            counts.reshape(-1),
-            keys,
-            probe_of,
-            *probe_units(grid, scale_bits),
-            out,
+            CellArrays.of(sums, counts), keys, probe_of, term_units(grid, scale_bits, T), out
         ):
             return out
         out[:] = 0
@@ -275,21 +254,15 @@ def refresh_together(
     cross = np.empty((blocks, G), dtype=np.int64)
     square = np.empty((blocks, G), dtype=np.int64)
     probe_sums = np.empty((G, n_probes, k + 1), dtype=np.int64)
-    grid_array, scale, mean_unit, square_unit = probe_units(grid, scale_bits)
-    done = kernels.refresh_terms(
-        sums.reshape(2, T * C, k),
-        counts.reshape(2, T * C),
+    totals_ok, probes_ok = kernels.refresh_terms(
+        CellArrays.of(sums, counts),
         TOTALS_CHUNK,
-        grid_array,
-        scale,
-        2.0 ** loss_bits(scale_bits),
+        term_units(grid, scale_bits, T),
         cross,
         square,
         start,
         probe_of,
-        mean_unit,
-        square_unit,
         probe_sums,
     )
-    totals = (column_totals(cross), column_totals(square)) if done & 1 else None
-    return totals, (probe_sums if done & 2 else None)
+    totals = (column_totals(cross), column_totals(square)) if totals_ok else None
+    return totals, (probe_sums if probes_ok else None)

@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .probes import ProbeNorms, norm_unit
+from .bundles import CellArrays, ProbeArrays, UpdateDeltas, term_units
+from .probes import ProbeNorms
 from .scatter import SPARSE_MIN_ENTRIES, flat_cells, index_arrays, scatter_rows
 from .terms import cell_terms, probe_terms
-from .units import MEAN_BITS, loss_bits, square_bits
 
 DEFER_ROWS_PER_CELL = 6
 """A change of at least C / 6 rows defers the totals to the next read: there the one pass
@@ -27,11 +27,11 @@ of its probes)."""
 
 
 class CompiledUpdate:
-    """What every compiled update passes besides the rows, kept between updates: the
-    reshaped views, the probe index and folds, the fixed-point units, the scratch marks and
-    the result array — building these ~20 objects per call was a visible part of a one-row
-    forget. Made from the tables' current arrays; :meth:`made_from` tells whether they are
-    still the ones the tables hold (compared by identity)."""
+    """What every compiled update passes besides the rows, kept between updates: the tables'
+    views, the units, the probe index and records, the scratch marks and the deltas —
+    building these per call was a visible part of a one-row forget. Made from the tables'
+    current arrays; :meth:`made_from` tells whether they are still the ones the tables hold
+    (compared by identity)."""
 
     def __init__(
         self,
@@ -43,25 +43,15 @@ class CompiledUpdate:
         probe_csr: tuple[np.ndarray, np.ndarray],
         marks: np.ndarray,
     ):
-        T, C, k = sums.shape[1], sums.shape[2], sums.shape[3]
         start, probe_of = probe_csr
         self._made_from = (norms, sums, counts, start)
-        self.tables = (sums.reshape(2, T * C, k), counts.reshape(2, T * C))
-        self.probes = (
-            np.asarray(grid, dtype=np.float64),
-            2.0**-scale_bits,
-            2.0 ** loss_bits(scale_bits),
-            start,
-            probe_of,
-            norms.records,
-            2.0**MEAN_BITS,
-            2.0 ** square_bits(scale_bits),
-            norms.folds,
-            norm_unit(T, scale_bits),
-            norms.terms,
-            marks,
-        )
-        self.out = np.empty(6 * len(grid) + 2, dtype=np.int64)
+        self.tables = CellArrays.of(sums, counts)
+        self.units = term_units(grid, scale_bits, sums.shape[1])
+        self.probes = ProbeArrays(start, probe_of, norms.records, norms.folds, norms.terms)
+        self.marks = marks
+        self.deltas = UpdateDeltas.empty(len(grid))
+        self.result: tuple[bool, int, bool] = (False, 0, False)
+        """The last call's (applied, rows in fold 1, whether the probes' deltas hold)."""
 
     def made_from(
         self, norms: ProbeNorms, sums: np.ndarray, counts: np.ndarray, start: np.ndarray | None
@@ -69,20 +59,23 @@ class CompiledUpdate:
         made = self._made_from
         return made[0] is norms and made[1] is sums and made[2] is counts and made[3] is start
 
-    def run(self, kernels, codes, residuals, folds, sign: int) -> list[int] | None:
-        """Apply the rows in one compiled call; the kernel's results (``update_cells``'
-        layout), or None when it declined (the tables are as they were: numpy decides)."""
+    def run(self, kernels, codes, residuals, folds, sign: int) -> tuple[bool, int, bool]:
+        """Apply the rows in one compiled call (``update_cells``): (applied, rows in fold 1,
+        whether the probes' deltas hold), the changes in :attr:`deltas`. Not applied: the
+        tables are as they were, and numpy decides."""
         codes_c, folds_c = index_arrays(codes, folds)
-        ok = kernels.update_cells(
-            *self.tables,
+        self.result = kernels.update_cells(
+            self.tables,
+            self.units,
+            self.probes,
             codes_c,
             folds_c,
             np.ascontiguousarray(residuals, dtype=np.int64),
             sign < 0,
-            *self.probes,
-            self.out,
+            self.marks,
+            self.deltas,
         )
-        return self.out.tolist() if ok else None
+        return self.result
 
 
 def numpy_update(
