@@ -305,9 +305,9 @@ def test_kernel_hands_over_only_out_of_range(compiled) -> None:
         m, G = t.n_tables * t.n_cells, len(SHRINKAGE_GRID)
         cross, square = np.empty((m, G), np.int64), np.empty((m, G), np.int64)
         ok = terms_kernels.cell_terms(
-            CellArrays.of(t.sums, t.counts),
+            tuple(CellArrays.of(t.sums, t.counts)),
             np.arange(m, dtype=np.int64),
-            term_units(SHRINKAGE_GRID, 32, t.n_tables),
+            tuple(term_units(SHRINKAGE_GRID, 32, t.n_tables)),
             cross,
             square,
         )

@@ -137,21 +137,24 @@ def test_large_norm_terms_are_recounted(compiled) -> None:
 
 
 def _kernel_args(t: FlatTables, codes, residuals, folds, sign: int):
-    """The arguments ``FlatTables._update_compiled`` passes to ``update_cells``."""
+    """The arguments ``FlatTables._update_compiled`` passes to ``update_cells`` (the bundles
+    as plain tuples), and the deltas they write to."""
     T, C = t.n_tables, t.n_cells
     norms = t._probe_norms()
     start, probe_of = t._probe_csr()
-    return (
-        CellArrays.of(t.sums, t.counts),
-        term_units(t.grid, t.scale_bits, T),
-        ProbeArrays(start, probe_of, norms.records, norms.folds, norms.terms),
+    deltas = UpdateDeltas.empty(len(t.grid))
+    args = (
+        tuple(CellArrays.of(t.sums, t.counts)),
+        tuple(term_units(t.grid, t.scale_bits, T)),
+        tuple(ProbeArrays(start, probe_of, norms.records, norms.folds, norms.terms)),
         np.ascontiguousarray(codes),
         np.ascontiguousarray(folds),
         np.ascontiguousarray(residuals, dtype=np.int64),
         sign < 0,
         np.zeros(2 * T * C, dtype=np.uint8),
-        UpdateDeltas.empty(len(t.grid)),
+        tuple(deltas),
     )
+    return args, deltas
 
 
 def test_update_refuses_overflow_and_leaves_everything(compiled) -> None:
@@ -173,7 +176,7 @@ def test_update_refuses_overflow_and_leaves_everything(compiled) -> None:
     t = build()
     norms = t._probe_norms()
     before = (t.sums.copy(), t.counts.copy(), norms.probe_sums.copy())
-    args = _kernel_args(t, codes[:1], big, folds[:1], 1)
+    args, _ = _kernel_args(t, codes[:1], big, folds[:1], 1)
     assert not update_kernels.update_cells(*args)[0]
     after = (t.sums, t.counts, norms.probe_sums)
     assert all(np.array_equal(x, y) for x, y in zip(before, after, strict=True))
@@ -216,10 +219,9 @@ def test_update_cells_against_per_entry_terms(compiled, scale_bits: int) -> None
         want_probes = ref._probe_sums.copy()
         np.add.at(want_probes, (slice(None), probe), ref._probe_terms_numpy(qual) - old_terms)
         new_cells = ref._terms_numpy(touched)
-        args = _kernel_args(t, codes[rows], residuals[rows], folds[rows], sign)
+        args, out = _kernel_args(t, codes[rows], residuals[rows], folds[rows], sign)
         applied, ones, exact = update_kernels.update_cells(*args)
         assert applied
-        out = args[-1]
         G = len(t.grid)
         assert np.array_equal(out.cross, new_cells[0].sum(0) - old_cells[0].sum(0))
         assert np.array_equal(out.square, new_cells[1].sum(0) - old_cells[1].sum(0))
@@ -368,9 +370,9 @@ def test_refresh_together_hands_each_part_to_numpy(compiled) -> None:
         T, k, G = t.n_tables, t.n_outputs, len(t.grid)
         start, probe_of = t._probe_csr()
         done = module.refresh_terms(
-            CellArrays.of(t.sums, t.counts),
+            tuple(CellArrays.of(t.sums, t.counts)),
             1 << 16,
-            term_units(t.grid, t.scale_bits, T),
+            tuple(term_units(t.grid, t.scale_bits, T)),
             np.empty((1, G), np.int64),
             np.empty((1, G), np.int64),
             start,
@@ -424,7 +426,7 @@ def test_bulk_scatter_equals_add_at(compiled, n: int, ones: int) -> None:
         np.add.at(want_sums.reshape(-1, k), flat, np.repeat(sign * residuals, T, axis=0))
         np.add.at(want_counts.reshape(-1), flat, sign)
         got_sums, got_counts = sums.copy(), counts.copy()
-        tables = CellArrays(got_sums, got_counts)
+        tables = (got_sums, got_counts)  # CellArrays, as the kernels take it
         assert update_kernels.scatter_codes(tables, codes, folds, residuals, negate)
         assert np.array_equal(got_sums, want_sums) and np.array_equal(got_counts, want_counts)
 
@@ -449,7 +451,7 @@ def test_compiled_serving_correction_equals_the_numpy_definition(compiled, scale
         slow = t._correction_numpy(probe, lam)
         assert np.array_equal(fast, slow), lam
     assert not serve_kernels.serve_correction(  # λ = 0 on the empty cell: not an ordinary number
-        CellArrays.of(t.sums, t.counts),
+        tuple(CellArrays.of(t.sums, t.counts)),
         np.ascontiguousarray(probe, dtype=np.int64),
         2.0**-scale_bits,
         0.0,

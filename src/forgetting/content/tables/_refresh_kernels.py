@@ -31,11 +31,11 @@ def total_terms(tables, chunk, units, cross, square) -> bool:
     cells of a large build) are left out of the blocks, the others are gathered 64 at a
     time: the divisions, which bound this pass, are spent only where a term can be nonzero.
     Adding 0 changes no sum, so the totals are the same."""
-    sums, counts = tables.sums, tables.counts
+    sums, counts = tables
     k = sums.shape[2]
     R = sums.shape[1]
     scratch = np.empty((2 * k + 6, BLOCK_CELLS), dtype=np.float64)
-    means = np.empty((2, units.grid.shape[0], k, BLOCK_CELLS), dtype=np.float64)
+    means = np.empty((2, units[0].shape[0], k, BLOCK_CELLS), dtype=np.float64)
     index = np.empty(BLOCK_CELLS, dtype=np.int64)
     cross[:, :] = 0
     square[:, :] = 0
@@ -60,9 +60,10 @@ def total_terms(tables, chunk, units, cross, square) -> bool:
 def _may_skip(units) -> bool:
     """Whether cells whose terms vanish may be skipped: λ > 0 on the whole grid (False for
     NaN too), scale ≤ 1 and a finite unit (:func:`_terms_vanish`'s conditions)."""
-    skip = units.scale <= 1.0 and units.loss < np.inf
-    for g in range(units.grid.shape[0]):
-        skip = skip and units.grid[g] > 0.0
+    grid, scale, loss_unit, _, _, _ = units
+    skip = scale <= 1.0 and loss_unit < np.inf
+    for g in range(grid.shape[0]):
+        skip = skip and grid[g] > 0.0
     return skip
 
 
@@ -81,7 +82,7 @@ def probe_sums_by_cell(tables, keys, probe_of, units, out) -> bool:
         if keys[e] < 0 or keys[e] >= R or probe_of[e] < 0 or probe_of[e] >= M:
             return False
     k = flat_sums.shape[1]
-    G = units.grid.shape[0]
+    G = units[0].shape[0]
     scaled = np.empty(k, dtype=np.float64)
     one = np.empty((G, k + 1), dtype=np.int64)
     acc = np.zeros((M, G, k + 1), dtype=np.int64)
@@ -130,7 +131,7 @@ def _round_block_means(means, f, e, units, one) -> bool:
     indexed in place (a view per λ costs time). False when a value is 2^51 or more in
     magnitude (or not finite): the probe sums are then left to the separate pass
     (``terms.all_probe_sums``: the cast, and numpy beyond int64)."""
-    mean_unit, square_unit = units.mean, units.square
+    _, _, _, mean_unit, square_unit, _ = units
     G = means.shape[1]
     k = means.shape[2]
     ok = True
@@ -195,10 +196,10 @@ def refresh_terms(tables, chunk, units, cross, square, probe_start, probe_of, pr
     (G, m, k + 1) is overwritten. Returns (totals valid, probe sums valid): a term out of the
     int64 range, or an index out of bounds for the probes, makes its part invalid and numpy
     decides it."""
-    sums, counts = tables.sums, tables.counts
+    sums, counts = tables
     k = sums.shape[2]
     R = sums.shape[1]
-    G = units.grid.shape[0]
+    G = units[0].shape[0]
     M = probe_out.shape[1]
     cross[:, :] = 0
     square[:, :] = 0

@@ -32,7 +32,7 @@ def serve_correction(tables, codes, scale, shrinkage, mean_unit, out_unit, out) 
     outside its table, an empty cell at λ = 0, a mean outside int64): the caller then runs
     the numpy definition, which decides (reads, raises or rounds exactly as it always did).
     """
-    sums, counts = tables.sums, tables.counts
+    sums, counts = tables
     n_rows, T = codes.shape
     TC = sums.shape[1]
     k = sums.shape[2]

@@ -52,7 +52,7 @@ def _small_terms(x0, y0, x1, y1):
 def _cell_terms_into(tables, c, units, s0, s1, cross, square, sign) -> bool:
     """Add ``sign`` × the cross-fit terms of table-major cell ``c`` of ``tables``
     (:class:`.bundles.CellArrays`) to ``cross``/``square`` (G,): for λ_g and fold a
-    (b = 1 − a), with ``units`` (:class:`.bundles.TermUnits`) scale and unit = units.loss,
+    (b = 1 − a), with ``units`` (:class:`.bundles.TermUnits`) scale and unit = loss unit,
 
         μ = (S_a · scale) / (n_a + λ_g)
         cross  += rint(((S_b · scale) · μ) · unit)
@@ -65,8 +65,8 @@ def _cell_terms_into(tables, c, units, s0, s1, cross, square, sign) -> bool:
     replaced by 0 before the cast, so the loop over outputs has no branch and compiles to
     vector instructions. The one definition of these terms in compiled code, which
     :func:`_block_terms_into` repeats for a block of cells side by side."""
-    sums, counts = tables.sums, tables.counts
-    grid, scale, unit = units.grid, units.scale, units.loss
+    sums, counts = tables
+    grid, scale, unit, _, _, _ = units
     k = sums.shape[2]
     G = grid.shape[0]
     n0 = np.float64(counts[0, c])
@@ -124,8 +124,8 @@ def _block_terms_into(tables, cells, first, m, units, scratch, means, cross, squ
     = (S_f · scale) / (n_f + λ_g) of cell e — the very operations of
     :func:`_probe_terms_into` on that fold-qualified cell, so the probe terms can be rounded
     from them without dividing again (``_refresh_kernels._block_probe_terms``)."""
-    sums, counts = tables.sums, tables.counts
-    grid, scale, unit = units.grid, units.scale, units.loss
+    sums, counts = tables
+    grid, scale, unit, _, _, _ = units
     k = sums.shape[2]
     G = grid.shape[0]
     n0 = scratch[2 * k]
@@ -177,7 +177,7 @@ def cell_terms(tables, cells, units, cross, square) -> bool:
     """The cross-fit terms (``terms.cell_terms``, :func:`_cell_terms_into`) of table-major
     cells ``cells`` of ``tables``; results in ``cross``/``square`` (m, G). False when a term
     leaves the int64 range (numpy decides)."""
-    k = tables.sums.shape[2]
+    k = tables[0].shape[2]
     s0 = np.empty(k, dtype=np.float64)  # S · scale of one cell, fold 0
     s1 = np.empty(k, dtype=np.float64)  # and fold 1
     ok = True
@@ -195,8 +195,7 @@ def _probe_terms_into(flat_sums, flat_counts, q, units, scaled, out):
     out[g, j] = rint(μ_j · mean_unit) and out[g, k] = Σ_j rint((μ_j · μ_j) · square_unit)
     (``units``). False as :func:`_cell_terms_into` (same branch-free range test). The one
     compiled definition of these terms."""
-    grid, scale = units.grid, units.scale
-    mean_unit, square_unit = units.mean, units.square
+    grid, scale, _, mean_unit, square_unit, _ = units
     k = flat_sums.shape[1]
     G = grid.shape[0]
     n = np.float64(flat_counts[q])
@@ -226,7 +225,7 @@ def probe_terms(tables, qualified, units, out):
     range."""
     flat_sums, flat_counts = _flat(tables)
     k = flat_sums.shape[1]
-    G = units.grid.shape[0]
+    G = units[0].shape[0]
     scaled = np.empty(k, dtype=np.float64)  # S · scale of one cell
     one = np.empty((G, k + 1), dtype=np.int64)
     ok = True
@@ -265,7 +264,7 @@ def _terms_vanish(sums, counts, c) -> bool:
 def _cells_terms_into(tables, cells, nc, units, scratch, cross, square) -> bool:
     """Add the terms of the table-major cells ``cells[:nc]`` to ``cross``/``square`` (G),
     block by block (:func:`_block_terms_into`)."""
-    means = np.empty((2, units.grid.shape[0], tables.sums.shape[2], BLOCK_CELLS))
+    means = np.empty((2, units[0].shape[0], tables[0].shape[2], BLOCK_CELLS))
     ok = True
     for first in range(0, nc, BLOCK_CELLS):
         m = min(nc, first + BLOCK_CELLS) - first
@@ -288,5 +287,6 @@ def _entries_terms_into(flat_sums, flat_counts, entry_cell, units, scaled, out) 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _flat(tables):
     """The tables' sums (2·T·C, k) and counts (2·T·C,): fold-qualified cells in one axis."""
-    R, k = tables.sums.shape[1], tables.sums.shape[2]
-    return tables.sums.reshape((2 * R, k)), tables.counts.reshape(2 * R)
+    sums, counts = tables
+    R, k = sums.shape[1], sums.shape[2]
+    return sums.reshape((2 * R, k)), counts.reshape(2 * R)

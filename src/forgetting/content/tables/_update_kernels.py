@@ -152,7 +152,7 @@ def scatter_codes(tables, codes, folds, values, negate) -> bool:
     without the int64 index temporaries numpy needs (int64 arithmetic wraps like numpy's, and
     a − v ≡ a + (−v) mod 2^64). False, with nothing written, when a code lies outside 0..C−1
     or a fold is not 0 or 1."""
-    sums, counts = tables.sums, tables.counts
+    sums, counts = tables
     T = codes.shape[1]
     if T == 0 or sums.shape[1] % T != 0:
         return False
@@ -178,7 +178,7 @@ def update_cells(tables, units, probes, codes, folds, values, negate, marks, del
     that finds each touched cell once among several rows' (one row's T cells are distinct:
     its update reads no marks); ``deltas`` (:class:`.bundles.UpdateDeltas`), overwritten with
     the changes of the totals and of the probes' per-fold totals (new − old over the probes
-    that changed; a probe's own fold is ``probes.folds[p]``).
+    that changed; a probe's own fold is its entry of the probes' ``folds``).
 
     Returns (applied, rows in fold 1, whether the probes' deltas hold). Not applied, with the
     tables as they were, when an index is invalid or a cell or probe term leaves the int64
@@ -199,7 +199,9 @@ def update_cells(tables, units, probes, codes, folds, values, negate, marks, del
     (benchmarks/results/breakdown.md lists where a forget's time goes).
     """
     n, T = codes.shape
-    sums, counts = tables.sums, tables.counts
+    sums, counts = tables
+    grid, _, _, _, _, norm_unit = units
+    start, _, records, probe_folds, norm_terms = probes
     TC = sums.shape[1]
     if T == 0 or TC % T != 0:
         return False, 0, False
@@ -207,15 +209,13 @@ def update_cells(tables, units, probes, codes, folds, values, negate, marks, del
     if not _codes_valid(codes, folds, C):
         return False, 0, False
     k = sums.shape[2]
-    G = units.grid.shape[0]
-    m = probes.folds.shape[0]
-    if probes.records.shape[0] != m or probes.records.shape[1] < G * (k + 2):
-        return False, 0, False
-    if probes.terms.shape[0] != m:
+    G = grid.shape[0]
+    m = probe_folds.shape[0]
+    if records.shape[0] != m or records.shape[1] < G * (k + 2) or norm_terms.shape[0] != m:
         return False, 0, False
     flat_sums = sums.reshape((2 * TC, k))
     flat_counts = counts.reshape(2 * TC)
-    _prefetch_cells(sums, flat_counts, probes.start, codes, folds, C)
+    _prefetch_cells(sums, flat_counts, start, codes, folds, C)
     quals, cells, nq, nc, ones = _touched_cells(codes, folds, marks, TC, C)
     held, nh = _held_cells(quals, nq, probes)
     s0 = np.empty(k, dtype=np.float64)  # one cell's scaled sums
@@ -238,10 +238,11 @@ def update_cells(tables, units, probes, codes, folds, values, negate, marks, del
     if not ok:
         _scatter(sums, counts, codes, folds, values, not negate)  # undo: exact integers
         return False, 0, False
-    exact = _change_probes(probes, held, nh, new, old, units.norm, deltas)
+    exact = _change_probes(probes, held, nh, new, old, norm_unit, deltas)
+    d_cross, d_square, _, _ = deltas
     for g in range(G):
-        deltas.cross[g] = new_cross[g] - old_cross[g]  # int64: exact (wraps like numpy's)
-        deltas.square[g] = new_square[g] - old_square[g]
+        d_cross[g] = new_cross[g] - old_cross[g]  # int64: exact (wraps like numpy's)
+        d_square[g] = new_square[g] - old_square[g]
     return True, ones, exact
 
 
@@ -308,7 +309,7 @@ def _touched_cells(codes, folds, marks, TC, C):
 def _held_cells(quals, nq, probes):
     """The touched fold-qualified cells that hold probe entries (held[:nh]), each once; the
     cache lines of their entries are asked for."""
-    start, probe_of = probes.start, probes.probe_of
+    start, probe_of, _, _, _ = probes
     held = np.empty(nq, dtype=np.int64)
     nh = 0
     for e in range(nq):
@@ -326,7 +327,7 @@ def _held_cells(quals, nq, probes):
 @numba.njit(cache=True, nogil=True, inline="always")
 def _prefetch_records(probes, held, nh) -> None:
     """Ask for the records of the probes about to change (entries of cells ``held[:nh]``)."""
-    start, probe_of, records = probes.start, probes.probe_of, probes.records
+    start, probe_of, records, _, _ = probes
     m, width = records.shape
     line_records = records.reshape(m * width)
     for h in range(nh):
@@ -340,14 +341,14 @@ def _prefetch_records(probes, held, nh) -> None:
 @numba.njit(cache=True, nogil=True, inline="always")
 def _change_probes(probes, held, nh, new, old, norm_unit, deltas) -> bool:
     """Add each held cell's new − old probe terms to the records of its probes, and the
-    changed probes' norm terms and last-column sums, new − old per fold, to ``deltas.norm``
-    and ``deltas.last`` (zeroed first). Whether those deltas hold (:func:`_take_norm_terms`).
+    changed probes' norm terms and last-column sums, new − old per fold, to the deltas'
+    ``norm`` and ``last`` (zeroed first). Whether those deltas hold (:func:`_take_norm_terms`).
     ``new`` is overwritten with the differences."""
-    start, probe_of, records = probes.start, probes.probe_of, probes.records
+    start, probe_of, records, probe_folds, norm_terms = probes
+    _, _, d_norm, d_last = deltas
     G = new.shape[1]
     k = new.shape[2] - 1
-    m = probes.folds.shape[0]
-    d_norm, d_last = deltas.norm, deltas.last
+    m = probe_folds.shape[0]
     d_norm[:, :] = 0
     d_last[:, :] = 0
     changed = np.zeros(m, dtype=np.uint8)  # probes whose sums changed, each listed once
@@ -368,14 +369,14 @@ def _change_probes(probes, held, nh, new, old, norm_unit, deltas) -> bool:
                 listed[nl] = p
                 nl += 1
                 held_ok = held_ok & _take_norm_terms(
-                    records, p, probes.folds[p], k, G, norm_unit, probes.terms, d_norm, d_last, -1
+                    records, p, probe_folds[p], k, G, norm_unit, norm_terms, d_norm, d_last, -1
                 )
             for at in range(span):
                 records[p, at] += flat_new[h, at]
     for e in range(nl):  # and after its last
         p = listed[e]
         held_ok = held_ok & _take_norm_terms(
-            records, p, probes.folds[p], k, G, norm_unit, probes.terms, d_norm, d_last, 1
+            records, p, probe_folds[p], k, G, norm_unit, norm_terms, d_norm, d_last, 1
         )
     return held_ok
 

@@ -1,8 +1,11 @@
 """The typed arguments of the flat tables' compiled kernels: named tuples of arrays and
-scalars (numba takes them as they are), so a kernel's call names what it passes and what it
-gets back instead of a long positional list and offsets into one output array.
+scalars, so a kernel's call names what it passes and what it gets back instead of a long
+positional list and offsets into one output array.
 
-Built in Python (no numba here); the kernels read their fields by name.
+Built here (no numba); a kernel takes each bundle as a plain tuple (``tuple(bundle)``) and
+unpacks it in field order (``sums, counts = tables``). Why not the named tuple itself: numba
+types a plain tuple of arrays in its C dispatcher, a named tuple field by field in Python —
+several µs per call, on the path of every one-row forget and prediction.
 """
 
 from __future__ import annotations
@@ -26,8 +29,14 @@ class CellArrays(NamedTuple):
     @classmethod
     def of(cls, sums: np.ndarray, counts: np.ndarray) -> CellArrays:
         """Views of the tables' ``sums`` (2, T, C, k) and ``counts`` (2, T, C)."""
-        T, C, k = sums.shape[1], sums.shape[2], sums.shape[3]
-        return cls(sums.reshape(2, T * C, k), counts.reshape(2, T * C))
+        return cls(*cell_arrays(sums, counts))
+
+
+def cell_arrays(sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:class:`CellArrays` of the tables' ``sums`` and ``counts`` as the kernels take it (a
+    plain tuple), built directly: a prediction passes it once per instance."""
+    T, C, k = sums.shape[1], sums.shape[2], sums.shape[3]
+    return sums.reshape(2, T * C, k), counts.reshape(2, T * C)
 
 
 class TermUnits(NamedTuple):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import TABLE_UPDATES
-from .bundles import CellArrays
+from .bundles import cell_arrays
 
 SPARSE_MIN_ENTRIES = 1 << 15
 """(row, table) entries from which numpy adds rows by a sparse product, not ``np.add.at``."""
@@ -34,7 +34,7 @@ def scatter(
     if kernels is not None:
         codes_c, folds_c = index_arrays(codes, folds)
         if kernels.scatter_codes(
-            CellArrays.of(sums, counts),
+            cell_arrays(sums, counts),
             codes_c,
             folds_c,
             np.ascontiguousarray(residuals, dtype=np.int64),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import TABLE_SERVING
-from .bundles import CellArrays
+from .bundles import cell_arrays
 from .units import MEAN_BITS
 
 SERVE_CHUNK = 2048
@@ -44,7 +44,7 @@ def _correction(
     if kernels is not None:
         out = np.empty((codes.shape[0], k), dtype=np.float64)
         if kernels.serve_correction(
-            CellArrays.of(sums, counts),
+            cell_arrays(sums, counts),
             np.ascontiguousarray(codes, dtype=np.int64),
             2.0**-scale_bits,
             float(shrinkage),

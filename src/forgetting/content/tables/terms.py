@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..kernels import TABLE_REFRESH, TABLE_TERMS, TABLE_UPDATES
-from .bundles import CellArrays, term_units
+from .bundles import cell_arrays, term_units
 from .units import MEAN_BITS, loss_bits, square_bits
 
 TOTALS_CHUNK = 1 << 16
@@ -58,9 +58,9 @@ def cell_terms(
         cross = np.empty((len(cells), G), dtype=np.int64)
         square = np.empty((len(cells), G), dtype=np.int64)
         if kernels.cell_terms(
-            CellArrays.of(sums, counts),
+            cell_arrays(sums, counts),
             np.ascontiguousarray(cells),
-            term_units(grid, scale_bits, T),
+            tuple(term_units(grid, scale_bits, T)),
             cross,
             square,
         ):
@@ -109,9 +109,9 @@ def total_terms(
         cross = np.empty((blocks, G), dtype=np.int64)
         square = np.empty((blocks, G), dtype=np.int64)
         if kernels.total_terms(
-            CellArrays.of(sums, counts),
+            cell_arrays(sums, counts),
             TOTALS_CHUNK,
-            term_units(grid, scale_bits, T),
+            tuple(term_units(grid, scale_bits, T)),
             cross,
             square,
         ):
@@ -158,9 +158,9 @@ def probe_terms(
     if kernels is not None:
         out = np.empty((len(grid), m, k + 1), dtype=np.int64)
         if kernels.probe_terms(
-            CellArrays.of(sums, counts),
+            cell_arrays(sums, counts),
             np.ascontiguousarray(qualified, dtype=np.int64),
-            term_units(grid, scale_bits, sums.shape[1]),
+            tuple(term_units(grid, scale_bits, sums.shape[1])),
             out,
         ):
             return out
@@ -222,7 +222,7 @@ def all_probe_sums(
     if kernels is not None and m and T:
         keys, probe_of = index
         if kernels.probe_sums_by_cell(
-            CellArrays.of(sums, counts), keys, probe_of, term_units(grid, scale_bits, T), out
+            cell_arrays(sums, counts), keys, probe_of, tuple(term_units(grid, scale_bits, T)), out
         ):
             return out
         out[:] = 0
@@ -255,9 +255,9 @@ def refresh_together(
     square = np.empty((blocks, G), dtype=np.int64)
     probe_sums = np.empty((G, n_probes, k + 1), dtype=np.int64)
     totals_ok, probes_ok = kernels.refresh_terms(
-        CellArrays.of(sums, counts),
+        cell_arrays(sums, counts),
         TOTALS_CHUNK,
-        term_units(grid, scale_bits, T),
+        tuple(term_units(grid, scale_bits, T)),
         cross,
         square,
         start,

@@ -45,11 +45,14 @@ class CompiledUpdate:
     ):
         start, probe_of = probe_csr
         self._made_from = (norms, sums, counts, start)
-        self.tables = CellArrays.of(sums, counts)
-        self.units = term_units(grid, scale_bits, sums.shape[1])
-        self.probes = ProbeArrays(start, probe_of, norms.records, norms.folds, norms.terms)
-        self.marks = marks
         self.deltas = UpdateDeltas.empty(len(grid))
+        self._args = (  # the bundles as the kernel takes them (.bundles)
+            tuple(CellArrays.of(sums, counts)),
+            tuple(term_units(grid, scale_bits, sums.shape[1])),
+            tuple(ProbeArrays(start, probe_of, norms.records, norms.folds, norms.terms)),
+        )
+        self._marks = marks
+        self._deltas = tuple(self.deltas)
         self.result: tuple[bool, int, bool] = (False, 0, False)
         """The last call's (applied, rows in fold 1, whether the probes' deltas hold)."""
 
@@ -64,16 +67,17 @@ class CompiledUpdate:
         whether the probes' deltas hold), the changes in :attr:`deltas`. Not applied: the
         tables are as they were, and numpy decides."""
         codes_c, folds_c = index_arrays(codes, folds)
+        tables, units, probes = self._args
         self.result = kernels.update_cells(
-            self.tables,
-            self.units,
-            self.probes,
+            tables,
+            units,
+            probes,
             codes_c,
             folds_c,
             np.ascontiguousarray(residuals, dtype=np.int64),
             sign < 0,
-            self.marks,
-            self.deltas,
+            self._marks,
+            self._deltas,
         )
         return self.result
 
