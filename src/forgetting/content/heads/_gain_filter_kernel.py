@@ -31,12 +31,13 @@ propagates, as in the numpy path."""
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST)
-def apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0, U, fu, V, fv, counts, lam, gains, scales):
+def apply_row(tracked, v, b, sigma, in0, pending, lam, scores):
     """One row (features ``v``, right-hand-side row ``b``, sign ``sigma``, in fold 0 or not)
-    applied to A⁻¹, G_0, X = A⁻¹B, Q = G_0 X and B (Sherman–Morrison; see
-    content.heads.gain_filter.GainFilter._apply for the algebra); with ``gains``/``scales`` of m
-    entries (X has 2m columns) it also writes :func:`fold_scores` of the result, column pair by
-    column pair while they are in cache (pass empty arrays when a later row follows).
+    applied to the ``tracked`` state (Ainv, G0, X, Q, B): A⁻¹, G_0, X = A⁻¹B, Q = G_0 X and B
+    (Sherman–Morrison; see content.heads.gain_filter.GainFilter._apply for the algebra); with
+    ``scores`` = (gains, scales) of m entries each (X has 2m columns) it also writes
+    :func:`fold_scores` of the result, column pair by column pair while they are in cache
+    (empty arrays when a later row follows).
 
     ``Ainv`` and ``G0`` are symmetric and held *packed*: their lower triangles, column by
     column (:func:`forgetting.content.heads.gain_filter.packed`). Why: the two matrix–vector
@@ -46,12 +47,15 @@ def apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0, U, fu, V, fv, counts, lam, ga
     one contiguous stream (the lower triangle of a full array restarts the hardware
     prefetcher at every column and is no faster).
 
-    The rank-one terms of A⁻¹ and G_0 wait: A⁻¹ is ``Ainv`` + Σ_k fu[k] U_k U_kᵀ over the
-    ``counts[0]`` pending columns of ``U``, G_0 is ``G0`` + Σ_k fv[k] V_k V_kᵀ over
-    ``counts[1]`` of ``V``; they are added to the packed triangles once the buffers fill
-    (:func:`flush_rank`): a pending term costs 2D per later row instead of a pass over the
-    triangle. The sums are reordered, so the rounding differs — within the filter's
-    tolerance, as for the numpy path (tests/test_gain_filter.py)."""
+    The rank-one terms of A⁻¹ and G_0 wait, ``pending`` = (U, fu, V, fv, counts): A⁻¹ is
+    ``Ainv`` + Σ_k fu[k] U_k U_kᵀ over the ``counts[0]`` pending columns of ``U``, G_0 is
+    ``G0`` + Σ_k fv[k] V_k V_kᵀ over ``counts[1]`` of ``V``; they are added to the packed
+    triangles once the buffers fill (:func:`flush_rank`): a pending term costs 2D per later
+    row instead of a pass over the triangle. The sums are reordered, so the rounding differs
+    — within the filter's tolerance, as for the numpy path (tests/test_gain_filter.py)."""
+    Ainv, G0, X, Q, B = tracked
+    U, fu, V, fv, counts = pending
+    gains, scales = scores
     D = v.shape[0]
     m = X.shape[1] // 2
     nu = counts[0]

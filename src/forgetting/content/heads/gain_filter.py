@@ -112,6 +112,7 @@ class _Waiting:
         self.counts = np.zeros(2, dtype=np.int64)
 
     def buffers(self) -> tuple:
+        """(U, fu, V, fv, counts): the pending terms as the compiled row update takes them."""
         return self.U, self.fu, self.V, self.fv, self.counts
 
     def flush(self, Ainv: np.ndarray, G0: np.ndarray) -> None:
@@ -339,7 +340,7 @@ class GainFilter:
                 if kernel is not None:
                     scores = (np.empty(m), np.empty(m)) if left == 0 else (_NONE, _NONE)
                     kernel.apply_row(
-                        Ainv, G0, X, Q, B, v, b, sigma, in0, *waiting.buffers(), lam, *scores
+                        (Ainv, G0, X, Q, B), v, b, sigma, in0, waiting.buffers(), lam, scores
                     )
                     continue
                 u = Ainv @ v
