@@ -112,28 +112,33 @@ def user_ids(n: int) -> list[str]:
 
 
 @pytest.fixture
-def compiled(monkeypatch):
-    """The flat tables' compiled kernels, forced on (numba is a core dependency: it must
+def compiled():
+    """The compiled kernels forced on for the test (numba is a core dependency: they must
     load)."""
     from forgetting.content import kernels
 
-    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
-    module = kernels.table_kernels(1)
-    assert module is not None
-    return module
+    with kernels.using("numba"):
+        assert kernels.backend(1) == "numba"
+        yield
+
+
+@pytest.fixture
+def use_kernels():
+    """``forgetting.content.kernels.use`` for the test (``use_kernels("numpy")``,
+    ``use_kernels(hashing="hashlib")``); the previous choices are restored after it."""
+    from forgetting.content import kernels
+
+    before = kernels.settings()
+    yield kernels.use
+    kernels.use(before["kernels"], hashing=before["hashing"])
 
 
 def with_kernels(backend: str, fn):
-    """``fn()`` with FORGETTING_KERNELS set to ``backend`` ("numba" or "numpy"), restored after."""
-    previous = os.environ.get("FORGETTING_KERNELS")
-    os.environ["FORGETTING_KERNELS"] = backend
-    try:
+    """``fn()`` with the kernels set to ``backend`` ("numba" or "numpy"), restored after."""
+    from forgetting.content import kernels
+
+    with kernels.using(backend):
         return fn()
-    finally:
-        if previous is None:
-            del os.environ["FORGETTING_KERNELS"]
-        else:
-            os.environ["FORGETTING_KERNELS"] = previous
 
 
 def wait_until(condition, seconds: float = 30.0) -> None:

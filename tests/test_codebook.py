@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from forgetting.schema import _kernels as schema_kernels
 from forgetting.schema.codebook import train_codebook
 from forgetting.schema.preprocess import l2_normalize
 
@@ -80,7 +81,7 @@ def test_few_rows_compiled_codes_equal_the_numpy_route(compiled):
     few = codebook.encode(Z)  # the compiled route (≤ 64 rows, kernels forced on)
     _, sq_norms, _, max_norm = codebook._search_tables
     direct = np.empty(few.shape, dtype=np.int64)
-    assert compiled.codebook_codes(to_grid(Z), codebook.centroids, sq_norms, max_norm, direct)
+    assert schema_kernels.codebook_codes(to_grid(Z), codebook.centroids, sq_norms, max_norm, direct)
     assert np.array_equal(direct, few), "the kernel ran and its codes are the ones returned"
     assert np.array_equal(few, codebook._encode_chunk(Z))
     assert np.array_equal(few, _exact_reference(codebook, Z))
@@ -111,12 +112,14 @@ def test_few_rows_compiled_codes_decline_what_numpy_decides(compiled):
     _, sq_norms, _, max_norm = codebook._search_tables
     huge = X[:2] * 2.0**40
     out = np.empty((2, 2), dtype=np.int64)
-    assert not compiled.codebook_codes(to_grid(huge), codebook.centroids, sq_norms, max_norm, out)
+    assert not schema_kernels.codebook_codes(
+        to_grid(huge), codebook.centroids, sq_norms, max_norm, out
+    )
     with pytest.raises(ValueError, match="too large for exact encoding"):
         codebook.encode(huge)
     bad = X[:3].copy()
     bad[1, 4] = np.nan
-    assert not compiled.codebook_codes(
+    assert not schema_kernels.codebook_codes(
         to_grid(bad), codebook.centroids, sq_norms, max_norm, np.empty((3, 2), np.int64)
     )
     assert np.array_equal(codebook.encode(bad), codebook._encode_chunk(bad))

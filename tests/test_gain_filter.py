@@ -1,4 +1,4 @@
-"""The gain filter (content.gain_filter): "the head is not served" decided without a solve
+"""The gain filter (content.heads.gain_filter): "the head is not served" decided without a solve
 only when certain, so the served model stays the refit's bit for bit."""
 
 from __future__ import annotations
@@ -7,17 +7,20 @@ import numpy as np
 import pytest
 from conftest import assert_same_model, schema_ids
 
-import forgetting.content.head as head_module
 from forgetting import QSSClassifier
 from forgetting.content.accumulators import CLASSIFICATION_SCALE_BITS
-from forgetting.content.gain_filter import LOG_ROWS, TOLERANCE
-from forgetting.content.head import (
+from forgetting.content.heads import (
     GramCache,
     LinearHead,
     head_features,
     head_penalty,
     solve_stacked,
 )
+from forgetting.content.heads import gram as gram_module
+from forgetting.content.heads import linear as linear_module
+from forgetting.content.heads import solve as solve_module
+from forgetting.content.heads.gain_filter import LOG_ROWS, TOLERANCE
+from forgetting.content.tables import flat_content as tables_module
 from forgetting_lab.bench.core import clustered_data
 
 D_IN, K, P = 24, 4, 3
@@ -56,10 +59,10 @@ def _exact_gain(head: LinearHead) -> float:
 @pytest.mark.parametrize("kernels", ["numba", "numpy"])
 @pytest.mark.parametrize("slots", [range(P), (0, 2)], ids=["all-slots", "one-rebuilding"])
 def test_the_tracked_gain_follows_the_exact_gain_through_forgets_and_inserts(
-    slots, kernels, monkeypatch
+    slots, kernels, use_kernels
 ):
     """Both paths (the compiled kernel and numpy) stay within 10⁻⁴ of the tolerance."""
-    monkeypatch.setenv("FORGETTING_KERNELS", kernels)
+    use_kernels(kernels)
     cache, heads = _stacked_heads(slots=slots)
     v, residuals, folds = _rows(200, seed=1)
     rng = np.random.default_rng(2)
@@ -81,19 +84,19 @@ def test_the_tracked_gain_follows_the_exact_gain_through_forgets_and_inserts(
 
 
 @pytest.mark.parametrize("first, then", [("numba", "numpy"), ("numpy", "numba")])
-def test_the_tracked_state_carries_over_between_the_paths(first, then, monkeypatch):
+def test_the_tracked_state_carries_over_between_the_paths(first, then, use_kernels):
     """The compiled update holds A⁻¹ and G_0 as packed triangles and leaves rank-one terms
     pending (a few rows at a time); when numpy takes over mid-way (FORGETTING_KERNELS
     switched) it unpacks them and adds the terms first, and the compiled path packs what
     numpy held: the tracked gain stays on the exact one either way (a numpy step on the
     arrays alone misses by far more than the tolerance)."""
-    monkeypatch.setenv("FORGETTING_KERNELS", first)
+    use_kernels(first)
     cache, heads = _stacked_heads()
     v, residuals, folds = _rows(40, seed=3)
     worst = 0.0
     for i in range(30):
         if i == 13:  # 13 rows in: some terms wait (8 per flush), from both folds
-            monkeypatch.setenv("FORGETTING_KERNELS", then)
+            use_kernels(then)
         for r, head in heads.items():
             head.subtract(v[i : i + 1], residuals[r][i : i + 1], folds[i : i + 1])
         lam = head_penalty(next(iter(heads.values())).gram)
@@ -182,29 +185,29 @@ def test_the_penalty_is_a_power_of_two_times_the_constant_and_stays_while_rows_c
     _, heads = _stacked_heads()
     head = heads[0]
     lam = head_penalty(head.gram)
-    mantissa = lam / head_module.PENALTY
+    mantissa = lam / gram_module.PENALTY
     assert mantissa == 2.0 ** round(np.log2(mantissa))
     mean = np.trace(head.gram[0] + head.gram[1]) * 2.0**-28 / head.gram.shape[-1]
     assert mean / np.sqrt(2) <= mantissa <= mean * np.sqrt(2)
     v, residuals, folds = _rows(5, seed=5)
     head.subtract(v, residuals[0], folds)
     assert head_penalty(head.gram) == lam
-    assert head_module.GramSystem.of(head.gram).lam == lam
+    assert gram_module.GramSystem.of(head.gram).lam == lam
 
 
 @pytest.fixture
 def tables_serve(monkeypatch):
     """Make the tables win the head-vs-tables rule (the rule reads the factor when it runs);
     counts the exact solves."""
-    monkeypatch.setattr(head_module, "TABLES_GAIN_FACTOR", 50.0)
+    monkeypatch.setattr(tables_module, "TABLES_GAIN_FACTOR", 50.0)
     solves = []
-    exact = head_module._solve_columns
+    exact = solve_module._solve_columns
 
     def counted(*args):
         solves.append(1)
         return exact(*args)
 
-    monkeypatch.setattr(head_module, "_solve_columns", counted)
+    monkeypatch.setattr(solve_module, "_solve_columns", counted)
     return solves
 
 
@@ -253,7 +256,7 @@ def test_a_close_call_goes_to_the_exact_route_and_matches_the_refit(tables_serve
     head_gain, _ = final.head.solution()
     _, _, tables_gain = final.accumulators.best("auto", "auto")
     assert head_gain > 0 and tables_gain > 0
-    monkeypatch.setattr(head_module, "TABLES_GAIN_FACTOR", head_gain * (1 - 1e-9) / tables_gain)
+    monkeypatch.setattr(tables_module, "TABLES_GAIN_FACTOR", head_gain * (1 - 1e-9) / tables_gain)
     del tables_serve[:]
     model.forget([gone[-1]])
     assert model.engine_.corrections()[0] == "head"
@@ -272,15 +275,15 @@ def test_pending_gram_rows_give_the_eager_sums_and_penalty(monkeypatch):
     eager = LinearHead.empty(D_IN, K, CLASSIFICATION_SCALE_BITS)
     lazy.add(v, residuals[0], folds)
     eager.add(v, residuals[0], folds)
-    monkeypatch.setattr(head_module, "PENDING_ROWS", 40)  # a flush on the way
-    monkeypatch.setattr(head_module, "LAZY_ROWS", 0)  # `eager` adds at once
+    monkeypatch.setattr(linear_module, "PENDING_ROWS", 40)  # a flush on the way
+    monkeypatch.setattr(gram_module, "LAZY_ROWS", 0)  # `eager` adds at once
     rng = np.random.default_rng(7)
     for i in rng.permutation(120):
         rows = slice(i, i + 1 + int(i % 4 == 0))
         change = "add" if i % 3 == 0 else "subtract"
-        monkeypatch.setattr(head_module, "LAZY_ROWS", 16)
+        monkeypatch.setattr(gram_module, "LAZY_ROWS", 16)
         getattr(lazy, change)(v[rows], residuals[0][rows], folds[rows])
-        monkeypatch.setattr(head_module, "LAZY_ROWS", 0)
+        monkeypatch.setattr(gram_module, "LAZY_ROWS", 0)
         getattr(eager, change)(v[rows], residuals[0][rows], folds[rows])
         if i % 17 == 0:
             assert lazy.penalty() == head_penalty(eager.gram)
@@ -295,7 +298,7 @@ def test_the_penalty_of_a_shared_gram_follows_the_sums(monkeypatch):
     (the penalty moves up a power of two on the way), it is the penalty of the sums every
     time — those of a twin head without a cache, given the same rows."""
     cache, heads = _stacked_heads(n=300)
-    monkeypatch.setattr(head_module, "PENDING_ROWS", 5)  # a flush every few rows
+    monkeypatch.setattr(linear_module, "PENDING_ROWS", 5)  # a flush every few rows
     v, residuals, folds = _rows(600, seed=9)
     head = heads[0]
     twin = LinearHead(head.gram.copy(), head.cross.copy(), head.counts.copy(), head.scale_bits)
@@ -341,7 +344,7 @@ def test_save_load_and_pickle_with_pending_rows_and_a_tracked_solution(tables_se
 
 def test_the_packed_layout_is_the_lower_triangle_column_by_column():
     """The compiled path's A⁻¹ and G_0: S[j:, j] for each j in turn, and back."""
-    from forgetting.content.gain_filter import packed, unpacked
+    from forgetting.content.heads.gain_filter import packed, unpacked
 
     rng = np.random.default_rng(5)
     S = rng.normal(size=(7, 7))

@@ -26,12 +26,9 @@ DIGEST_SIZES = [1, 8, 16, 24, 32, 40, 48, 56, 64]
 
 
 @pytest.fixture(params=["numba", "hashlib"])
-def hash_backend(request, monkeypatch):
+def hash_backend(request, use_kernels):
     """Run a test with the compiled kernel and again with the hashlib fallback."""
-    if request.param == "hashlib":
-        monkeypatch.setenv("FORGETTING_HASH_BACKEND", "hashlib")
-    else:
-        monkeypatch.setenv("FORGETTING_HASH_BACKEND", "numba")
+    use_kernels(hashing=request.param)
     assert blake2.backend(1) == request.param  # numba is a core dependency: it must load
     return request.param
 
@@ -183,11 +180,11 @@ def test_draws_and_receipts_equal_hashlib(hash_backend):
         draws(key, ids, 8)  # 72 digest bytes: refused, as hashlib refuses it
 
 
-def test_small_batches_skip_loading_the_kernel(monkeypatch):
-    monkeypatch.delenv("FORGETTING_HASH_BACKEND", raising=False)
+def test_small_batches_skip_loading_the_kernel(use_kernels):
     from forgetting.content import kernels
 
-    monkeypatch.setattr(blake2._HASH_KERNEL, "_module", kernels._UNSET)  # as if never loaded
+    use_kernels(hashing="auto")
+    kernels.HASH_KERNELS.unload()  # as if never loaded
     assert blake2.backend(blake2.LOAD_MIN_ROWS - 1) == "hashlib"
     assert blake2.backend(blake2.LOAD_MIN_ROWS) == "numba"
     assert blake2.backend(1) == "numba"  # once loaded, every batch uses it

@@ -1,4 +1,4 @@
-"""The exact ridge head (content.head): integer sums, exact serving, forget ≡ refit."""
+"""The exact ridge head (content.heads): integer sums, exact serving, forget ≡ refit."""
 
 from __future__ import annotations
 
@@ -10,21 +10,27 @@ from conftest import assert_same_model, outside_all_schemas, schema_ids
 from sklearn.datasets import make_regression
 
 from forgetting import QSSClassifier, QSSRegressor
-from forgetting.content import head as head_module
-from forgetting.content.head import (
-    BOUND_ROWS,
-    FEATURE_BITS,
-    NEWTON_PENALTY,
-    WEIGHT_BITS,
+from forgetting.content.heads import (
     FixedWeights,
     GramCache,
     GramSystem,
     LinearHead,
     LogitRidgeHead,
     NewtonHead,
+    head_features,
+)
+from forgetting.content.heads import fixed_point as fixed_point_module
+from forgetting.content.heads import gram as gram_module
+from forgetting.content.heads import newton as newton_module
+from forgetting.content.heads.fixed_point import (
+    FEATURE_BITS,
     exact_products,
     exact_weighted_grams,
-    head_features,
+)
+from forgetting.content.heads.newton import (
+    BOUND_ROWS,
+    NEWTON_PENALTY,
+    WEIGHT_BITS,
     newton_step,
     newton_weights,
 )
@@ -65,24 +71,24 @@ def test_fold_sums_equal_integer_matmul_over_each_folds_rows(chunk, monkeypatch)
     """fold_cross (both folds' vᵀr from one product, rows split by fold) and exact_gram (a
     general float product) are numpy's exact int64 products of each fold's rows — across
     chunk boundaries too, and with float64 features holding the integers."""
-    monkeypatch.setattr(head_module, "_CHUNK_ROWS", chunk)
+    monkeypatch.setattr(fixed_point_module, "_CHUNK_ROWS", chunk)
     rng = np.random.default_rng(3)
     v = rng.integers(-(2**14), 2**14 + 1, size=(3000, 17))
     r = rng.integers(-(2**20), 2**20 + 1, size=(3000, 4))
     folds = rng.integers(0, 2, size=3000)
     for rows in (slice(None), slice(0, 40), slice(0, 0)):
         vs, rs, fs = v[rows], r[rows], folds[rows]
-        both = head_module.fold_cross(vs.astype(np.float64), rs, fs)
+        both = fixed_point_module.fold_cross(vs.astype(np.float64), rs, fs)
         assert both.dtype == np.int64 and both.shape == (2, 17, 4)
         for f in (0, 1):
             assert np.array_equal(both[f], vs[fs == f].T @ rs[fs == f])
-        assert np.array_equal(head_module.exact_gram(vs.astype(np.float64)), vs.T @ vs)
-    one_fold = head_module.fold_cross(v, r, np.ones(3000, dtype=np.int64))
+        assert np.array_equal(fixed_point_module.exact_gram(vs.astype(np.float64)), vs.T @ vs)
+    one_fold = fixed_point_module.fold_cross(v, r, np.ones(3000, dtype=np.int64))
     assert not one_fold[0].any() and np.array_equal(one_fold[1], v.T @ r)
 
 
 @pytest.mark.parametrize("kind", [LinearHead, LogitRidgeHead])
-def test_one_row_changes_compiled_or_not_are_the_same_integers(kind, monkeypatch):
+def test_one_row_changes_compiled_or_not_are_the_same_integers(kind, use_kernels):
     """A one-row add or subtract (the latency path) in one compiled call — cross sums, the
     pending Gram diagonal and, for the logit head, the Newton weights — leaves the integers
     numpy's calls leave, and both equal the bulk path's sums."""
@@ -96,7 +102,7 @@ def test_one_row_changes_compiled_or_not_are_the_same_integers(kind, monkeypatch
     folds = rng.integers(0, 2, size=60)
     heads = []
     for kernels in ("numba", "numpy"):
-        monkeypatch.setenv("FORGETTING_KERNELS", kernels)
+        use_kernels(kernels)
         head = kind.empty(8, 3, 32)
         for i in range(60):
             head.add(v[i : i + 1], r[i : i + 1], folds[i : i + 1])
@@ -111,9 +117,9 @@ def test_one_row_changes_compiled_or_not_are_the_same_integers(kind, monkeypatch
     assert heads[0].equals(heads[1]) and heads[0].equals(bulk)
 
 
-def test_the_compiled_gram_passes_give_numpys_integers_and_floats(monkeypatch):
+def test_the_compiled_gram_passes_give_numpys_integers_and_floats(use_kernels):
     """GramSystem.of's one-pass conversion and the flush's one-pass copy with pending rows
-    (content._head_kernels) give the very floats and integers of numpy's steps — on sums
+    (content.heads._kernels) give the very floats and integers of numpy's steps — on sums
     near the int64 limit too, where the adds wrap alike."""
     rng = np.random.default_rng(11)
     D = 40
@@ -123,9 +129,9 @@ def test_the_compiled_gram_passes_give_numpys_integers_and_floats(monkeypatch):
     pending = [(v[:1], np.array([1]), -1), (v[1:4], np.array([0, 1, 0]), 1), (v[4:], [0], -1)]
     results = []
     for kernels in ("numba", "numpy"):
-        monkeypatch.setenv("FORGETTING_KERNELS", kernels)
-        system = head_module.GramSystem.of(gram)
-        results.append((system.G0, system.factor, head_module._with_pending(gram, pending)))
+        use_kernels(kernels)
+        system = gram_module.GramSystem.of(gram)
+        results.append((system.G0, system.factor, gram_module._with_pending(gram, pending)))
     (G0_a, factor_a, new_a), (G0_b, factor_b, new_b) = results
     assert np.array_equal(G0_a, G0_b) and np.array_equal(factor_a, factor_b)
     assert np.array_equal(new_a, new_b)
@@ -135,7 +141,7 @@ def test_the_compiled_gram_passes_give_numpys_integers_and_floats(monkeypatch):
             manual[f] += sign * np.outer(row, row)
     assert np.array_equal(new_a, manual)
     # sums past the int64 range wrap in both (never reached by real Grams: a guard)
-    from forgetting.content import _head_kernels as kernels
+    from forgetting.content.heads import _kernels as kernels
 
     huge = np.full((2, 3, 3), 2**62, dtype=np.int64)
     G, G0 = np.empty((3, 3)), np.empty((3, 3))
@@ -397,8 +403,6 @@ def test_newton_head_refuses_more_rows_than_it_can_sum_exactly():
 
 
 def test_newton_solve_falls_back_to_float64_and_a_class_without_gradient_gets_no_step(monkeypatch):
-    import forgetting.content.head as head_module
-
     v, r, folds, _, _ = newton_problem()
     r[:, 2] = 0  # no row with 0 < p_2 < 1, no gradient: only the bound curvature, no step
     head = NewtonHead.empty(v.shape[1] - 1, r.shape[1], 32)
@@ -406,7 +410,7 @@ def test_newton_solve_falls_back_to_float64_and_a_class_without_gradient_gets_no
     assert not head.weighted[2].any()
     _, single = head.solution()
     assert not single.logits.weights[:, 2].any()
-    monkeypatch.setattr(head_module, "_SPOTRF", lambda a, **kw: (a, 1))  # float32 "fails"
+    monkeypatch.setattr(newton_module, "_SPOTRF", lambda a, **kw: (a, 1))  # float32 "fails"
     _, double = head.solution()
     assert not double.logits.weights[:, 2].any()
     s = lambda w: np.ldexp(w.logits.weights, -w.logits.exponents[None, :])  # noqa: E731
@@ -417,8 +421,6 @@ def test_newton_solve_falls_back_to_float64_and_a_class_without_gradient_gets_no
 def test_the_newton_step_is_computed_only_when_the_head_is_served(monkeypatch):
     """serve_if sees the ridge gain first: when the tables win, no class is factored (the
     change costs the ridge gain alone); when the head wins, the same step as without it."""
-    from forgetting.content import head as head_module
-
     v, r, folds, _, _ = newton_problem()
     head = NewtonHead.empty(v.shape[1] - 1, r.shape[1], 32)
     head.add(v, r, folds)
@@ -429,7 +431,7 @@ def test_the_newton_step_is_computed_only_when_the_head_is_served(monkeypatch):
     def no_factorization(*args, **kwargs):
         raise AssertionError("a class was factored for a head that is not served")
 
-    monkeypatch.setattr(head_module, "_SPOTRF", no_factorization)  # the classes' (float32)
+    monkeypatch.setattr(newton_module, "_SPOTRF", no_factorization)  # the classes' (float32)
     seen = []
     gain_no, none = head.solution(serve_if=lambda g: seen.append(g) or False)
     assert (gain_no, none) == (gain, None) and seen == [gain]
@@ -438,19 +440,17 @@ def test_the_newton_step_is_computed_only_when_the_head_is_served(monkeypatch):
 def test_two_classes_share_one_factorization_with_the_same_bits(monkeypatch):
     """Binary tasks: both classes' curvature sums are equal, so one factorization serves both
     — and the step equals the one from factoring each class (bits, not just values)."""
-    from forgetting.content import head as head_module
-
     v, r, folds, _, _ = newton_problem()
     r2 = np.stack([r[:, 0], -r[:, 0]], axis=1)  # y − p for two classes: r_1 = −r_0
     head = NewtonHead.empty(v.shape[1] - 1, 2, 32)
     head.add(v, r2, folds)
     assert np.array_equal(head.weighted[0], head.weighted[1])
     calls = []
-    real = head_module._SPOTRF
-    monkeypatch.setattr(head_module, "_SPOTRF", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = newton_module._SPOTRF
+    monkeypatch.setattr(newton_module, "_SPOTRF", lambda *a, **k: calls.append(1) or real(*a, **k))
     _, shared = head.solution()
     assert len(calls) == 1
-    monkeypatch.setattr(head_module, "_same_curvature", lambda w: False)  # factor both
+    monkeypatch.setattr(newton_module, "_same_curvature", lambda w: False)  # factor both
     _, separate = head.solution()
     assert len(calls) == 3
     assert np.array_equal(shared.logits.weights, separate.logits.weights)
@@ -473,8 +473,8 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         return real_of(cls, gram)
 
     monkeypatch.setattr(GramSystem, "of", classmethod(counting_of))
-    grams = []  # the leaving rows' Gram terms added to the sums (content.head._with_pending)
-    real_with_pending = head_module._with_pending
+    grams = []  # the leaving rows' Gram terms added to the sums (content.heads.gram._with_pending)
+    real_with_pending = gram_module._with_pending
 
     def counting_with_pending(gram, pending):
         grams.append(1)
@@ -496,7 +496,7 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         model.predict(X[:5])
         grams.clear()
         inputs.clear()
-        monkeypatch.setattr(head_module, "_with_pending", counting_with_pending)
+        monkeypatch.setattr(gram_module, "_with_pending", counting_with_pending)
         monkeypatch.setattr(Instance, "head_inputs", counting_head_inputs)
         model.forget(outside_all_schemas(model)[:2])
         assert len(inputs) == per_change, head  # the leaving rows' head features
@@ -506,7 +506,7 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         # the leaving rows' Gram terms (pending until the solve reads the sums): once, or per
         # head; and the factorization
         assert len(grams) == per_change, head
-        monkeypatch.setattr(head_module, "_with_pending", real_with_pending)
+        monkeypatch.setattr(gram_module, "_with_pending", real_with_pending)
         assert len(calls) == per_change, head
         heads = [inst.head for inst in model.engine_.instances]
         assert all(np.array_equal(heads[0].gram, h.gram) for h in heads) == (head == "shared-ridge")

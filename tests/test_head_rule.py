@@ -1,4 +1,4 @@
-"""The head's out-of-fold gain (content.head._solve) and the head-vs-tables rule
+"""The head's out-of-fold gain (content.heads.solve.solve_ridge) and the head-vs-tables rule
 (content.tables.build_flat_content): what is computed, and that the engine serves what the
 rule says."""
 
@@ -10,16 +10,12 @@ import scipy.linalg
 from conftest import assert_same_model, outside_all_schemas
 
 from forgetting import QSSClassifier
-from forgetting.content import head as head_module
-from forgetting.content.head import (
-    PENALTY,
-    TABLES_GAIN_FACTOR,
-    GramSystem,
-    LinearHead,
-    _gain,
-    _solve,
-    head_features,
-)
+from forgetting.content.heads import GramSystem, LinearHead, head_features
+from forgetting.content.heads.gram import PENALTY
+from forgetting.content.heads.solve import head_gain as _gain
+from forgetting.content.heads.solve import solve_ridge as _solve
+from forgetting.content.tables import flat_content as tables_module
+from forgetting.content.tables.flat_content import TABLES_GAIN_FACTOR
 from forgetting_lab.bench.core import clustered_data
 
 
@@ -128,7 +124,7 @@ def test_the_engine_serves_what_the_rule_says_and_it_is_the_better_model(data, m
     model = QSSClassifier(**params).fit(X[fit], y[fit])
     assert model.corrections_ == served_by_rule(model) == [expected] * 3
     # the other correction, served by moving the threshold past every gain
-    monkeypatch.setattr(head_module, "TABLES_GAIN_FACTOR", 0.0 if other == "head" else np.inf)
+    monkeypatch.setattr(tables_module, "TABLES_GAIN_FACTOR", 0.0 if other == "head" else np.inf)
     forced = QSSClassifier(**params).fit(X[fit], y[fit])
     assert forced.corrections_ == [other] * 3
     assert model.score(X[held], y[held]) > forced.score(X[held], y[held])

@@ -9,7 +9,7 @@ from conftest import assert_same_model, outside_all_schemas
 from sklearn.datasets import make_regression
 
 from forgetting import QSSClassifier, QSSRegressor
-from forgetting.content.head import NewtonHead, NewtonWeights
+from forgetting.content.heads import NewtonHead, NewtonWeights
 
 NEWTON = dict(rho=0.1, n_instances=3, partition="trees", head="newton", rebuild="sync")
 

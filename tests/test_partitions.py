@@ -44,11 +44,11 @@ def test_cells_are_a_pure_function_of_the_row(name, fit) -> None:
 
 
 @pytest.mark.parametrize("name,fit", FITS, ids=[f[0] for f in FITS])
-def test_a_few_rows_codes_in_one_compiled_call_are_the_numpy_routes(name, fit, monkeypatch):
+def test_a_few_rows_codes_in_one_compiled_call_are_the_numpy_routes(name, fit, use_kernels):
     """The one-call route for a few rows (grid, 0–2 exact stages and the tests row by row:
     ``partition_codes``) gives the numpy definition's codes — rows beyond D°'s range that the
     grid and the stages clip included — and a non-finite feature goes to the numpy route."""
-    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
+    use_kernels("numba")
     Z = _features(200, 40, seed=3)
     part = fit(Z[:60], 1)
     rows = np.vstack([Z[:4], Z[100:136], np.full((2, 40), 1e6), np.full((2, 40), -3.0)])
@@ -67,23 +67,23 @@ def test_a_few_rows_codes_in_one_compiled_call_are_the_numpy_routes(name, fit, m
     assert np.array_equal(made.cells(rows[:9]), made_expected[:9].astype(made.cell_dtype))
     bad = rows[:3].copy()
     bad[1, 5] = np.nan
-    monkeypatch.setenv("FORGETTING_KERNELS", "numpy")
+    use_kernels("numpy")
     assert np.array_equal(
         part.cells(bad), part._codes_numpy(part.project(bad)).astype(part.cell_dtype)
     )
-    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
+    use_kernels("numba")
     assert np.array_equal(
         part.cells(bad), part._codes_numpy(part.project(bad)).astype(part.cell_dtype)
     )
 
 
-def test_kept_kernel_arguments_follow_the_partition(monkeypatch):
+def test_kept_kernel_arguments_follow_the_partition(use_kernels):
     """Each partition's few-row kernel arguments are kept by its identity, outside it: two
     partitions of one shape taking turns each get their own codes, and a kept partition's
     digest (its attributes) is what it was before any encode."""
     from forgetting.schema import _hash_value
 
-    monkeypatch.setenv("FORGETTING_KERNELS", "numba")
+    use_kernels("numba")
     Z = _features(120, 40, seed=8)
     fit = FITS[0][1]
     one, two = fit(Z[:60], 1), fit(Z[60:], 2)

@@ -14,8 +14,10 @@ from conftest import assert_same_model, outside_all_schemas, schema_ids
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting._rowwise import HEAD_BLOCK_ROWS, SERVE_BLOCK_ROWS
-from forgetting.content import head as head_module
-from forgetting.content.head import GramSystem
+from forgetting.content.heads import GramSystem, head_features
+from forgetting.content.heads import fixed_point as fixed_point_module
+from forgetting.content.heads import gram as gram_module
+from forgetting.content.tables import flat_content as tables_module
 from forgetting.instance import Instance
 from forgetting.schema import normalized_rows
 from forgetting.schema.random_features import RF_SEED, random_features, rf_width
@@ -81,12 +83,12 @@ def test_features_on_the_integer_grid_are_exact_in_any_batch():
 
 
 @pytest.mark.parametrize("kernels", ["numba", "numpy"])
-def test_fixed_point_features_in_one_pass_are_the_composed_forms_bits(kernels, monkeypatch):
+def test_fixed_point_features_in_one_pass_are_the_composed_forms_bits(kernels, use_kernels):
     """RandomFeatures.fixed_point_into (one product, then one compiled pass or numpy on
     contiguous arrays) writes head_features([u, ψ(u)]) bit for bit — zero rows, a basis
     vector, one row and none; and rows far off the unit sphere, where u's grid values pass
     ±2^14 and ψ clips at 1 (the composed form clips both), with ψ clipping at 0 throughout."""
-    monkeypatch.setenv("FORGETTING_KERNELS", kernels)
+    use_kernels(kernels)
     rng = np.random.default_rng(5)
     for n, d, width, scale in [
         (3000, 30, 64, 1.0),
@@ -102,7 +104,7 @@ def test_fixed_point_features_in_one_pass_are_the_composed_forms_bits(kernels, m
             X[3, 0] = 1.0
         U = normalized_rows(X, HEAD_BLOCK_ROWS) * scale
         rf = random_features(d, width, exact=True)
-        composed = head_module.head_features(np.hstack([U, rf(U, HEAD_BLOCK_ROWS)]), np.float64)
+        composed = head_features(np.hstack([U, rf(U, HEAD_BLOCK_ROWS)]), np.float64)
         out = np.full((n, d + width + 1), np.nan)
         rf.fixed_point_into(U, out)
         assert np.array_equal(out, composed)
@@ -124,7 +126,7 @@ def test_a_large_changes_features_split_between_threads_are_the_same_bits(monkey
     schema = model.engine_.instances[0].schema
     assert schema.rf_exact
     rows = rng.normal(size=(1000, 12)).astype(np.float32)
-    composed = head_module.head_features(schema.head_inputs(rows, HEAD_BLOCK_ROWS), np.float64)
+    composed = head_features(schema.head_inputs(rows, HEAD_BLOCK_ROWS), np.float64)
     for split in (10**9, 100, 1):
         monkeypatch.setattr(instance_module, "SPLIT_FEATURE_ROWS", split)
         got = instance_module.statistics_head_features(schema, rows)
@@ -132,7 +134,7 @@ def test_a_large_changes_features_split_between_threads_are_the_same_bits(monkey
         given = instance_module.statistics_head_features(schema, rows, normalized_rows(rows))
         assert np.array_equal(given, composed)
     old = dataclasses.replace(schema, rf_exact=False)
-    composed_old = head_module.head_features(old.head_inputs(rows, HEAD_BLOCK_ROWS), np.float64)
+    composed_old = head_features(old.head_inputs(rows, HEAD_BLOCK_ROWS), np.float64)
     assert np.array_equal(instance_module.statistics_head_features(old, rows), composed_old)
 
 
@@ -251,9 +253,9 @@ def test_one_gram_for_every_instance_factored_once_per_change(served, monkeypatc
     monkeypatch.setattr(
         GramSystem, "of", classmethod(lambda cls, g: systems.append(1) or real_of(cls, g))
     )
-    real_with_pending = head_module._with_pending  # the leaving rows' Gram terms added
+    real_with_pending = gram_module._with_pending  # the leaving rows' Gram terms added
     monkeypatch.setattr(
-        head_module, "_with_pending", lambda g, p: grams.append(1) or real_with_pending(g, p)
+        gram_module, "_with_pending", lambda g, p: grams.append(1) or real_with_pending(g, p)
     )
     real_inputs = Instance.head_inputs
     monkeypatch.setattr(Instance, "head_inputs", lambda s, X: inputs.append(1) or real_inputs(s, X))
@@ -270,7 +272,7 @@ def test_one_gram_for_every_instance_factored_once_per_change(served, monkeypatc
     compared = []
     real_equal = np.array_equal
     monkeypatch.setattr(
-        head_module.np,
+        np,
         "array_equal",
         lambda a, b, **kw: (
             (compared.append(np.shape(a)) if np.ndim(a) == 3 else None) or real_equal(a, b, **kw)
@@ -291,11 +293,13 @@ def test_a_batch_computes_its_fold_grams_once_without_comparing_its_features(ser
     model = QSSClassifier(**RF).fit(X, y, ids)
     model.predict(X[:5])
     grams, compared = [], []
-    real_gram = head_module.exact_gram
-    monkeypatch.setattr(head_module, "exact_gram", lambda v: grams.append(len(v)) or real_gram(v))
+    real_gram = fixed_point_module.exact_gram
+    monkeypatch.setattr(
+        fixed_point_module, "exact_gram", lambda v: grams.append(len(v)) or real_gram(v)
+    )
     real_equal = np.array_equal
     monkeypatch.setattr(
-        head_module.np,
+        np,
         "array_equal",
         lambda a, b, **kw: (
             (compared.append(np.shape(a)) if np.shape(a)[:1] == (40,) and np.ndim(a) == 2 else None)
@@ -386,7 +390,7 @@ def test_a_prediction_computes_head_inputs_only_for_a_served_head(served, monkey
     heads, X, y, _ = served
     assert heads.corrections_ == ["head"] * 3
     with monkeypatch.context() as patch:  # the tables serve: the threshold past every gain
-        patch.setattr(head_module, "TABLES_GAIN_FACTOR", np.inf)
+        patch.setattr(tables_module, "TABLES_GAIN_FACTOR", np.inf)
         tables = QSSClassifier(**RF).fit(X, y)
         expected = tables.engine_.predict_outputs(X[:5])
     assert tables.corrections_ == ["tables"] * 3
@@ -399,7 +403,7 @@ def test_a_prediction_computes_head_inputs_only_for_a_served_head(served, monkey
 
     monkeypatch.setattr(type(heads.engine_.instances[0].schema), "head_inputs", counted)
     with monkeypatch.context() as patch:
-        patch.setattr(head_module, "TABLES_GAIN_FACTOR", np.inf)
+        patch.setattr(tables_module, "TABLES_GAIN_FACTOR", np.inf)
         assert np.array_equal(tables.engine_.predict_outputs(X[:5]), expected)
     assert calls == []  # the tables' prediction read no head inputs
     heads.predict_proba(X[:5])

@@ -86,7 +86,7 @@ def test_statistics_share_the_normalization_with_the_same_bits(head, monkeypatch
     of each step normalizing the raw rows itself (models saved before keep valid sums)."""
     from forgetting import instance as instance_module
     from forgetting._rowwise import BLOCK_ROWS
-    from forgetting.content.head import head_features
+    from forgetting.content.heads import head_features
     from forgetting.instance import contributions_with_features
 
     X, y = _clustered(3000, 24, 5, 4)

@@ -11,7 +11,7 @@ from conftest import assert_same_model, schema_ids
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting._rowwise import HEAD_BLOCK_ROWS
-from forgetting.content.head import LinearHead, fold_grams, head_features
+from forgetting.content.heads import LinearHead, fold_grams, head_features
 from forgetting.distributed import chunks as chunks_module
 from forgetting.distributed.chunks import LocalRowWork, build_instance
 from forgetting.ensemble import QSSEngine

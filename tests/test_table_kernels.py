@@ -1,7 +1,8 @@
 """The compiled table kernels give the numpy versions' integers bit for bit.
 
-:mod:`forgetting.content._table_kernels` replaces the numpy loops of ``ThresholdPartition.cells``,
-``_scatter_rows`` and ``FlatTables._terms`` / ``_probe_terms`` on the fit and forget paths. Any
+The compiled kernels of :mod:`forgetting.content.tables` and :mod:`forgetting.schema` replace
+the numpy loops of ``ThresholdPartition.cells``, ``scatter_rows`` and ``FlatTables._terms`` /
+``_probe_terms`` on the fit and forget paths. Any
 difference in one integer would make a forget differ from a refit that ran the other
 implementation (a small batch runs numpy, a big one compiled), so every comparison here is
 ``np.array_equal`` on random inputs and on the edges: empty and zero-count cells, negative
@@ -27,34 +28,44 @@ from forgetting.content.accumulators import (
     MAX_ROWS,
     REGRESSION_SCALE_BITS,
 )
-from forgetting.content.tables import (
-    SHRINKAGE_GRID,
-    FlatTables,
-    _scatter_rows,
-    _scatter_rows_sparse,
-)
+from forgetting.content.tables import SHRINKAGE_GRID, FlatTables
+from forgetting.content.tables import _terms_kernels as terms_kernels
+from forgetting.content.tables import _update_kernels as update_kernels
+from forgetting.content.tables.bundles import CellArrays, term_units
+from forgetting.content.tables.scatter import scatter_rows as _scatter_rows
+from forgetting.content.tables.scatter import scatter_rows_sparse as _scatter_rows_sparse
 from forgetting.schema.partitions import ThresholdPartition, fit_linear, to_grid
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
-def test_backend_switch(compiled, monkeypatch) -> None:
+def test_backend_switch(compiled, use_kernels) -> None:
     assert kernels.backend(1) == "numba"
-    monkeypatch.setenv("FORGETTING_KERNELS", "numpy")
+    use_kernels("numpy")
     assert kernels.backend(1 << 30) == "numpy"
-
-
-def test_backend_follows_every_way_the_environment_changes(compiled, monkeypatch) -> None:
-    """The kernels' switch reads the environment as ``os.environ.get`` does, after
-    ``monkeypatch``, a plain assignment, a deletion and a non-ASCII value alike."""
-    for value in ("numpy", "NUMPY", "numba", "", "nümpy"):
-        monkeypatch.setenv("FORGETTING_KERNELS", value)
-        assert kernels._environ("FORGETTING_KERNELS") == os.environ["FORGETTING_KERNELS"]
-    os.environ["FORGETTING_KERNELS"] = "numpy"
-    assert kernels.backend(1 << 30) == "numpy"
-    del os.environ["FORGETTING_KERNELS"]
-    assert kernels._environ("FORGETTING_KERNELS") == ""
+    use_kernels("auto")
     assert kernels.backend(1) == "numba"  # loaded, nothing forces numpy
+
+
+def test_the_choice_is_read_once_and_changed_through_the_api(use_kernels) -> None:
+    """The environment is read at import (unknown values mean "auto"); a later change of it
+    has no effect, ``use`` refuses unknown choices, and ``using`` restores what it found."""
+    code = (
+        "import os\n"
+        "from forgetting.content import kernels\n"
+        "assert kernels.settings() == {'kernels': 'numpy', 'hashing': 'auto'}\n"
+        "os.environ['FORGETTING_KERNELS'] = 'numba'\n"
+        "assert kernels.backend(1 << 30) == 'numpy'\n"
+        "with kernels.using('numba', hashing='hashlib'):\n"
+        "    assert kernels.settings() == {'kernels': 'numba', 'hashing': 'hashlib'}\n"
+        "assert kernels.settings() == {'kernels': 'numpy', 'hashing': 'auto'}\n"
+    )
+    env = {**os.environ, "FORGETTING_KERNELS": " NumPy ", "FORGETTING_HASH_BACKEND": "nümpy"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    with pytest.raises(ValueError, match="FORGETTING_KERNELS"):
+        kernels.use("fast")
+    with pytest.raises(ValueError, match="FORGETTING_HASH_BACKEND"):
+        kernels.use(hashing="numpy")
 
 
 def test_import_does_not_load_numba() -> None:
@@ -293,13 +304,10 @@ def test_kernel_hands_over_only_out_of_range(compiled) -> None:
         t = _random_tables(rng, 32, SHRINKAGE_GRID, kind)
         m, G = t.n_tables * t.n_cells, len(SHRINKAGE_GRID)
         cross, square = np.empty((m, G), np.int64), np.empty((m, G), np.int64)
-        ok = compiled.cell_terms(
-            t.sums.reshape(2, m, -1),
-            t.counts.reshape(2, m),
+        ok = terms_kernels.cell_terms(
+            tuple(CellArrays.of(t.sums, t.counts)),
             np.arange(m, dtype=np.int64),
-            np.asarray(SHRINKAGE_GRID),
-            2.0**-32,
-            2.0**24,
+            tuple(term_units(SHRINKAGE_GRID, 32, t.n_tables)),
             cross,
             square,
         )
@@ -313,10 +321,10 @@ def test_probe_sums_scatter_equals_add_at(compiled) -> None:
     values = rng.integers(-(2**50), 2**50, size=(4, 500, 6), dtype=np.int64)
     want = target.copy()
     np.add.at(want, (slice(None), index), values)
-    assert compiled.add_rows_at(target, index, values)
+    assert update_kernels.add_rows_at(target, index, values)
     assert np.array_equal(target, want)
     index[3] = 30
-    assert not compiled.add_rows_at(target, index, values)
+    assert not update_kernels.add_rows_at(target, index, values)
     assert np.array_equal(target, want)  # untouched
 
 
@@ -344,7 +352,7 @@ def _probe_square_by_masks(t: FlatTables, g: int) -> float | None:
     outputs in order; the fold's terms and its last-column sums are summed as exact ints."""
     if t.probe_cells is None:
         return None
-    from forgetting.content.tables import MEAN_BITS, loss_bits, square_bits
+    from forgetting.content.tables.units import MEAN_BITS, loss_bits, square_bits
 
     k, T = t.n_outputs, t.n_tables
     s = square_bits(t.scale_bits)

@@ -18,15 +18,13 @@ import pytest
 from conftest import with_kernels as _with
 
 from forgetting.content.accumulators import CLASSIFICATION_SCALE_BITS, REGRESSION_SCALE_BITS
-from forgetting.content.tables import (
-    MEAN_BITS,
-    SHRINKAGE_GRID,
-    FlatTables,
-    loss_bits,
-    norm_unit,
-    probe_norm_terms,
-    square_bits,
-)
+from forgetting.content.tables import SHRINKAGE_GRID, FlatTables
+from forgetting.content.tables import _refresh_kernels as refresh_kernels
+from forgetting.content.tables import _serve_kernels as serve_kernels
+from forgetting.content.tables import _update_kernels as update_kernels
+from forgetting.content.tables.bundles import CellArrays, ProbeArrays, UpdateDeltas, term_units
+from forgetting.content.tables.probes import probe_norm_terms
+from forgetting.content.tables.units import MEAN_BITS, norm_unit
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -123,7 +121,7 @@ def test_large_norm_terms_are_recounted(compiled) -> None:
         for i in gone:
             t.subtract(codes[i : i + 1], residuals[i : i + 1], folds[i : i + 1])
             if compiled_run:
-                flags.append(int(t._update_args[-1][-1]))  # the kernel's trust flag
+                flags.append(int(t._compiled.result[2]))  # the kernel's trust flag
             states.append(_state(t))
         return states, flags
 
@@ -139,31 +137,24 @@ def test_large_norm_terms_are_recounted(compiled) -> None:
 
 
 def _kernel_args(t: FlatTables, codes, residuals, folds, sign: int):
-    """The arguments ``FlatTables._update_compiled`` passes to ``update_cells``."""
-    T, C, k = t.n_tables, t.n_cells, t.n_outputs
+    """The arguments ``FlatTables._update_compiled`` passes to ``update_cells`` (the bundles
+    as plain tuples), and the deltas they write to."""
+    T, C = t.n_tables, t.n_cells
     norms = t._probe_norms()
     start, probe_of = t._probe_csr()
-    return (
-        t.sums.reshape(2, T * C, k),
-        t.counts.reshape(2, T * C),
+    deltas = UpdateDeltas.empty(len(t.grid))
+    args = (
+        tuple(CellArrays.of(t.sums, t.counts)),
+        tuple(term_units(t.grid, t.scale_bits, T)),
+        tuple(ProbeArrays(start, probe_of, norms.records, norms.folds, norms.terms)),
         np.ascontiguousarray(codes),
         np.ascontiguousarray(folds),
         np.ascontiguousarray(residuals, dtype=np.int64),
         sign < 0,
-        np.asarray(t.grid, dtype=np.float64),
-        2.0**-t.scale_bits,
-        2.0 ** loss_bits(t.scale_bits),
-        start,
-        probe_of,
-        norms.records,
-        2.0**MEAN_BITS,
-        2.0 ** square_bits(t.scale_bits),
-        norms.folds,
-        norm_unit(T, t.scale_bits),
-        norms.terms,
         np.zeros(2 * T * C, dtype=np.uint8),
-        np.zeros(6 * len(t.grid) + 2, dtype=np.int64),
+        tuple(deltas),
     )
+    return args, deltas
 
 
 def test_update_refuses_overflow_and_leaves_everything(compiled) -> None:
@@ -185,8 +176,8 @@ def test_update_refuses_overflow_and_leaves_everything(compiled) -> None:
     t = build()
     norms = t._probe_norms()
     before = (t.sums.copy(), t.counts.copy(), norms.probe_sums.copy())
-    args = _kernel_args(t, codes[:1], big, folds[:1], 1)
-    assert not compiled.update_cells(*args)
+    args, _ = _kernel_args(t, codes[:1], big, folds[:1], 1)
+    assert not update_kernels.update_cells(*args)[0]
     after = (t.sums, t.counts, norms.probe_sums)
     assert all(np.array_equal(x, y) for x, y in zip(before, after, strict=True))
 
@@ -228,13 +219,12 @@ def test_update_cells_against_per_entry_terms(compiled, scale_bits: int) -> None
         want_probes = ref._probe_sums.copy()
         np.add.at(want_probes, (slice(None), probe), ref._probe_terms_numpy(qual) - old_terms)
         new_cells = ref._terms_numpy(touched)
-        out = np.zeros(6 * len(t.grid) + 2, dtype=np.int64)
-        args = list(_kernel_args(t, codes[rows], residuals[rows], folds[rows], sign))
-        args[-1] = out
-        assert compiled.update_cells(*args)
+        args, out = _kernel_args(t, codes[rows], residuals[rows], folds[rows], sign)
+        applied, ones, exact = update_kernels.update_cells(*args)
+        assert applied
         G = len(t.grid)
-        assert np.array_equal(out[:G], new_cells[0].sum(0) - old_cells[0].sum(0))
-        assert np.array_equal(out[G : 2 * G], new_cells[1].sum(0) - old_cells[1].sum(0))
+        assert np.array_equal(out.cross, new_cells[0].sum(0) - old_cells[0].sum(0))
+        assert np.array_equal(out.square, new_cells[1].sum(0) - old_cells[1].sum(0))
         assert np.array_equal(t.sums, ref.sums) and np.array_equal(t.counts, ref.counts)
         norms = t._norms
         assert np.array_equal(norms.probe_sums, want_probes)
@@ -244,22 +234,19 @@ def test_update_cells_against_per_entry_terms(compiled, scale_bits: int) -> None
         d_last = want_probes[:, :, k] - ref._probe_sums[:, :, k]
         for b in (0, 1):
             mine = t.probe_folds == b
-            at = slice(2 * G + 1 + b * G, 2 * G + 1 + (b + 1) * G)
-            assert out[at].tolist() == d_norm[:, mine].sum(axis=1).astype(np.int64).tolist()
-            at = slice(4 * G + 1 + b * G, 4 * G + 1 + (b + 1) * G)
-            assert out[at].tolist() == d_last[:, mine].sum(axis=1).tolist()
-        assert out[6 * G + 1] == 1
+            assert out.norm[b].tolist() == d_norm[:, mine].sum(axis=1).astype(np.int64).tolist()
+            assert out.last[b].tolist() == d_last[:, mine].sum(axis=1).tolist()
+        assert exact
         # and each probe's kept terms are its current ones (the next change subtracts them)
         assert np.array_equal(norms.terms, probe_norm_terms(want_probes, unit).T)
         assert d_norm.any() and d_last.any()  # the rows moved some probe's terms
         # keep the Python-side totals in step, as _update_compiled does
         for g in range(G):
-            t._cross[g] += int(out[g])
-            t._square[g] += int(out[G + g])
-        ones = int(out[2 * G])
+            t._cross[g] += int(out.cross[g])
+            t._square[g] += int(out.square[g])
         t._fold_rows[0] += sign * (len(rows) - ones)
         t._fold_rows[1] += sign * ones
-        norms.add(out[2 * G + 1 : 4 * G + 1].tolist(), out[4 * G + 1 : 6 * G + 1].tolist())
+        norms.add(out.norm.tolist(), out.last.tolist())
         if sign > 0:  # undo so the rows stay forgettable
             t.subtract(codes[rows], residuals[rows], folds[rows])
         else:
@@ -379,26 +366,20 @@ def test_refresh_together_hands_each_part_to_numpy(compiled) -> None:
         flat_sums[:, cell] = 2**62
         flat_counts[:, cell] = 1
         t.set_probes(probes, folds)
-        module = compiled
-        T, C, k, G = t.n_tables, t.n_cells, t.n_outputs, len(t.grid)
+        module = refresh_kernels
+        T, k, G = t.n_tables, t.n_outputs, len(t.grid)
         start, probe_of = t._probe_csr()
-        grid, scale, mean_unit, square_unit = t._probe_units()
         done = module.refresh_terms(
-            t.sums.reshape(2, T * C, k),
-            t.counts.reshape(2, T * C),
+            tuple(CellArrays.of(t.sums, t.counts)),
             1 << 16,
-            grid,
-            scale,
-            2.0 ** loss_bits(32),
+            tuple(term_units(t.grid, t.scale_bits, T)),
             np.empty((1, G), np.int64),
             np.empty((1, G), np.int64),
             start,
             probe_of,
-            mean_unit,
-            square_unit,
             np.empty((G, 40, k + 1), np.int64),
         )
-        assert done == (2 if where == "no probe" else 0)
+        assert done == (False, where == "no probe")
         got = (list(t.cross), list(t.square), t.probe_sums.copy())
         want = _separately(t)
         assert got[0] == want[0] and got[1] == want[1]
@@ -445,7 +426,8 @@ def test_bulk_scatter_equals_add_at(compiled, n: int, ones: int) -> None:
         np.add.at(want_sums.reshape(-1, k), flat, np.repeat(sign * residuals, T, axis=0))
         np.add.at(want_counts.reshape(-1), flat, sign)
         got_sums, got_counts = sums.copy(), counts.copy()
-        assert compiled.scatter_codes(got_sums, got_counts, codes, folds, residuals, negate)
+        tables = (got_sums, got_counts)  # CellArrays, as the kernels take it
+        assert update_kernels.scatter_codes(tables, codes, folds, residuals, negate)
         assert np.array_equal(got_sums, want_sums) and np.array_equal(got_counts, want_counts)
 
 
@@ -468,9 +450,8 @@ def test_compiled_serving_correction_equals_the_numpy_definition(compiled, scale
         fast = _with("numba", lambda lam=lam: t.correction(probe, lam))
         slow = t._correction_numpy(probe, lam)
         assert np.array_equal(fast, slow), lam
-    assert not compiled.serve_correction(  # λ = 0 on the empty cell: not an ordinary number
-        t.sums.reshape(2, T * C, k),
-        t.counts.reshape(2, T * C),
+    assert not serve_kernels.serve_correction(  # λ = 0 on the empty cell: not an ordinary number
+        tuple(CellArrays.of(t.sums, t.counts)),
         np.ascontiguousarray(probe, dtype=np.int64),
         2.0**-scale_bits,
         0.0,

@@ -33,8 +33,8 @@ model.predict(X[:100])
 
 # where the tables beat the head (large data, e.g. bench.core at 300k) the gain filter's
 # kernels run: the same here with the rule's factor raised
-from forgetting.content import head
-head.TABLES_GAIN_FACTOR = 50.0
+from forgetting.content.tables import flat_content
+flat_content.TABLES_GAIN_FACTOR = 50.0
 model = QSSClassifier(random_state=0, secret_key=SECRET_KEY).fit(X, y, ids)
 for row in order[-10:-5].tolist():
     model.forget([row])

@@ -34,7 +34,7 @@ change between versions. Small, because the first prediction after a deletion ev
 g of one row per instance, and every padded row is paid for; bulk prediction loses nothing
 (many blocks go through one BLAS call, :func:`rowwise`)."""
 HEAD_BLOCK_ROWS = 64
-"""The head's features of the rows in the statistics (content.head): stored sums were
+"""The head's features of the rows in the statistics (content.heads): stored sums were
 computed with them, so they must stay what they were — a forget recomputes the leaving
 rows' features and subtracts them; other bits would leave a residue in the sums. Small,
 because a one-row forget computes them for that row alone."""

@@ -28,7 +28,7 @@ import numpy as np
 from ._parallel import PARALLEL_ROWS, map_instances, serial_map
 from ._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
 from .content.fingerprint import Contributions, multiset_sum
-from .content.head import GramCache, solve_stacked
+from .content.heads import GramCache, solve_stacked
 from .content.tables import FlatContent, FlatTables
 from .distributed.chunks import RowWork, build_instance, build_instances
 from .instance import (
@@ -115,7 +115,7 @@ class QSSEngine:
             )
         self.rebuild_seconds: list[float] = []
         self._gram_cache = GramCache()
-        """The factorization of the head Gram sums last solved (content.head.GramCache)."""
+        """The factorization of the head Gram sums last solved (content.heads.GramCache)."""
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._digest_prefix = hashlib.sha256(STATE_FORMAT)
@@ -316,8 +316,8 @@ class QSSEngine:
 
     def _solve_heads(self, instances: Sequence[Instance]) -> None:
         """Solve the stacked heads of ``instances`` changed since their last solve, together
-        (content.head.solve_stacked: three LAPACK/BLAS calls for all of them) — unless the
-        gain filter tracks them (content.gain_filter): then where it is certain the tables
+        (content.heads.solve_stacked: three LAPACK/BLAS calls for all of them) — unless the
+        gain filter tracks them (content.heads.gain_filter): then where it is certain the tables
         serve, nothing is solved, and the first head it is unsure of solves all p."""
         heads = [inst.head for inst in instances if inst.head is not None and inst.content is None]
         stacked = [inst.head for inst in self.instances if inst is not None and inst.input_head]

@@ -22,7 +22,7 @@ from .content.accumulators import (
     quantize_residuals,
 )
 from .content.fingerprint import MODULUS, Contributions, multiset_sum
-from .content.head import LinearHead, LogitRidgeHead, NewtonHead, head_features
+from .content.heads import LinearHead, LogitRidgeHead, NewtonHead, head_features
 from .content.materialize import Content, build_content, content_jobs
 from .content.tables import FlatContent, FlatTables, build_flat_content
 from .labels import is_labeled
@@ -345,7 +345,7 @@ def empty_instance(config: SchemaConfig, schema: Schema) -> Instance:
             if schema.head_kind == "newton":
                 kind = NewtonHead
             elif schema.head_kind == "shared-rf" and config.task == "classification":
-                kind = LogitRidgeHead  # its step served from g's logits (content.head)
+                kind = LogitRidgeHead  # its step served from g's logits (content.heads)
             head = kind.empty(schema.n_features, config.n_outputs, scale_bits)
         return Instance(schema, tables, schema.digest(), 0, head=head)
     acc = Accumulators.empty(

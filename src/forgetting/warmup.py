@@ -1,20 +1,19 @@
 """Compile the library's kernels into numba's on-disk cache, once per machine.
 
-Why: the compiled kernels (``forgetting.content._*_kernel*``) are built by numba on first use
-and cached beside their source (or under ``NUMBA_CACHE_DIR``). On a machine that has never run
-them, the first fit pays seconds of compilation and the first ``forget`` after it too (a
-scratch run at 30k rows on a 2-core Xeon, another job running: fit 11.5 s cold against 1.0 s
-cached, first forget 4.6 s against 16 ms) — a freshly deployed service would hold its first
-deletion, and every prediction waiting on the model's lock, that long. Running this once
-after installing (``forgetting warmup``; ``make setup`` does) moves that cost out of the first
-requests; ``forgetting serve`` starts it in a background process unless told not to.
+Why: the compiled kernels (every module of :data:`forgetting.content.kernels.MODULES`) are
+built by numba on first use and cached beside their source (or under ``NUMBA_CACHE_DIR``). On
+a machine that has never run them, the first fit pays seconds of compilation and the first
+``forget`` after it too — a freshly deployed service would hold its first deletion, and every
+prediction waiting on the model's lock, that long. Running this once after installing
+(``forgetting warmup``; ``make setup`` does) moves that cost out of the first requests;
+``forgetting serve`` starts it in a background process unless told not to.
 
 What it runs: small fits, predictions, forgets (outside D° and at a D° hit), batch forgets and
 inserts in every mode whose path has kernels — exact and label mode, classification and
 regression, the default flat partition and the RQ codebook — with the kernels forced on
-(``FORGETTING_KERNELS=numba``, ``FORGETTING_HASH_BACKEND=numba``: at these sizes the library
-would otherwise use numpy), and once with the head-vs-tables factor raised so that the tables
-serve and the gain filter's kernels run, as they do on large data. The models are thrown away.
+(``kernels.use("numba", hashing="numba")``: at these sizes the library would otherwise run
+numpy), and once with the head-vs-tables factor raised so that the tables serve and the gain
+filter's kernels run, as they do on large data. The models are thrown away.
 
 It runs in a process of its own (:func:`warm_up` starts ``python -m forgetting.warmup``),
 because forcing the kernels and raising the factor are process-wide settings that must never
@@ -34,12 +33,9 @@ import time
 
 import numpy as np
 
-KERNEL_MODULES = (
-    "forgetting.content._table_kernels",
-    "forgetting.content._head_kernels",
-    "forgetting.content._gain_filter_kernel",
-    "forgetting.content._blake2_kernel",
-)
+from .content import kernels
+
+KERNEL_MODULES = kernels.MODULES
 """Every module of compiled kernels (each function with numba's ``signatures``)."""
 
 
@@ -99,10 +95,9 @@ def _exercise(model, X, y) -> None:
 
 def run() -> dict[str, tuple[int, int]]:
     """The workloads, in this process (see the module docstring: a process of its own)."""
-    os.environ["FORGETTING_KERNELS"] = "numba"
-    os.environ["FORGETTING_HASH_BACKEND"] = "numba"
+    kernels.use("numba", hashing="numba")
     from . import QSSClassifier, QSSRegressor
-    from .content import head as head_module
+    from .content.tables import flat_content as tables_module
 
     X, y = _mixture()
     common = dict(n_instances=3, rebuild="sync", random_state=0, secret_key=b"warm-up" * 4)
@@ -112,12 +107,12 @@ def run() -> dict[str, tuple[int, int]]:
     Xr = X.astype(np.float64)
     yr = Xr[:, 0] * 2.0 - Xr[:, 1] + np.sin(3.0 * Xr[:, 2])
     _exercise(QSSRegressor(**common), Xr, yr)
-    factor = head_module.TABLES_GAIN_FACTOR
-    head_module.TABLES_GAIN_FACTOR = 50.0  # the tables serve: the gain filter's kernels run
+    factor = tables_module.TABLES_GAIN_FACTOR
+    tables_module.TABLES_GAIN_FACTOR = 50.0  # the tables serve: the gain filter's kernels run
     try:
         _exercise(QSSClassifier(**common), X, y)
     finally:
-        head_module.TABLES_GAIN_FACTOR = factor
+        tables_module.TABLES_GAIN_FACTOR = factor
     return kernel_stats()
 
 

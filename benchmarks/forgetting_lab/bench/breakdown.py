@@ -27,9 +27,9 @@ from tqdm import tqdm
 
 from forgetting import QSSClassifier
 from forgetting import ensemble as ensemble_module
-from forgetting.content import head as head_module
-from forgetting.content.gain_filter import GainFilter
-from forgetting.content.head import LinearHead
+from forgetting.content.heads import LinearHead
+from forgetting.content.heads import linear as head_module
+from forgetting.content.heads.gain_filter import GainFilter
 from forgetting.content.tables import FlatTables
 from forgetting.ensemble import QSSEngine
 from forgetting.instance import Instance

@@ -26,17 +26,12 @@ import scipy.linalg
 from tqdm import tqdm
 
 from forgetting._rowwise import one_blas_thread
-from forgetting.content.head import (
-    _POTRS,
-    PENALTY,
-    TABLES_GAIN_FACTOR,
-    GramSystem,
-    LinearHead,
-    NewtonWeights,
-    _gain,
-    _solve,
-    head_features,
-)
+from forgetting.content.heads import GramSystem, LinearHead, NewtonWeights, head_features
+from forgetting.content.heads.gram import PENALTY
+from forgetting.content.heads.solve import _POTRS
+from forgetting.content.heads.solve import head_gain as _gain
+from forgetting.content.heads.solve import solve_ridge as _solve
+from forgetting.content.tables.flat_content import TABLES_GAIN_FACTOR
 from forgetting.estimators import QSSClassifier, QSSRegressor
 
 from .core import clustered_data
@@ -93,9 +88,9 @@ def exact_fold_gain(head: LinearHead) -> float:
 
 
 def richardson_solve(system: GramSystem, H: np.ndarray, H0: np.ndarray, H1: np.ndarray):
-    """The fold approximation content.head._solve used before: two preconditioned Richardson
-    steps from W towards each fold's solution (three solves, three G_0 products), kept here
-    as the reference it is compared with. Returns W and the per-column gains."""
+    """The fold approximation content.heads.solve.solve_ridge used before: two preconditioned
+    Richardson steps from W towards each fold's solution (three solves, three G_0 products),
+    kept here as the reference it is compared with. Returns W and the per-column gains."""
     factor, G0, lam = system.factor, system.G0, system.lam
     s0 = PENALTY * float(np.trace(G0)) / G0.shape[0]
     with one_blas_thread():

@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting_lab.be
             "E = 64·⌈d/64⌉ capped at 512 (a rule of d, from helper H23's validation study), the "
             "same ridge penalty; for classification served as a logistic step from g's logits, "
             "softmax(log g + 0.75·(k − 1)/k · Wᵀv / a_c), a_c the class's mean p(1 − p) "
-            "(content.head.LogitRidgeHead)."
+            "(content.heads.LogitRidgeHead)."
         )
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join([prog, *argv])

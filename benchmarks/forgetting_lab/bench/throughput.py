@@ -31,7 +31,7 @@ from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from forgetting import QSSClassifier
-from forgetting.content import blake2
+from forgetting.content import blake2, kernels
 from forgetting.content.fingerprint import digest_rows, digest_rows_reference
 from forgetting.schema.membership import draws, ids_bytes
 from forgetting.schema.selection import choose_n_centroids, choose_n_levels
@@ -122,15 +122,8 @@ def _timed(fn) -> tuple[float, object]:
 
 
 def _fit(X, y, ids, params, backend: str):
-    previous = os.environ.get("FORGETTING_HASH_BACKEND")
-    os.environ["FORGETTING_HASH_BACKEND"] = backend
-    try:
+    with kernels.using(hashing=backend):
         return _timed(lambda: QSSClassifier(**params).fit(X, y, ids))
-    finally:
-        if previous is None:
-            del os.environ["FORGETTING_HASH_BACKEND"]
-        else:
-            os.environ["FORGETTING_HASH_BACKEND"] = previous
 
 
 def measure(

@@ -1,16 +1,17 @@
 """BLAKE2b over many short messages at once, bit for bit :func:`hashlib.blake2b`.
 
 Why: a fit hashes every row several times (its identity, its keyed membership draws, one
-content digest per instance), and one ``hashlib`` call per row from a Python loop cost a
-third of a fit at n = 300k — the interpreter's per-call overhead, not the hashing. Here the
-rows of a batch go to one compiled loop (:mod:`forgetting.content._blake2_kernel`, numba,
-compiled on first use and cached on disk) that runs the reference algorithm on each row's
-message. The digests are the ones ``hashlib`` gives — stores, model files and receipts written
-before keep verifying — and ``tests/test_hashing.py`` checks that for keyed and personalized
-hashes of every length and digest size in use.
+content digest per instance), and one ``hashlib`` call per row from a Python loop spends most
+of that in the interpreter's per-call overhead, not in the hashing (see
+benchmarks/results/throughput.md). Here the rows of a batch go to one compiled loop
+(:mod:`forgetting.content._blake2_kernel`, numba, compiled on first use and cached on disk)
+that runs the reference algorithm on each row's message. The digests are the ones ``hashlib``
+gives — stores, model files and receipts written before keep verifying — and
+``tests/test_hashing.py`` checks that for keyed and personalized hashes of every length and
+digest size in use.
 
 Small batches in a process that has not loaded the kernel yet, and every batch without numba
-(or with ``FORGETTING_HASH_BACKEND=hashlib`` in the environment), loop over
+(or with the hash backend set to ``hashlib``: :mod:`forgetting.content.kernels`), loop over
 :func:`hashlib.blake2b` instead: slower per row, identical output, tested to agree.
 """
 
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .kernels import LazyKernel
+from .kernels import HASH_KERNELS, LOAD_MIN_ROWS
 
 IV = np.array(
     [
@@ -36,24 +37,13 @@ IV = np.array(
     ],
     dtype=np.uint64,
 )
-LOAD_MIN_ROWS = 20_000
-"""Smallest batch that loads the compiled kernel when it is not loaded yet. Loading costs
-≈ 0.7 s once per process (importing numba, reading its cache; ≈ 6 s the very first time,
-when it compiles), while ``hashlib`` costs a few µs a row: a short-lived process that only
-forgets or inserts a few rows never pays for numba. Both give the same digests, so which one
-runs changes timings only."""
-
-
-_HASH_KERNEL = LazyKernel("_blake2_kernel", "FORGETTING_HASH_BACKEND", "hashlib", LOAD_MIN_ROWS)
 
 
 def _kernel(n_rows: int):
-    """The compiled row hasher for a batch of ``n_rows``, or None for the hashlib loop.
-
-    ``FORGETTING_HASH_BACKEND`` = ``hashlib`` or ``numba`` forces one (tests use it);
-    unset, the kernel is used once loaded or when the batch is big enough to load it.
-    """
-    module = _HASH_KERNEL.get(n_rows)
+    """The compiled row hasher for a batch of ``n_rows``, or None for the hashlib loop
+    (content.kernels: forced either way by the hash backend setting; on ``auto``, used once
+    loaded or when the batch is big enough to load it)."""
+    module = HASH_KERNELS.get(n_rows)
     return None if module is None else module.hash_segments
 
 

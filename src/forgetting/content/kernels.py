@@ -1,106 +1,179 @@
-"""Which implementation runs the flat tables' hot loops: compiled (numba) or numpy.
+"""Which implementation runs the library's hot loops: compiled (numba) or the numpy/hashlib
+code that defines them — chosen once per process, changed only through :func:`use`.
 
-Why: at n = 300k a fit spent most of its time in three loops that numpy runs as many passes
-over large temporaries — the threshold tests of :meth:`ThresholdPartition.cells`, the
-scatter of residuals into the cells (``_scatter_rows``) and the per-cell cross-fit terms
-(``FlatTables._terms``) — and a batch forget runs the last two again. The compiled versions
-(:mod:`forgetting.content._table_kernels`) perform the same float operations in the same
-order and sum only integers, so they give the numpy versions' integers bit for bit; the numpy
-code stays as the fallback and as the definition (``tests/test_table_kernels.py`` compares).
-A forget of a few rows runs as one compiled call (``update_cells``: scatter, the touched cells'
-terms and probe terms, old and new), where numpy's dozens of small calls cost ~0.4 ms.
+Every compiled kernel has a twin in numpy (hashlib for the row hashes) that defines its
+results: the kernels perform the same float operations in the same order and sum only
+integers (the gain filter's stay within its tolerance, content.heads.gain_filter), and the
+tests compare the two, so the choice changes timings only.
 
-Loading follows :mod:`forgetting.content.blake2`: numba is imported only for a batch big
-enough to repay it (or once loaded), never by ``import forgetting``; without numba, or with
-``FORGETTING_KERNELS=numpy`` in the environment, everything runs in numpy. Which one runs
-changes timings only.
+Two settings, each read from the environment once, when this module is first imported:
+
+``FORGETTING_KERNELS``
+    ``auto`` (the default; any value other than the two below means it), ``numba`` or
+    ``numpy``: the flat tables', the heads', the gain filter's and the schema's loops.
+``FORGETTING_HASH_BACKEND``
+    ``auto``, ``numba`` or ``hashlib``: the batched BLAKE2b of content.blake2.
+
+``auto`` imports numba only for a piece of work big enough to repay the import (never on
+``import forgetting``), and from then on runs every kernel of that group compiled, whatever
+the size; ``numba`` compiles at first use whatever the size; ``numpy``/``hashlib`` never
+loads numba. Without numba installed, everything runs the fallback. Inside a process,
+:func:`use` changes a setting and :func:`using` changes it for a ``with`` block (the tests,
+the warm-up); the environment is not read again.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
-_UNSET = object()
+AUTO, NUMBA = "auto", "numba"
+
+
+class Setting:
+    """One process-wide choice: ``auto``, ``numba`` or the fallback's name (``off``)."""
+
+    def __init__(self, env: str, off: str):
+        self.env, self.off = env, off
+        self.choices = (AUTO, NUMBA, off)
+        value = os.environ.get(env, "").strip().lower()
+        self.value = value if value in (NUMBA, off) else AUTO
+
+
+KERNELS = Setting("FORGETTING_KERNELS", "numpy")
+HASHING = Setting("FORGETTING_HASH_BACKEND", "hashlib")
+
+
+class KernelGroup:
+    """Compiled modules loaded together: once one of them is loaded (by work of at least
+    ``min_work``, or forced), the others run for any work too — a process that fitted
+    large data predicts its single rows compiled as well."""
+
+    def __init__(self, setting: Setting, min_work: int):
+        self.setting = setting
+        self.min_work = min_work
+        self.loaded = False
+        self.unavailable = False  # numba failed to import: the fallback from then on
 
 
 class LazyKernel:
-    """A compiled module (``forgetting.content.<name>``) imported on first use by work big
-    enough to repay numba's import, or forced on or off by an environment variable.
+    """A compiled module of a :class:`KernelGroup`, imported on its first use once the group
+    is loaded. :meth:`get` is the call every hot path makes: one attribute read once the
+    module runs."""
 
-    ``env`` = ``off`` forces the pure-Python/numpy path, ``numba`` forces the kernel; unset,
-    the kernel runs once loaded or when ``work ≥ min_work``. Without numba the module fails
-    to import and the fallback runs, with the same results.
-    """
-
-    def __init__(self, name: str, env: str, off: str, min_work: int):
-        self.name, self.env, self.off, self.min_work = name, env, off, min_work
-        self._module: object = _UNSET
-        self._env_key = env.encode()
+    def __init__(self, module: str, group: KernelGroup):
+        self.module_name = module
+        self.group = group
+        self._module: ModuleType | None = None
+        self._ready: ModuleType | None = None  # what get returns without deciding
+        _ALL.append(self)
 
     def get(self, work: int) -> ModuleType | None:
-        if _ENV_DATA is not None and self._module is not _UNSET:
-            # the usual case, once loaded: the variable unset (a one-row forget and its
-            # prediction ask ~17 times; _environ and the lower-casing were ~1 µs each)
-            if self._env_key not in _ENV_DATA:
-                return self._module  # type: ignore[return-value]
-        choice = _environ(self.env).lower()
-        if choice == self.off:
+        """The compiled module for a piece of ``work``, or None for the fallback."""
+        ready = self._ready
+        if ready is not None:
+            return ready
+        return self._decide(work)
+
+    def _decide(self, work: int) -> ModuleType | None:
+        group = self.group
+        choice = group.setting.value
+        if choice == group.setting.off or group.unavailable:
             return None
-        if self._module is _UNSET:
-            if choice != "numba" and work < self.min_work:
+        if not group.loaded:
+            if choice != NUMBA and work < group.min_work:
                 return None
+            group.loaded = True
+        if self._module is None:
             try:
-                self._module = importlib.import_module(f"{__package__}.{self.name}")
+                self._module = importlib.import_module(self.module_name)
             except ImportError:  # numba not installed: the fallback gives the same results
-                self._module = None
-        return self._module  # type: ignore[return-value]
+                group.unavailable = True
+                return None
+        self._ready = self._module
+        return self._module
+
+    def unload(self) -> None:
+        """Forget the module and the group's loading, as in a fresh process (tests)."""
+        self._module = self._ready = None
+        self.group.loaded = False
 
 
-_ENV_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
-"""os.environ's own dict of bytes on POSIX (what ``os.environ.get`` reads after encoding the
-key and before decoding the value); None elsewhere."""
+_ALL: list[LazyKernel] = []
 
 
-def _environ(name: str) -> str:
-    """``os.environ.get(name, "")``, read from the environment's dict of bytes where there is
-    one: a one-row forget and its prediction ask ~17 times which kernels to run, and the
-    mapping's key encoding and value decoding were ~2 µs of each (a third of the
-    deletion's Python overhead in this module). The same value: ``os.environ`` writes
-    through to that dict (and ``monkeypatch.setenv`` goes through ``os.environ``)."""
-    if _ENV_DATA is None:
-        return os.environ.get(name, "")
-    value = _ENV_DATA.get(name.encode())
-    return "" if value is None else os.fsdecode(value)
+def use(kernels: str | None = None, *, hashing: str | None = None) -> None:
+    """Choose, for this process from now on, what runs the hot loops: ``kernels`` one of
+    ``"auto"``, ``"numba"``, ``"numpy"``; ``hashing`` one of ``"auto"``, ``"numba"``,
+    ``"hashlib"`` (None leaves a setting as it is). The models' bits do not depend on it."""
+    for setting, value in ((KERNELS, kernels), (HASHING, hashing)):
+        if value is None:
+            continue
+        if value not in setting.choices:
+            raise ValueError(f"{setting.env}: expected one of {setting.choices}, got {value!r}")
+        setting.value = value
+        for kernel in _ALL:
+            if kernel.group.setting is setting:
+                kernel._ready = None  # decided again on the next use
+
+
+def settings() -> dict[str, str]:
+    """The current choices: ``{"kernels": ..., "hashing": ...}``."""
+    return {"kernels": KERNELS.value, "hashing": HASHING.value}
+
+
+@contextmanager
+def using(kernels: str | None = None, *, hashing: str | None = None) -> Iterator[None]:
+    """:func:`use` for the ``with`` block; the previous choices are restored after it."""
+    before = settings()
+    use(kernels, hashing=hashing)
+    try:
+        yield
+    finally:
+        use(before["kernels"], hashing=before["hashing"])
 
 
 LOAD_MIN_WORK = 1 << 20
 """Smallest piece of work (row × table entries, or cells × outputs) that loads the compiled
-kernels when they are not loaded yet: numpy spends ≳ 50 ms on it, about what loading the
+kernels when they are not loaded yet: numpy spends about as long on it as loading the
 kernels from numba's disk cache costs once numba is imported (the first fit of ≥ 20k rows
 imports it for the row hashes anyway). A process that only forgets a few rows never loads
 them."""
+LOAD_MIN_ROWS = 20_000
+"""Smallest batch of rows that loads the compiled row hasher when it is not loaded yet:
+loading costs about a second once per process (importing numba, reading its cache) while
+``hashlib`` costs a few µs a row, so a short-lived process that only forgets or inserts a few
+rows never pays for numba."""
 
+TABLES = KernelGroup(KERNELS, LOAD_MIN_WORK)
+"""The flat tables' kernels and the schema's (cells, codebook codes, serving's φ and g)."""
+HEADS = KernelGroup(KERNELS, LOAD_MIN_WORK // 4)
+"""The ridge heads' compiled pieces: loaded by the fixed-point features of 2^18 random
+features or more (~2k rows at E = 128 — any fit that size), after which a one-row change of a
+head's sums uses them too."""
+GAIN_FILTER = KernelGroup(KERNELS, LOAD_MIN_WORK)
+"""The gain filter's row updates: loaded when the work the filter may do before its next
+exact solve (REFRESH_ROWS · D² per tracked solution) reaches LOAD_MIN_WORK — D ≥ 46."""
+HASHES = KernelGroup(HASHING, LOAD_MIN_ROWS)
+"""The batched BLAKE2b."""
 
-_TABLE_KERNELS = LazyKernel("_table_kernels", "FORGETTING_KERNELS", "numpy", LOAD_MIN_WORK)
+TABLE_TERMS = LazyKernel("forgetting.content.tables._terms_kernels", TABLES)
+TABLE_REFRESH = LazyKernel("forgetting.content.tables._refresh_kernels", TABLES)
+TABLE_UPDATES = LazyKernel("forgetting.content.tables._update_kernels", TABLES)
+TABLE_SERVING = LazyKernel("forgetting.content.tables._serve_kernels", TABLES)
+SCHEMA_KERNELS = LazyKernel("forgetting.schema._kernels", TABLES)
+HEAD_KERNELS = LazyKernel("forgetting.content.heads._kernels", HEADS)
+GAIN_FILTER_KERNELS = LazyKernel("forgetting.content.heads._gain_filter_kernel", GAIN_FILTER)
+HASH_KERNELS = LazyKernel("forgetting.content._blake2_kernel", HASHES)
 
-HEAD_KERNELS = LazyKernel("_head_kernels", "FORGETTING_KERNELS", "numpy", LOAD_MIN_WORK // 4)
-"""The ridge heads' compiled pieces (content._head_kernels): loaded by the fixed-point
-features of 2^18 random features or more (~2k rows at E = 128 — any fit that size), after
-which a one-row change of a head's sums uses them too; FORGETTING_KERNELS=numpy keeps numpy."""
-
-
-def table_kernels(work: int) -> ModuleType | None:
-    """The compiled kernels for a piece of ``work``, or None for numpy.
-
-    ``FORGETTING_KERNELS`` = ``numpy`` or ``numba`` forces one (tests and benchmarks use it);
-    unset, the kernels are used once loaded or when ``work`` is big enough to load them.
-    """
-    return _TABLE_KERNELS.get(work)
+MODULES = tuple(kernel.module_name for kernel in _ALL)
+"""Every module of compiled kernels (what the warm-up compiles)."""
 
 
 def backend(work: int = LOAD_MIN_WORK) -> str:
-    """``"numba"`` or ``"numpy"``: which implementation runs ``work`` now (asking may load
-    the kernels, as running such work would)."""
-    return "numpy" if table_kernels(work) is None else "numba"
+    """``"numba"`` or ``"numpy"``: which implementation runs the tables' ``work`` now (asking
+    may load the kernels, as running such work would)."""
+    return "numpy" if TABLE_UPDATES.get(work) is None else "numba"

@@ -32,7 +32,7 @@ from .._parallel import serial_map
 from .._rowwise import BLOCK_ROWS, one_blas_thread
 from ..content.accumulators import MAX_ROWS
 from ..content.fingerprint import MODULUS, Contributions
-from ..content.head import fold_grams
+from ..content.heads import fold_grams
 from ..content.tables import FlatTables
 from ..instance import (
     Instance,

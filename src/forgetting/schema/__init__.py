@@ -29,7 +29,7 @@ from .random_features import RF_SEED, RandomFeatures, random_features, rf_width
 from .selection import choose_lda, choose_n_centroids, choose_n_levels
 
 HEAD_KINDS = ("ridge", "newton", "shared-ridge", "shared-rf")
-"""The exact heads an instance may keep (content.head): "ridge" and "newton" on φ — the
+"""The exact heads an instance may keep (content.heads): "ridge" and "newton" on φ — the
 normalized input plus the D°-fitted LDA directions, so each instance's features differ —
 "shared-ridge", the ridge head on the normalized input itself: the same features, hence the
 same Gram matrix, in every instance, so the p instances share one factorization (design.md
@@ -73,7 +73,7 @@ class SchemaConfig:
     """How rows are cut into cells: "rq" (the paper's residual codebook) or a flat partition
     ("trees", "hyperplanes"), see :mod:`.partitions`."""
     head: bool | str = False
-    """Keep an exact head on all rows (:mod:`forgetting.content.head`): "ridge" (or True),
+    """Keep an exact head on all rows (:mod:`forgetting.content.heads`): "ridge" (or True),
     "newton", "shared-ridge" or "shared-rf" (features used as given only); flat partitions
     only."""
 
@@ -99,7 +99,7 @@ class Schema:
     the square term of its α cross-fit (see content.tables)."""
     probe_folds: np.ndarray | None = None
     head: bool | str = False
-    """The instance keeps an exact head over all rows (content.head): "ridge" — or True, its
+    """The instance keeps an exact head over all rows (content.heads): "ridge" — or True, its
     boolean form in saved models — or "newton" on φ, "shared-ridge" on the normalized input;
     False for none."""
     n_features: int = 0

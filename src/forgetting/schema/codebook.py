@@ -27,7 +27,7 @@ from functools import cached_property
 import faiss
 import numpy as np
 
-from ..content.kernels import table_kernels
+from ..content.kernels import SCHEMA_KERNELS
 
 _FAISS_LOCK = threading.Lock()
 
@@ -72,7 +72,7 @@ class Codebook:
         codes = np.empty((Z.shape[0], self.n_levels), dtype=self.code_dtype)
         # asked with the batch's whole work, so a fit's encode loads the kernels (as the
         # flat partition's does) and the prediction's row or few after it finds them loaded
-        kernels = table_kernels(Z.shape[0] * self.n_levels * self.n_centroids * Z.shape[1])
+        kernels = SCHEMA_KERNELS.get(Z.shape[0] * self.n_levels * self.n_centroids * Z.shape[1])
         if (
             kernels is not None
             and 0 < Z.shape[0] <= _FEW_ROWS

@@ -14,12 +14,12 @@ E random ReLU features (a random-features approximation of an arc-cosine kernel)
 every process, so the Gram Σ v′v′ᵀ is still the same integers in every instance and the p
 instances share one factorization and one stacked solve exactly as "shared-ridge" does.
 For classification the solved weights are served as a logistic step from g's logits
-(content.head.LogitRidgeHead: each class's W divided by its mean curvature p(1 − p), k more
+(content.heads.newton.LogitRidgeHead: each class's W divided by its mean curvature p(1 − p), k more
 integer sums per instance), not added to g.
 
 Fixed point: ψ ∈ [0, 1] (the clip at 1 is almost never active — |uᵀR_j| / √E ≤ ‖R_j‖ / √E
 and ‖R_j‖ ≈ √d — and exists so that the head's bound |v| ≤ 2^14 holds by construction), so
-the head's integer sums keep their bounds (content.head: |v| ≤ 2^14, sums below 2^62).
+the head's integer sums keep their bounds (content.heads.fixed_point: |v| ≤ 2^14, sums below 2^62).
 
 Exactness: a row's ψ must be the same bits alone or in any batch (the statistics hold the
 leaving row's ψ as it was computed at fit, inside a chunk). ψ's only shape-sensitive step is
@@ -44,7 +44,7 @@ import threading
 import numpy as np
 
 from .._rowwise import BLOCK_ROWS, block_matmul, rowwise
-from ..content.head import head_features
+from ..content.heads import head_features
 from ..content.kernels import HEAD_KERNELS
 
 RF_SEED = 20261201
@@ -53,7 +53,7 @@ the same R (recorded in each schema and in its digest)."""
 RF_STEP = 64
 RF_MAX = 512
 RF_INPUT_BITS = 14
-"""ũ = rint(2^14 u): the head's own feature grid (content.head.FEATURE_BITS)."""
+"""ũ = rint(2^14 u): the head's own feature grid (content.heads.fixed_point.FEATURE_BITS)."""
 RF_WEIGHT_BITS = 24
 """R̃ = rint(2^24 R) at most (fewer where d is so large that the sums could pass 2^52)."""
 
@@ -128,7 +128,7 @@ class RandomFeatures:
     def fixed_point_into(self, U: np.ndarray, out: np.ndarray) -> None:
         """The head's fixed-point features of normalized rows ``U`` (n, d), written into
         ``out`` (n, d + E + 1) float64: [rint(2^14 u), rint(2^14 ψ(u)), 2^14], each clipped
-        to ±2^14 — ``content.head.head_features(np.hstack([U, ψ(U)]), np.float64)``, the same
+        to ±2^14 — ``content.heads.head_features(np.hstack([U, ψ(U)]), np.float64)``, the same
         float operations on the same numbers, so the same bits (tests/test_rf_head.py).
         Grid only (``exact``): the product is exact in any order, so a caller may split the
         rows between threads, each writing its own rows of ``out``.
@@ -137,7 +137,7 @@ class RandomFeatures:
         scaled copy and the integer features — and runs its elementwise steps on column blocks
         (one inner loop per row): a sizeable share of a large batch forget besides the product
         itself. Here the steps after the product are one compiled pass over the
-        rows (content._head_kernels); without the kernels, the composed form."""
+        rows (content.heads._kernels); without the kernels, the composed form."""
         if not self.exact:
             raise ValueError("fixed-point features in one pass need ψ on the integer grid")
         d, E = self.d, self.width

@@ -19,7 +19,7 @@ What it computes:
   φ = [u, t] / ‖[u, t]‖ (φ = u without LDA) and the scores φ coef_ᵀ + intercept_, every sum
   left to right from its first term; then scikit-learn's softmax (numpy's, row by row), g's
   columns and the cells of φ. One compiled call for the p schemas
-  (``_table_kernels.serve_normalize``/``serve_scores``), or the numpy definition here
+  (``schema._kernels.serve_normalize``/``serve_scores``), or the numpy definition here
   (``np.add.accumulate`` sums in that very order): the same bits either way, so which runs
   changes timings only (tests/test_serving.py).
 - Any other schema (a binary or regression g, an encoder, an LDA model without the narrow
@@ -36,7 +36,7 @@ from sklearn.linear_model import LogisticRegression
 
 from .._parallel import serial_map
 from .._rowwise import SERVE_BLOCK_ROWS, kept_for
-from ..content.kernels import table_kernels
+from ..content.kernels import SCHEMA_KERNELS
 
 _CHUNK_ROWS = 256
 """Rows per step of the numpy definition: its products are (rows, d + e, k) temporaries."""
@@ -50,7 +50,7 @@ def normalized(X: np.ndarray) -> np.ndarray:
     out = np.empty((n, d), dtype=np.float64)
     if n == 0 or d == 0:
         return out
-    kernels = table_kernels(n * d)
+    kernels = SCHEMA_KERNELS.get(n * d)
     if kernels is not None:
         kernels.serve_normalize(X, out)
         return out
@@ -125,7 +125,7 @@ def _phi_and_proba(schemas: Sequence, u: np.ndarray) -> list[tuple[np.ndarray, n
     P, coef, b = _stacked(schemas)
     s, n = len(schemas), u.shape[0]
     D, k = coef.shape[1], coef.shape[2]
-    kernels = table_kernels(s * n * D * k)
+    kernels = SCHEMA_KERNELS.get(s * n * D * k)
     if kernels is not None:
         phi = np.empty((s, n, D), dtype=np.float64)
         scores = np.empty((s, n, k), dtype=np.float64)
@@ -141,7 +141,7 @@ def _phi_and_proba(schemas: Sequence, u: np.ndarray) -> list[tuple[np.ndarray, n
 
 
 def _scores_numpy(u: np.ndarray, P: np.ndarray, coef: np.ndarray, b: np.ndarray):
-    """The definition ``_table_kernels.serve_scores`` computes: the same products, each sum
+    """The definition ``schema._kernels.serve_scores`` computes: the same products, each sum
     left to right from its first term (``np.add.accumulate``), the same quotients."""
     s, n, d = coef.shape[0], u.shape[0], u.shape[1]
     e = P.shape[2]

@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from ..._rowwise import kept_for
-from ...content.kernels import table_kernels
+from ...content.kernels import SCHEMA_KERNELS
 
 GRID_BITS = 20
 """Features enter on a grid of 2^-20, like the codebook's."""
@@ -134,7 +134,7 @@ class ThresholdPartition:
         """(n, T) cell codes of rows ``Z`` (n, d); each row's codes depend on that row only."""
         n = Z.shape[0]
         out = np.empty((n, self.n_tables), dtype=self.cell_dtype)
-        kernels = table_kernels(n * self.n_tables)
+        kernels = SCHEMA_KERNELS.get(n * self.n_tables)
         if kernels is not None and n <= _FEW_ROWS and self._few_codes(kernels, Z, out):
             return out
         features = np.ascontiguousarray(self.features, dtype=np.int64)
@@ -187,7 +187,7 @@ class ThresholdPartition:
 
     def _codes_numpy(self, Y: np.ndarray) -> np.ndarray:
         """The threshold tests on projected rows ``Y`` in numpy (the definition the compiled
-        kernel, :func:`forgetting.content._table_kernels.threshold_codes`, reproduces)."""
+        kernel, :func:`forgetting.schema._kernels.threshold_codes`, reproduces)."""
         codes = np.zeros((Y.shape[0], self.n_tables), dtype=np.int64)
         for level in range(self.depth):
             bit = Y[:, self.features[:, level]] > self.thresholds[:, level]

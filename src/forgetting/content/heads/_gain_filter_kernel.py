@@ -1,13 +1,13 @@
-"""Compiled row updates and gains of the gain filter (content.gain_filter).
+"""Compiled row updates and gains of the gain filter (content.heads.gain_filter).
 
 Why compiled: per changed row the filter does ~10 small BLAS/numpy operations on (D, D) and
 (D, 2m) arrays (D = 129, 2m = 60 at bench.core's shape) and then ~20 elementwise passes for
-the gains; each call costs a few µs of Python and dispatch, ~75 µs per change in all, where
-the arithmetic is ~110k flops. Fused loops do it in one pass per array. The results are not
+the gains; each call costs Python and dispatch overhead that dwarfs the arithmetic (~110k
+flops). Fused loops do it in one pass per array. The results are not
 bit-identical to the numpy path (another summation order) and need not be: the filter only
-has to stay within its tolerance of the exact gain (content.gain_filter's docstring), which
+has to stay within its tolerance of the exact gain (content.heads.gain_filter's docstring), which
 tests/test_gain_filter.py checks for both paths. Loaded like the table kernels
-(content.kernels.LazyKernel): FORGETTING_KERNELS=numpy keeps the numpy path.
+(content.kernels: the kernels setting "numpy" keeps the numpy path).
 
 Every (D, 2m) array is in Fortran order (column-major): the inner loops run down a column;
 A⁻¹ and G_0 are packed lower triangles, column by column (:func:`apply_row`).
@@ -15,9 +15,8 @@ A⁻¹ and G_0 are packed lower triangles, column by column (:func:`apply_row`).
 Compiled with reassociation allowed (:data:`_FAST`, no assumption about NaN or infinity): the
 dot products here (vᵀX per column, the pending terms, the gains' two sums per column) are
 reductions, which LLVM may only vectorize when it may reorder their adds; in strict order
-each was a chain of dependent scalar adds. Measured in isolation at D = 257, 2m = 60:
-``apply_row`` 44 → 31 µs (p50 of 2 000 rows, the rank-one flushes aside), ``fold_scores``
-22 → 7 µs. The sums come out in another order, which the filter allows (above).
+each is a chain of dependent scalar adds. The sums come out in another order, which the
+filter allows (above).
 """
 
 from __future__ import annotations
@@ -32,29 +31,31 @@ propagates, as in the numpy path."""
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST)
-def apply_row(Ainv, G0, X, Q, B, v, b, sigma, in0, U, fu, V, fv, counts, lam, gains, scales):
+def apply_row(tracked, v, b, sigma, in0, pending, lam, scores):
     """One row (features ``v``, right-hand-side row ``b``, sign ``sigma``, in fold 0 or not)
-    applied to A⁻¹, G_0, X = A⁻¹B, Q = G_0 X and B (Sherman–Morrison; see
-    content.gain_filter.GainFilter._apply for the algebra); with ``gains``/``scales`` of m
-    entries (X has 2m columns) it also writes :func:`fold_scores` of the result, column pair by
-    column pair while they are in cache (pass empty arrays when a later row follows).
+    applied to the ``tracked`` state (Ainv, G0, X, Q, B): A⁻¹, G_0, X = A⁻¹B, Q = G_0 X and B
+    (Sherman–Morrison; see content.heads.gain_filter.GainFilter._apply for the algebra); with
+    ``scores`` = (gains, scales) of m entries each (X has 2m columns) it also writes
+    :func:`fold_scores` of the result, column pair by column pair while they are in cache
+    (empty arrays when a later row follows).
 
     ``Ainv`` and ``G0`` are symmetric and held *packed*: their lower triangles, column by
-    column (:func:`forgetting.content.gain_filter.packed`). Why: the two matrix–vector products
-    read them once per row, and where the filter's ~1.4 MB of state has left the cache
-    between deletions (a one-row forget and its prediction touch the p instances' tables
-    in between) that read was most of the row's time; the packed triangle is half the
-    bytes, in one contiguous stream (the lower triangle of a full array restarts the
-    hardware prefetcher at every column and was no faster). Measured at D = 257, 2m = 60,
-    with the caches flushed between rows on a 2-core AMD EPYC VM: 297 → 205 µs per row,
-    scores included (hot: 63–83 → 58–71 µs).
+    column (:func:`forgetting.content.heads.gain_filter.packed`). Why: the two matrix–vector
+    products read them once per row, and where the filter's state (MBs) has left the cache
+    between deletions (a one-row forget and its prediction touch the p instances' tables in
+    between) that read is most of the row's time; the packed triangle is half the bytes, in
+    one contiguous stream (the lower triangle of a full array restarts the hardware
+    prefetcher at every column and is no faster).
 
-    The rank-one terms of A⁻¹ and G_0 wait: A⁻¹ is ``Ainv`` + Σ_k fu[k] U_k U_kᵀ over the
-    ``counts[0]`` pending columns of ``U``, G_0 is ``G0`` + Σ_k fv[k] V_k V_kᵀ over
-    ``counts[1]`` of ``V``; they are added to the packed triangles once the buffers fill
-    (:func:`flush_rank`): a pending term costs 2D per later row instead of a pass over the
-    triangle. The sums are reordered, so the rounding differs — within the filter's
-    tolerance, as for the numpy path (tests/test_gain_filter.py)."""
+    The rank-one terms of A⁻¹ and G_0 wait, ``pending`` = (U, fu, V, fv, counts): A⁻¹ is
+    ``Ainv`` + Σ_k fu[k] U_k U_kᵀ over the ``counts[0]`` pending columns of ``U``, G_0 is
+    ``G0`` + Σ_k fv[k] V_k V_kᵀ over ``counts[1]`` of ``V``; they are added to the packed
+    triangles once the buffers fill (:func:`flush_rank`): a pending term costs 2D per later
+    row instead of a pass over the triangle. The sums are reordered, so the rounding differs
+    — within the filter's tolerance, as for the numpy path (tests/test_gain_filter.py)."""
+    Ainv, G0, X, Q, B = tracked
+    U, fu, V, fv, counts = pending
+    gains, scales = scores
     D = v.shape[0]
     m = X.shape[1] // 2
     nu = counts[0]
@@ -185,7 +186,7 @@ def _column_score(X, Q, B, lam, j):
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST)
 def fold_scores(X, Q, B, lam):
-    """content.gain_filter.fold_scores in one pass: per column j < m, the out-of-fold gain
+    """content.heads.gain_filter.fold_scores in one pass: per column j < m, the out-of-fold gain
     4·(⟨Y, H − 2H_0 + λY + QY⟩ + ⟨W − Y, H_0 − (QW − QY)⟩) and its scale Σ|terms|."""
     m = X.shape[1] // 2
     gains = np.zeros(m)

@@ -4,25 +4,25 @@ without solving the head, when that is certain.
 Why: an instance serves its ridge head when the head's out-of-fold gain exceeds
 ``TABLES_GAIN_FACTOR`` × the tables' (content.tables.build_flat_content). Where the tables
 serve — bench.core's Gaussian mixture, Letter, diamonds — every change still paid the exact
-gain: a factorization of the (d + 1)² system and a solve of 2·p·k columns, 0.49 of a 1.74 ms
-forget + first predict at n = 300k (benchmarks/results/breakdown.md), for a choice that one
-row almost never moves (the gains are sums over ~n rows; a row moves them by ~1 unit, the
-margin is thousands).
+gain: a factorization of the (d + 1)² system and a solve of 2·p·k columns, a large part of a
+forget and its first prediction (benchmarks/results/breakdown.md), for a choice that one row
+almost never moves (the gains are sums over ~n rows; a row moves them by ~1 unit, the margin
+is thousands).
 
 The choice must stay the exact rule's — a refit computes the exact gain, and a different
 choice would serve different bits — so this is a *filter* in the computational-geometry sense:
 an approximation with an error bound decides when the bound says the answer is certain, and
 the exact computation decides otherwise. After an exact stacked solve of all p heads (one
 Gram system), this keeps X = A⁻¹[H | H_0] (the same (D, 2m) layout as
-content.head._solve), A⁻¹ and Q = G_0 X as floats and updates them row by row
-(Sherman–Morrison) as the integer sums change: per row O(D² + D·2m) flops
-(~10 µs at D = 129) instead of a factorization and a 2m-column solve. The head's gain is then
+content.heads.solve.solve_ridge), A⁻¹ and Q = G_0 X as floats and updates them row by row
+(Sherman–Morrison) as the integer sums change: per row O(D² + D·2m) flops instead of a
+factorization (O(D³)) and a 2m-column solve. The head's gain is then
 read off X and Q with the exact route's formula (:func:`fold_scores`), together with the
 scale Σ|terms| the rounding errors act on; the head is certainly not served when
 gain + TOLERANCE · scale < threshold.
 
 Why the tolerance holds: the penalty λ is constant between power-of-two buckets of the Gram's
-trace (content.head.head_penalty), so the tracked A is the exact route's matrix in real
+trace (content.heads.gram.head_penalty), so the tracked A is the exact route's matrix in real
 arithmetic and the two differ only by rounding. A is λ-regularized with
 λ ≥ PENALTY/√2 · mean diag G, so cond(A) ≤ 1 + √2·D/PENALTY (1.8·10⁵ at D = 129,
 1.5·10⁶ at D = 1033): a backward-stable solve is accurate to ~D·cond·ε relative
@@ -47,21 +47,15 @@ import numpy as np
 import scipy.linalg.blas as blas
 from scipy.linalg.lapack import dpotri as _POTRI
 
-from .kernels import LOAD_MIN_WORK, LazyKernel
+from ..kernels import GAIN_FILTER_KERNELS
+from .fixed_point import FEATURE_BITS
 
-FEATURE_BITS = 14
-"""content.head's fixed point of the head features (v = rint(2^14 φ)); repeated here, not
-imported: content.head imports this module."""
 TOLERANCE = 1e-5
 """The filter's error bound, relative to the scale Σ|terms| of the gain (see the module
 docstring: ≥ 30× the rounding estimates, ≥ 10⁴× the errors the tests allow)."""
 REFRESH_ROWS = 512
 """Rows the tracked solution may be updated by before the exact route runs again: bounds the
 rounding drift of the row updates (each adds ~cond·ε)."""
-_KERNEL = LazyKernel("_gain_filter_kernel", "FORGETTING_KERNELS", "numpy", LOAD_MIN_WORK)
-"""The compiled row updates and gains (content._gain_filter_kernel), loaded when the work the
-filter may do before its next exact solve (REFRESH_ROWS · D² per tracked solution) reaches
-LOAD_MIN_WORK — D ≥ 46 — or once loaded; FORGETTING_KERNELS=numpy keeps numpy."""
 LOG_ROWS = 16
 """A change of more rows than this is not logged: the exact route (one solve) is cheaper
 than that many row updates, and bulk changes solve their heads on several threads anyway."""
@@ -69,7 +63,7 @@ than that many row updates, and bulk changes solve their heads on several thread
 
 def fold_scores(X: np.ndarray, Q: np.ndarray, B: np.ndarray, lam: float):
     """Per-column out-of-fold gain of the fold heads W_0 = 2Y, W_1 = 2(W − Y), from
-    X = [W | Y] = A⁻¹B, B = [H | H_0] and Q = G_0 X (content.head._solve's definitions), and
+    X = [W | Y] = A⁻¹B, B = [H | H_0] and Q = G_0 X (content.heads.solve's definitions), and
     the per-column scale Σ|terms| of that sum (what rounding errors are relative to).
 
     fold 0's head on fold 1: ⟨W_0, 2H_1 − 2H_0 + λW_0 + G_0 W_0⟩; fold 1's on fold 0:
@@ -105,7 +99,7 @@ class _Change:
 class _Waiting:
     """The compiled row update's pending rank-one terms of A⁻¹ (columns ``U``, factors
     ``fu``) and of G_0 (``V``, ``fv``), ``counts`` of each in use
-    (content._gain_filter_kernel.apply_row): A⁻¹ and G_0 are the arrays plus these."""
+    (content.heads._gain_filter_kernel.apply_row): A⁻¹ and G_0 are the arrays plus these."""
 
     COLUMNS = 8
     """Terms kept before they are added to the (D, D) arrays in one pass."""
@@ -118,6 +112,7 @@ class _Waiting:
         self.counts = np.zeros(2, dtype=np.int64)
 
     def buffers(self) -> tuple:
+        """(U, fu, V, fv, counts): the pending terms as the compiled row update takes them."""
         return self.U, self.fu, self.V, self.fv, self.counts
 
     def flush(self, Ainv: np.ndarray, G0: np.ndarray) -> None:
@@ -232,7 +227,7 @@ class GainFilter:
     def certainly_below(self, head, threshold: float, lam) -> bool:
         """True when ``head``'s exact out-of-fold gain is certainly ≤ ``threshold`` (the head
         is not served); False means unknown: ask the exact route. ``lam``: the penalty of the
-        head's current sums (content.head.head_penalty), or a function that computes it
+        head's current sums (content.heads.gram.head_penalty), or a function that computes it
         (:meth:`estimate`)."""
         estimate = self.estimate(head, lam)
         if estimate is None:
@@ -247,8 +242,8 @@ class GainFilter:
         ``lam``: the penalty of the head's current sums, or a function computing it — called
         at most once per tracked state, after the checks below: every tracked head's sums are
         then the base's (one Gram for all: the stacked solve's) plus the same logged rows, so
-        one head's penalty is every head's. A diagonal of D int64 per head and change was
-        ~10 µs of each of the p heads' first prediction after a one-row forget. It runs under
+        one head's penalty is every head's (a diagonal of D int64 per head and change is not
+        free on the first prediction after a one-row forget). It runs under
         this filter's lock and takes the head's flush lock (LinearHead.penalty): the one
         nesting of the two, and no head holds its flush lock while it calls the filter."""
         with self._lock:
@@ -278,8 +273,8 @@ class GainFilter:
                 self._slot_gains = []
             if not self._slot_gains:  # each slot's sums once per state (p heads ask)
                 # every slot's k columns summed in one reduction per array (the same
-                # pairwise sums over k contiguous entries as slot by slot: 2p numpy sums
-                # were ~15 µs of each first prediction after a change)
+                # pairwise sums over k contiguous entries as slot by slot, in 2 numpy calls
+                # instead of 2p)
                 gains, scales = self._gains
                 k = head.cross.shape[-1]
                 by_slot = (gains.reshape(-1, k).sum(axis=1), scales.reshape(-1, k).sum(axis=1))
@@ -300,9 +295,9 @@ class GainFilter:
         """Bring the tracked solution up to date with the logged rows (Sherman–Morrison per
         row: A' = A + σvvᵀ, X' = A'⁻¹[H' | H_0'], Q' = G_0'X') and return its per-column gains
         and scales (:func:`fold_scores`) — computed by the compiled kernels with the last row
-        (content._gain_filter_kernel) where they run, which hold A⁻¹ and G_0 packed
+        (content.heads._gain_filter_kernel) where they run, which hold A⁻¹ and G_0 packed
         (:func:`packed`); the numpy path holds them whole. A state made by one path and
-        continued by the other (FORGETTING_KERNELS switched) is converted first."""
+        continued by the other (the kernels setting changed) is converted first."""
         if self._state is None:
             factor, X, B, G0, lam = self._base  # type: ignore[misc]
             Ainv, info = _POTRI(factor, lower=1)
@@ -317,7 +312,7 @@ class GainFilter:
         Ainv, G0, X, Q, B, lam = self._state
         waiting = self._waiting
         m = X.shape[1] // 2
-        kernel = _KERNEL.get(REFRESH_ROWS * X.shape[0] ** 2)
+        kernel = GAIN_FILTER_KERNELS.get(REFRESH_ROWS * X.shape[0] ** 2)
         if kernel is None and Ainv.ndim == 1:  # the numpy path takes over: whole arrays
             Ainv, G0 = unpacked(Ainv), unpacked(G0)
         elif kernel is not None and Ainv.ndim == 2:  # the compiled path's layout
@@ -345,7 +340,7 @@ class GainFilter:
                 if kernel is not None:
                     scores = (np.empty(m), np.empty(m)) if left == 0 else (_NONE, _NONE)
                     kernel.apply_row(
-                        Ainv, G0, X, Q, B, v, b, sigma, in0, *waiting.buffers(), lam, *scores
+                        (Ainv, G0, X, Q, B), v, b, sigma, in0, waiting.buffers(), lam, scores
                     )
                     continue
                 u = Ainv @ v

@@ -1,20 +1,20 @@
 """Compiled pieces of the ridge heads' hot paths: the finishing pass of the "shared-rf" head's
 fixed-point features (schema.random_features.RandomFeatures.fixed_point_into) and a one-row
-change of a head's integer sums (content.head.LinearHead._update_one).
+change of a head's integer sums (content.heads.linear.LinearHead._update_one).
 
 Why compiled: after the one matrix product, the features are five elementwise steps on ψ and
 one on u, written into the columns of an (n, d + E + 1) array. numpy runs an elementwise step
-on such a column block as one inner loop per row — 3 ms per step for 20k × 128 where the same
-step on a contiguous array takes 0.6 ms — so the composed form spent ~30 ms of a 20k-row batch
-forget there. One compiled pass writes each row once.
+on such a column block as one inner loop per row, several times slower than the same step on
+a contiguous array, so the composed form spent much of a batch forget there. One compiled
+pass writes each row once.
 
 The same bits as numpy's steps: multiplying by a power of two is ``np.ldexp`` (both are the
 exact product, rounded once when it is not representable), ``min(max(x, lo), hi)`` is
 ``np.clip``, and ``np.rint`` rounds half to even in both; tests/test_rf_head.py compares the
 two paths. A one-row change is a (D, k) outer product, D squares and k Newton weights of
-int64 values — a handful of numpy calls of ~2 µs each per instance, one call here; int64
-arithmetic wraps in both, so the same integers (tests/test_head.py). Loaded like the table
-kernels (content.kernels.LazyKernel).
+int64 values — a handful of small numpy calls per instance, one call here; int64 arithmetic
+wraps in both, so the same integers (tests/test_head.py). Loaded like the table
+kernels (content.kernels).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def one_row_sums(cross, diag, v, r, sign) -> None:
 
 @numba.njit(cache=True, nogil=True)
 def newton_weight_sums(weights, residuals, one, shift, sign) -> None:
-    """weights += sign · Σ_rows content.head.newton_weights(residuals): per class
+    """weights += sign · Σ_rows content.heads.newton.newton_weights(residuals): per class
     (min(|r|, one) · (one − min(|r|, one)) + 2^(shift − 1)) >> shift, int64."""
     half = np.int64(1) << (shift - 1)
     for i in range(residuals.shape[0]):
@@ -66,9 +66,9 @@ def newton_weight_sums(weights, residuals, one, shift, sign) -> None:
 def gram_floats(gram, scale, G, G0) -> None:
     """G = float64(gram[0] + gram[1]) · scale and G0 = float64(gram[0]) · scale, in one pass
     over the (2, D, D) int64 fold Grams: numpy's ``np.add(...).astype(np.float64)``, its
-    ``astype`` and two in-place products were four passes (~7 ms at D = 1033). The same
+    ``astype`` and two in-place products are four passes over D² entries. The same
     operations on the same operands: an int64 add (wrapping alike), one rounding to float64,
-    a product by a power of two (content.head.GramSystem.of)."""
+    a product by a power of two (content.heads.gram.GramSystem.of)."""
     D = gram.shape[1]
     for i in range(D):
         for j in range(D):
@@ -80,9 +80,9 @@ def gram_floats(gram, scale, G, G0) -> None:
 @numba.njit(cache=True, nogil=True)
 def gram_with_rows(gram, V, folds, signs, out) -> None:
     """out[f] = gram[f] + Σ_r signs[r] · V_r V_rᵀ over the rows r in fold f, int64: a copy of
-    the (2, D, D) fold Grams with a few pending rows added, in one pass (a copy, a one-row
-    int64 product and an add per fold were ~7.5 ms at D = 1033). Integer sums, exact in any
-    order (and wrapping like numpy's), so the same integers as content.head._add_pending."""
+    the (2, D, D) fold Grams with a few pending rows added, in one pass (not a copy, a
+    one-row int64 product and an add per fold). Integer sums, exact in any order (and
+    wrapping like numpy's), so the same integers as content.heads.gram.add_pending."""
     n, D = V.shape
     for f in range(2):
         for i in range(D):
