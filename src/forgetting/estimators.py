@@ -20,39 +20,27 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Hashable, Sequence
-from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from .distributed import fit_distributed, is_distributed_input
-from .ensemble import EngineConfig, QSSEngine, canonical_params
+from .ensemble import EngineConfig, QSSEngine
 from .ids import listing, normalize_ids
 from .labels import UNLABELED, is_labeled, user_unlabeled
+from .parameters import PARAMETER_CONSTRAINTS, check_params, engine_config, resolve_partition
 from .persistence import load_model, save_model
-from .privacy import PrivacyReport, check_privacy_params
+from .privacy import PrivacyReport
 from .receipts import Receipt
-from .schema import SchemaConfig
 from .schema.membership import derive_key, id_bytes, key_fingerprint
 from .snapshots import ModelSnapshot
 
 _DIRECT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 """Input dtypes a fitted model's predict/insert validate without scikit-learn (see _check_X)."""
-MIN_SCHEMA_ROWS = 50
-"""``min_schema_rows="auto"``: D° keeps at least max(50, 5 · classes) labeled rows."""
-MIN_SCHEMA_ROWS_PER_CLASS = 5
-
-
-def _no_bools(**values: Any) -> None:
-    """bool is an int subclass: ``rho=True`` would pass a numeric interval check."""
-    for name, value in values.items():
-        if isinstance(value, bool | np.bool_):
-            raise ValueError(f"{name} must be a number, got the bool {value!r}")
 
 
 class RowSource(Protocol):
@@ -83,27 +71,7 @@ class _QSSBase(BaseEstimator):
 
     _task: str
 
-    _parameter_constraints: dict = {
-        "mode": [StrOptions({"exact", "label", "dp"})],
-        "rho": [Interval(Real, 0.0, 1.0, closed="right")],
-        "n_instances": [Interval(Integral, 1, None, closed="left")],
-        "min_schema_rows": [StrOptions({"auto"}), Interval(Integral, 0, None, closed="left")],
-        "n_levels": [None, Interval(Integral, 1, 16, closed="both")],
-        "n_centroids": [None, Interval(Integral, 2, 65536, closed="both")],
-        "partition": [StrOptions({"auto", "rq", "trees", "hyperplanes"})],
-        "head": [StrOptions({"auto", "ridge", "shared-ridge", "shared-rf", "newton", "none"})],
-        "alpha": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
-        "shrinkage": [StrOptions({"auto"}), Interval(Real, 0.0, None, closed="left")],
-        "base_model": [StrOptions({"auto"}), HasMethods(["fit", "predict"])],
-        "lda": [StrOptions({"auto"}), "boolean"],
-        "rebuild": [StrOptions({"background", "sync"})],
-        "random_state": [Interval(Integral, None, None, closed="neither")],
-        "secret_key": [None, bytes, str],
-        "encoder": "no_validation",  # checked in _check_params: None or a learned encoder
-        "epsilon": [None, Interval(Real, 0.0, None, closed="neither")],
-        "delta": [None, Interval(Real, 0.0, 1.0, closed="neither")],
-        "clip": [None, Interval(Real, 0.0, None, closed="neither")],
-    }
+    _parameter_constraints: dict = PARAMETER_CONSTRAINTS
 
     def __init__(
         self,
@@ -172,59 +140,7 @@ class _QSSBase(BaseEstimator):
     # -- validation at the edge ----------------------------------------------------------
     def _check_params(self) -> None:
         self._validate_params()
-        _no_bools(
-            rho=self.rho,
-            n_instances=self.n_instances,
-            min_schema_rows=self.min_schema_rows,
-            n_levels=self.n_levels,
-            n_centroids=self.n_centroids,
-            alpha=self.alpha,
-            shrinkage=self.shrinkage,
-            random_state=self.random_state,
-        )
-        partition = self._partition()
-        if partition != "rq" and (self.n_levels is not None or self.n_centroids is not None):
-            raise ValueError("n_levels and n_centroids shape partition='rq' only")
-        if self.head in ("ridge", "shared-ridge", "shared-rf", "newton") and (
-            partition == "rq" or self.mode == "dp"
-        ):
-            raise ValueError(
-                f"head={self.head!r} needs a flat partition ('trees' or 'hyperplanes') and a "
-                "mode other than 'dp' (its exact sums would be released without noise)"
-            )
-        if self.head == "shared-rf" and self.encoder is not None:
-            raise ValueError(
-                "head='shared-rf' takes the features as given: with a learned encoder each "
-                "instance's inputs differ, so its Gram is not shared; use head='ridge' or "
-                "'newton'"
-            )
-        if self.head == "newton" and self._task != "classification":
-            raise ValueError(
-                "head='newton' is a Newton step of logistic regression: classification only; "
-                "use head='ridge' for regression"
-            )
-        b = self.n_centroids
-        if b is not None and (b & (b - 1)) != 0:
-            raise ValueError(f"n_centroids must be None or a power of two, got {b!r}")
-        for name in ("alpha", "shrinkage"):
-            value = getattr(self, name)
-            if value != "auto" and not np.isfinite(value):
-                raise ValueError(f"{name} must be 'auto' or a finite number ≥ 0, got {value!r}")
-        if self.mode == "dp":
-            check_privacy_params(
-                self.epsilon,
-                self.delta,
-                task=self._task,
-                clip=self.clip,
-                secret_key=self.secret_key,
-            )
-        elif any(v is not None for v in (self.epsilon, self.delta, self.clip)):
-            raise ValueError("epsilon, delta and clip apply to mode='dp' only")
-        if self.encoder is not None and not getattr(self.encoder, "learned", False):
-            raise ValueError(
-                "encoder must be a learned encoder (learned=True), trained on D° per instance; "
-                "apply frozen encoders (e.g. MiniLMEncoder) to X before fit"
-            )
+        check_params(self.get_params(deep=False), self._task)
 
     def _validate_X(self, X: Any, *, reset: bool) -> np.ndarray:
         """Dense, finite, float32 features (the precision rows are stored and hashed in)."""
@@ -276,75 +192,12 @@ class _QSSBase(BaseEstimator):
         return id_list, [id_bytes(i) for i in id_list]
 
     def _partition(self) -> str:
-        """Resolve ``partition="auto"``: random trees in exact mode (they won every exact-mode
-        comparison of benchmarks/results/partitions.md), the RQ codebook in label mode (its
-        codebook sees every input there), in mode="dp" (ℓ levels need less noise than 64
-        tables: the sensitivity is √(2G) for G groups) and whenever ``n_levels``/``n_centroids``
-        ask for a codebook's shape."""
-        if self.partition != "auto":
-            return self.partition
-        wants_codebook = self.n_levels is not None or self.n_centroids is not None
-        return "trees" if self.mode == "exact" and not wants_codebook else "rq"
-
-    def _head(self) -> str | bool:
-        """Resolve ``head="auto"``: an exact ridge head on all rows wherever it can run (flat
-        partitions, modes other than "dp"); each instance serves its head only when the ridge
-        head's out-of-fold gain exceeds ``TABLES_GAIN_FACTOR`` × the tables' (chosen on
-        validation splits: benchmarks/results/head_rule.md).
-
-        Classification: "shared-rf" — the shared ridge head on the normalized input and its
-        fixed random ReLU features (design.md §5.13), the head that reaches SISA on the paper
-        benchmark's low-k sets where "shared-ridge" trails on image features
-        (benchmarks/results/heads-rf.md). Its price is a (d + E + 1)² system per change where
-        the head serves, and wider gain-filter and head sums per deletion where the tables
-        serve (benchmarks/results/heads-rf.md, core.md). Regression: "shared-ridge" (the
-        random features were studied on classification only). With a learned encoder:
-        "ridge" (the instance's own f(x) makes every instance's inputs differ)."""
-        if self.head == "auto":
-            if self._partition() == "rq" or self.mode == "dp":
-                return False
-            if self.encoder is not None:
-                return "ridge"
-            return "shared-rf" if self._task == "classification" else "shared-ridge"
-        return False if self.head == "none" else self.head
-
-    def _min_schema_rows(self, n_outputs: int) -> int:
-        if self.min_schema_rows == "auto":
-            k = n_outputs if self._task == "classification" else 1
-            return max(MIN_SCHEMA_ROWS, MIN_SCHEMA_ROWS_PER_CLASS * k)
-        return int(self.min_schema_rows)
+        """The partition ``partition="auto"`` resolves to (forgetting.parameters)."""
+        return resolve_partition(self.get_params(deep=False))
 
     def _config(self, n_outputs: int) -> EngineConfig:
         """Resolve the parameters once into the configuration the engine and schemas own."""
-        params = self.get_params(deep=False)
-        params.pop("secret_key")
-        params.pop("rebuild")  # when a rebuild runs, not what the state is
-        schema = SchemaConfig(
-            task=self._task,
-            n_outputs=n_outputs,
-            rho=float(self.rho),
-            min_schema_rows=self._min_schema_rows(n_outputs),
-            n_levels=None if self.n_levels is None else int(self.n_levels),
-            n_centroids=None if self.n_centroids is None else int(self.n_centroids),
-            lda=self.lda,
-            base_model=self.base_model,
-            encoder=self.encoder,
-            residual_clip=None if self.clip is None else float(self.clip),
-            partition=self._partition(),
-            head=self._head(),
-        )
-        return EngineConfig(
-            schema=schema,
-            mode=self.mode,
-            n_instances=int(self.n_instances),
-            alpha=self.alpha if self.alpha == "auto" else float(self.alpha),
-            shrinkage=self.shrinkage if self.shrinkage == "auto" else float(self.shrinkage),
-            rebuild=self.rebuild,
-            random_state=int(self.random_state),
-            public_params=canonical_params({**params, "task": self._task, "n_outputs": n_outputs}),
-            epsilon=None if self.epsilon is None else float(self.epsilon),
-            delta=None if self.delta is None else float(self.delta),
-        )
+        return engine_config(self.get_params(deep=False), self._task, n_outputs)
 
     # -- the unlearning surface ----------------------------------------------------------
     def _fit_engine(self, ids, X, targets, n_outputs: int):
