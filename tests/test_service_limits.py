@@ -446,10 +446,10 @@ def real_store(tmp_path, monkeypatch):
     from conftest import FAST, classification_data
 
     from forgetting import QSSClassifier
-    from forgetting.store import sql
+    from forgetting.store import connection
     from forgetting.store.durable import DurableModel
 
-    monkeypatch.setattr(sql, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(connection, "BUSY_TIMEOUT_S", 0.2)
     X, y = classification_data()
     path = tmp_path / "served.db"
     model = DurableModel.create(

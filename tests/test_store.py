@@ -197,7 +197,7 @@ def _store_format(location: str) -> tuple[bytes, int]:
     store = SQLStore(location, read_only=True)
     try:
         found = store.meta()["format"]
-        tables = store._read(store._contrib_tables)
+        tables = store.read(store._contrib_tables)
         return found, len(tables)
     finally:
         store.close()

@@ -43,8 +43,10 @@ from ..labels import UNLABELED, is_labeled
 from ..persistence import check_schema, library_versions
 from ..schema.membership import canonical_id, derive_key, id_bytes, key_fingerprint
 from ..snapshots import EngineSnapshot, InstanceSnapshot, ModelSnapshot, RowsSnapshot
+from .connection import FileLock as _FileLock
+from .connection import describe, is_postgres
 from .errors import StoreCorrupt, StoreError
-from .sql import FORMAT_V2, SQLStore, _FileLock, contrib_table, describe, is_postgres
+from .sql import FORMAT_V2, SQLStore, contrib_table
 
 META_KIND = "forgetting-store-meta"
 SCHEMA_KIND = "forgetting-schema"
