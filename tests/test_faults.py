@@ -434,15 +434,15 @@ def test_a_failed_write_rolls_memory_back_and_a_failed_reload_makes_it_unavailab
     with pytest.raises(StoreError, match="disk I/O error"):
         model.forget([ids[5]])
     assert model.available and model.state_digest() == digest
-    real_load = durable._load
-    monkeypatch.setattr(durable, "_load", lambda *a: broken())
+    real_load = durable.read_model
+    monkeypatch.setattr(durable, "read_model", lambda *a: broken())
     with pytest.raises(StoreError):
         model.insert(X[:1], y[:1], ["x-1"])
     assert not model.available
     for call in (lambda: model.predict(X[:1]), lambda: model.forget([ids[6]])):
         with pytest.raises(StoreError, match="reloaded"):
             call()
-    monkeypatch.setattr(durable, "_load", real_load)
+    monkeypatch.setattr(durable, "read_model", real_load)
     monkeypatch.undo()
     model.reload()
     assert model.available and model.state_digest() == digest

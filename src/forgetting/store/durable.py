@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import threading
 import time
 from collections.abc import Hashable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,55 +36,18 @@ import numpy as np
 from ..ensemble import RebuildError
 from ..estimators import restore_estimator
 from ..ids import listing
-from ..io.model_format import ModelFileError, dumps, loads
-from ..labels import UNLABELED, is_labeled
-from ..persistence import check_schema, library_versions
-from ..schema.membership import canonical_id, derive_key, id_bytes, key_fingerprint
-from ..snapshots import EngineSnapshot, InstanceSnapshot, ModelSnapshot, RowsSnapshot
-from .connection import FileLock as _FileLock
-from .connection import describe, is_postgres
-from .errors import StoreCorrupt, StoreError
-from .sql import FORMAT_V2, SQLStore, contrib_table
+from ..io.model_format import dumps
+from ..labels import is_labeled
+from ..schema.membership import canonical_id, id_bytes
+from ..snapshots import EngineSnapshot, ModelSnapshot
+from .connection import describe
+from .create import create_store
+from .decode import Loaded, code_layout, read_model, read_rows
+from .encode import META_KIND, PRIVACY_KIND, SCHEMA_KIND, blob, records
+from .errors import StoreError
+from .sql import SQLStore
 
-META_KIND = "forgetting-store-meta"
-SCHEMA_KIND = "forgetting-schema"
-KEY_KIND = "forgetting-secret-key"
-PRIVACY_KIND = "forgetting-privacy-ledger"
 _RETRY_PERSIST_S = 1.0
-
-
-def _decode_id(key: bytes) -> int | str:
-    kind, value = key[:2], key[2:].decode("utf-8")
-    if kind == b"i:":
-        number = int(value)
-        if str(number) != value:
-            raise ValueError("non-canonical integer id")
-        return number
-    if kind == b"s:":
-        return value
-    raise ValueError("unknown id type tag")
-
-
-def _corrupt(location: str, where: str, problem: Any) -> StoreCorrupt:
-    text = " ".join(str(problem).split())
-    return StoreCorrupt(
-        f"{describe(location)}: {where}: {text}; the store is damaged or was tampered with — "
-        "restore it from a backup or refit (`forgetting fit --overwrite`)"
-    )
-
-
-class _Loaded:
-    """What :func:`_load` reads from a store: the estimator and the persisted bookkeeping."""
-
-    def __init__(
-        self, estimator, info: dict, persisted: list, next_seq: int, rows: RowsSnapshot | None
-    ):
-        self.estimator = estimator
-        self.info = info
-        self.persisted = persisted
-        self.next_seq = next_seq
-        self.rows = rows
-        """The stored rows the estimator was restored from (None after a fresh fit)."""
 
 
 GROUP_REQUESTS = 256
@@ -145,7 +106,7 @@ class DurableModel:
     together: a caller (the HTTP service) need not serialize them
     (forgetting.service.model.groups_writes)."""
 
-    def __init__(self, store: SQLStore, loaded: _Loaded):
+    def __init__(self, store: SQLStore, loaded: Loaded):
         self._store = store
         self._lock = threading.RLock()
         self._queue_lock = threading.Lock()
@@ -164,7 +125,7 @@ class DurableModel:
             self._persister.start()
             self._wake.set()
 
-    def _adopt(self, loaded: _Loaded) -> None:
+    def _adopt(self, loaded: Loaded) -> None:
         self.estimator = loaded.estimator
         self._info = loaded.info
         self._persisted = loaded.persisted
@@ -194,89 +155,17 @@ class DurableModel:
         is taken first, so a running server makes this raise :class:`StoreBusy` before any
         fitting. The secret key is stored only if ``store_key=True``.
         """
-        location = str(location)
-        if is_postgres(location):
-            store = SQLStore(location, create=True)
-            try:
-                cls._fit(estimator, X, y, ids)
-                info = cls._write_new(store, estimator, feature_names, store_key)
-            except BaseException:
-                store.close()
-                raise
-            return cls(store, cls._fresh(estimator, info))
-        path = Path(location)
-        if path.exists() and not overwrite:
-            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
-        lock = _FileLock(path)
-        try:
-            _remove_partial_creations(path)
-            cls._fit(estimator, X, y, ids)
-            tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
-            scratch = SQLStore(str(tmp), create=True, lock=False)
-            try:
-                info = cls._write_new(scratch, estimator, feature_names, store_key)
-                scratch.purge_logs()
-            finally:
-                scratch.close()
-            for suffix in ("-wal", "-shm"):  # a stale log would be replayed onto the new file
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{path}{suffix}")
-            os.replace(tmp, path)
-            _fsync_dir(path.parent)
-            store = SQLStore(str(path), lock=lock)
-            store.meta()
-        except BaseException:
-            lock.release()
-            _remove_partial_creations(path)
-            raise
-        return cls(store, cls._fresh(estimator, info))
-
-    @staticmethod
-    def _fit(estimator, X, y, ids) -> None:
-        estimator.fit(X, y, ids)
-        estimator.wait_for_rebuilds()
-
-    @staticmethod
-    def _fresh(estimator, info: dict) -> _Loaded:
-        p = estimator.n_instances
-        engine = estimator.engine_
-        persisted = [engine.schema_of(r) for r in range(p)]
-        return _Loaded(estimator, info, persisted, estimator.n_rows_, None)
-
-    @classmethod
-    def _write_new(cls, store: SQLStore, estimator, feature_names, store_key: bool) -> dict:
-        """Every table of a new store, in one transaction."""
-        snapshot = estimator.snapshot()
-        if feature_names is None and "feature_names_in_" in snapshot.fitted:
-            feature_names = [str(n) for n in snapshot.fitted["feature_names_in_"]]
-        if feature_names is not None:
-            feature_names = [str(n) for n in feature_names]
-            if len(feature_names) != snapshot.fitted["n_features_in_"]:
-                raise ValueError(
-                    f"{len(feature_names)} feature names for "
-                    f"{snapshot.fitted['n_features_in_']} features"
-                )
-        info = {
-            "estimator": snapshot.estimator,
-            "params": snapshot.params,
-            "fitted": snapshot.fitted,
-            "key_fingerprint": snapshot.key_fingerprint,
-            "key_derived": snapshot.key_derived,
-            "feature_names": feature_names,
-            "libraries": library_versions(),
-        }
-        meta = {"model": dumps(info, META_KIND)}
-        if snapshot.engine.privacy is not None:
-            meta["privacy"] = dumps(snapshot.engine.privacy, PRIVACY_KIND)
-        if store_key and not snapshot.key_derived:
-            meta["secret_key"] = dumps(estimator.secret_key, KEY_KIND)
-        p = len(snapshot.engine.instances)
-        with store.transaction("writing the new store") as cur:
-            store.create_tables(cur, meta, p)
-            store.insert_rows(cur, _records(snapshot.engine, 0, range(p)))
-            for r, inst in enumerate(snapshot.engine.instances):
-                store.set_schema(cur, r, None if inst is None else dumps(inst.schema, SCHEMA_KIND))
-        return info
+        store, loaded = create_store(
+            location,
+            estimator,
+            X,
+            y,
+            ids,
+            feature_names=feature_names,
+            overwrite=overwrite,
+            store_key=store_key,
+        )
+        return cls(store, loaded)
 
     @classmethod
     def open(
@@ -292,7 +181,7 @@ class DurableModel:
         store = SQLStore(str(location), read_only=read_only)
         try:
             store.upgrade()  # a v2 store, opened writable: converted to v3 (sql.py)
-            loaded = _load(store, secret_key)
+            loaded = read_model(store, secret_key)
         except BaseException:
             store.close()
             raise
@@ -371,7 +260,7 @@ class DurableModel:
                     "persisted": schema is not None and self._persisted[r] is schema,
                 }
                 if schema is not None:
-                    _, n_codes, n_cells = _code_layout(schema)
+                    _, n_codes, n_cells = code_layout(schema)
                     flat = getattr(schema, "partition", None) is not None
                     info.update(
                         schema_rows=schema.n_schema_rows,
@@ -413,7 +302,7 @@ class DurableModel:
             # store's model and its rows from the same transaction), adopted as a reload.
             with self._lock:
                 self._require_open()
-                loaded = _load(self._store, self.estimator.secret_key)
+                loaded = read_model(self._store, self.estimator.secret_key)
                 old = self.estimator
                 self._adopt(loaded)
                 self._available = True
@@ -425,7 +314,7 @@ class DurableModel:
             if self._store.read_only:
                 rows = loaded.rows
             else:  # we are the only writer, and hold our lock: the rows match memory
-                rows = _read_rows(self._store.location, self._info, self._store.load_rows())
+                rows = read_rows(self._store.location, self._info, self._store.load_rows())
             snapshot = ModelSnapshot(
                 estimator=self._info["estimator"],
                 params=self._info["params"],
@@ -639,9 +528,9 @@ class DurableModel:
                 if engine.schema_of(r) is not None and engine.schema_of(r) is self._persisted[r]
             ]
             snap = engine.snapshot(ids=new_ids, instances=current)
-        records = _records(snap, self._next_seq, current)
+        rows = records(snap, self._next_seq, current)
         self._next_seq += len(new_ids)  # a failed commit reloads it from the store
-        return receipt, records, receipt
+        return receipt, rows, receipt
 
     def _commit_writes(self, engine_before, applied) -> None:
         """One transaction for a group's in-memory changes (``applied``: request, receipt,
@@ -685,7 +574,7 @@ class DurableModel:
         the store's state); :attr:`available` is True once it succeeded."""
         with self._lock:
             self._require_open()
-            loaded = _load(self._store, self.estimator.secret_key)
+            loaded = read_model(self._store, self.estimator.secret_key)
             old = self.estimator
             self._adopt(loaded)
             self._available = True
@@ -788,7 +677,7 @@ class DurableModel:
         self._store.delete_all_rows(cur)
         self._store.set_meta(cur, "model", dumps(info, META_KIND))
         p = est.n_instances
-        self._store.insert_rows(cur, _records(snapshot.engine, self._next_seq, range(p)))
+        self._store.insert_rows(cur, records(snapshot.engine, self._next_seq, range(p)))
         updates = {}
         for r, inst in enumerate(snapshot.engine.instances):
             schema = None if inst is None else inst.schema
@@ -833,7 +722,7 @@ class DurableModel:
                 cur,
                 r,
                 [
-                    (_blob(inst, j), id_bytes(snap.rows.ids[p]))
+                    (blob(inst, j), id_bytes(snap.rows.ids[p]))
                     for j, p in enumerate(labeled.tolist())
                 ],
             )
@@ -875,258 +764,3 @@ class DurableModel:
                     timer = threading.Timer(_RETRY_PERSIST_S, self._wake.set)
                     timer.daemon = True
                     timer.start()
-
-
-# -- encoding rows ------------------------------------------------------------------------
-def _blob(inst: InstanceSnapshot, j: int) -> bytes:
-    """A row's contribution: its codes, then its int64 residuals (little-endian)."""
-    return inst.codes[j].tobytes() + inst.residuals[j].astype("<i8", copy=False).tobytes()
-
-
-def _records(snap: EngineSnapshot, first_seq: int, instances) -> list[tuple]:
-    """Row tuples for the store, with contributions for ``instances`` (labeled rows only)."""
-    rows = snap.rows
-    labeled = is_labeled(rows.targets)
-    wanted = [r for r in instances if snap.instances[r] is not None]
-    index = np.cumsum(labeled) - 1  # position among the labeled rows
-    X = np.ascontiguousarray(rows.X, dtype="<f4")
-    out = []
-    for p, row_id in enumerate(rows.ids):
-        blobs: list[bytes | None] = [None] * len(snap.instances)
-        target = None
-        if labeled[p]:
-            target = float(rows.targets[p])
-            for r in wanted:
-                blobs[r] = _blob(snap.instances[r], int(index[p]))
-        out.append(
-            (
-                id_bytes(row_id),
-                first_seq + p,
-                X[p].tobytes(),
-                target,
-                int(bool(rows.in_pool[p])),
-                *blobs,
-            )
-        )
-    return out
-
-
-# -- loading ------------------------------------------------------------------------------
-def _load(store: SQLStore, secret_key: bytes | str | None) -> _Loaded:
-    """Read and check every table, then restore the estimator from the snapshot."""
-    loc = store.location
-    meta, records, bodies = store.read_all()
-    if "model" not in meta:
-        raise _corrupt(loc, "table meta", "the model entry is missing")
-    try:
-        info = loads(meta["model"], META_KIND, "model entry")
-        _check_info(info)
-    except (ModelFileError, ValueError, TypeError, KeyError) as err:
-        raise _corrupt(loc, "table meta", err) from None
-    if info["libraries"] != library_versions():
-        raise ValueError(
-            f"{describe(loc)}: written with {info['libraries']}, running {library_versions()}: "
-            "bitwise exactness needs the same library versions"
-        )
-    if secret_key is None and "secret_key" in meta:
-        try:
-            secret_key = loads(meta["secret_key"], KEY_KIND, "secret key entry")
-        except ModelFileError as err:
-            raise _corrupt(loc, "table meta", err) from None
-    _check_key(loc, info, secret_key)
-    privacy = None
-    if "privacy" in meta:
-        try:
-            privacy = loads(meta["privacy"], PRIVACY_KIND, "privacy ledger")
-            if not isinstance(privacy, dict):
-                raise ValueError("the privacy ledger is not a mapping")
-        except (ModelFileError, ValueError) as err:
-            raise _corrupt(loc, "table meta", err) from None
-    info = {**info, "privacy": privacy}
-    rows = _read_rows(loc, info, records)
-    n_outputs = len(info["fitted"]["classes_"]) if "classes_" in info["fitted"] else 1
-    instances = _read_instances(loc, bodies, records, rows, n_outputs, store.format == FORMAT_V2)
-    snapshot = ModelSnapshot(
-        estimator=info["estimator"],
-        params=info["params"],
-        fitted=info["fitted"],
-        key_fingerprint=info["key_fingerprint"],
-        key_derived=info["key_derived"],
-        engine=EngineSnapshot(rows, instances, privacy),
-    )
-    try:
-        estimator = restore_estimator(snapshot, secret_key=secret_key)
-    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as err:
-        raise _corrupt(loc, "restoring the model", f"{type(err).__name__}: {err}") from None
-    persisted = [None if inst is None else inst.schema for inst in instances]
-    engine = estimator.engine_
-    persisted = [s if engine.schema_of(r) is s else None for r, s in enumerate(persisted)]
-    next_seq = max((int(rec[1]) for rec in records), default=-1) + 1
-    return _Loaded(estimator, info, persisted, next_seq, rows)
-
-
-def _check_info(info: Any) -> None:
-    if not isinstance(info, dict):
-        raise ValueError("the model entry is not a mapping")
-    for name, kind in (
-        ("estimator", str),
-        ("params", dict),
-        ("fitted", dict),
-        ("key_fingerprint", str),
-        ("key_derived", bool),
-        ("libraries", dict),
-    ):
-        if not isinstance(info.get(name), kind):
-            raise ValueError(f"the model entry's {name} is missing or of the wrong type")
-    fitted = info["fitted"]
-    d = fitted.get("n_features_in_")
-    if type(d) is not int or d < 1:
-        raise ValueError("the model entry's n_features_in_ is not a positive int")
-    if "classes_" in fitted and not isinstance(fitted["classes_"], np.ndarray):
-        raise ValueError("the model entry's classes_ is not an array")
-    names = info.get("feature_names")
-    if names is not None and (
-        not isinstance(names, list) or len(names) != d or not all(isinstance(n, str) for n in names)
-    ):
-        raise ValueError("the model entry's feature_names do not match the features")
-
-
-def _check_key(location: str, info: dict, secret_key: bytes | str | None) -> None:
-    """Refuse a missing or wrong key before anything is restored (it would silently move
-    every row's D° membership)."""
-    where = describe(location)
-    if info["key_derived"]:
-        if secret_key is not None:
-            raise ValueError(
-                f"{where}: this model's key is derived from random_state; do not pass a secret key"
-            )
-        return
-    if secret_key is None:
-        raise ValueError(
-            f"{where}: this model was fitted with a secret key, which is not stored; pass it "
-            "(secret_key=..., or --secret-key-file)"
-        )
-    try:
-        key = derive_key(secret_key, 0)
-    except TypeError as err:
-        raise ValueError(f"{where}: {err}") from None
-    if key_fingerprint(key) != info["key_fingerprint"]:
-        raise ValueError(
-            f"{where}: the secret key does not match the key this model was fitted with"
-        )
-
-
-def _read_rows(loc: str, info: dict, records: list[tuple]) -> RowsSnapshot:
-    """The store's rows as a snapshot, each field checked (one error line per defect)."""
-    fitted = info["fitted"]
-    d = fitted["n_features_in_"]
-    k = len(fitted["classes_"]) if "classes_" in fitted else None
-    ids, X_parts, targets, in_pool = [], [], [], []
-    for rec in records:
-        seq = rec[1]
-        try:
-            ids.append(_decode_id(bytes(rec[0])))
-            raw = bytes(rec[2])
-            if len(raw) != 4 * d:
-                raise ValueError(f"{len(raw)} feature bytes, expected {4 * d}")
-            X_parts.append(raw)
-            target = rec[3]
-            if target is None:
-                targets.append(UNLABELED if k is not None else np.nan)
-            else:
-                value = float(target)
-                if k is not None and not (value.is_integer() and 0 <= value < k):
-                    raise ValueError(f"label index {value!r} outside 0..{k - 1}")
-                if not np.isfinite(value):
-                    raise ValueError("non-finite target")
-                targets.append(int(value) if k is not None else value)
-            if rec[4] not in (0, 1):
-                raise ValueError(f"in_pool {rec[4]!r} is not 0 or 1")
-            in_pool.append(bool(rec[4]))
-        except (ValueError, TypeError, UnicodeDecodeError, IndexError) as err:
-            raise _corrupt(loc, f"table rows, row seq {seq}", err) from None
-    X = np.frombuffer(b"".join(X_parts), dtype="<f4").reshape(len(records), d).astype(np.float32)
-    if not np.all(np.isfinite(X)):
-        raise _corrupt(loc, "table rows", "features hold NaN or infinity")
-    if len(set(ids)) != len(ids):
-        raise _corrupt(loc, "table rows", "duplicate ids")
-    target_array = np.array(targets, dtype=np.int64 if k is not None else np.float64)
-    return RowsSnapshot(ids=ids, X=X, targets=target_array, in_pool=np.array(in_pool, dtype=bool))
-
-
-def _read_instances(
-    loc: str,
-    bodies: list,
-    records: list[tuple],
-    rows: RowsSnapshot,
-    n_outputs: int,
-    v2: bool = False,
-) -> list:
-    """Each instance's schema and the labeled rows' contributions; an instance whose schema
-    or any contribution is missing is rebuilt on restore (None). ``v2``: a v2 store read
-    as it is (contributions in columns of ``rows``), for error messages."""
-    labeled = is_labeled(rows.targets)
-    out: list[InstanceSnapshot | None] = []
-    for r, body in enumerate(bodies):
-        if body is None:
-            out.append(None)
-            continue
-        try:
-            schema = loads(body, SCHEMA_KIND, f"schema of instance {r}")
-            check_schema(schema, rows.X.shape[1], n_outputs)
-        except Exception as err:  # noqa: BLE001 - any defect of decoded data is the store's
-            raise _corrupt(loc, f"table schemas, instance {r}", err) from None
-        blobs = [rec[5 + r] for rec, lab in zip(records, labeled, strict=True) if lab]
-        if any(b is None for b in blobs):
-            out.append(None)
-            continue
-        try:
-            codes, residuals = _decode_contributions(schema, blobs, n_outputs)
-        except (ValueError, AttributeError, TypeError) as err:
-            where = f"table rows, column c{r}" if v2 else f"table {contrib_table(r)}"
-            raise _corrupt(loc, where, err) from None
-        out.append(InstanceSnapshot(schema, codes, residuals))
-    return out
-
-
-def _code_layout(schema) -> tuple[np.dtype, int, int]:
-    """(code dtype, codes per row, number of cells) of a schema's partition: the paper's RQ
-    codebook, or a flat partition of many tables."""
-    if getattr(schema, "partition", None) is not None:
-        part = schema.partition
-        return np.dtype(part.cell_dtype), part.n_tables, part.n_cells
-    cb = schema.codebook
-    return np.dtype(cb.code_dtype), cb.n_levels, cb.n_centroids
-
-
-def _decode_contributions(schema, blobs: list, n_outputs: int):
-    """Codes and residuals from stored blobs (codes bytes, then int64 residuals), checked."""
-    code_dtype, n_codes, n_cells = _code_layout(schema)
-    code_bytes = n_codes * code_dtype.itemsize
-    width = code_bytes + 8 * n_outputs
-    raw = b"".join(bytes(b) for b in blobs)
-    if any(len(bytes(b)) != width for b in blobs):
-        raise ValueError(f"a contribution is not {width} bytes long")
-    table = np.frombuffer(raw, dtype=np.uint8).reshape(len(blobs), width)
-    codes = np.ascontiguousarray(table[:, :code_bytes]).view(code_dtype)
-    residuals = np.ascontiguousarray(table[:, code_bytes:]).view("<i8").astype(np.int64)
-    codes = codes.reshape(len(blobs), n_codes)
-    if codes.size and int(codes.max()) >= n_cells:
-        raise ValueError(f"a cell code is ≥ {n_cells}, the number of cells")
-    return codes, residuals.reshape(len(blobs), n_outputs)
-
-
-def _remove_partial_creations(path: Path) -> None:
-    """Delete scratch files of creations that crashed (they may hold rows later forgotten).
-    Called with the writer lock held, so no creation is running."""
-    for stale in path.parent.glob(f".{path.name}.creating-*"):
-        with contextlib.suppress(OSError):
-            stale.unlink()
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
