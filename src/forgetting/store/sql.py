@@ -14,10 +14,10 @@ rebuild writes the schema and all contributions in one transaction.
 Layout (format v3): ``rows`` holds what a row *is* (id, features, label, pool flag) and each
 instance r has a table ``contrib_r`` (id_key → blob) of what the row contributes under r's
 schema. Why not columns of ``rows`` (format v2): clearing instance r — every D° hit, since
-its contributions derive from a g trained on the forgotten row — was an ``UPDATE rows SET
-c_r = NULL`` that rewrote every page of ``rows`` (features and all p instances' blobs), and
-the write-ahead log's checkpoint wrote them again (benchmarks/results/store-format-v2.md
-against store-format-v3.md). Now it is a ``DELETE`` of that instance's table alone (SQLite
+its contributions derive from a g trained on the forgotten row — is then an ``UPDATE rows
+SET c_r = NULL`` that rewrites every page of ``rows`` (features and all p instances' blobs),
+which the write-ahead log's checkpoint writes again (benchmarks/results/store-format-v2.md
+against store-format-v3.md). In v3 it is a ``DELETE`` of that instance's table alone (SQLite
 empties a table without a ``WHERE`` page by page), and a rebuilt instance is written as
 inserts into it. A v2 store is converted on its first writable open, in one transaction
 (:meth:`SQLStore.upgrade`), and read as it is by read-only opens.
