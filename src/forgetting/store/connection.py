@@ -41,14 +41,14 @@ CHECKPOINT_TRIES = 3
 SQLITE_PRAGMAS = ["journal_mode=WAL", "synchronous=FULL", "secure_delete=ON"]
 """Set on every writable SQLite connection (tests append e.g. ``max_page_count`` to simulate a
 full disk)."""
-
-
 PG_LOCK_GRACE_S = 5.0
 """How long a PostgreSQL writer waits for a lock still held by a crashed writer's session."""
 
 
 @dataclass(frozen=True)
 class Dialect:
+    """What SQLite and PostgreSQL spell differently: types and the parameter placeholder."""
+
     name: str
     blob: str
     real: str
@@ -80,6 +80,7 @@ def describe(location: str) -> str:
 
 
 def driver_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a driver call may raise (psycopg's only once it is imported)."""
     errors: list[type[BaseException]] = [sqlite3.Error, OSError]
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None:
