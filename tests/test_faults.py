@@ -32,7 +32,7 @@ from conftest import FAST, classification_data, postgres_dsn, schema_ids, user_i
 
 from forgetting import ModelFileError, QSSClassifier
 from forgetting.io import model_format
-from forgetting.store import DurableModel
+from forgetting.store import DurableModel, connection
 from forgetting.store import sql as sqlmod
 from forgetting.store.errors import StoreBusy, StoreCorrupt, StoreError
 
@@ -389,7 +389,7 @@ def _external_write_lock(location: str):
 
 
 def test_lock_contention_fails_cleanly_memory_does_not_diverge_and_retry_works(db, monkeypatch):
-    monkeypatch.setattr(sqlmod, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(connection, "BUSY_TIMEOUT_S", 0.2)
     X, y = classification_data(n=200)
     ids = user_ids(200)
     model = _small_store(db)
@@ -434,15 +434,15 @@ def test_a_failed_write_rolls_memory_back_and_a_failed_reload_makes_it_unavailab
     with pytest.raises(StoreError, match="disk I/O error"):
         model.forget([ids[5]])
     assert model.available and model.state_digest() == digest
-    real_load = durable._load
-    monkeypatch.setattr(durable, "_load", lambda *a: broken())
+    real_load = durable.read_model
+    monkeypatch.setattr(durable, "read_model", lambda *a: broken())
     with pytest.raises(StoreError):
         model.insert(X[:1], y[:1], ["x-1"])
     assert not model.available
     for call in (lambda: model.predict(X[:1]), lambda: model.forget([ids[6]])):
         with pytest.raises(StoreError, match="reloaded"):
             call()
-    monkeypatch.setattr(durable, "_load", real_load)
+    monkeypatch.setattr(durable, "read_model", real_load)
     monkeypatch.undo()
     model.reload()
     assert model.available and model.state_digest() == digest
@@ -451,7 +451,7 @@ def test_a_failed_write_rolls_memory_back_and_a_failed_reload_makes_it_unavailab
 
 
 def test_a_checkpoint_blocked_by_a_reader_is_not_acknowledged_until_retried(tmp_path, monkeypatch):
-    monkeypatch.setattr(sqlmod, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(connection, "BUSY_TIMEOUT_S", 0.2)
     db = str(tmp_path / "model.db")
     model = _small_store(db)
     protected = set().union(*[schema_ids(model.estimator, r) for r in range(3)])
@@ -485,7 +485,7 @@ def test_a_full_disk_loses_nothing_acknowledged(tmp_path, monkeypatch):
         ctx = None
         directory = tmp_path
         monkeypatch.setattr(
-            sqlmod, "SQLITE_PRAGMAS", [*sqlmod.SQLITE_PRAGMAS, "max_page_count=120"]
+            connection, "SQLITE_PRAGMAS", [*connection.SQLITE_PRAGMAS, "max_page_count=120"]
         )
     try:
         db = str(directory / "model.db")

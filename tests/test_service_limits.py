@@ -446,10 +446,10 @@ def real_store(tmp_path, monkeypatch):
     from conftest import FAST, classification_data
 
     from forgetting import QSSClassifier
-    from forgetting.store import sql
+    from forgetting.store import connection
     from forgetting.store.durable import DurableModel
 
-    monkeypatch.setattr(sql, "BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(connection, "BUSY_TIMEOUT_S", 0.2)
     X, y = classification_data()
     path = tmp_path / "served.db"
     model = DurableModel.create(
@@ -518,7 +518,7 @@ def test_real_store_failed_reload_means_503_until_the_background_reload_lands(
     app = create_app(model, ServiceConfig(tokens=(TOKEN,)))
     client = TestClient(app)
     digest, n = model.state_digest(), model.stats()["n_rows"]
-    real_load, calls, release = durable._load, [], threading.Event()
+    real_load, calls, release = durable.read_model, [], threading.Event()
 
     def flaky_load(*args, **kwargs):
         calls.append(1)
@@ -527,7 +527,7 @@ def test_real_store_failed_reload_means_503_until_the_background_reload_lands(
         assert release.wait(10)
         return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(durable, "_load", flaky_load)
+    monkeypatch.setattr(durable, "read_model", flaky_load)
     intruder = hold_write_lock(path)
     r = client.post("/forget", json={"ids": ["u7"]}, headers=AUTH)
     intruder.execute("ROLLBACK")

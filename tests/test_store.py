@@ -140,7 +140,9 @@ def test_a_d0_hit_leaves_no_contribution_of_the_hit_instance_on_disk(sqlite_db, 
     forgotten row. Emptying its table (store format v3) must erase their bytes as the old
     in-place NULLs did — freed pages zeroed (secure_delete), the log purged. The rebuilt
     instance is never written here, so its new rows cannot overwrite the freed pages."""
-    monkeypatch.setattr(DurableModel, "_persist_now", lambda self: None)
+    from forgetting.store.persister import Persister
+
+    monkeypatch.setattr(Persister, "persist_now", lambda self: None)
     db = sqlite_db
     model, ids, rows = _store_of_distinct_rows(db, BG, 1)
     victim = schema_ids(model.estimator, 1)[0]
@@ -197,7 +199,7 @@ def _store_format(location: str) -> tuple[bytes, int]:
     store = SQLStore(location, read_only=True)
     try:
         found = store.meta()["format"]
-        tables = store._read(store._contrib_tables)
+        tables = store.read(store._contrib_tables)
         return found, len(tables)
     finally:
         store.close()

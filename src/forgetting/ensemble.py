@@ -943,6 +943,16 @@ class QSSEngine:
         with self._lock:
             yield
 
+    def present(self, ids: Sequence) -> np.ndarray:
+        """Mask of ``ids`` held now (a lookup in the row store, under no lock: callers hold
+        :meth:`locked` when it must not change)."""
+        return self.rows.lookup(ids) >= 0
+
+    def set_install_hook(self, hook: Callable[[int], None] | None) -> None:
+        """Call ``hook(r)`` after instance r is (re)installed, under the engine lock (the
+        durable store wakes its persister with it)."""
+        self.on_install = hook
+
     def schema_of(self, r: int) -> Any:
         """Instance ``r``'s schema, or None while it is rebuilding."""
         inst = self.instances[r]

@@ -1,9 +1,10 @@
 """The relational mirror of a model: rows, per-instance contributions, schemas, receipts.
 
-One schema serves SQLite (the embedded default) and PostgreSQL; :class:`Dialect` holds the
-few differences. The store keeps only what cannot be recomputed: each row's id, features,
-label and pool flag, and for every instance with a live schema the row's codes and integer
-residuals. Draws, hashes, digests and accumulators are derived again on load.
+One schema serves SQLite (the embedded default) and PostgreSQL (the connection, its locks and
+the dialects' differences are :mod:`.connection`). The store keeps only what cannot be
+recomputed: each row's id, features, label and pool flag, and for every instance with a live
+schema the row's codes and integer residuals. Draws, hashes, digests and accumulators are
+derived again on load.
 
 Invariant kept by every transaction: an instance's schema is present only if every labeled
 row has its contribution under that schema and none of its D° rows was removed since. A
@@ -13,58 +14,38 @@ rebuild writes the schema and all contributions in one transaction.
 Layout (format v3): ``rows`` holds what a row *is* (id, features, label, pool flag) and each
 instance r has a table ``contrib_r`` (id_key → blob) of what the row contributes under r's
 schema. Why not columns of ``rows`` (format v2): clearing instance r — every D° hit, since
-its contributions derive from a g trained on the forgotten row — was an ``UPDATE rows SET
-c_r = NULL`` that rewrote every page of ``rows`` (features and all p instances' blobs, ~1.2 KB
-a row), and the write-ahead log's checkpoint wrote them again: ~0.4 s of a durable forget at
-100k rows. Now it is a ``DELETE`` of that instance's table alone (SQLite empties a table
-without a ``WHERE`` page by page), and a rebuilt instance is written as inserts into it. A v2
-store is converted on its first writable open, in one transaction (:meth:`SQLStore.upgrade`),
-and read as it is by read-only opens.
+its contributions derive from a g trained on the forgotten row — is then an ``UPDATE rows
+SET c_r = NULL`` that rewrites every page of ``rows`` (features and all p instances' blobs),
+which the write-ahead log's checkpoint writes again (benchmarks/results/store-format-v2.md
+against store-format-v3.md). In v3 it is a ``DELETE`` of that instance's table alone (SQLite
+empties a table without a ``WHERE`` page by page), and a rebuilt instance is written as
+inserts into it. A v2 store is converted on its first writable open, in one transaction
+(:meth:`SQLStore.upgrade`), and read as it is by read-only opens.
 
-Safety rules enforced here:
-
-* **One writer.** A writable connection holds an exclusive lock for its lifetime: an
-  ``flock`` on ``<file>.lock`` beside a SQLite file, ``pg_try_advisory_lock`` on PostgreSQL
-  (taken by the writing session itself, so a killed writer's last commit lands first).
-  A second writer gets :class:`StoreBusy` naming the holder, instead of silently writing
-  behind a running server's back.
-* **Read-only opens change nothing**: SQLite is opened with ``mode=ro`` (``immutable=1`` in a
-  read-only directory, where no writer can exist), PostgreSQL with read-only transactions;
-  no lock is taken and no file is created.
-* **Every failure is a store error**: driver exceptions become :class:`StoreError` (retry),
-  :class:`StoreBusy` (lock held) or :class:`StoreCorrupt` (unreadable contents), each with one
-  line saying what to do.
-* **No code from data**: structured values are written with :mod:`forgetting.io.model_format`
-  (arrays + JSON, allowlisted types), never pickled.
+**No code from data**: structured values are written with :mod:`forgetting.io.model_format`
+(arrays + JSON, allowlisted types), never pickled.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import os
-import sqlite3
-import sys
-import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from collections.abc import Sequence
 
-from .errors import StoreBusy, StoreCorrupt, StoreError
+from .connection import (
+    POSTGRES,
+    SQLITE,
+    Connection,
+    FileLock,
+    describe,
+    driver_errors,
+    store_error,
+)
+from .errors import StoreCorrupt, StoreError
 
 FORMAT = "forgetting-store-v3"
 """v1 stores held pickles; they are refused (opening one could run code). v2 stores (the
 contributions as columns of ``rows``) are read, and converted by a writable open."""
 FORMAT_V2 = "forgetting-store-v2"
-BUSY_TIMEOUT_S = 5.0
-"""How long a statement waits for a lock held by another connection before failing."""
-CHECKPOINT_TRIES = 3
-SQLITE_PRAGMAS = ["journal_mode=WAL", "synchronous=FULL", "secure_delete=ON"]
-"""Set on every writable SQLite connection (tests append e.g. ``max_page_count`` to simulate a
-full disk)."""
 TABLES = ("meta", "rows", "schemas", "receipts", "receipt_ids")
 """The fixed tables; besides them, one ``contrib_r`` per instance (:func:`contrib_table`)."""
 
@@ -79,125 +60,7 @@ def is_contrib_table(name: str) -> bool:
     return name.startswith("contrib_") and name.removeprefix("contrib_").isdigit()
 
 
-PG_LOCK_GRACE_S = 5.0
-"""How long a PostgreSQL writer waits for a lock still held by a crashed writer's session."""
-
-
-@dataclass(frozen=True)
-class Dialect:
-    name: str
-    blob: str
-    real: str
-    serial_pk: str
-    param: str
-
-    def sql(self, statement: str) -> str:
-        """Statements are written with ``?`` placeholders; PostgreSQL wants ``%s``."""
-        return statement if self.param == "?" else statement.replace("?", self.param)
-
-
-SQLITE = Dialect("sqlite", "BLOB", "REAL", "INTEGER PRIMARY KEY AUTOINCREMENT", "?")
-POSTGRES = Dialect("postgres", "BYTEA", "DOUBLE PRECISION", "BIGSERIAL PRIMARY KEY", "%s")
-
-
-def is_postgres(location: str) -> bool:
-    return location.startswith(("postgresql://", "postgres://"))
-
-
-def describe(location: str) -> str:
-    """The location for messages: a DSN without its password."""
-    if not is_postgres(location):
-        return location
-    head, sep, tail = location.partition("@")
-    if not sep:
-        return location
-    scheme, _, creds = head.partition("://")
-    return f"{scheme}://{creds.split(':')[0]}@{tail}"
-
-
-def _driver_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [sqlite3.Error, OSError]
-    psycopg = sys.modules.get("psycopg")
-    if psycopg is not None:
-        errors.append(psycopg.Error)
-    return tuple(errors)
-
-
-def store_error(location: str, err: BaseException, doing: str) -> StoreError:
-    """Translate a driver or OS error into the store error a caller can act on."""
-    where = describe(location)
-    text = " ".join(str(err).split()) or type(err).__name__
-    low = text.lower()
-    if any(w in low for w in ("locked", "busy", "could not obtain lock", "lock timeout")):
-        return StoreBusy(
-            f"{where}: {doing} failed because another connection holds a lock ({text}); "
-            "nothing was changed, retry later"
-        )
-    if any(w in low for w in ("malformed", "not a database", "could not decode", "datatype")):
-        return StoreCorrupt(
-            f"{where}: the database file is damaged ({text}); restore it from a backup "
-            "or refit with `forgetting fit --overwrite`"
-        )
-    if "disk is full" in low or "no space" in low or "disk full" in low:
-        return StoreError(
-            f"{where}: {doing} failed, the disk is full ({text}); nothing was acknowledged, "
-            "free space and retry"
-        )
-    return StoreError(f"{where}: {doing} failed ({text}); nothing was acknowledged, retry")
-
-
-def _application_name() -> str:
-    """Who we are, for another writer's StoreBusy message (PostgreSQL keeps 63 bytes)."""
-    args = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv[:3]))
-    return f"forgetting pid {os.getpid()}: {args}"[:63]
-
-
-class _FileLock:
-    """An exclusive ``flock`` on ``<db>.lock`` (released by the kernel if the process dies).
-
-    The holder writes its pid and command line into the file so the next writer's error can
-    say who holds it.
-    """
-
-    def __init__(self, db_path: Path) -> None:
-        import fcntl
-
-        self.path = db_path.with_name(db_path.name + ".lock")
-        try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as err:
-            raise store_error(str(db_path), err, "taking the writer lock") from err
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = self._holder()
-            os.close(self._fd)
-            raise StoreBusy(
-                f"{db_path} is in use by another writer ({holder}); stop it, or open "
-                "read-only for inspect/verify"
-            ) from None
-        except OSError as err:
-            os.close(self._fd)
-            raise store_error(str(db_path), err, "taking the writer lock") from err
-        me = f"pid {os.getpid()}: {' '.join(sys.argv)[:200]}".encode(errors="replace")
-        with contextlib.suppress(OSError):
-            os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, me, 0)
-
-    def _holder(self) -> str:
-        try:
-            text = os.pread(self._fd, 300, 0).decode(errors="replace").strip()
-        except OSError:
-            text = ""
-        return text or "unknown process"
-
-    def release(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = -1
-
-
-class SQLStore:
+class SQLStore(Connection):
     """A connection to one model's tables, with the operations DurableModel needs."""
 
     def __init__(
@@ -206,310 +69,13 @@ class SQLStore:
         *,
         create: bool = False,
         read_only: bool = False,
-        lock: bool | _FileLock = True,
+        lock: bool | FileLock = True,
     ):
-        """``lock``: take the writer lock (True), adopt one already taken (a ``_FileLock``),
+        """``lock``: take the writer lock (True), adopt one already taken (a ``FileLock``),
         or none (False: a scratch file that the caller's lock on another path covers)."""
-        self.location = location
-        self.read_only = read_only
         self.n_instances = 0
         self.format = FORMAT  # what meta says, once read: FORMAT_V2 until upgraded
-        self._lock: _FileLock | None = None
-        self._conn: Any = None
-        self._must_reload = False
-        """PostgreSQL writer: the writer lock was lost and retaken; another writer may have
-        changed the store, so writes are refused until the model is read again (read_all)."""
-        if is_postgres(location):
-            self._open_postgres()
-        else:
-            self._open_sqlite(Path(location), create, lock)
-
-    # -- connecting ----------------------------------------------------------------------
-    def _open_sqlite(self, path: Path, create: bool, lock: bool | _FileLock) -> None:
-        self.dialect = SQLITE
-        if not create:
-            if not path.exists():
-                raise FileNotFoundError(f"no store at {path}; create one with `forgetting fit`")
-            if path.is_file() and path.stat().st_size == 0:
-                raise StoreCorrupt(
-                    f"{path} is an empty file, not a forgetting store; create one with "
-                    "`forgetting fit`"
-                )
-        try:
-            if self.read_only:
-                self._path = path
-                return  # a connection per read: see _read_only_connection
-            if isinstance(lock, _FileLock):
-                self._lock = lock
-            elif lock:
-                self._lock = _FileLock(path)
-            self._conn = sqlite3.connect(
-                str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
-            )
-            for pragma in SQLITE_PRAGMAS:
-                self._conn.execute(f"PRAGMA {pragma}")
-        except sqlite3.Error as err:
-            self.close()
-            raise store_error(str(path), err, "opening the store") from err
-
-    def _open_postgres(self) -> None:
-        import psycopg
-
-        self.dialect = POSTGRES
-        try:
-            self._connect_postgres()
-            if not self.read_only:
-                self._take_advisory_lock()
-        except psycopg.Error as err:
-            self.close()
-            raise store_error(self.location, err, "opening the store") from err
-
-    def _connect_postgres(self) -> None:
-        import psycopg
-
-        # A statement waits for another session's lock as long as SQLite would, then fails.
-        options = f"-c lock_timeout={int(BUSY_TIMEOUT_S * 1000)}"
-        if self.read_only:
-            options += " -c default_transaction_read_only=on"
-        self._conn = psycopg.connect(
-            self.location, autocommit=False, options=options, application_name=_application_name()
-        )
-
-    @staticmethod
-    def _alive(conn: Any) -> bool:
-        return conn is not None and not conn.closed and not conn.broken
-
-    def _reconnect(self, doing: str, *, check_lock: bool) -> None:
-        """PostgreSQL: re-establish a lost connection. The writer lock lives and dies with the
-        writing session, so for a writer a lost session is a lost lock: it is taken again, and
-        since another writer may have changed the store meanwhile, writes are refused with
-        StoreError until the model has been read again (:meth:`read_all`, a reload) — however
-        the loss was found. ``check_lock`` (before each transaction) probes the session first,
-        since a server restart drops it silently; reads find it dead by failing."""
-        if self.dialect is not POSTGRES:
-            return
-        import psycopg
-
-        try:
-            if check_lock and self._alive(self._conn):
-                with contextlib.suppress(psycopg.Error):  # a dead session is now marked broken
-                    self._conn.execute("SELECT 1")
-            if not self._alive(self._conn):
-                with contextlib.suppress(Exception):
-                    self._conn.close()
-                self._connect_postgres()
-                if not self.read_only:
-                    self._must_reload = True
-                    self._take_advisory_lock()
-        except psycopg.Error as err:
-            raise store_error(self.location, err, doing) from err
-        if check_lock and self._must_reload:
-            with contextlib.suppress(Exception):
-                self._conn.rollback()  # the probe's transaction: the reload reads afresh
-            raise StoreError(
-                f"{describe(self.location)}: the connection holding the writer lock was lost "
-                f"and the lock has been taken again; {doing} was not done, retry after the "
-                "model reloads"
-            )
-
-    def _advisory_key(self, cur) -> int:
-        cur.execute("SELECT current_database(), current_schema()")
-        db, schema = cur.fetchone()
-        digest = hashlib.blake2b(f"forgetting-store:{db}:{schema}".encode(), digest_size=8)
-        return int.from_bytes(digest.digest(), "big", signed=True)
-
-    def _take_advisory_lock(self) -> None:
-        """A session-level advisory lock taken by the writing connection itself, held until
-        that session ends.
-
-        Why not a connection of its own: the sessions of a killed writer end independently.
-        An idle lock session ends at once, while the writing session may still be running a
-        COMMIT it had received, which lands after the kill; a new writer holding the lock
-        meanwhile would load the store without that change and serve a model out of step
-        with it. Held by the writing session, the lock is free only after its last commit.
-
-        When the lock cannot be taken the session is closed: a writer keeps no session
-        without its lock (a later probe would find it alive, and a write would go out without
-        the lock), so every later call reconnects and tries again.
-        """
-        try:
-            self._lock_session()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            raise
-
-    def _lock_session(self) -> None:
-        """:meth:`_take_advisory_lock`'s attempt: StoreBusy naming the holder if it fails."""
-        conn = self._conn
-        with conn.cursor() as cur:
-            key = self._advisory_key(cur)
-            # A writer that was killed leaves its lock to its backend session until that
-            # session has finished what it was doing and noticed the dropped connection
-            # (usually milliseconds): wait briefly for that before calling the store busy.
-            deadline = time.monotonic() + PG_LOCK_GRACE_S
-            while True:
-                cur.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-                taken = cur.fetchone()[0]
-                conn.rollback()  # a session lock outlives the transaction; no snapshot is kept
-                if taken:
-                    return
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.1)
-            cur.execute(
-                "SELECT a.pid, a.application_name, a.client_addr FROM pg_locks l "
-                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
-                "AND l.granted AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
-                (key,),  # the shift wraps into the same signed bigint
-            )
-            found = cur.fetchone()
-            conn.rollback()
-        holder = "unknown session" if found is None else f"backend {found[0]}: {found[1]}"
-        raise StoreBusy(
-            f"{describe(self.location)} is in use by another writer ({holder}); stop it, or "
-            "open read-only for inspect/verify"
-        )
-
-    # -- plumbing ------------------------------------------------------------------------
-    def execute(self, cur, statement: str, params: Sequence = ()) -> Any:
-        return cur.execute(self.dialect.sql(statement), params)
-
-    def executemany(self, cur, statement: str, rows: list) -> None:
-        if rows:
-            cur.executemany(self.dialect.sql(statement), rows)
-
-    @contextlib.contextmanager
-    def transaction(self, doing: str = "writing to the store") -> Iterator[Any]:
-        """One atomic, durable unit: committed (and fsynced) on exit, rolled back on error.
-
-        Driver errors become :class:`StoreError` (or a subclass); nothing of the transaction
-        is then in the store.
-        """
-        if self.read_only:
-            raise StoreError(f"{describe(self.location)} was opened read-only; {doing} refused")
-        self._reconnect(doing, check_lock=True)
-        errors = _driver_errors()
-        try:
-            cur = self._conn.cursor()
-        except errors as err:
-            raise store_error(self.location, err, doing) from err
-        try:
-            if self.dialect is SQLITE:
-                cur.execute("BEGIN IMMEDIATE")
-            yield cur
-            self._conn.commit()
-        except BaseException as err:
-            with contextlib.suppress(*errors):
-                self._conn.rollback()
-            if isinstance(err, errors):
-                raise store_error(self.location, err, doing) from err
-            raise
-        finally:
-            with contextlib.suppress(*errors):
-                cur.close()
-
-    def _read_only_connection(self, force_ro: bool) -> tuple[sqlite3.Connection, Any]:
-        """A connection that creates no file; returns it and a fingerprint of the files, or
-        None when the fingerprint need not be checked.
-
-        ``mode=ro`` alone would create ``-wal``/``-shm`` files beside a WAL database (and fail
-        in a read-only directory). When no log exists no writer has the file open, so
-        ``immutable=1`` reads the file as it is; :meth:`_read` then checks that no writer
-        appeared meanwhile (a log file would exist) and otherwise reads again with
-        ``mode=ro``, which is safe once the writer's log files exist.
-        """
-        path = self._path
-        wal = path.with_name(path.name + "-wal")
-        uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-        fingerprint = None
-        if not force_ro and not wal.exists():
-            fingerprint = self._files_fingerprint()
-            uri += "&immutable=1"
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-        return conn, fingerprint
-
-    def _files_fingerprint(self) -> tuple:
-        path = self._path
-        wal = path.with_name(path.name + "-wal")
-        st = path.stat()
-        return (st.st_ino, st.st_size, st.st_mtime_ns, wal.exists())
-
-    def _read(self, fn, doing: str = "reading the store") -> Any:
-        """Run ``fn(cursor)`` in one read transaction (a consistent view even while another
-        process writes); driver errors become store errors."""
-        errors = _driver_errors()
-        if self.dialect is SQLITE and self.read_only:
-            for attempt in range(2):
-                try:
-                    conn, fingerprint = self._read_only_connection(force_ro=attempt > 0)
-                except (*errors,) as err:
-                    raise store_error(self.location, err, doing) from err
-                try:
-                    cur = conn.cursor()
-                    cur.execute("BEGIN")
-                    out = fn(cur)
-                    cur.execute("COMMIT")
-                except errors as err:
-                    raise store_error(self.location, err, doing) from err
-                finally:
-                    conn.close()
-                if fingerprint is None or fingerprint == self._files_fingerprint():
-                    return out
-            return out
-        self._reconnect(doing, check_lock=False)
-        cur = None
-        try:
-            cur = self._conn.cursor()
-            if self.dialect is SQLITE:
-                cur.execute("BEGIN")
-            else:
-                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            out = fn(cur)
-            if self.dialect is SQLITE:
-                cur.execute("COMMIT")
-            return out
-        except errors as err:
-            raise store_error(self.location, err, doing) from err
-        finally:
-            with contextlib.suppress(*errors):
-                if cur is not None:
-                    if self.dialect is SQLITE and self._conn.in_transaction:
-                        cur.execute("ROLLBACK")
-                    cur.close()
-                if self.dialect is POSTGRES:
-                    self._conn.rollback()
-
-    def purge_logs(self) -> None:
-        """Drop old page images that may still hold removed rows (SQLite's WAL).
-
-        ``wal_checkpoint(TRUNCATE)`` reports ``busy`` when a reader still uses the log; the
-        old images are then still on disk, so that is an error, not a success.
-        """
-        if self.dialect is not SQLITE or self.read_only:
-            return
-        try:
-            for _ in range(CHECKPOINT_TRIES):
-                busy, _log, _done = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-                if not busy:
-                    return
-        except sqlite3.Error as err:
-            raise store_error(self.location, err, "purging the write-ahead log") from err
-        raise StoreBusy(
-            f"{self.location}: the change is committed, but a reader still holds the "
-            "write-ahead log that contains the old rows; retry the same request to finish "
-            "purging it"
-        )
-
-    def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                self._conn.close()
-        self._conn = None
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        super().__init__(location, create=create, read_only=read_only, lock=lock)
 
     # -- creation ------------------------------------------------------------------------
     def create_tables(self, cur, meta: dict[str, bytes], n_instances: int) -> None:
@@ -610,8 +176,8 @@ class SQLStore:
             meta = self.meta(cur)
             return meta, self.load_rows(cur), self.load_schema_bodies(cur)
 
-        everything = self._read(read)
-        self._must_reload = False  # the model is being rebuilt from this read
+        everything = self.read(read)
+        self.reloaded()  # the model is being rebuilt from this read
         return everything
 
     def meta(self, cur=None) -> dict[str, bytes]:
@@ -619,12 +185,12 @@ class SQLStore:
         try:
             query = "SELECT name, value FROM meta"
             if cur is None:
-                rows = self._read(lambda own: self.execute(own, query).fetchall())
+                rows = self.read(lambda own: self.execute(own, query).fetchall())
             else:
                 rows = self.execute(cur, query).fetchall()
         except StoreCorrupt:
             raise
-        except (StoreError, *_driver_errors()) as err:
+        except (StoreError, *driver_errors()) as err:
             if "no such table" in str(err) or "does not exist" in str(err):
                 raise StoreCorrupt(
                     f"{where} is not a forgetting store (no meta table); create one with "
@@ -737,7 +303,7 @@ class SQLStore:
             )
         if cur is not None:
             return self.execute(cur, query).fetchall()
-        return self._read(lambda own: self.execute(own, query).fetchall(), "reading the rows")
+        return self.read(lambda own: self.execute(own, query).fetchall(), "reading the rows")
 
     # -- schemas -------------------------------------------------------------------------
     def set_schema(self, cur, instance: int, body: bytes | None) -> None:
@@ -775,7 +341,7 @@ class SQLStore:
             "SELECT r.body FROM receipt_ids i JOIN receipts r ON r.seq = i.seq "
             "WHERE i.id_hash = ? ORDER BY r.seq"
         )
-        rows = self._read(
+        rows = self.read(
             lambda cur: self.execute(cur, query, (id_hash,)).fetchall(), "reading receipts"
         )
         out = []
@@ -796,4 +362,4 @@ class SQLStore:
         if table not in TABLES and not is_contrib_table(table):
             raise ValueError(f"unknown table {table!r}")
         query = f"SELECT COUNT(*) FROM {table}"
-        return int(self._read(lambda cur: self.execute(cur, query).fetchone()[0]))
+        return int(self.read(lambda cur: self.execute(cur, query).fetchone()[0]))

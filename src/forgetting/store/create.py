@@ -1,0 +1,134 @@
+"""Creating a store: fit the estimator and write every table of a new store, all or nothing.
+
+SQLite: the store is written to a temporary file beside the target in one transaction and
+renamed into place, so a crash leaves either no store (or the old one) or the complete new
+one. PostgreSQL: one transaction. The writer lock of the target is taken first, so a running
+server makes creation raise :class:`StoreBusy` before any fitting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from ..io.model_format import dumps
+from ..persistence import library_versions
+from .connection import FileLock, is_postgres
+from .decode import Loaded
+from .encode import KEY_KIND, META_KIND, PRIVACY_KIND, SCHEMA_KIND, records
+from .sql import SQLStore
+
+
+def create_store(
+    location: str,
+    estimator,
+    X,
+    y,
+    ids,
+    *,
+    feature_names: list[str] | None,
+    overwrite: bool,
+    store_key: bool,
+) -> tuple[SQLStore, Loaded]:
+    """Fit ``estimator`` and write a new store at ``location``; returns the open store (its
+    writer lock held) and the fitted model's bookkeeping (:meth:`DurableModel.create`)."""
+    location = str(location)
+    if is_postgres(location):
+        store = SQLStore(location, create=True)
+        try:
+            _fit(estimator, X, y, ids)
+            info = _write_new(store, estimator, feature_names, store_key)
+        except BaseException:
+            store.close()
+            raise
+        return store, _fresh(estimator, info)
+    path = Path(location)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+    lock = FileLock(path)
+    try:
+        _remove_partial_creations(path)
+        _fit(estimator, X, y, ids)
+        tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
+        scratch = SQLStore(str(tmp), create=True, lock=False)
+        try:
+            info = _write_new(scratch, estimator, feature_names, store_key)
+            scratch.purge_logs()
+        finally:
+            scratch.close()
+        for suffix in ("-wal", "-shm"):  # a stale log would be replayed onto the new file
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+        store = SQLStore(str(path), lock=lock)
+        store.meta()
+    except BaseException:
+        lock.release()
+        _remove_partial_creations(path)
+        raise
+    return store, _fresh(estimator, info)
+
+
+def _fit(estimator, X, y, ids) -> None:
+    estimator.fit(X, y, ids)
+    estimator.wait_for_rebuilds()
+
+
+def _fresh(estimator, info: dict) -> Loaded:
+    p = estimator.n_instances
+    engine = estimator.engine_
+    persisted = [engine.schema_of(r) for r in range(p)]
+    return Loaded(estimator, info, persisted, estimator.n_rows_, None)
+
+
+def _write_new(store: SQLStore, estimator, feature_names, store_key: bool) -> dict:
+    """Every table of a new store, in one transaction."""
+    snapshot = estimator.snapshot()
+    if feature_names is None and "feature_names_in_" in snapshot.fitted:
+        feature_names = [str(n) for n in snapshot.fitted["feature_names_in_"]]
+    if feature_names is not None:
+        feature_names = [str(n) for n in feature_names]
+        if len(feature_names) != snapshot.fitted["n_features_in_"]:
+            raise ValueError(
+                f"{len(feature_names)} feature names for "
+                f"{snapshot.fitted['n_features_in_']} features"
+            )
+    info = {
+        "estimator": snapshot.estimator,
+        "params": snapshot.params,
+        "fitted": snapshot.fitted,
+        "key_fingerprint": snapshot.key_fingerprint,
+        "key_derived": snapshot.key_derived,
+        "feature_names": feature_names,
+        "libraries": library_versions(),
+    }
+    meta = {"model": dumps(info, META_KIND)}
+    if snapshot.engine.privacy is not None:
+        meta["privacy"] = dumps(snapshot.engine.privacy, PRIVACY_KIND)
+    if store_key and not snapshot.key_derived:
+        meta["secret_key"] = dumps(estimator.secret_key, KEY_KIND)
+    p = len(snapshot.engine.instances)
+    with store.transaction("writing the new store") as cur:
+        store.create_tables(cur, meta, p)
+        store.insert_rows(cur, records(snapshot.engine, 0, range(p)))
+        for r, inst in enumerate(snapshot.engine.instances):
+            store.set_schema(cur, r, None if inst is None else dumps(inst.schema, SCHEMA_KIND))
+    return info
+
+
+def _remove_partial_creations(path: Path) -> None:
+    """Delete scratch files of creations that crashed (they may hold rows later forgotten).
+    Called with the writer lock held, so no creation is running."""
+    for stale in path.parent.glob(f".{path.name}.creating-*"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
