@@ -279,8 +279,10 @@ def test_content_jobs_in_any_order_give_the_serial_definition():
 
 def test_engine_builds_rq_contents_in_jobs_with_each_instance_s_own_bits():
     """After a forget, the engine builds the p RQ contents as 2p jobs on the pool's threads
-    (QSSEngine._contents_in_jobs): each is the bits of that instance's content built alone."""
+    (engine.serving.contents_in_jobs): each is the bits of that instance's content built
+    alone."""
     from forgetting import QSSClassifier
+    from forgetting.engine.serving import contents_in_jobs
 
     rng = np.random.default_rng(5)
     X = rng.normal(size=(900, 8)).astype(np.float32)
@@ -304,7 +306,7 @@ def test_engine_builds_rq_contents_in_jobs_with_each_instance_s_own_bits():
 
     served = forget_outside_every_d0()
     for _ in range(2):  # the first build guesses no λ, the next the one chosen before
-        contents = engine._contents_in_jobs(served)
+        contents = contents_in_jobs(served, "auto", "auto")
         for inst, content in zip(served, contents, strict=True):
             alone = build_content(inst.accumulators.copy(), "auto", "auto")
             assert content is inst.content

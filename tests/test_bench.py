@@ -65,7 +65,7 @@ def test_heads_benchmark_on_digits(tmp_path):
 def test_breakdown_benchmark_times_every_step_and_restores_them(tmp_path):
     from forgetting import QSSClassifier
     from forgetting.content.tables import FlatTables
-    from forgetting.ensemble import QSSEngine
+    from forgetting.engine import QSSEngine
     from forgetting_lab.bench import breakdown
 
     before = (QSSEngine.__dict__["forget"], FlatTables.__dict__["subtract"])

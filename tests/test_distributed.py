@@ -111,7 +111,7 @@ def test_rows_on_disk_bound_a_rebuilds_memory_and_keep_the_bits(tmp_path):
         assert_same_model(QSSClassifier(**params).fit(X[keep], y[keep], ids=keep), model, X[:300])
     growth_in_ram = transient[16384][0] - transient[4096][0]
     growth_on_disk = transient[16384][1] - transient[4096][1]
-    # A local build now streams its rows in chunks too (distributed.chunks.build_instances),
+    # A local build now streams its rows in chunks too (engine.builds.build_instances),
     # so in RAM the transient memory grows by far less than the extra rows' float64 features
     # (12288 · 64 · 8 bytes); from disk it must barely grow at all.
     assert growth_on_disk < 12288 * 64 * 8 / 16, transient
@@ -422,9 +422,9 @@ def test_a_large_insert_runs_on_the_workers_and_keeps_the_bits(client, monkeypat
     come back): the model equals a local fit on the same rows, and forgets like it after.
     The inserted rows are rows forgotten first (outside every D°), so no instance rebuilds
     and every instance takes the workers' path."""
-    from forgetting import ensemble
+    from forgetting.engine import core
 
-    monkeypatch.setattr(ensemble, "REMOTE_INSERT_ROWS", 64)
+    monkeypatch.setattr(core, "REMOTE_INSERT_ROWS", 64)
     X, y = _data()
     ids = list(range(N))
     params = dict(random_state=0, rebuild="sync", head=head)

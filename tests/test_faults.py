@@ -585,16 +585,16 @@ def _crash_child(location: str, op: str, point: str, ack: str) -> None:
     else:
         import threading
 
-        from forgetting import ensemble
+        from forgetting.engine import core as engine_core
 
         release = threading.Event()
-        build = ensemble.build_instance
+        build = engine_core.build_instance
 
         def gated(*args, **kwargs):  # the rebuild waits until the kill point is armed
             release.wait(timeout=60)
             return build(*args, **kwargs)
 
-        ensemble.build_instance = gated
+        engine_core.build_instance = gated
         model.forget(schema_ids(model.estimator, 0)[:1])  # starts a background rebuild
         acknowledge("forget")
         _arm(point)  # armed after the forget: the kill lands in the rebuild's persistence

@@ -153,9 +153,9 @@ def test_a_prediction_during_a_rebuild_s_copy_waits_for_a_piece_not_the_whole_co
     whole copy (the first forget + predict after a D° hit at n = 300k: 42–47 ms p50). The
     copy pauses between its pieces (SNAPSHOT_YIELD_S), so a prediction that arrives during a
     slow copy lands before the copy ends."""
-    from forgetting import ensemble
+    from forgetting.engine import rebuilds
 
-    monkeypatch.setattr(ensemble, "SNAPSHOT_CHUNK_ROWS", 16)
+    monkeypatch.setattr(rebuilds, "SNAPSHOT_CHUNK_ROWS", 16)
     X, y = classification_data(n=700)
     model = QSSClassifier(**BG).fit(X, y)
     engine = model.engine_
@@ -186,9 +186,9 @@ def test_a_rebuild_copies_the_rows_in_pieces_while_rows_change(head, monkeypatch
     between pieces (engine._snapshot). Forgets (which move tail rows into the holes) and
     inserts between the pieces still land on the refit, bit for bit; the sibling's Gram sums
     are adopted only when nothing changed during the copy."""
-    from forgetting import ensemble
+    from forgetting.engine import rebuilds
 
-    monkeypatch.setattr(ensemble, "SNAPSHOT_CHUNK_ROWS", 64)
+    monkeypatch.setattr(rebuilds, "SNAPSHOT_CHUNK_ROWS", 64)
     X, y = classification_data(n=700)
     base = list(range(600))
     model = QSSClassifier(**{**HEADED, "head": head}).fit(X[base], y[base], base)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from forgetting import QSSClassifier, QSSRegressor
-from forgetting.ensemble import QSSEngine
+from forgetting.engine import QSSEngine
 from forgetting.instance import RowData, schema_rows
 from forgetting.labels import unlabeled_value
 from forgetting.schema.selection import schema_problem

@@ -10,7 +10,7 @@ from conftest import classification_data, regression_data
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting._rowwise import HEAD_BLOCK_ROWS, SERVE_BLOCK_ROWS
-from forgetting.ensemble import _instance_outputs
+from forgetting.engine.serving import instance_outputs as _instance_outputs
 from forgetting.schema import normalized_rows
 from forgetting.schema.preprocess import l2_normalize
 

@@ -1,5 +1,5 @@
 """A fit computes the work its instances' shared input heads have in common once
-(forgetting.distributed.chunks.build_instances): the head features v and the Gram sums
+(forgetting.engine.builds.build_instances): the head features v and the Gram sums
 Σ v vᵀ, adopted by every instance. The model must be the one the per-instance builds make,
 bit for bit, for every head — with several chunks running side by side, the last one short."""
 
@@ -12,9 +12,9 @@ from conftest import assert_same_model, schema_ids
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting._rowwise import HEAD_BLOCK_ROWS
 from forgetting.content.heads import LinearHead, fold_grams, head_features
-from forgetting.distributed import chunks as chunks_module
-from forgetting.distributed.chunks import LocalRowWork, build_instance
-from forgetting.ensemble import QSSEngine
+from forgetting.engine import QSSEngine
+from forgetting.engine import builds as chunks_module
+from forgetting.engine.builds import LocalRowWork, build_instance
 from forgetting.instance import build_instance as build_in_one_piece
 
 N = 2600  # three chunks of 1,024 rows (the last one short), above PARALLEL_ROWS

@@ -3,7 +3,7 @@
 The public surface validates everything at the edge — parameters (``_parameter_constraints``,
 checked once at the start of ``fit``), features (scikit-learn's ``validate_data``), labels and
 ids — before any state changes, so a bad request raises and leaves the model exactly as it
-was. The state itself lives in a :class:`~forgetting.ensemble.QSSEngine`; the estimator keeps
+was. The state itself lives in a :class:`~forgetting.engine.QSSEngine`; the estimator keeps
 only what scikit-learn expects of a fitted estimator (``classes_``, ``n_features_in_``,
 ``feature_names_in_``) and hands the rest out through :meth:`snapshot`.
 
@@ -29,7 +29,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from .distributed import fit_distributed, is_distributed_input
-from .ensemble import EngineConfig, QSSEngine
+from .engine import EngineConfig, QSSEngine
 from .ids import listing, normalize_ids
 from .labels import UNLABELED, is_labeled, user_unlabeled
 from .parameters import PARAMETER_CONSTRAINTS, check_params, engine_config, resolve_partition

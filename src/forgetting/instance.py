@@ -261,7 +261,7 @@ def contributions_with_features(
     (:func:`head_features` of the head's inputs, float64) may come from the caller: instances
     whose heads take the input as given with equal ``input_head_key`` have the same numbers
     for both, and a build of several of them computes them once
-    (:func:`forgetting.distributed.chunks.build_instances`). Row-by-row functions: the same
+    (:func:`forgetting.engine.builds.build_instances`). Row-by-row functions: the same
     bits as computing them here."""
     if normalized is None and schema.encoder is None:
         normalized = normalized_rows(X, BLOCK_ROWS)
@@ -318,7 +318,7 @@ def build_instance(
 ) -> tuple[Instance, np.ndarray, Contributions]:
     """Train instance ``instance`` on ``data``; returns it with the positions and the
     contributions of the labeled rows it accumulated (in one piece: the engine builds through
-    the chunked :func:`forgetting.distributed.chunks.build_instance`, which equals this)."""
+    the chunked :func:`forgetting.engine.builds.build_instance`, which equals this)."""
     schema = train_instance_schema(config, data, instance, random_state, label_mode)
     labeled = np.flatnonzero(data.labeled)
     contrib, features = contributions_with_features(

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
-from .ensemble import EngineConfig, canonical_params
+from .engine import EngineConfig, canonical_params
 from .privacy import check_privacy_params
 from .schema import SchemaConfig
 

@@ -26,12 +26,12 @@ import numpy as np
 from tqdm import tqdm
 
 from forgetting import QSSClassifier
-from forgetting import ensemble as ensemble_module
+from forgetting.engine import core as engine_core
 from forgetting.content.heads import LinearHead
 from forgetting.content.heads import linear as head_module
 from forgetting.content.heads.gain_filter import GainFilter
 from forgetting.content.tables import FlatTables
-from forgetting.ensemble import QSSEngine
+from forgetting.engine import QSSEngine
 from forgetting.instance import Instance
 from forgetting.rows import RowStore
 from forgetting.schema import Schema
@@ -55,7 +55,7 @@ STEPS: list[tuple[str, object, str, str]] = [
     ("row removal", RowStore, "remove", "engine forget"),
     ("receipt", QSSEngine, "receipt", "engine forget"),
     ("predict", QSSClassifier, "predict", ""),
-    ("head: stacked solve", ensemble_module, "solve_stacked", "predict"),
+    ("head: stacked solve", engine_core, "solve_stacked", "predict"),
     ("head: Gram factorization", head_module.GramSystem, "of", "head: stacked solve"),
     ("instance content: (α, λ) and head choice", QSSEngine, "_content", "predict"),
     ("tables: (α, λ) choice", FlatTables, "best", "instance content: (α, λ) and head choice"),
@@ -73,7 +73,7 @@ STEPS: list[tuple[str, object, str, str]] = [
     ),
     ("φ, g and cells of the predicted row (serving route)", serving_module, "encode", "predict"),
     ("  φ and g by a model's own arithmetic", Schema, "encode", "predict"),
-    ("combine", ensemble_module, "_combine", "predict"),
+    ("combine", engine_core, "combine", "predict"),
 ]
 """The steps timed; each name is a method (or module function) on the deletion path."""
 

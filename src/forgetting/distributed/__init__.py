@@ -7,7 +7,7 @@ import it; the functions that need it import it when called. The chunked row wor
 
 from __future__ import annotations
 
-from .chunks import DEFAULT_CHUNK_ROWS, LocalRowWork, check_chunk_rows
+from ..engine.builds import DEFAULT_CHUNK_ROWS, LocalRowWork, check_chunk_rows
 from .fit import (
     ChunkDone,
     fit_distributed,

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.builds import DEFAULT_CHUNK_ROWS, LocalRowWork, check_chunk_rows, chunk_bounds
 from ..ids import normalize_ids
 from ..labels import is_labeled
 from ..rows import DiskRows, hand_over
-from .chunks import DEFAULT_CHUNK_ROWS, LocalRowWork, check_chunk_rows, chunk_bounds
 from .work import DaskRowWork, ResidentChunks, map_prepare
 
 _DASK_TYPES = {"Array", "DataFrame"}

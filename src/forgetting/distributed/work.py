@@ -23,9 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..schema.membership import draws as keyed_draws
-from ..schema.membership import id_bytes
-from .chunks import (
+from ..engine.builds import (
     DEFAULT_CHUNK_ROWS,
     ChunkResult,
     LocalRowWork,
@@ -33,6 +31,8 @@ from .chunks import (
     chunk_bounds,
     chunk_contributions,
 )
+from ..schema.membership import draws as keyed_draws
+from ..schema.membership import id_bytes
 
 
 def prepare_chunk(

@@ -124,9 +124,16 @@ def receipt_hash(key: bytes, row_id_bytes: bytes) -> str:
     return hashlib.blake2b(row_id_bytes, key=key, digest_size=16, person=b"qss-receipt").hexdigest()
 
 
+BATCH_RECEIPT_IDS = 256
+"""From this many ids :func:`receipt_hashes` hashes them in one compiled batch; fewer are
+hashed singly, where a batch's set-up dominates."""
+
+
 def receipt_hashes(key: bytes, ids: Sequence[bytes]) -> list[str]:
-    """:func:`receipt_hash` of every id in one compiled batch (a receipt for a large forget
-    or insert names every row)."""
+    """:func:`receipt_hash` of every id (a receipt for a large forget or insert names every
+    row): in one compiled batch from :data:`BATCH_RECEIPT_IDS` ids on."""
+    if len(ids) < BATCH_RECEIPT_IDS:
+        return [receipt_hash(key, b) for b in ids]
     raw = blake2b_many(ids, digest_size=16, key=key, person=b"qss-receipt")
     text = raw.tobytes().hex()
     return [text[i : i + 32] for i in range(0, len(text), 32)]

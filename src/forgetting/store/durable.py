@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ensemble import RebuildError
+from ..engine import RebuildError
 from ..estimators import restore_estimator
 from ..snapshots import EngineSnapshot, ModelSnapshot
 from .connection import describe

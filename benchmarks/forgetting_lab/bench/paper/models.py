@@ -113,7 +113,7 @@ def timed_fit(model: Any, data: Data, ids: np.ndarray | None = None) -> float:
 def build_seconds(model: Any) -> float:
     """Mean per-instance build time of the fit: schema training + encoding + accumulation of
     every row. Since the fit computes what instances sharing an input head have in common
-    once (distributed.chunks.build_instances), each instance's figure is its own work plus an
+    once (engine.builds.build_instances), each instance's figure is its own work plus an
     equal share of that common pass — about a rebuild's work when the rebuild adopts a
     sibling's Gram sums, less than a rebuild's without one."""
     return float(np.mean(model.engine_.rebuild_seconds[: model.n_instances]))

@@ -282,7 +282,7 @@ class LinearHead:
         self._gram_token: int | None = None
 
     def __getstate__(self) -> dict:
-        """The sums alone (a chunk's partial head travels to the client: distributed.chunks);
+        """The sums alone (a chunk's partial head travels to the client: engine.builds);
         pending rows added first. The solve cache, the slot and the lock stay behind."""
         self._flush()
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

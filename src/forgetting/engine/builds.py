@@ -24,19 +24,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from .._parallel import serial_map
 from .._rowwise import BLOCK_ROWS, one_blas_thread
 from ..content.accumulators import MAX_ROWS
-from ..content.fingerprint import MODULUS, Contributions
+from ..content.fingerprint import MODULUS, Contributions, multiset_sum
 from ..content.heads import fold_grams
 from ..content.tables import FlatTables
 from ..instance import (
     Instance,
     RowData,
+    contributions_for,
     contributions_with_features,
     empty_instance,
     statistics_head_features,
@@ -221,7 +222,7 @@ def build_instance(
     ``head_gram`` = (Gram sums, fold counts) of a sibling instance over these very rows: when
     this instance's head takes the input as given ("shared-ridge", no encoder) its Gram sums
     are those integers, so a local build adopts them instead of recomputing Σ v vᵀ over every
-    row (~0.44 s of a 2 s rebuild at n = 300k, d = 128); the counts are checked. A fit
+    row (a large share of a rebuild); the counts are checked. A fit
     builds all its instances at once instead (:func:`build_instances`).
     """
     schema = train_instance_schema(config, data, instance, random_state, label_mode)
@@ -256,15 +257,14 @@ PASS_CHUNK_BYTES = 32 << 20
 """The head features of one chunk of a pass (:func:`_one_pass`) take at most about this many
 bytes (float64, n × D): its transient memory stays in the tens of MB per thread whatever the
 head's width (one default 65,536-row chunk of "shared-rf" features at MNIST-HOG's D = 1033
-is 540 MB). A scratch sweep of the fit at MNIST-HOG with "shared-rf" (2 runs each, on the
-shared machine under load): 8 and 16 MB (chunks of 1,024 rows) 6.3–8.4 s, 32 MB 4.9–5.2 s,
-64 MB 5.1–5.7 s, 128 MB 4.3–5.9 s — flat from 32 MB on, so the smallest of those."""
+is 540 MB). Smaller chunks than this slowed a MNIST-HOG fit with "shared-rf" down and larger
+ones did not speed it up, so it is the smallest of the flat range."""
 
 
 PASS_MIN_CHUNKS = 8
 """A pass cuts its rows into at least this many chunks (down to BLOCK_ROWS rows each), so the
 cores have chunks to share: with one 65,536-row chunk at MNIST's 60k rows, a fit without a
-head ran its three instances on one core (1.4 → 2.0–2.2 s)."""
+head would run its three instances on one core."""
 
 
 def pass_chunk_rows(schemas: Sequence[Schema], n_rows: int, cap: int = DEFAULT_CHUNK_ROWS) -> int:
@@ -295,8 +295,8 @@ def build_instances(
     ("shared-ridge", "shared-rf" without an encoder) have the same head features
     v = [u, ψ(u), 1] for every row and hence the same Gram sums Σ v vᵀ (design.md §5.13).
     Built one by one, each computed both over every row: at MNIST-HOG with "shared-rf"
-    (d = 520, D = 1033) u·R, the fixed-point copy and the Gram are ~6 s of the ~7 s of
-    row work per instance. Here the instances with features used as given go through the
+    (d = 520, D = 1033) u·R, the fixed-point copy and the Gram are most of an instance's
+    row work. Here the instances with features used as given go through the
     rows in one pass (:func:`_one_pass`): per chunk, the normalized rows u (φ's first step,
     every such instance's) once, each shared head's v and fold Grams once, then every
     instance's codes, g, residuals and head cross sums Σ v rᵀ (those differ: r = y − g(x));
@@ -437,9 +437,9 @@ def _one_pass(
                 built[j].add_encoded(contrib, folds, v, gram=keys[j] not in grams)
                 seen[j] += stop - start
 
-    # One BLAS thread per chunk, also when chunks run one at a time (a rebuild): the Gram's
-    # dsyrk on two threads of a busy 2-core machine spun itself to 0.8 GFLOP/s — a lone
-    # rebuild at 300k × 128 took 7.6–8.7 s unpinned against 1.7–2.0 s pinned (load ~3–4).
+    # One BLAS thread per chunk, also when chunks run one at a time (a rebuild): on a busy
+    # machine the Gram's dsyrk on several threads contends with the other work and runs
+    # several times slower than pinned.
     with one_blas_thread():
         each(chunk, range(len(bounds)))
     out = []
@@ -451,3 +451,58 @@ def _one_pass(
             instance.head.adopt_gram(*grams[keys[j]])  # type: ignore[union-attr, index]
         out.append((instance, labeled, Contributions(*columns[j])))  # type: ignore[misc]
     return out
+
+
+def computed_by(
+    work: RowWork, config: SchemaConfig, schema: Schema, rows, pos: np.ndarray
+) -> tuple[Contributions, Any]:
+    """The contributions of the stored rows at ``pos`` (a row store's) under ``schema``, and
+    their head sums, computed chunk by chunk by ``work`` (a cluster: forgetting.distributed)
+    — the per-row φ, g, cells and head features an insert would otherwise compute here. Only
+    the (D, D) head sums of each chunk come back besides the rows' contributions."""
+    n = len(pos)
+    chunks = work.map_chunks(
+        config,
+        schema,
+        rows.X[pos],
+        rows.targets[pos],
+        rows.row_hash[pos],
+        rows.folds(pos),
+        np.arange(n),
+    )
+    parts: list[tuple[int, Contributions]] = []
+    head = None
+    for start, result in chunks:  # in the order the workers finish
+        parts.append((start, result.contrib))
+        if head is None:
+            head = result.head
+        elif result.head is not None:
+            head.merge(result.head)  # integer sums: exact in any order
+    parts.sort(key=lambda part: part[0])
+    contrib = Contributions(
+        np.concatenate([c.codes for _, c in parts]),
+        np.concatenate([c.residuals for _, c in parts]),
+        np.concatenate([c.digests for _, c in parts]),
+    )
+    if len(contrib.codes) != n:
+        raise RuntimeError(f"row work returned {len(contrib.codes)} rows, expected {n}")
+    return contrib, head
+
+
+def matches_rows(config: SchemaConfig, instance: Instance, rows, r: int) -> bool:
+    """Whether instance ``r`` is exactly what its schema makes of the stored rows (a row
+    store's): every labeled row's contribution recomputed and compared with the stored one,
+    and the accumulators, head sums and content fingerprint rebuilt from them."""
+    labeled = np.flatnonzero(rows.labeled())
+    contrib = contributions_for(
+        instance.schema, rows.X[labeled], rows.targets[labeled], rows.row_hash[labeled]
+    )
+    fresh = empty_instance(config, instance.schema)
+    fresh.add_rows(contrib, rows.folds()[labeled], rows.X[labeled])
+    if not fresh.accumulators.equals(instance.accumulators):
+        return False
+    if instance.head is not None and not fresh.head.equals(instance.head):
+        return False
+    if multiset_sum(contrib.digests) != instance.content_hash:
+        return False
+    return bool(np.array_equal(rows.contributions(r, labeled).digests, contrib.digests))

@@ -1,4 +1,5 @@
-"""p redundant QSS instances over one row store: deletions, insertions, rebuilds, serving.
+"""The engine's state: p redundant instances over one row store, and the lock that orders
+every change, rebuild and prediction.
 
 Every instance accumulates every row; instance r's schema is trained on its own D°_r. A
 deletion subtracts the row from every instance whose D°_r does not hold it and invalidates the
@@ -6,32 +7,29 @@ others (design.md §4). Invalid instances rebuild from a snapshot of the rows, i
 thread or synchronously; when a background rebuild finishes it reconciles with the rows
 present *now* (serials tell which rows changed meanwhile): rows removed or added since the
 snapshot are subtracted or added, and if any of them belongs to the new D°_r the rebuild
-starts over, because its schema is stale. Predictions come from the first valid instance and
+starts over, because its schema is stale. Predictions come from the valid instances and
 block only while none is valid.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from ._parallel import PARALLEL_ROWS, map_instances, serial_map
-from ._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
-from .content.fingerprint import Contributions, multiset_sum
-from .content.heads import GramCache, solve_stacked
-from .content.tables import FlatContent, FlatTables
-from .distributed.chunks import RowWork, build_instance, build_instances
-from .instance import (
+from .._parallel import PARALLEL_ROWS, map_instances, serial_map
+from .._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
+from ..content.fingerprint import Contributions
+from ..content.heads import GramCache, solve_stacked
+from ..content.tables import FlatContent
+from ..instance import (
     Instance,
     RowData,
     contributions_for,
@@ -39,54 +37,29 @@ from .instance import (
     empty_instance,
     schema_rows,
 )
-from .privacy import PrivacyLedger, public_state_digest
-from .receipts import Receipt
-from .rows import RowStore
-from .schema import SchemaConfig, serving
-from .schema.membership import (
+from ..privacy import PrivacyLedger, public_state_digest
+from ..receipts import Receipt
+from ..rows import RowStore
+from ..schema.membership import (
     canonical_id,
     id_bytes,
     key_fingerprint,
     receipt_hash,
     receipt_hashes,
 )
-from .schema.membership import draws as keyed_draws
-from .schema.selection import schema_problem
-from .snapshots import EngineSnapshot, InstanceSnapshot
+from ..schema.membership import draws as keyed_draws
+from ..schema.selection import schema_problem
+from ..snapshots import EngineSnapshot, InstanceSnapshot
+from . import rebuilds
+from .builds import RowWork, build_instance, build_instances, computed_by, matches_rows
+from .config import EngineConfig, RebuildError
+from .serving import combine, contents_in_jobs, encode_served, privatizer, serves_head
 
 STATE_FORMAT = b"forgetting-state-v1"
 REMOTE_INSERT_ROWS = 4096
 """An insert of at least this many labeled rows into a model fitted on a cluster
 (``row_work`` with ``remote``: forgetting.distributed) computes its rows' contributions on the
 workers; below it, shipping the schema and the rows costs more than computing them here."""
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    schema: SchemaConfig
-    mode: str
-    n_instances: int
-    alpha: float | str
-    shrinkage: float | str
-    rebuild: str
-    random_state: int
-    public_params: str
-    """Canonical JSON of the estimator parameters that define the state (no secrets)."""
-    epsilon: float | None = None
-    delta: float | None = None
-    """mode="dp": the (ε, δ) of each release (see forgetting.privacy)."""
-
-    @property
-    def label_mode(self) -> bool:
-        return self.mode == "label"
-
-    @property
-    def private(self) -> bool:
-        return self.mode == "dp"
-
-
-class RebuildError(RuntimeError):
-    """A background rebuild failed; the instance stays invalid."""
 
 
 class QSSEngine:
@@ -120,8 +93,8 @@ class QSSEngine:
         self._changed = threading.Condition(self._lock)
         self._digest_prefix = hashlib.sha256(STATE_FORMAT)
         """The state digest's hash over what never changes (the configuration and the key's
-        fingerprint), copied by every :meth:`state_digest` (every receipt has one): 0.1 µs
-        against 1 µs for hashing them again (a warm loop; more on a forget's cold path)."""
+        fingerprint), copied by every :meth:`state_digest` (every receipt has one) rather than
+        hashed again."""
         self._digest_prefix.update(config.public_params.encode())
         self._digest_prefix.update(key_fingerprint(key).encode())
         self.on_install: Callable[[int], None] | None = None
@@ -251,7 +224,7 @@ class QSSEngine:
         """Build every instance on ``data`` (a fit): :meth:`_build`'s results, bit for bit,
         with the work that instances sharing an input head have in common — the head's
         features and their Gram sums over every row — done once
-        (forgetting.distributed.chunks.build_instances). Each instance's seconds (its own
+        (:func:`.builds.build_instances`). Each instance's seconds (its own
         work and its share of the common work) go to ``rebuild_seconds``."""
         seconds: list[float] = []
         built = build_instances(
@@ -301,7 +274,7 @@ class QSSEngine:
 
     def _install(self, r: int, instance: Instance, pos, contrib: Contributions) -> None:
         # _install only receives _build results nothing else holds (a fit, a sync rebuild):
-        # the store keeps their arrays instead of copying them (1 M rows: −0.5 GB at fit)
+        # the store keeps their arrays instead of copying them (a second copy of every row)
         self.rows.set_instance_rows(r, pos, contrib, adopt=True)
         self._activate(r, instance)
 
@@ -428,104 +401,49 @@ class QSSEngine:
                 self._solve_heads(served)
             costly = sum(inst.content_is_costly for inst in served) > 1
             if costly and self.privacy is None:
-                contents = self._contents_in_jobs(served)
+                alpha, shrinkage = self.config.alpha, self.config.shrinkage
+                contents = contents_in_jobs(served, alpha, shrinkage)
             else:
                 each = map_instances if self._bulk_change or costly else serial_map
                 contents = each(self._content, served)
             self._bulk_change = False
             # with whether each serves its head: only then does it read the head's inputs
             parts = [
-                (inst, inst.schema, c, _serves_head(c))
+                (inst, inst.schema, c, serves_head(c))
                 for inst, c in zip(served, contents, strict=True)
             ]
         # φ, g and the cells depend on the (immutable) schema only: computed without the lock,
         # by the serving route (schema.serving: each row's bits its own, whatever the batch or
-        # the instances served); its first step (the normalized input) has no fitted state:
-        # once for all instances
+        # the instances served); a head's inputs only where an instance serves its head
         schemas = [part[1] for part in parts]
-        normalized = None
-        if all(schema.encoder is None for schema in schemas):
-            normalized = serving.normalized(X)
-        # a head's inputs only where an instance serves its head: where the tables serve
-        # (the filter's usual case at n = 300k) the prediction reads φ, g and the cells alone
-        # an input head's features ("shared-rf": u and its random features) are the same in
-        # every instance with the same key: computed once too
-        shared = None
-        first = schemas[0]
-        if (
-            sum(part[3] for part in parts) > 1
-            and first.input_head_key is not None
-            and not first.head_takes_phi
-            and all(schema.input_head_key == first.input_head_key for schema in schemas)
-        ):
-            shared = first.head_inputs(X, SERVE_BLOCK_ROWS, normalized)
-        each = map_instances if len(X) >= PARALLEL_ROWS else serial_map
-        encoded = serving.encode(schemas, X, normalized, [part[3] for part in parts], shared, each)
+        encoded, normalized, each = encode_served(schemas, X, [part[3] for part in parts])
 
-        def combine(item):
+        def outputs_of(item):
             (inst, schema, content, head), (codes, g, Z) = item
             if isinstance(content, FlatContent):
                 content = self._content(inst)
-                if _serves_head(content) and not head:
+                if serves_head(content) and not head:
                     # a change landed between the choice above and this lock, and the head
                     # serves now: its inputs after all (φ, which encode returned, may not be)
                     Z = schema.served_inputs(Z, X, SERVE_BLOCK_ROWS, normalized)
-            return _combine(schema, content, codes, g, Z)
+            return combine(schema, content, codes, g, Z)
 
         with self._lock:
             # Flat tables are read in place (nothing is materialized), so their cells are
             # gathered under the lock, with the (α, λ) of the very state they hold — by the
             # pool's threads too for many rows (they only read; the caller holds the lock,
-            # and the gather is a compiled kernel that releases the GIL: ~40 % of a 20k-row
-            # prediction per instance)
-            outs = each(combine, list(zip(parts, encoded, strict=True)))
+            # and the gather is a compiled kernel that releases the GIL)
+            outs = each(outputs_of, list(zip(parts, encoded, strict=True)))
         total = outs[0]
         for out in outs[1:]:  # summed in instance order, whoever computed them
             total = total + out
         return total / len(parts)
 
-    def _contents_in_jobs(self, serving: list[Instance]) -> list:
-        """The served contents of instances that re-materialize after every change (the RQ
-        codebook's), their cross-fit directions as separate jobs on the pool's threads
-        (Instance.content_jobs: 2p jobs pack onto two cores where p whole instances did
-        not) beside the means at each instance's likely λ, then each instance's choice of
-        (α, λ) — here, and only where the choice moved its means computed too."""
-        alpha, shrinkage = self.config.alpha, self.config.shrinkage
-        split = [inst.content_jobs(alpha, shrinkage) for inst in serving]
-        jobs = [job for instance_jobs, _ in split for job in instance_jobs]
-        results = map_instances(lambda job: job(), jobs) if jobs else []
-        finishing = []
-        at = 0
-        for instance_jobs, finish in split:
-            finishing.append((finish, results[at : at + len(instance_jobs)]))
-            at += len(instance_jobs)
-        return [finish(results) for finish, results in finishing]
-
     def _content(self, inst: Instance):
         """The instance's served content; in mode="dp" materialized from noised fold sums."""
         if self.privacy is None:
             return inst.content_for(self.config.alpha, self.config.shrinkage)
-        r = self.instances.index(inst)
-        ledger, key = self.privacy, self._key
-
-        def privatize(acc):
-            noisy = acc.copy()
-            noisy.sums = ledger.noisy_fixed_point(
-                acc.sums,
-                acc.scale_bits,
-                key=key,
-                state_digest=inst.digest(),
-                instance=r,
-                counts=acc.counts,
-            )
-            if isinstance(noisy, FlatTables):
-                # The cross-fit totals and probe terms are functions of the sums: recompute
-                # them from the noised sums (post-processing), never from the exact ones.
-                noisy.rebuild_totals()
-                if noisy.probe_cells is not None:
-                    noisy.set_probes(inst.schema.probe_codes, inst.schema.probe_folds)
-            return noisy
-
+        privatize = privatizer(self.privacy, self._key, inst, self.instances.index(inst))
         return inst.content_for(self.config.alpha, self.config.shrinkage, privatize)
 
     # -- forget --------------------------------------------------------------------------
@@ -574,8 +492,8 @@ class QSSEngine:
     def _check_after_removal(self, pos: np.ndarray, hit: list[int], label_only: bool) -> None:
         """Raise as check_trainable would if a hit instance could not train a schema once the
         rows at ``pos`` are removed (or, ``label_only``, unlabeled). Counted by the row store
-        from those rows alone (RowStore.schema_sizes_after): no copy of any column (an O(n)
-        copy per D° hit was 43 ms at 1 M rows, 180 ms in label mode; now ~0.1 ms)."""
+        from those rows alone (RowStore.schema_sizes_after): no O(n) copy of any column per
+        D° hit."""
         if not hit:
             return
         schema = self.config.schema
@@ -595,40 +513,6 @@ class QSSEngine:
         """What the stored rows at ``pos`` contribute under ``inst``'s schema."""
         rows = self.rows
         return contributions_for(inst.schema, rows.X[pos], rows.targets[pos], rows.row_hash[pos])
-
-    def _computed_by(self, work, inst: Instance, pos: np.ndarray) -> tuple[Contributions, Any]:
-        """The contributions of the stored rows at ``pos`` under ``inst``'s schema, and their
-        head sums, computed chunk by chunk by ``work`` (a cluster: forgetting.distributed) —
-        the per-row φ, g, cells and head features an insert would otherwise compute here.
-        Only the (D, D) head sums of each chunk come back besides the rows' contributions."""
-        rows = self.rows
-        n = len(pos)
-        chunks = work.map_chunks(
-            self.config.schema,
-            inst.schema,
-            rows.X[pos],
-            rows.targets[pos],
-            rows.row_hash[pos],
-            rows.folds(pos),
-            np.arange(n),
-        )
-        parts: list[tuple[int, Contributions]] = []
-        head = None
-        for start, result in chunks:  # in the order the workers finish
-            parts.append((start, result.contrib))
-            if head is None:
-                head = result.head
-            elif result.head is not None:
-                head.merge(result.head)  # integer sums: exact in any order
-        parts.sort(key=lambda part: part[0])
-        contrib = Contributions(
-            np.concatenate([c.codes for _, c in parts]),
-            np.concatenate([c.residuals for _, c in parts]),
-            np.concatenate([c.digests for _, c in parts]),
-        )
-        if len(contrib.codes) != n:
-            raise RuntimeError(f"row work returned {len(contrib.codes)} rows, expected {n}")
-        return contrib, head
 
     def _input_head_features(
         self, kept: list[int], labeled: np.ndarray, folds: np.ndarray
@@ -679,7 +563,8 @@ class QSSEngine:
                 (one instance after the other; the workers share its chunks), or head
                 features computed here with the contributions (one φ pass per instance)."""
                 if remote:
-                    return self._computed_by(work, self.instances[r], labeled)
+                    schema = self.instances[r].schema
+                    return computed_by(work, self.config.schema, schema, rows, labeled)
                 schema = self.instances[r].schema
                 return contributions_with_features(schema, X_new, targets, hashes)
 
@@ -721,8 +606,8 @@ class QSSEngine:
                 self._rebuild_now(r, hit)
             else:
                 # The rows are copied by the rebuild's thread, in pieces (_snapshot): a copy
-                # of every row here would hold the caller — and every prediction — for tens
-                # of milliseconds (153 MB of features at 300k × 128).
+                # of every row here would hold the caller, and every prediction, for as long
+                # as copying all the features takes.
                 gen = self._generation[r]
                 thread = threading.Thread(
                     target=self._rebuild_worker,
@@ -763,7 +648,9 @@ class QSSEngine:
                 if self.rows.changes == copied_at:  # the rows are the copy's, row for row
                     self._install(r, *built)  # nothing to reconcile
                     return
-                if self._reconcile(r, data, *built, order=order):
+                label_mode = self.config.label_mode
+                if rebuilds.reconcile(self.rows, r, label_mode, data, *built, order=order):
+                    self._activate(r, built[0])
                     return
 
     def _snapshot(self, r: int, gen: int) -> tuple[RowData, Any, int | None] | None:
@@ -772,22 +659,16 @@ class QSSEngine:
         computes its own), and the row store's change count the copy is the state of (None
         when rows changed during the copy). None when the rebuild was superseded meanwhile.
 
-        Copied :data:`SNAPSHOT_CHUNK_ROWS` rows at a time, the lock taken for each piece only
-        and a pause between pieces (:data:`SNAPSHOT_YIELD_S`: the lock is not fair), so
-        forgets and predictions proceed between pieces. Each row's columns are copied
-        together, so every copied row is a row as it was at some moment; a row moves only
-        from the tail into a hole of a removal (rows.remove), i.e. towards positions already
-        copied, so no row is copied twice — one moved meanwhile is missed, and the rows that
-        changed during the copy are exactly what :meth:`_reconcile` matches by serial anyway
-        (a missed D° row makes the build stale: it starts over). When nothing changed during
-        the copy (the row store's change count) it is the state of one moment, the one the
-        sibling's Gram sums were taken at. Features on disk are copied as one file, under the
-        lock, as before."""
+        The copy is made in pieces with the lock released between them
+        (:func:`~.rebuilds.copy_in_pieces`), so forgets and predictions proceed meanwhile.
+        When nothing changed during the copy (the row store's change count) it is the state
+        of one moment, the one the sibling's Gram sums were taken at. Features on disk are
+        copied as one file, under the lock."""
         with self._lock:
             rows = self.rows
             if self._generation[r] != gen:
                 return None
-            if not isinstance(rows.X, np.ndarray) or rows.size <= SNAPSHOT_CHUNK_ROWS:
+            if not isinstance(rows.X, np.ndarray) or rows.size <= rebuilds.SNAPSHOT_CHUNK_ROWS:
                 return self._row_data(copy=True), self._sibling_gram(r), rows.changes
             changes, n = rows.changes, rows.size
             gram = self._sibling_gram(r)
@@ -795,18 +676,11 @@ class QSSEngine:
                 np.empty((n,) + column.shape[1:], dtype=column.dtype)
                 for column in rows.primary_columns()
             ]
-        copied = 0
-        while copied < n:
-            with self._lock:
-                if self._generation[r] != gen:
-                    return None
-                stop = min(copied + SNAPSHOT_CHUNK_ROWS, n, self.rows.size)
-                if stop <= copied:  # removals shrank the store below what is copied
-                    break
-                for out, column in zip(columns, self.rows.primary_columns(), strict=True):
-                    out[copied:stop] = column[copied:stop]
-            copied = stop
-            time.sleep(SNAPSHOT_YIELD_S)
+        copied = rebuilds.copy_in_pieces(
+            self._lock, lambda: self.rows, lambda: self._generation[r] != gen, columns
+        )
+        if copied is None:
+            return None
         with self._lock:
             consistent = self.rows.changes == changes
         if copied < n:
@@ -814,54 +688,6 @@ class QSSEngine:
         if not consistent:
             return RowData(*columns), None, None
         return RowData(*columns), gram, changes
-
-    def _reconcile(
-        self,
-        r: int,
-        data: RowData,
-        instance: Instance,
-        pos: np.ndarray,
-        built: Contributions,
-        order: np.ndarray | None = None,
-    ) -> bool:
-        """Bring a rebuilt instance up to the current rows; False if its schema is stale.
-
-        ``data`` is the snapshot the instance was built from and ``built`` the contributions
-        of its labeled rows at ``pos``. Rows are matched by serial (a row's serial changes
-        whenever its content does); ``order``, the argsort of the snapshot's serials, when
-        computed already (outside the lock).
-        """
-        rows = self.rows
-        current = rows.serial[: rows.size]
-        if order is None:
-            order = np.argsort(data.serial)
-        sorted_serials = data.serial[order]
-        at = np.searchsorted(sorted_serials, current).clip(max=max(len(order) - 1, 0))
-        present_before = (len(order) > 0) & (sorted_serials[at] == current)
-        added = np.flatnonzero(~present_before)
-        removed = np.flatnonzero(~np.isin(data.serial, current))
-        rule = self.config.schema.membership
-        stale = np.any(data.members(r, rule)[removed]) or np.any(rows.members(r)[added])
-        if self.config.label_mode:
-            stale = stale or np.any(data.in_pool[removed]) or np.any(rows.in_pool[added])
-        if stale:
-            return False
-        slot = np.full(len(data.serial), -1, dtype=np.intp)
-        slot[pos] = np.arange(len(pos))
-        gone = slot[removed]
-        gone = gone[gone >= 0]
-        instance.subtract_rows(built.take(gone), data.folds[pos[gone]], data.X[pos[gone]])
-        labeled_now = np.flatnonzero(rows.labeled())
-        kept = labeled_now[present_before[labeled_now]]
-        fresh = labeled_now[~present_before[labeled_now]]
-        fresh_contrib, fresh_features = contributions_with_features(
-            instance.schema, rows.X[fresh], rows.targets[fresh], rows.row_hash[fresh]
-        )  # one φ pass for the contributions and the head's features
-        instance.add_encoded(fresh_contrib, rows.folds(fresh), fresh_features)
-        rows.set_instance_rows(r, kept, built.take(slot[order[at[kept]]]))
-        rows.set_instance_rows(r, fresh, fresh_contrib)
-        self._activate(r, instance)
-        return True
 
     def retire(self) -> None:
         """Abandon pending rebuilds (the estimator was refitted): their results are dropped."""
@@ -902,31 +728,18 @@ class QSSEngine:
         """Recompute every valid instance's contributions from the stored rows and compare
         them with the stored ones, the accumulators and the content fingerprint."""
         with self._lock:
-            labeled = np.flatnonzero(self.rows.labeled())
-            folds = self.rows.folds()[labeled]
-            for r, inst in enumerate(self.instances):
-                if inst is None:
-                    continue
-                contrib = self._contributions(inst, labeled)
-                fresh = empty_instance(self.config.schema, inst.schema)
-                fresh.add_rows(contrib, folds, self.rows.X[labeled])
-                if not fresh.accumulators.equals(inst.accumulators):
-                    return False
-                if inst.head is not None and not fresh.head.equals(inst.head):
-                    return False
-                if multiset_sum(contrib.digests) != inst.content_hash:
-                    return False
-                stored = self.rows.contributions(r, labeled)
-                if not np.array_equal(stored.digests, contrib.digests):
-                    return False
-            return True
+            return all(
+                matches_rows(self.config.schema, inst, self.rows, r)
+                for r, inst in enumerate(self.instances)
+                if inst is not None
+            )
 
     def receipt(self, operation, scope, id_bytes, hit, started) -> Receipt:
         return Receipt(
             operation=operation,
             scope=scope,
             n_rows=len(id_bytes),
-            id_hashes=tuple(_receipt_hashes(self._key, id_bytes)),
+            id_hashes=tuple(receipt_hashes(self._key, id_bytes)),
             instances_hit=tuple(hit),
             rebuild_started=bool(hit),
             state_digest=self.state_digest(),
@@ -1039,73 +852,3 @@ class QSSEngine:
     def __setstate__(self, state: dict[str, Any]) -> None:
         restored = QSSEngine.from_snapshot(state["config"], state["key"], state["snapshot"])
         self.__dict__.update(restored.__dict__)
-
-
-def _instance_outputs(schema, content, X: np.ndarray) -> np.ndarray:
-    return _combine(schema, content, *schema.serve(X))
-
-
-def _serves_head(content) -> bool:
-    """Whether an instance's served content reads its head's inputs (a head's weights, not
-    the tables: content.tables.FlatContent)."""
-    return isinstance(content, FlatContent) and content.head is not None
-
-
-def _combine(schema, content, codes: np.ndarray, g: np.ndarray, Z: np.ndarray) -> np.ndarray:
-    """g(x) + α·correction(cells) in the target's units, from a row's codes and g(x)."""
-    if isinstance(content, FlatContent):
-        out = content.outputs(codes, g, Z)
-    else:
-        correction = np.zeros_like(g)
-        for m in range(codes.shape[1]):
-            correction += content.means[m][codes[:, m].astype(np.intp)]
-        out = g + content.alpha * correction
-    base = schema.base_model
-    if base.task == "regression":
-        out = out * base.y_scale + base.y_mean
-    return out
-
-
-def canonical_params(params: dict[str, Any]) -> str:
-    """JSON of the parameters that define a model's state.
-
-    Estimators appear by their scikit-learn repr; other objects (encoders) by class name and
-    their plain attributes, never by a repr that could embed a memory address.
-    """
-
-    def encode(value):
-        if isinstance(value, bool | int | float | str) or value is None:
-            return value
-        if hasattr(value, "get_params"):
-            return repr(value)
-        attrs = {
-            k: v
-            for k, v in sorted(vars(value).items())
-            if isinstance(v, bool | int | float | str) or v is None
-        }
-        return f"{type(value).__qualname__}{json.dumps(attrs, sort_keys=True)}"
-
-    return json.dumps({k: encode(v) for k, v in sorted(params.items())}, sort_keys=True)
-
-
-SNAPSHOT_CHUNK_ROWS = 1 << 12
-"""Rows a background rebuild copies per hold of the engine lock (_snapshot): 2 MB of
-features at d = 128 float32 (first-touch pages included, well under a millisecond) — what a
-prediction may wait behind it."""
-SNAPSHOT_YIELD_S = 2e-4
-"""The pause between two of those holds. Python's locks are not fair: a thread that releases
-a lock and takes it again at once wins against a waiter that still has to wake up, so without
-a pause a prediction that arrived during the copy waited for all of it — the first forget +
-predict after a D° hit at n = 300k took 42–47 ms p50, against 7.4 ms with the pause and the
-smaller pieces (10.5 ms with the pause and 16k-row pieces); the rebuild itself is no slower
-(~75 pauses: 15 ms of a 1.4 s rebuild)."""
-
-_BATCH_RECEIPT_IDS = 256
-"""From this many ids a receipt's id hashes are computed in one batch (a 20k-id forget spent
-~25 ms hashing them one by one); fewer are hashed singly, where a batch's set-up dominates."""
-
-
-def _receipt_hashes(key: bytes, ids: Sequence[bytes]) -> list[str]:
-    if len(ids) >= _BATCH_RECEIPT_IDS:
-        return receipt_hashes(key, ids)
-    return [receipt_hash(key, b) for b in ids]
