@@ -123,25 +123,8 @@ _BY_NAME = (
 )
 
 
-def _add_fit(sub: Any) -> None:
-    defaults = estimator_defaults()
-    fit = sub.add_parser(
-        "fit",
-        help="fit a model on a data file and write a new store",
-        description="Fit a QSS classifier or regressor on a CSV, Parquet or NPZ file (in "
-        "memory) or a Parquet dataset directory (on a dask cluster) and write it to a new "
-        "store, recording the names of the feature columns (predict and insert "
-        "select them by name). Every row needs a stable id (--id-col): forget addresses rows "
-        "by it. Estimator options left out take the estimator's own defaults (shown below). "
-        "Without --secret-key-file a warning says what a derived key exposes.",
-    )
-    _add_columns(
-        fit,
-        id_help="column of unique row ids (default: id; NPZ: ids)",
-        data_help="the data file (fitted in memory), or a Parquet dataset directory (fitted on "
-        "a dask cluster: see --scheduler and --workers)",
-    )
-    _add_store(fit, key=False)
+def _add_cluster_options(fit: Any) -> None:
+    """``fit``'s options for a Parquet dataset directory fitted on a dask cluster."""
     cluster = fit.add_argument_group(
         'dask (a Parquet dataset directory; needs pip install "forgetting[distributed]")',
         "A dataset directory is read lazily with dask.dataframe.read_parquet, one file per "
@@ -165,7 +148,11 @@ def _add_fit(sub: Any) -> None:
         help="start a local dask cluster of N worker processes (one thread each) for this fit "
         "and stop it afterwards (default, without --scheduler: one per CPU core)",
     )
-    fit.add_argument("--overwrite", action="store_true", help="replace an existing store file")
+
+
+def _add_estimator_options(fit: Any) -> None:
+    """``fit``'s estimator options; left out, the estimator's own defaults apply."""
+    defaults = estimator_defaults()
     est = fit.add_argument_group("estimator (defaults: the estimator's own)")
     est.add_argument(
         "--task",
@@ -234,26 +221,35 @@ def _add_fit(sub: Any) -> None:
         help="keep the secret key in the store, so later commands need no --secret-key-file "
         "(anyone who can read the store can then read the key)",
     )
+
+
+def _add_fit(sub: Any) -> None:
+    """``forgetting fit``: a model fitted on a data file into a new store."""
+    fit = sub.add_parser(
+        "fit",
+        help="fit a model on a data file and write a new store",
+        description="Fit a QSS classifier or regressor on a CSV, Parquet or NPZ file (in "
+        "memory) or a Parquet dataset directory (on a dask cluster) and write it to a new "
+        "store, recording the names of the feature columns (predict and insert "
+        "select them by name). Every row needs a stable id (--id-col): forget addresses rows "
+        "by it. Estimator options left out take the estimator's own defaults (shown below). "
+        "Without --secret-key-file a warning says what a derived key exposes.",
+    )
+    _add_columns(
+        fit,
+        id_help="column of unique row ids (default: id; NPZ: ids)",
+        data_help="the data file (fitted in memory), or a Parquet dataset directory (fitted on "
+        "a dask cluster: see --scheduler and --workers)",
+    )
+    _add_store(fit, key=False)
+    _add_cluster_options(fit)
+    fit.add_argument("--overwrite", action="store_true", help="replace an existing store file")
+    _add_estimator_options(fit)
     fit.set_defaults(func=_Command(".commands", "cmd_fit"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="forgetting",
-        description=(
-            "Exact machine unlearning with a durable store. `fit` a model from a data file "
-            "into a store, `predict` with it, `forget` rows by id (exact: the model equals "
-            "one trained without them, and the deletion survives crashes), `insert` rows, "
-            "`inspect` and `verify` the store, or `serve` it over HTTP; `bench` and `audit` "
-            "run the benchmarks and audits."
-        ),
-        epilog="Run `forgetting COMMAND --help` for a command's options. Exit codes: 0 ok, "
-        "1 failure (refused data, unknown ids, verify mismatch, another writer holds the "
-        "store, a damaged store, database error), 2 usage error.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _add_fit(sub)
-
+def _add_predict(sub) -> None:
+    """``forgetting predict``: predictions of a data file's rows."""
     predict = sub.add_parser(
         "predict",
         help="predict the rows of a data file (read-only)",
@@ -275,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     predict.set_defaults(func=_Command(".commands", "cmd_predict"))
 
+
+def _add_forget(sub) -> None:
+    """``forgetting forget``: rows forgotten by id, with a receipt."""
     forget = sub.add_parser(
         "forget",
         help="forget rows by id (exact, durable), printing the receipt",
@@ -305,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("--no-wait", action="store_true", help=_NO_WAIT_HELP)
     forget.set_defaults(func=_Command(".commands", "cmd_forget"))
 
+
+def _add_insert(sub) -> None:
+    """``forgetting insert``: labeled rows learned from a data file."""
     insert = sub.add_parser(
         "insert",
         help="add labeled rows from a data file",
@@ -323,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     insert.add_argument("--no-wait", action="store_true", help=_NO_WAIT_HELP)
     insert.set_defaults(func=_Command(".commands", "cmd_insert"))
 
+
+def _add_read_only(sub) -> None:
+    """``forgetting inspect`` and ``forgetting verify``: read-only looks at a store."""
     for name, func, help_, description, json_help in (
         (
             "inspect",
@@ -349,6 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
         read_only.add_argument("--json", action="store_true", help=json_help)
         read_only.set_defaults(func=func)
 
+
+def _add_serve(sub) -> None:
+    """``forgetting serve``: the store over HTTP."""
     serve = sub.add_parser(
         "serve",
         help="serve the store over HTTP (FastAPI; docs at /docs)",
@@ -409,6 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=_Command(".serve", "cmd_serve"))
 
+
+def _add_warmup(sub) -> None:
+    """``forgetting warmup``: the kernels compiled once per machine."""
     warmup = sub.add_parser(
         "warmup",
         help="compile the library's kernels once per machine (else the first fit and the "
@@ -422,6 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     warmup.add_argument("--quiet", action="store_true", help="print nothing")
     warmup.set_defaults(func=_Command(".serve", "cmd_warmup"))
 
+
+def _add_plugins(sub) -> None:
+    """``forgetting bench`` and ``forgetting audit``, listed for ``--help``: ``main`` hands them
+    to :mod:`.plugins`, whose modules own their options."""
     # Listed for `forgetting --help`; main() hands `bench ...` and `audit ...` to run_bench and
     # run_audit, whose modules own their options (`forgetting bench NAME --help`).
     benches = ", ".join(available_benchmarks()) or "none in this installation"
@@ -437,4 +452,32 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"run an audit: forgetting audit NAME [OPTIONS] ({audits})",
         add_help=False,
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forgetting",
+        description=(
+            "Exact machine unlearning with a durable store. `fit` a model from a data file "
+            "into a store, `predict` with it, `forget` rows by id (exact: the model equals "
+            "one trained without them, and the deletion survives crashes), `insert` rows, "
+            "`inspect` and `verify` the store, or `serve` it over HTTP; `bench` and `audit` "
+            "run the benchmarks and audits."
+        ),
+        epilog="Run `forgetting COMMAND --help` for a command's options. Exit codes: 0 ok, "
+        "1 failure (refused data, unknown ids, verify mismatch, another writer holds the "
+        "store, a damaged store, database error), 2 usage error.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in (
+        _add_fit,
+        _add_predict,
+        _add_forget,
+        _add_insert,
+        _add_read_only,
+        _add_serve,
+        _add_warmup,
+        _add_plugins,
+    ):
+        add(sub)
     return parser
