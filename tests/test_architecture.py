@@ -125,3 +125,47 @@ def test_the_lab_lives_beside_the_library():
     for room in ("bench", "datasets", "durableun", "baselines", "demo.py"):
         assert not (LIBRARY / room).exists(), f"src/forgetting/{room} belongs to the lab"
         assert (LAB / room).exists() or (LAB / room).with_suffix(".py").exists()
+
+
+LAYERS = (
+    ("_rowwise", "_parallel", "_sklearn_pandas", "labels", "ids", "receipts", "snapshots"),
+    ("content",),
+    ("schema", "encoders", "privacy"),
+    ("instance", "rows"),
+    ("engine",),
+    ("distributed", "io"),
+    ("persistence", "parameters"),
+    ("estimators",),
+    ("store", "munkey", "audit"),
+    ("service", "warmup"),
+    ("cli",),
+    ("__main__",),
+)
+"""The library's rooms from the bottom up (docs/architecture.md): a module imports only from
+its own room and the rooms of lower layers (not from another room of its own layer). The package root (``forgetting/__init__.py``) imports
+its public names lazily and is reachable from everywhere (``__version__``)."""
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_every_module_has_a_room():
+    rooms = {room for layer in LAYERS for room in layer}
+    homeless = {_room(m) for m in _modules(LIBRARY)} - rooms - {None}
+    assert not homeless, f"modules of no layer (add them to LAYERS and the doc): {homeless}"
+
+
+def test_imports_only_go_down_the_layers():
+    level = {room: i for i, layer in enumerate(LAYERS) for room in layer}
+    upward = []
+    for module, targets in _graph(_modules(LIBRARY)).items():
+        source = _room(module)
+        for target in targets:
+            room = _room(target)
+            if source is None or room is None or room == source:
+                continue
+            if level[room] >= level[source]:
+                upward.append(f"{module} -> {target}")
+    assert not upward, f"imports that do not go down the layers: {upward}"

@@ -96,7 +96,7 @@ def _exercise(model, X, y) -> None:
 def run() -> dict[str, tuple[int, int]]:
     """The workloads, in this process (see the module docstring: a process of its own)."""
     kernels.use("numba", hashing="numba")
-    from . import QSSClassifier, QSSRegressor
+    from .estimators import QSSClassifier, QSSRegressor
     from .content.tables import flat_content as tables_module
 
     X, y = _mixture()
