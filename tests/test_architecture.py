@@ -142,8 +142,9 @@ LAYERS = (
     ("__main__",),
 )
 """The library's rooms from the bottom up (docs/architecture.md): a module imports only from
-its own room and the rooms of lower layers (not from another room of its own layer). The package root (``forgetting/__init__.py``) imports
-its public names lazily and is reachable from everywhere (``__version__``)."""
+its own room and the rooms of lower layers (not from another room of its own layer). The
+package root (``forgetting/__init__.py``) imports its public names lazily and is reachable
+from everywhere (``__version__``)."""
 
 
 def _room(module: str) -> str | None:

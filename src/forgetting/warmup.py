@@ -96,8 +96,8 @@ def _exercise(model, X, y) -> None:
 def run() -> dict[str, tuple[int, int]]:
     """The workloads, in this process (see the module docstring: a process of its own)."""
     kernels.use("numba", hashing="numba")
-    from .estimators import QSSClassifier, QSSRegressor
     from .content.tables import flat_content as tables_module
+    from .estimators import QSSClassifier, QSSRegressor
 
     X, y = _mixture()
     common = dict(n_instances=3, rebuild="sync", random_state=0, secret_key=b"warm-up" * 4)

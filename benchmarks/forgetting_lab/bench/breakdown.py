@@ -26,12 +26,12 @@ import numpy as np
 from tqdm import tqdm
 
 from forgetting import QSSClassifier
-from forgetting.engine import core as engine_core
 from forgetting.content.heads import LinearHead
 from forgetting.content.heads import linear as head_module
 from forgetting.content.heads.gain_filter import GainFilter
 from forgetting.content.tables import FlatTables
 from forgetting.engine import QSSEngine
+from forgetting.engine import core as engine_core
 from forgetting.instance import Instance
 from forgetting.rows import RowStore
 from forgetting.schema import Schema

@@ -58,6 +58,18 @@ class Loaded:
         """The stored rows the estimator was restored from (None after a fresh fit)."""
 
 
+def model_snapshot(info: dict, engine: EngineSnapshot) -> ModelSnapshot:
+    """The model a store's meta ``info`` describes, over ``engine`` (its rows and instances)."""
+    return ModelSnapshot(
+        estimator=info["estimator"],
+        params=info["params"],
+        fitted=info["fitted"],
+        key_fingerprint=info["key_fingerprint"],
+        key_derived=info["key_derived"],
+        engine=engine,
+    )
+
+
 def read_model(store: SQLStore, secret_key: bytes | str | None) -> Loaded:
     """Read and check every table, then restore the estimator from the snapshot."""
     loc = store.location
@@ -92,14 +104,7 @@ def read_model(store: SQLStore, secret_key: bytes | str | None) -> Loaded:
     rows = read_rows(loc, info, records)
     n_outputs = len(info["fitted"]["classes_"]) if "classes_" in info["fitted"] else 1
     instances = _read_instances(loc, bodies, records, rows, n_outputs, store.format == FORMAT_V2)
-    snapshot = ModelSnapshot(
-        estimator=info["estimator"],
-        params=info["params"],
-        fitted=info["fitted"],
-        key_fingerprint=info["key_fingerprint"],
-        key_derived=info["key_derived"],
-        engine=EngineSnapshot(rows, instances, privacy),
-    )
+    snapshot = model_snapshot(info, EngineSnapshot(rows, instances, privacy))
     try:
         estimator = restore_estimator(snapshot, secret_key=secret_key)
     except (ValueError, TypeError, IndexError, KeyError, AttributeError) as err:

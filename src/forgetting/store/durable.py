@@ -41,10 +41,10 @@ import numpy as np
 
 from ..engine import RebuildError
 from ..estimators import restore_estimator
-from ..snapshots import EngineSnapshot, ModelSnapshot
+from ..snapshots import EngineSnapshot
 from .connection import describe
 from .create import create_store
-from .decode import Loaded, code_layout, read_model, read_rows
+from .decode import Loaded, code_layout, model_snapshot, read_model, read_rows
 from .errors import StoreError
 from .mirror import Mirror
 from .persister import Persister
@@ -273,18 +273,9 @@ class DurableModel:
                 rows = loaded.rows
             else:  # we are the only writer, and hold our lock: the rows match memory
                 rows = read_rows(self._store.location, info, self._store.load_rows())
-            snapshot = ModelSnapshot(
-                estimator=info["estimator"],
-                params=info["params"],
-                fitted=info["fitted"],
-                key_fingerprint=info["key_fingerprint"],
-                key_derived=info["key_derived"],
-                engine=EngineSnapshot(
-                    rows,
-                    [None] * self.estimator.n_instances,
-                    self.estimator.engine_.snapshot(ids=[], instances=[]).privacy,
-                ),
-            )
+            privacy = self.estimator.engine_.snapshot(ids=[], instances=[]).privacy
+            instances = [None] * self.estimator.n_instances  # every instance rebuilt: a refit
+            snapshot = model_snapshot(info, EngineSnapshot(rows, instances, privacy))
             fresh = restore_estimator(snapshot, secret_key=self.estimator.secret_key)
             fresh.wait_for_rebuilds()
             refit = fresh.state_digest()
