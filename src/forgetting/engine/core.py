@@ -97,8 +97,9 @@ class QSSEngine:
         hashed again."""
         self._digest_prefix.update(config.public_params.encode())
         self._digest_prefix.update(key_fingerprint(key).encode())
-        self.on_install: Callable[[int], None] | None = None
-        """Called (under the engine lock) whenever an instance is (re)built and installed."""
+        self._on_install: Callable[[int], None] | None = None
+        """Called (under the engine lock) whenever an instance is (re)built and installed
+        (:meth:`set_install_hook`)."""
         self._row_work: RowWork | None = None
         """Where builds compute their rows' contributions (None: here, in one pass)."""
 
@@ -304,8 +305,8 @@ class QSSEngine:
         self.instances[r] = instance
         self._errors[r] = None
         self._changed.notify_all()
-        if self.on_install is not None:
-            self.on_install(r)
+        if self._on_install is not None:
+            self._on_install(r)
 
     # -- queries -------------------------------------------------------------------------
     @property
@@ -764,7 +765,7 @@ class QSSEngine:
     def set_install_hook(self, hook: Callable[[int], None] | None) -> None:
         """Call ``hook(r)`` after instance r is (re)installed, under the engine lock (the
         durable store wakes its persister with it)."""
-        self.on_install = hook
+        self._on_install = hook
 
     def schema_of(self, r: int) -> Any:
         """Instance ``r``'s schema, or None while it is rebuilding."""
