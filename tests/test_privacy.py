@@ -68,6 +68,32 @@ def test_composition_of_p_releases_matches_one_gaussian(dpa):
     assert composed_epsilon(0.0, 1, DELTA) == math.inf
 
 
+def test_composition_is_exact_and_tighter_than_the_pld_accountant(dpa):
+    """n releases compose to one Gaussian of multiplier z/√n: the ε reported is the exact
+    analytic Gaussian's, never above the PLD accountant's pessimistic bound and close to it."""
+    from dp_accounting.pld import pld_privacy_accountant
+
+    for z, n in ((6.46, 3), (1.04, 12), (0.26, 5)):
+        accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+        accountant.compose(dpa.GaussianDpEvent(z), n)
+        pld = accountant.get_epsilon(DELTA)
+        exact = composed_epsilon(z, n, DELTA)
+        assert exact == pytest.approx(dpa.get_epsilon_gaussian(z / math.sqrt(n), DELTA))
+        assert exact <= pld * (1 + 1e-9) + 1e-9 and pld <= exact * (1 + 1e-3) + 1e-3
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 8.0, 50.0])
+def test_calibration_and_composition_are_fast_at_any_epsilon(dpa, epsilon):
+    import time
+
+    started = time.perf_counter()
+    z = calibrate_noise_multiplier(epsilon, DELTA, 3)
+    for n in (3, 300, 100_000):
+        composed_epsilon(z, n, DELTA)
+    assert time.perf_counter() - started < 1.0
+    assert composed_epsilon(z, 3, DELTA) <= epsilon
+
+
 # -- parameter checks ----------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("kwargs", "match"),
@@ -332,3 +358,19 @@ def test_flat_tables_sensitivity_and_noisy_copy(dpa):
     content = build_flat_content(noisy, "auto", "auto")
     assert np.all(np.isfinite(content.correction(codes[:10])))
     assert ledger.report().sensitivity == pytest.approx(bound)
+
+
+def test_a_ledger_keeps_its_stored_multiplier_unless_it_is_too_small(dpa):
+    """A ledger restores with the multiplier it was saved with (its releases stay the saved
+    model's bits): one a hair above this version's calibration (the earlier PLD search) is
+    kept; one below it would not give (ε, δ) and is refused."""
+    ledger = PrivacyLedger(2.0, DELTA, task="classification", n_instances=3)
+    state = ledger.to_dict()
+    above = {**state, "noise_multiplier": ledger.noise_multiplier * (1 + 3e-6)}
+    assert PrivacyLedger.from_dict(above).noise_multiplier == above["noise_multiplier"]
+    below = {**state, "noise_multiplier": ledger.noise_multiplier * (1 - 1e-6)}
+    with pytest.raises(ValueError, match="below this version's calibration"):
+        PrivacyLedger.from_dict(below)
+    for bad in (math.nan, math.inf):
+        with pytest.raises(ValueError):
+            PrivacyLedger.from_dict({**state, "noise_multiplier": bad})

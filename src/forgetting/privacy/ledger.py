@@ -114,7 +114,7 @@ class PrivacyReport:
     n_releases: int
     """Distinct (instance, state) releases so far."""
     composed_epsilon: float
-    """ε at ``delta`` of all releases so far, per the dp-accounting PLD accountant."""
+    """ε at ``delta`` of all releases so far (the exact composition: see .accounting)."""
     task: str
     clip: float | None
     guarantee: str = GUARANTEE
@@ -274,7 +274,7 @@ class PrivacyLedger:
             return len(self._tags)
 
     def composed_epsilon(self) -> float:
-        """ε at δ of every distinct release so far (dp-accounting PLD; cached per count)."""
+        """ε at δ of every distinct release so far (exact and O(1): see .accounting)."""
         return composed_epsilon(self.noise_multiplier, self.n_releases, self.delta)
 
     def report(self) -> PrivacyReport:
@@ -311,7 +311,13 @@ class PrivacyLedger:
 
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> PrivacyLedger:
-        """Restore a ledger; refuses one whose noise multiplier this version would not give."""
+        """Restore a ledger with the noise multiplier it was created with, so the restored
+        model releases what the saved one did and every release keeps one multiplier.
+
+        A multiplier at least this version's calibration for the stored (ε, δ, p) is kept
+        (more noise is at least as private: a ledger calibrated with the earlier PLD search
+        holds a multiplier a hair above the analytic one); a smaller one would not give the
+        promised (ε, δ) and is refused."""
         ledger = cls(
             state["epsilon"],
             state["delta"],
@@ -319,12 +325,14 @@ class PrivacyLedger:
             n_instances=int(state["n_instances"]),
             clip=state["clip"],
         )
-        if not math.isclose(ledger.noise_multiplier, float(state["noise_multiplier"])):
+        stored = float(state["noise_multiplier"])
+        if not (math.isfinite(stored) and stored >= ledger.noise_multiplier * (1 - 1e-9)):
             raise ValueError(
-                "stored noise multiplier differs from this version's calibration; refusing to "
-                "mix two mechanisms in one ledger"
+                f"stored noise multiplier {stored!r} is below this version's calibration "
+                f"{ledger.noise_multiplier!r} for the stored epsilon and delta: its releases "
+                "would not be (epsilon, delta)-DP; refusing to load the ledger"
             )
-        ledger.noise_multiplier = float(state["noise_multiplier"])
+        ledger.noise_multiplier = stored
         ledger._tags = {bytes.fromhex(t) for t in state["release_tags"]}
         ledger._latest = {int(r): (float(v[0]), float(v[1])) for r, v in state["latest"].items()}
         ledger._forgotten = {bytes.fromhex(t) for t in state.get("forgotten_tags", [])}
