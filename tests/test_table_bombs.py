@@ -218,3 +218,16 @@ def test_the_cli_option_raises_the_budget(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert code == 2 and "no store" in err  # the file was read; the missing store is next
+
+
+def test_a_huge_bad_cell_or_id_is_named_briefly(tmp_path):
+    """A 100,000-character cell or id is shown by its start and length, so the error stays one
+    short line (issue 40)."""
+    (tmp_path / "d.csv").write_text("id,label,a\n1,0," + "x1" * 50_000 + "\n")
+    table = tables.read_table(tmp_path / "d.csv")
+    with pytest.raises(TableError, match=r"\(100000 characters\)") as err:
+        tables.select_features(table, columns=["a"])
+    assert len(str(err.value)) < 300
+    with pytest.raises(TableError) as err:
+        tables.parse_id("y" * 100_000, "int")
+    assert len(str(err.value)) < 300
