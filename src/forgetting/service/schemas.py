@@ -139,3 +139,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "Unknown ids; nothing changed."}
 }
+DAMAGED: dict[str, Any] = {
+    "model": ErrorResponse,
+    "description": (
+        "The receipt the store holds for this id hash is damaged (altered or corrupted in the "
+        "database); nothing changed. Restore the store from a backup."
+    ),
+}
