@@ -317,8 +317,9 @@ def test_serve_builds_the_app_from_tokens(tmp_path, capsys, fitted, monkeypatch)
     token_file.write_text(TOKEN + "\n")
     captured = {}
 
-    def fake_run(app, host, port, log_level):
+    def fake_run(app, host, port, log_level, **options):
         captured.update(host=host, port=port)
+        assert options["http"].guard.cap > 16 and 0 < options["backlog"] <= 2048
         client = TestClient(app)
         captured["anonymous"] = client.post("/forget", json={"ids": [1]}).status_code
         captured["predict"] = client.post("/predict", json={"X": [[0.0] * 6]}).status_code

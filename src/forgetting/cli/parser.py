@@ -419,6 +419,14 @@ def _add_serve(sub) -> None:
         help="most rows or ids per request (default 10000); larger requests get 413",
     )
     serve.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        metavar="N",
+        help="most open connections (default: what the open-file limit, ulimit -n, leaves "
+        "after the store's files and a reserve). At the cap a new connection closes the one "
+        "that waited longest on a slow or idle client; clients get 10 s to send a request",
+    )
+    serve.add_argument(
         "--log-level",
         choices=("critical", "error", "warning", "info", "debug"),
         default="info",
