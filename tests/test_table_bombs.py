@@ -155,6 +155,19 @@ def test_parquet_declaring_more_rows_than_the_budget_is_refused(tmp_path):
     assert tables.read_table(tmp_path / "d.pq").columns["a"].shape == (300_000,)
 
 
+def test_a_parquet_dataset_read_into_memory_is_checked_from_its_footers(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for part in range(2):
+        columns = {"id": np.arange(100_000) + part * 100_000, "a": np.zeros(100_000)}
+        pq.write_table(pa.table(columns), folder / f"part.{part}.parquet")
+    with pytest.raises(TableError, match="200000 rows"):
+        tables.read_table(folder, max_bytes=parse_size("1M"))
+    assert len(tables.read_table(folder).columns["id"]) == 200_000
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("4G", 4 << 30), ("512M", 512 << 20), ("10k", 10 << 10), ("123", 123), ("1.5G", 3 << 29)],
@@ -231,3 +244,8 @@ def test_a_huge_bad_cell_or_id_is_named_briefly(tmp_path):
     with pytest.raises(TableError) as err:
         tables.parse_id("y" * 100_000, "int")
     assert len(str(err.value)) < 300
+
+
+def test_a_device_as_data_file_is_refused_unread():
+    with pytest.raises(TableError, match="not a regular file"):
+        tables.read_table("/dev/zero")

@@ -63,7 +63,8 @@ def read_file(path: str | Path, *, max_bytes: int = DEFAULT_MAX_TABLE_BYTES) -> 
     Parquet file whose arrays declare more than ``max_bytes`` is refused before it is read."""
     file = Path(path)
     if not file.is_file():
-        raise TableUsageError(f"data file {str(path)!r} does not exist")
+        what = "is not a regular file" if file.exists() else "does not exist"
+        raise TableUsageError(f"data file {str(path)!r} {what}")
     suffix = file.suffix.lower()
     if suffix in (".csv", ".tsv", ".txt"):
         return _read_csv(file, "\t" if suffix == ".tsv" else ",")

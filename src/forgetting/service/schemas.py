@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, String
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 #: A row id: an integer or a non-empty string, the caller's own stable key, kept as sent.
 RowId = StrictInt | Annotated[str, StringConstraints(strict=True, min_length=1, max_length=512)]
-#: A label: a class (integer or string) or a regression target.
+#: A label: a class (integer or string, of the classifier's class type: ``1.0`` is not the
+#: class ``1``) or a regression target.
 Label = StrictInt | Annotated[str, StringConstraints(strict=True, min_length=1)] | Number
 
 
