@@ -164,8 +164,8 @@ class RepeatFilter(logging.Filter):
         if isinstance(error, OSError) and error.errno in _RESOURCE_ERRNOS:
             record.msg = (
                 f"{cause[1]}: {error.strerror or error} ({errno.errorcode.get(error.errno)}); "
-                "new connections wait until files are free: raise the open-file limit "
-                "(ulimit -n) or lower --max-connections"
+                "new connections wait until files (or memory) are free again: raise the "
+                "open-file limit (ulimit -n) or lower --max-connections"
             )
             record.args, record.exc_info, record.exc_text = (), None, None
         if held:
