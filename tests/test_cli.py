@@ -317,8 +317,9 @@ def test_serve_builds_the_app_from_tokens(tmp_path, capsys, fitted, monkeypatch)
     token_file.write_text(TOKEN + "\n")
     captured = {}
 
-    def fake_run(app, host, port, log_level):
+    def fake_run(app, host, port, log_level, **options):
         captured.update(host=host, port=port)
+        assert options["http"].guard.cap > 16 and 0 < options["backlog"] <= 2048
         client = TestClient(app)
         captured["anonymous"] = client.post("/forget", json={"ids": [1]}).status_code
         captured["predict"] = client.post("/predict", json={"X": [[0.0] * 6]}).status_code
@@ -429,6 +430,34 @@ def test_padded_id_cannot_delete_the_unpadded_row(capsys, fitted):
     assert _digest(capsys, store) == before
     code, _, err = run(capsys, "forget", "--store", store, "--ids", "5")
     assert code == 0, err and _digest(capsys, store) != before
+
+
+def test_minus_zero_is_the_string_id_not_zero(capsys, fitted):
+    """`-0` is not a canonical decimal integer, so it is the string id "-0": it must never
+    delete row 0 (issue 40)."""
+    from forgetting.io import tables
+
+    assert tables.parse_id("-0") == "-0" and tables.parse_id("0") == 0
+    with pytest.raises(tables.TableError, match="not a decimal integer"):
+        tables.parse_id("-0", "int")
+    _, store = fitted
+    before = _digest(capsys, store)
+    code, _, err = run(capsys, "forget", "--store", store, "--ids=-0")
+    assert code == 1 and "'-0'" in _one_error_line(err)
+    assert _digest(capsys, store) == before
+
+
+def test_an_unknown_huge_id_gives_a_short_error_line(tmp_path, capsys, fitted):
+    """An unknown 100,000-character id is named in a line of bounded length (issue 40)."""
+    _, store = fitted
+    huge = "x" * 100_000
+    id_file = tmp_path / "ids.txt"
+    id_file.write_text("".join(f"{huge}{i}\n" for i in range(20)))
+    for argv in (["--ids", huge], ["--ids-file", id_file]):
+        code, _, err = run(capsys, "forget", "--store", store, *argv)
+        line = _one_error_line(err)
+        assert code == 1 and "unknown ids" in line and "xxxx" in line
+        assert len(line) < 2_000, len(line)
 
 
 def test_id_type_str_reaches_string_ids_that_look_like_integers(tmp_path, capsys):

@@ -22,19 +22,32 @@ RowId = int | str
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 _MAX_LISTED = 10
+#: Longest rendering of one item in an error message: ids are the caller's, of any length,
+#: and one error line must stay a line.
+_MAX_SHOWN = 60
+
+
+def shown(value: Any) -> str:
+    """One item for an error message: its repr, a long string cut to its first characters
+    and its length."""
+    if isinstance(value, str) and len(value) > _MAX_SHOWN:
+        return f"{value[: _MAX_SHOWN - 20]!r}...({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= _MAX_SHOWN else f"{text[: _MAX_SHOWN - 3]}..."
 
 
 def listing(items: Sequence[Any]) -> str:
-    """Render at most ``_MAX_LISTED`` items for an error message, with a count of the rest."""
-    shown = ", ".join(repr(v) for v in items[:_MAX_LISTED])
+    """Render at most ``_MAX_LISTED`` items for an error message (each as :func:`shown`), with
+    a count of the rest."""
+    shown_items = ", ".join(shown(v) for v in items[:_MAX_LISTED])
     extra = len(items) - _MAX_LISTED
-    return f"[{shown}{f', ... ({extra} more)' if extra > 0 else ''}]"
+    return f"[{shown_items}{f', ... ({extra} more)' if extra > 0 else ''}]"
 
 
 def normalize_id(value: Any) -> RowId:
     # bool is an int subclass; True == 1 would silently alias row 1, so refuse it.
     if isinstance(value, bool | np.bool_):
-        raise TypeError(f"ids must be ints or strings, got bool {value!r}")
+        raise TypeError(f"ids must be ints or strings, got bool {shown(value)}")
     if isinstance(value, str):  # includes np.str_
         return str(value)
     if isinstance(value, Integral):  # includes numpy integers
@@ -42,7 +55,7 @@ def normalize_id(value: Any) -> RowId:
         if not _INT64_MIN <= iv <= _INT64_MAX:
             raise ValueError(f"integer ids must fit in int64, got {iv}")
         return iv
-    raise TypeError(f"ids must be ints or strings, got {type(value).__name__} {value!r}")
+    raise TypeError(f"ids must be ints or strings, got {type(value).__name__} {shown(value)}")
 
 
 def normalize_ids(ids: Iterable[Any] | None, n: int | None = None) -> list[RowId]:

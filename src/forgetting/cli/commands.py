@@ -116,7 +116,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    table = tables.read_table(args.data)
+    table = tables.read_table(args.data, max_bytes=args.max_data_size)
     ids = tables.id_column(table, args.id_col, id_type=args.id_type, required=False)
     with open_store(args, read_only=True) as model:
         X = model_features(args, table, model)
@@ -174,7 +174,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 
 def cmd_insert(args: argparse.Namespace) -> int:
-    table = tables.read_table(args.data)
+    table = tables.read_table(args.data, max_bytes=args.max_data_size)
     ids = tables.id_column(table, args.id_col, id_type=args.id_type)
     with open_store(args, read_only=False) as model:
         y = tables.label_column(table, args.label_col, task=model.task)

@@ -126,6 +126,13 @@ def _failure(command: str, err: Exception, where: str) -> tuple[Any, int] | None
         return err, 1
     if isinstance(err, ImportError):
         return f"{err}; {install_hint(err)}", 1
+    if isinstance(err, MemoryError):
+        unacknowledged = "; the change was not acknowledged" if command in WRITERS else ""
+        return (
+            f"out of memory ({err or 'MemoryError'}){unacknowledged}; use a machine with more "
+            "memory, or smaller inputs",
+            1,
+        )
     if _database_error(err):
         return (
             f"database error ({type(err).__name__}): {err}; is {where!r} a "

@@ -104,7 +104,7 @@ class FitRows:
 
 def file_rows(args: argparse.Namespace) -> FitRows:
     """The rows of one data file, in memory (CSV, Parquet, NPZ)."""
-    table = tables.read_table(args.data)
+    table = tables.read_table(args.data, max_bytes=args.max_data_size)
     ids = tables.id_column(table, args.id_col, id_type=args.id_type)
     y = tables.label_column(table, args.label_col, task=args.task)
     features = fit_features(args, table)
@@ -151,7 +151,9 @@ def dataset_rows(args: argparse.Namespace) -> FitRows:
     def track(files):
         return progress(files, desc="reading ids and labels", unit="file")
 
-    table = tables.read_dataset(dataset, [id_name, label_name], track=track)
+    table = tables.read_dataset(
+        dataset, [id_name, label_name], track=track, max_bytes=args.max_data_size
+    )
     ids = tables.id_column(table, id_name, id_type=args.id_type)
     y = tables.label_column(table, label_name, task=args.task)
     X = tables.dataset_feature_array(dataset, names)

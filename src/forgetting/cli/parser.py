@@ -18,7 +18,7 @@ import argparse
 import importlib
 from typing import Any
 
-from ..io.table_types import ID_TYPES
+from ..io.table_types import DEFAULT_MAX_TABLE_BYTES, ID_TYPES, format_size, parse_size
 from .estimator import estimator_defaults
 from .plugins import available_audits, available_benchmarks
 
@@ -62,6 +62,13 @@ def _fraction(text: str) -> float:
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"{value} must be in (0, 1]")
     return value
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 _NO_WAIT_HELP = (
@@ -114,6 +121,16 @@ def _add_columns(
     group.add_argument("--label-col", metavar="NAME", help=label_help)
     group.add_argument("--feature-cols", metavar="A,B,...", help=feature_help)
     group.add_argument("--text-col", metavar="NAME", help=text_help)
+    group.add_argument(
+        "--max-data-size",
+        type=_size,
+        default=DEFAULT_MAX_TABLE_BYTES,
+        metavar="SIZE",
+        help="the most memory the arrays of an NPZ or Parquet file (or a dataset read into "
+        "memory) may declare, e.g. 16G (K, M, G, T: powers of 1024; default "
+        f"{format_size(DEFAULT_MAX_TABLE_BYTES)}): a file declaring more, or declaring "
+        "more than it holds (a crafted or damaged file), is refused before it is read",
+    )
 
 
 _BY_NAME = (
@@ -400,6 +417,14 @@ def _add_serve(sub) -> None:
         type=_positive_int,
         default=10_000,
         help="most rows or ids per request (default 10000); larger requests get 413",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        metavar="N",
+        help="most open connections (default: what the open-file limit, ulimit -n, leaves "
+        "after the store's files and a reserve). At the cap a new connection closes the one "
+        "that waited longest on a slow or idle client; clients get 10 s to send a request",
     )
     serve.add_argument(
         "--log-level",

@@ -1,7 +1,9 @@
 """``forgetting serve``: the store over HTTP (:mod:`forgetting.service`), with uvicorn.
 
 Its own module because it is the one command with optional dependencies of its own (FastAPI,
-uvicorn), imported only when it runs: every other command works without them.
+uvicorn), imported only when it runs: every other command works without them. How uvicorn
+runs (a cap on connections under the open-file limit, slow clients closed, repeated log
+lines collapsed) is :mod:`forgetting.service.server`'s.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..service import ConfigError, ServiceConfig, create_app
+        from ..service.server import log_filters, server_options
     except ImportError as err:
         raise CLIError(
             f"`serve` needs FastAPI and uvicorn ({err}); install them: "
@@ -49,16 +52,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         with open_store(args, read_only=False) as model:
             try:
                 app = create_app(model, config)
+                # after the store opened: the files it holds count against the cap
+                options = server_options(args.max_connections)
             except ConfigError as err:
                 raise usage(str(err)) from None
             if args.host not in ("127.0.0.1", "localhost", "::1"):
                 note(f"listening on {args.host}, beyond this machine; put TLS in front of it")
+            cap = options["http"].guard.cap
             print(
                 f"serving {redact(args.store)} on http://{args.host}:{args.port} "
-                f"(docs at /docs; {config!r})",
+                f"(docs at /docs; {config!r}; at most {cap} connections)",
                 file=sys.stderr,
             )
-            uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+            with log_filters():
+                uvicorn.run(
+                    app, host=args.host, port=args.port, log_level=args.log_level, **options
+                )
     finally:
         if warming is not None and warming.poll() is None:
             warming.terminate()

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from .table_columns import choose_features, numeric_column
-from .table_files import arrow_columns, pyarrow_parquet
-from .table_types import Table, TableError, TableUsageError
+from .table_files import arrow_columns, check_budget, pyarrow_parquet
+from .table_types import DEFAULT_MAX_TABLE_BYTES, Table, TableError, TableUsageError
 
 #: File names a dataset directory may hold besides its Parquet files (markers, checksums,
 #: dask's ``_metadata``): skipped, as pyarrow and dask skip them.
@@ -190,15 +190,23 @@ def read_dataset(
     columns: Sequence[str] | None = None,
     *,
     track: Callable[[Sequence[DatasetFile]], Iterable[DatasetFile]] | None = None,
+    max_bytes: int = DEFAULT_MAX_TABLE_BYTES,
 ) -> Table:
     """The dataset's rows in memory as one :class:`Table` (only ``columns``, if given), each
     column converted as one Parquet file's: what one file holding these rows in this order
     reads as. Errors name the file and its row (:attr:`Table.parts`). ``track`` wraps the
-    file list (a progress bar)."""
+    file list (a progress bar). Rows times columns, at 8 bytes a value, beyond ``max_bytes``
+    are refused from the footers, before any row is read."""
     import pyarrow as pa
 
     pq = pyarrow_parquet()
     wanted = list(dict.fromkeys(dataset.names if columns is None else columns))
+    check_budget(
+        dataset.path,
+        f"its footers declare {dataset.n_rows} rows of the {len(wanted)} columns read",
+        dataset.n_rows * len(wanted) * 8,
+        max_bytes,
+    )
     pieces = []
     for file in dataset.files if track is None else track(dataset.files):
         try:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ids import shown
 from .table_types import DEFAULT_NPZ_FEATURES, Features, Table, TableError, TableUsageError
 
 _MATRIX_NAME = re.compile(r"(.+)\[(0|[1-9][0-9]*)\]")
@@ -38,9 +39,9 @@ def _finite(text: str) -> float | None:
 def _bad_cell(table: Table, column: str, row: int, value: Any) -> TableError:
     if isinstance(value, np.generic):  # nan, not np.float64(nan)
         value = value.item()
-    shown = "an empty cell" if value is None or value == "" else f"{value!r}"
+    cell = "an empty cell" if value is None or value == "" else shown(value)
     return TableError(
-        f"{table.at(row, column)}: {shown} is not a finite number; "
+        f"{table.at(row, column)}: {cell} is not a finite number; "
         "fix the cell, or leave the column out with --feature-cols"
     )
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ids import shown
 from ..schema.membership import canonical_id
 from .table_columns import numeric_column
 from .table_types import (
@@ -27,7 +28,9 @@ from .table_types import (
     TableUsageError,
 )
 
-_CANONICAL_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+#: A canonical decimal integer: no sign on zero, no leading zeros, no ``+``, no spaces. ``-0``
+#: is not one (it would alias the id 0 while reading as another).
+_CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]*")
 
 
 def parse_id(token: str, id_type: str = "auto") -> int | str:
@@ -39,7 +42,7 @@ def parse_id(token: str, id_type: str = "auto") -> int | str:
     if id_type != "str" and _CANONICAL_INT.fullmatch(token):
         return canonical_id(int(token))
     if id_type == "int":
-        raise TableError(f"{token!r} is not a decimal integer id (id type int)")
+        raise TableError(f"{shown(token)} is not a decimal integer id (id type int)")
     return canonical_id(token)
 
 

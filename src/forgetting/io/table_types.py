@@ -9,6 +9,7 @@ are written down in :mod:`forgetting.io.tables`.
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,42 @@ DEFAULT_ID_COLUMN = {"csv": "id", "parquet": "id", "npz": "ids"}
 DEFAULT_LABEL_COLUMN = {"csv": "label", "parquet": "label", "npz": "y"}
 #: The NPZ array used as the feature matrix when no columns are named.
 DEFAULT_NPZ_FEATURES = "X"
+
+#: The most memory the arrays of one data file (NPZ, Parquet, a Parquet dataset read into
+#: memory) may declare, checked from the file's own headers before anything is allocated: a
+#: 500-byte NPZ can declare terabytes, and a deflate bomb of 8 MB truly holds 7.45 GiB. Raise
+#: it per call (``max_bytes=``) or per command (``--max-data-size``) on a machine with the
+#: memory for a larger file.
+DEFAULT_MAX_TABLE_BYTES = 4 << 30
+
+_SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(?:i?b)?", re.IGNORECASE)
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``123``, ``512M``, ``4G``, ``1.5T`` (K, M, G, T, P: powers of 1024; an
+    optional ``B``/``iB`` after them)."""
+    match = _SIZE.fullmatch(str(text).strip())
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not a size: give bytes, or a number with K, M, G or T (powers of "
+            "1024), e.g. 8G"
+        )
+    number, unit = match.groups()
+    size = int(float(number) * 1024 ** "bkmgtp".index(unit.lower() or "b"))
+    if size < 1:
+        raise ValueError(f"{text!r}: a size must be at least one byte")
+    return size
+
+
+def format_size(size: int) -> str:
+    """A byte count for a message: ``512 B``, ``2.00 MiB``, ``7.45 GiB``."""
+    if size < 1024:
+        return f"{size} B"
+    power = 1
+    while power + 1 < len(_UNITS) and size >= 1024 ** (power + 1):
+        power += 1
+    return f"{size / 1024**power:.2f} {_UNITS[power]}"
 
 
 class TableError(ValueError):

@@ -46,6 +46,13 @@ An unnamed pandas/dask index written as a column (``__index_level_0__``,
 ``__null_dask_index__``: what ``to_parquet`` writes for a frame's default index) is row
 bookkeeping, not data: it is never a default feature, in a file or a dataset.
 
+**Memory.** NPZ and Parquet files declare the size of their arrays, and readers allocate what
+is declared: a crafted file of a few hundred bytes can declare terabytes, a deflate bomb of
+8 MB truly holds gigabytes. So their declarations are checked before anything is allocated:
+each NPZ member's ``.npy`` header must declare exactly the bytes its ZIP entry holds, and the
+arrays of one file (or of a dataset read into memory) may declare at most ``max_bytes``
+(:data:`DEFAULT_MAX_TABLE_BYTES`, 4 GiB, unless the caller or ``--max-data-size`` says more).
+
 **Errors.** :class:`TableError` (a ``ValueError``) means the data cannot be used as asked;
 its subclass :class:`TableUsageError` means the request does not fit the file (no such file,
 column or format) and is fixed by changing the command.
@@ -89,18 +96,22 @@ from .table_ids import id_column, label_column, parse_id, parse_ids, read_id_lin
 from .table_types import (
     DEFAULT_ID_COLUMN,
     DEFAULT_LABEL_COLUMN,
+    DEFAULT_MAX_TABLE_BYTES,
     DEFAULT_NPZ_FEATURES,
     ID_TYPES,
     Features,
     Table,
     TableError,
     TableUsageError,
+    format_size,
+    parse_size,
 )
 
 __all__ = [
     "DATASET_SKIPPED_PREFIXES",
     "DEFAULT_ID_COLUMN",
     "DEFAULT_LABEL_COLUMN",
+    "DEFAULT_MAX_TABLE_BYTES",
     "DEFAULT_NPZ_FEATURES",
     "ID_TYPES",
     "Dataset",
@@ -115,6 +126,7 @@ __all__ = [
     "dataset_features",
     "embedding_names",
     "feature_block",
+    "format_size",
     "id_column",
     "is_dataset",
     "label_column",
@@ -125,6 +137,7 @@ __all__ = [
     "open_dataset",
     "parse_id",
     "parse_ids",
+    "parse_size",
     "read_dataset",
     "read_file",
     "read_id_lines",
@@ -135,9 +148,10 @@ __all__ = [
 ]
 
 
-def read_table(path: str | Path) -> Table:
+def read_table(path: str | Path, *, max_bytes: int = DEFAULT_MAX_TABLE_BYTES) -> Table:
     """Read a CSV/TSV (with a header row), Parquet or NPZ file, by its suffix, or a Parquet
-    dataset directory (into memory: see :func:`read_dataset`)."""
+    dataset directory (into memory: see :func:`read_dataset`). Arrays declaring more than
+    ``max_bytes`` are refused before they are read (see **Memory** above)."""
     if Path(path).is_dir():
-        return read_dataset(open_dataset(path))
-    return read_file(path)
+        return read_dataset(open_dataset(path), max_bytes=max_bytes)
+    return read_file(path, max_bytes=max_bytes)

@@ -4,7 +4,8 @@ The parts, one job each: :mod:`.schemas` (the API's types and docs), :mod:`.rout
 endpoints), :mod:`.middleware` (what is refused before a body is read), :mod:`.auth` (bearer
 tokens), :mod:`.batcher` (micro-batching of predictions), :mod:`.recovery` (503 and reload
 after a store error), :mod:`.errors` (failures as HTTP answers), :mod:`.convert` (JSON in and
-out).
+out). How ``forgetting serve`` runs the app under uvicorn (connections bounded under the
+open-file limit, slow clients closed, repeated log lines collapsed) is :mod:`.server`'s.
 
 Decided here, at start-up, and why:
 

@@ -5,11 +5,17 @@
 * A store error -> 503 with ``Retry-After``: nothing was changed and retrying later is right.
   ``StoreBusy`` says that another writer holds the store. If the error left the model out of
   step with the store, the reload starts here (see :mod:`.recovery`).
+* A damaged receipt -> 409: the receipt the store holds for this id hash is unreadable or
+  fails its checks (altered in the database). Not a 503: retrying cannot help, and the rest
+  of the store still serves; not a 500: it is no bug of the server's, and the answer is one
+  line saying what to do. 409 because the request is fine but the resource's stored state
+  conflicts with what a receipt is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import HTTPException, Request, status
 from fastapi.responses import JSONResponse
@@ -26,6 +32,18 @@ RETRY_AFTER = 1
 def unprocessable(message: str) -> HTTPException:
     """A 422: the input is invalid and nothing was changed."""
     return HTTPException(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, detail=message)
+
+
+def damaged_receipt(id_hash: str, why: Any) -> HTTPException:
+    """The 409 for a receipt the store holds but that fails its checks (module docstring)."""
+    return HTTPException(
+        status_code=status.HTTP_409_CONFLICT,
+        detail=(
+            f"the stored receipt for id hash {id_hash} is damaged ({one_line(why, 200)}): the "
+            "store's receipts were altered or corrupted; nothing was changed. Restore the "
+            "store from a backup (`forgetting verify` checks its rows and model)"
+        ),
+    )
 
 
 def _location(loc: tuple | list) -> str:

@@ -28,15 +28,24 @@ import numpy as np
 from fastapi import APIRouter, Depends, HTTPException, Path, status
 
 from .. import __version__
-from ..store.errors import StoreError
+from ..store.errors import StoreCorrupt, StoreError
 from .auth import token_dependency
 from .batcher import PredictBatcher
 from .config import ServiceConfig
-from .convert import check_batch, check_matrix, finite, jsonable
-from .errors import error_message, unprocessable
+from .convert import (
+    DamagedReceipt,
+    check_batch,
+    check_labels,
+    check_matrix,
+    finite,
+    jsonable,
+    stored_receipt,
+)
+from .errors import damaged_receipt, error_message, unprocessable
 from .model import ServableModel, groups_writes
 from .recovery import Recovery
 from .schemas import (
+    DAMAGED,
     ERRORS,
     NOT_FOUND,
     ErrorResponse,
@@ -190,7 +199,7 @@ def _add_writes(router: APIRouter, routes: _Routes) -> None:
         "/forget",
         response_model=ReceiptResponse,
         dependencies=routes.token,
-        responses={**ERRORS, **NOT_FOUND},
+        responses={**ERRORS, **NOT_FOUND, 409: DAMAGED},
         tags=["model"],
     )
     def forget(body: ForgetRequest) -> dict:
@@ -203,13 +212,19 @@ def _add_writes(router: APIRouter, routes: _Routes) -> None:
         try:
             with write_lock:
                 recovery.require_available()
-                return model.forget(list(body.ids), erase_inputs=body.erase_inputs)
+                reply = model.forget(list(body.ids), erase_inputs=body.erase_inputs)
         except StoreError:
             raise
         except KeyError as err:
             raise HTTPException(status.HTTP_404_NOT_FOUND, error_message(err)) from None
         except (ValueError, TypeError) as err:
             raise unprocessable(error_message(err)) from None
+        try:  # a retry answers with the stored receipt, which may be damaged
+            return stored_receipt(reply)
+        except DamagedReceipt as err:
+            hashes = reply.get("id_hashes") if isinstance(reply, dict) else None
+            shown = hashes[0] if isinstance(hashes, list) and hashes else "of these ids"
+            raise damaged_receipt(str(shown)[:128], err) from None
 
     @router.post(
         "/insert",
@@ -219,7 +234,10 @@ def _add_writes(router: APIRouter, routes: _Routes) -> None:
         tags=["model"],
     )
     def insert(body: InsertRequest) -> dict:
-        """Learn new labeled rows (ids must be new); the receipt is returned once durable."""
+        """Learn new labeled rows (ids must be new); the receipt is returned once durable.
+
+        A classifier's labels are sent as its classes: JSON integers for integer classes
+        (``1.0`` is refused), strings for string classes."""
         n = len(body.X)
         check_batch(max(n, len(body.y), len(body.ids)), "rows", config.max_batch)
         if not (n == len(body.y) == len(body.ids)):
@@ -229,7 +247,9 @@ def _add_writes(router: APIRouter, routes: _Routes) -> None:
             )
         X = check_matrix(body.X, model.n_features)
         y: Any = list(body.y)
-        if not classification:
+        if classification:
+            check_labels(y, model.classes)
+        else:
             if not all(isinstance(v, int | float) for v in y):
                 raise unprocessable("regression targets must be numbers")
             y = np.asarray(y, dtype=np.float64)
@@ -257,6 +277,7 @@ def _add_audit(router: APIRouter, routes: _Routes) -> None:
         dependencies=[] if access.open_receipts else routes.token,
         responses={
             404: {"model": ErrorResponse, "description": "No receipt for this id hash."},
+            409: DAMAGED,
             **({} if access.open_receipts else unauthorized),
             **unavailable,
         },
@@ -276,10 +297,17 @@ def _add_audit(router: APIRouter, routes: _Routes) -> None:
         Needs a token unless the operator opened receipt reads, which the service allows only
         under a secret membership key: under a derived (public) key anyone can compute an
         id's hash and would learn whether and when that person was forgotten."""
-        found = model.receipt(id_hash.lower())
-        if found is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no receipt for id hash {id_hash}")
-        return found
+        key = id_hash.lower()
+        try:
+            found = model.receipt(key)
+            if found is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no receipt for id hash {id_hash}")
+            return stored_receipt(found, key)
+        # StoreCorrupt: the store could not parse it; RecursionError: a body nested past the
+        # parser's limit, which the store's reader does not catch itself.
+        except (DamagedReceipt, StoreCorrupt, RecursionError) as err:
+            why = "nested too deeply to read" if isinstance(err, RecursionError) else err
+            raise damaged_receipt(key, why) from None
 
     @router.get(
         "/stats",

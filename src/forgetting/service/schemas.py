@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, String
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 #: A row id: an integer or a non-empty string, the caller's own stable key, kept as sent.
 RowId = StrictInt | Annotated[str, StringConstraints(strict=True, min_length=1, max_length=512)]
-#: A label: a class (integer or string) or a regression target.
+#: A label: a class (integer or string, of the classifier's class type: ``1.0`` is not the
+#: class ``1``) or a regression target.
 Label = StrictInt | Annotated[str, StringConstraints(strict=True, min_length=1)] | Number
 
 
@@ -138,4 +139,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "Unknown ids; nothing changed."}
+}
+DAMAGED: dict[str, Any] = {
+    "model": ErrorResponse,
+    "description": (
+        "The receipt the store holds for this id hash is damaged (altered or corrupted in the "
+        "database); nothing changed. Restore the store from a backup."
+    ),
 }
