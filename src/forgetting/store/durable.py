@@ -124,7 +124,9 @@ class DurableModel:
 
         ``read_only=True`` creates and modifies nothing (not even a lock file) and refuses
         changes; a writable open takes the store's writer lock for its lifetime
-        (:class:`StoreBusy` if another writer holds it). ``secret_key`` is the key the model
+        (:class:`StoreBusy` if another writer holds it, through whatever path, link or
+        PostgreSQL role; :class:`StoreUnusable` for a directory, a hard-linked file or, for
+        a writer, a read-only file system). ``secret_key`` is the key the model
         was fitted with, unless it was stored with ``store_key=True`` or derived.
         """
         store = SQLStore(str(location), read_only=read_only)

@@ -35,12 +35,12 @@ from .connection import (
     POSTGRES,
     SQLITE,
     Connection,
-    FileLock,
     describe,
     driver_errors,
     store_error,
 )
 from .errors import StoreCorrupt, StoreError
+from .locks import StoreLock
 
 FORMAT = "forgetting-store-v3"
 """v1 stores held pickles; they are refused (opening one could run code). v2 stores (the
@@ -69,10 +69,10 @@ class SQLStore(Connection):
         *,
         create: bool = False,
         read_only: bool = False,
-        lock: bool | FileLock = True,
+        lock: bool | StoreLock = True,
     ):
-        """``lock``: take the writer lock (True), adopt one already taken (a ``FileLock``),
-        or none (False: a scratch file that the caller's lock on another path covers)."""
+        """``lock``: take the writer lock (True), adopt one already taken (a ``StoreLock``),
+        or none (False: a scratch file of a creation, which the creator's locks cover)."""
         self.n_instances = 0
         self.format = FORMAT  # what meta says, once read: FORMAT_V2 until upgraded
         super().__init__(location, create=create, read_only=read_only, lock=lock)
