@@ -1,5 +1,5 @@
 """One writer per store, whatever path, link or role reaches it; locations that cannot be a
-store say so in one line.
+store say so in one line; ``verify`` checks the contributions against the rows.
 
 The writers here run in other processes (a subprocess holding the store open), as a running
 ``forgetting serve`` would, and the second writer is this process or a CLI command.
@@ -331,3 +331,68 @@ def test_a_read_only_file_system_is_named_once_and_not_retried(store, tmp_path):
         assert "read-only" in done.stderr and "retry" not in done.stderr, done.stderr
         with DurableModel.open(str(ro / "model.db"), read_only=True) as reader:
             assert reader.verify()["ok"]
+
+
+# -- low: verify checks the contributions against the rows ----------------------------------
+def _execute(location: str, statement: str, params: tuple = ()) -> None:
+    if location.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(location, autocommit=True) as conn:
+            conn.execute(statement.replace("?", "%s"), params)
+        return
+    conn = sqlite3.connect(location)
+    try:
+        conn.execute(statement, params)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _first_key(location: str, statement: str) -> bytes:
+    if location.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(location) as conn:
+            return bytes(conn.execute(statement).fetchone()[0])
+    conn = sqlite3.connect(location)
+    try:
+        return bytes(conn.execute(statement).fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("defect", ["orphan", "missing"])
+def test_verify_checks_the_contributions_against_the_rows(db, defect):
+    _small_store(db).close()
+    if defect == "orphan":  # a contribution whose row is gone (what a lost forget leaves)
+        blob = _first_key(db, "SELECT blob FROM contrib_0")
+        _execute(db, "INSERT INTO contrib_0 (id_key, blob) VALUES (?, ?)", (b"s:ghost", blob))
+    else:  # a labeled row without its contribution to an instance that has a schema
+        key = _first_key(db, "SELECT id_key FROM contrib_1 ORDER BY id_key")
+        _execute(db, "DELETE FROM contrib_1 WHERE id_key = ?", (key,))
+    word, table = ("orphan", "contrib_0") if defect == "orphan" else ("missing", "contrib_1")
+    with DurableModel.open(db, read_only=True) as reader:
+        audit = reader.verify()
+    assert not audit["ok"] and audit["state_digest"] == audit["refit_digest"], audit
+    assert word in " ".join(audit["problems"]) and table in " ".join(audit["problems"]), audit
+    if not db.startswith("postgresql://"):
+        done = _cli("verify", "--store", db)
+        assert done.returncode == 1 and word in done.stdout, (done.stdout, done.stderr)
+    with DurableModel.open(db) as model:
+        audit = model.verify()
+    if defect == "orphan":
+        assert not audit["ok"] and word in " ".join(audit["problems"]), audit
+    else:  # a writer rebuilds an instance missing a contribution and writes it whole again
+        assert audit["ok"] and audit["problems"] == [], audit
+
+
+def test_verify_of_a_sound_store_reports_no_problems(db):
+    model = _small_store(db)
+    model.forget(IDS[:3])
+    audit = model.verify()
+    model.close()
+    assert audit["ok"] and audit["problems"] == [], audit
+    with DurableModel.open(db, read_only=True) as reader:
+        audit = reader.verify()
+    assert audit["ok"] and audit["problems"] == [], audit
