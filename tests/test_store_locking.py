@@ -303,7 +303,7 @@ def test_a_directory_as_store_path_says_so_without_retry(tmp_path):
 
 @contextlib.contextmanager
 def _read_only_mount(path: Path) -> Iterator[Path]:
-    """A tmpfs at ``path`` remounted read-only after ``fill(path)``; root only."""
+    """A small tmpfs mounted at ``path`` (the test remounts it read-only); root only."""
     path.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a file system needs root")
