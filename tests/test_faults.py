@@ -347,7 +347,7 @@ def test_read_only_directory_still_opens_read_only(tmp_path):
             assert reader.state_digest() == digest
             assert reader.stats()["n_rows"] == 200
         with pytest.raises(StoreError) as info:
-            DurableModel.open(str(ro / "model.db"))  # a writer needs its lock file
+            DurableModel.open(str(ro / "model.db"))  # a writer needs write access
         _one_line(info.value)
         assert _listing(ro) == before
 

@@ -203,8 +203,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
+        problems = result.get("problems", [])
         verdict = "OK: identical" if result["ok"] else "MISMATCH"
+        if problems and result["state_digest"] == result["refit_digest"]:
+            verdict = "INCONSISTENT: digests identical, contributions not"
         print(f"{verdict} ({result.get('seconds', float('nan')):.2f} s)")
         print(f"  state digest: {result['state_digest']}")
         print(f"  refit digest: {result['refit_digest']}")
+        for problem in problems:
+            print(f"  problem: {problem}")
     return 0 if result["ok"] else 1

@@ -112,6 +112,8 @@ def _failure(command: str, err: Exception, where: str) -> tuple[Any, int] | None
             "takes changes over HTTP)",
             1,
         )
+    if store is not None and isinstance(err, store.StoreUnusable):
+        return err, 1  # the message says what to change: retrying would not help
     if store is not None and isinstance(err, store.StoreCorrupt):
         return f"unreadable store: {err}", 1
     if store is not None and isinstance(err, store.StoreError):

@@ -6,17 +6,22 @@ into store errors, the writer locks, transactions and consistent reads.
 
 Safety rules enforced here:
 
-* **One writer.** A writable connection holds an exclusive lock for its lifetime: an
-  ``flock`` on ``<file>.lock`` beside a SQLite file, ``pg_try_advisory_lock`` on PostgreSQL
-  (taken by the writing session itself, so a killed writer's last commit lands first).
-  A second writer gets :class:`StoreBusy` naming the holder, instead of silently writing
-  behind a running server's back.
+* **One writer per store, whatever reaches it.** A writable connection holds an exclusive
+  lock for its lifetime. SQLite: an ``flock`` on the database file itself, reached through
+  its resolved path, so a symlink, a symlinked directory or a deleted lock file cannot let a
+  second writer in, and a hard-linked database file is refused (:mod:`.locks`). PostgreSQL:
+  ``pg_try_advisory_lock`` keyed by the schema the store's tables resolve to (and the session
+  is pinned to that schema), so every role and search path reaching those tables takes the
+  same lock; it is taken by the writing session itself, so a killed writer's last commit
+  lands first. A second writer gets :class:`StoreBusy` naming the holder, instead of
+  silently writing behind a running server's back.
 * **Read-only opens change nothing**: SQLite is opened with ``mode=ro`` (``immutable=1`` in a
   read-only directory, where no writer can exist), PostgreSQL with read-only transactions;
   no lock is taken and no file is created.
 * **Every failure is a store error**: driver exceptions become :class:`StoreError` (retry),
-  :class:`StoreBusy` (lock held) or :class:`StoreCorrupt` (unreadable contents), each with one
-  line saying what to do.
+  :class:`StoreBusy` (lock held), :class:`StoreCorrupt` (unreadable contents) or
+  :class:`StoreUnusable` (a location that cannot be the store as given: a directory, a
+  read-only file system), each with one line saying what to do.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .errors import StoreBusy, StoreCorrupt, StoreError
+from .errors import StoreBusy, StoreCorrupt, StoreError, StoreUnusable
+from .locks import StoreLock, check_location, os_error, resolved
 
 BUSY_TIMEOUT_S = 5.0
 """How long a statement waits for a lock held by another connection before failing."""
@@ -91,8 +97,15 @@ def driver_errors() -> tuple[type[BaseException], ...]:
 def store_error(location: str, err: BaseException, doing: str) -> StoreError:
     """Translate a driver or OS error into the store error a caller can act on."""
     where = describe(location)
+    if isinstance(err, OSError):
+        return os_error(where, err, doing)
     text = " ".join(str(err).split()) or type(err).__name__
     low = text.lower()
+    if "readonly database" in low or "read-only file system" in low:
+        return StoreUnusable(
+            f"{where}: {doing} failed, the store cannot be written here ({text}); open it "
+            "read-only (inspect, verify, predict) or copy it to a writable place"
+        )
     if any(w in low for w in ("locked", "busy", "could not obtain lock", "lock timeout")):
         return StoreBusy(
             f"{where}: {doing} failed because another connection holds a lock ({text}); "
@@ -114,52 +127,7 @@ def store_error(location: str, err: BaseException, doing: str) -> StoreError:
 def _application_name() -> str:
     """Who we are, for another writer's StoreBusy message (PostgreSQL keeps 63 bytes)."""
     args = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv[:3]))
-    return f"forgetting pid {os.getpid()}: {args}"[:63]
-
-
-class FileLock:
-    """An exclusive ``flock`` on ``<db>.lock`` (released by the kernel if the process dies).
-
-    The holder writes its pid and command line into the file so the next writer's error can
-    say who holds it.
-    """
-
-    def __init__(self, db_path: Path) -> None:
-        import fcntl
-
-        self.path = db_path.with_name(db_path.name + ".lock")
-        try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as err:
-            raise store_error(str(db_path), err, "taking the writer lock") from err
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = self._holder()
-            os.close(self._fd)
-            raise StoreBusy(
-                f"{db_path} is in use by another writer ({holder}); stop it, or open "
-                "read-only for inspect/verify"
-            ) from None
-        except OSError as err:
-            os.close(self._fd)
-            raise store_error(str(db_path), err, "taking the writer lock") from err
-        me = f"pid {os.getpid()}: {' '.join(sys.argv)[:200]}".encode(errors="replace")
-        with contextlib.suppress(OSError):
-            os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, me, 0)
-
-    def _holder(self) -> str:
-        try:
-            text = os.pread(self._fd, 300, 0).decode(errors="replace").strip()
-        except OSError:
-            text = ""
-        return text or "unknown process"
-
-    def release(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = -1
+    return " ".join(f"forgetting pid {os.getpid()}: {args}".split())[:63]
 
 
 class Connection:
@@ -173,13 +141,16 @@ class Connection:
         *,
         create: bool = False,
         read_only: bool = False,
-        lock: bool | FileLock = True,
+        lock: bool | StoreLock = True,
     ):
-        """``lock``: take the writer lock (True), adopt one already taken (a ``FileLock``),
-        or none (False: a scratch file that the caller's lock on another path covers)."""
+        """``lock``: take the writer lock (True), adopt one already taken (a ``StoreLock``
+        on the file, see :mod:`.create`), or none (False: a scratch file of a creation,
+        which the creator's locks cover)."""
         self.location = location
         self.read_only = read_only
-        self._lock: FileLock | None = None
+        self._lock: StoreLock | None = None
+        self._schema_oid: int | None = None
+        """PostgreSQL: the schema the store's tables resolve to (:meth:`_pin_schema`)."""
         self._conn: Any = None
         self._must_reload = False
         """PostgreSQL writer: the writer lock was lost and retaken; another writer may have
@@ -191,32 +162,40 @@ class Connection:
             self._open_sqlite(Path(location), create, lock)
 
     # -- connecting ----------------------------------------------------------------------
-    def _open_sqlite(self, path: Path, create: bool, lock: bool | FileLock) -> None:
+    def _open_sqlite(self, path: Path, create: bool, lock: bool | StoreLock) -> None:
+        """Open the file by its resolved path (so SQLite's -wal/-shm are the real file's,
+        whatever name was given); a directory or a hard-linked file is refused."""
         self.dialect = SQLITE
+        real = resolved(path)
+        found = check_location(path, real)
         if not create:
-            if not path.exists():
+            if found is None:
                 raise FileNotFoundError(f"no store at {path}; create one with `forgetting fit`")
-            if path.is_file() and path.stat().st_size == 0:
+            if found.st_size == 0:
                 raise StoreCorrupt(
                     f"{path} is an empty file, not a forgetting store; create one with "
                     "`forgetting fit`"
                 )
+        self._path = real
+        if self.read_only:
+            return  # a connection per read: see _read_only_connection
         try:
-            if self.read_only:
-                self._path = path
-                return  # a connection per read: see _read_only_connection
-            if isinstance(lock, FileLock):
+            if isinstance(lock, StoreLock):
                 self._lock = lock
             elif lock:
-                self._lock = FileLock(path)
+                self._lock = StoreLock(path)
             self._conn = sqlite3.connect(
-                str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+                str(real), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
             )
             for pragma in SQLITE_PRAGMAS:
                 self._conn.execute(f"PRAGMA {pragma}")
-        except sqlite3.Error as err:
+            if self._lock is not None:
+                self._lock.still_named()  # the file opened is the file locked
+        except BaseException as err:
             self.close()
-            raise store_error(str(path), err, "opening the store") from err
+            if isinstance(err, sqlite3.Error):
+                raise store_error(str(path), err, "opening the store") from err
+            raise
 
     def _open_postgres(self) -> None:
         import psycopg
@@ -226,9 +205,11 @@ class Connection:
             self._connect_postgres()
             if not self.read_only:
                 self._take_advisory_lock()
-        except psycopg.Error as err:
+        except BaseException as err:
             self.close()
-            raise store_error(self.location, err, "opening the store") from err
+            if isinstance(err, psycopg.Error):
+                raise store_error(self.location, err, "opening the store") from err
+            raise
 
     def _connect_postgres(self) -> None:
         import psycopg
@@ -240,6 +221,54 @@ class Connection:
         self._conn = psycopg.connect(
             self.location, autocommit=False, options=options, application_name=_application_name()
         )
+        try:
+            self._pin_schema()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._conn.close()  # no session of ours goes on with another search_path
+            raise
+
+    def _pin_schema(self) -> None:
+        """Find the schema this store's tables live in and make it the session's only one.
+
+        Unqualified names resolve through the role's ``search_path``: a role with a schema
+        of its own (first in its default ``"$user", public``) has a different
+        ``current_schema()`` from the owner's, yet reaches the same tables in ``public``.
+        The store's schema is the one its ``meta`` table resolves to (or, before the store
+        exists, the schema a new table would be created in), found once per connection
+        object; every session of it then sets ``search_path`` to that schema alone, so
+        creation, reads, writes and the writer lock (:meth:`_advisory_key`) all name the same
+        tables whatever the role or its search path.
+        """
+        conn = self._conn
+        with conn.cursor() as cur:
+            if self._schema_oid is None:
+                cur.execute(
+                    "SELECT COALESCE((SELECT relnamespace FROM pg_class "
+                    "WHERE oid = to_regclass('meta')), "
+                    "(SELECT oid FROM pg_namespace WHERE nspname = current_schema()))"
+                )
+                found = cur.fetchone()[0]
+                if found is None:
+                    conn.rollback()
+                    raise StoreUnusable(
+                        f"{describe(self.location)}: no store tables are visible and no schema "
+                        "of the search_path exists to create them in; create a schema or set "
+                        "the role's search_path"
+                    )
+                self._schema_oid = int(found)
+            cur.execute(
+                "SELECT set_config('search_path', quote_ident(nspname), false) "
+                "FROM pg_namespace WHERE oid = %s",
+                (self._schema_oid,),
+            )
+            if cur.fetchone() is None:
+                conn.rollback()
+                raise StoreError(
+                    f"{describe(self.location)}: the schema holding the store was dropped; "
+                    "nothing was acknowledged"
+                )
+        conn.commit()  # a session setting made in a rolled-back transaction would be undone
 
     @staticmethod
     def _alive(conn: Any) -> bool:
@@ -279,9 +308,14 @@ class Connection:
             )
 
     def _advisory_key(self, cur) -> int:
-        cur.execute("SELECT current_database(), current_schema()")
-        db, schema = cur.fetchone()
-        digest = hashlib.blake2b(f"forgetting-store:{db}:{schema}".encode(), digest_size=8)
+        """The writer lock's key: the database and the schema the store's tables are in
+        (:meth:`_pin_schema`), the same for every role and search path reaching them. Not a
+        store id kept in ``meta``: ``create(..., overwrite=True)`` replaces the tables (and
+        would replace such an id) while its writer must keep holding the same lock."""
+        cur.execute("SELECT current_database()")
+        db = cur.fetchone()[0]
+        name = f"forgetting-store:{db}:{self._schema_oid}"
+        digest = hashlib.blake2b(name.encode(), digest_size=8)
         return int.from_bytes(digest.digest(), "big", signed=True)
 
     def _take_advisory_lock(self) -> None:

@@ -4,6 +4,14 @@ SQLite: the store is written to a temporary file beside the target in one transa
 renamed into place, so a crash leaves either no store (or the old one) or the complete new
 one. PostgreSQL: one transaction. The writer lock of the target is taken first, so a running
 server makes creation raise :class:`StoreBusy` before any fitting.
+
+SQLite's locks (:mod:`.locks`), in order: the creators' lock of the path (``<real>.lock``:
+one creation at a time, even while no file exists), the writer lock of the file being
+replaced (a running writer refuses the creation), then the writer lock of the new file,
+taken before it is renamed into place: from the moment the new file has the store's name,
+its writer holds it. Just before the rename the target is checked to be the file that was
+locked (or still absent), so a creation never replaces a store another creator made
+meanwhile.
 """
 
 from __future__ import annotations
@@ -14,9 +22,11 @@ from pathlib import Path
 
 from ..io.model_format import dumps
 from ..persistence import library_versions
-from .connection import FileLock, is_postgres
+from .connection import is_postgres
 from .decode import Loaded
 from .encode import KEY_KIND, META_KIND, PRIVACY_KIND, SCHEMA_KIND, records
+from .errors import StoreBusy
+from .locks import PathLock, StoreLock, check_location, resolved
 from .sql import SQLStore
 
 
@@ -44,31 +54,62 @@ def create_store(
             raise
         return store, _fresh(estimator, info)
     path = Path(location)
-    if path.exists() and not overwrite:
+    real = resolved(path)
+    if check_location(path, real, allow_links=True) is not None and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
-    lock = FileLock(path)
+    creating = PathLock(path)
+    old: StoreLock | None = None
+    new: StoreLock | None = None
+    store: SQLStore | None = None
     try:
-        _remove_partial_creations(path)
+        if check_location(path, real, allow_links=True) is not None:
+            old = StoreLock(path, replacing=True)  # a running writer refuses the creation
+        _remove_partial_creations(real)
         _fit(estimator, X, y, ids)
-        tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
+        tmp = real.with_name(f".{real.name}.creating-{os.getpid()}")
         scratch = SQLStore(str(tmp), create=True, lock=False)
         try:
             info = _write_new(scratch, estimator, feature_names, store_key)
             scratch.purge_logs()
         finally:
             scratch.close()
+        new = StoreLock(tmp)
+        _check_unchanged(path, real, old)
         for suffix in ("-wal", "-shm"):  # a stale log would be replayed onto the new file
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{path}{suffix}")
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-        store = SQLStore(str(path), lock=lock)
+                os.unlink(f"{real}{suffix}")
+        os.replace(tmp, real)
+        new.renamed(path)
+        _fsync_dir(real.parent)
+        store = SQLStore(str(path), lock=new)
         store.meta()
     except BaseException:
-        lock.release()
-        _remove_partial_creations(path)
+        if store is not None:
+            store.close()  # releases ``new`` too
+        if new is not None:
+            new.release()
+        _remove_partial_creations(real)
         raise
+    finally:
+        if old is not None:
+            old.release()
+        creating.release()
     return store, _fresh(estimator, info)
+
+
+def _check_unchanged(path: Path, real: Path, old: StoreLock | None) -> None:
+    """The target is still the file whose lock ``old`` holds (or still absent): no other
+    creator replaced it meanwhile (possible only if the creators' lock file was deleted)."""
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    same = st is None if old is None else st is not None and (st.st_dev, st.st_ino) == old.key
+    if not same:
+        raise StoreBusy(
+            f"{path} was created or replaced by another process during this creation; "
+            "nothing was written, retry"
+        )
 
 
 def _fit(estimator, X, y, ids) -> None:

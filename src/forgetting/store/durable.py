@@ -124,7 +124,9 @@ class DurableModel:
 
         ``read_only=True`` creates and modifies nothing (not even a lock file) and refuses
         changes; a writable open takes the store's writer lock for its lifetime
-        (:class:`StoreBusy` if another writer holds it). ``secret_key`` is the key the model
+        (:class:`StoreBusy` if another writer holds it, through whatever path, link or
+        PostgreSQL role; :class:`StoreUnusable` for a directory, a hard-linked file or, for
+        a writer, a read-only file system). ``secret_key`` is the key the model
         was fitted with, unless it was stored with ``store_key=True`` or derived.
         """
         store = SQLStore(str(location), read_only=read_only)
@@ -251,11 +253,16 @@ class DurableModel:
         return info
 
     def verify(self) -> dict:
-        """Refit every instance from the stored rows alone and compare state digests.
+        """Refit every instance from the stored rows alone and compare state digests, and
+        check the contribution tables against the rows.
 
         The refit restores the store's rows with no schema at all, so every instance is
         trained again from the rows (exactly what a fit on them does), whatever the label
-        type and whether some rows are unlabeled.
+        type and whether some rows are unlabeled. The contributions are what a reopen
+        restores instances from, and a read ignores those of no row: ``problems`` lists, one
+        line each, orphan contributions, labeled rows missing theirs under a stored schema
+        and stale ones (:meth:`SQLStore.contribution_problems`). ``ok`` needs equal digests
+        and no problem.
         """
         started = time.perf_counter()
         if self._store.read_only:
@@ -279,10 +286,12 @@ class DurableModel:
             fresh = restore_estimator(snapshot, secret_key=self.estimator.secret_key)
             fresh.wait_for_rebuilds()
             refit = fresh.state_digest()
+            problems = self._store.contribution_problems()
         return {
-            "ok": refit == digest,
+            "ok": refit == digest and not problems,
             "state_digest": digest,
             "refit_digest": refit,
+            "problems": problems,
             "n_rows": len(rows.ids),
             "seconds": time.perf_counter() - started,
         }

@@ -18,3 +18,9 @@ class StoreBusy(StoreError):
 
 class StoreCorrupt(StoreError, ValueError):
     """The store's contents are unreadable or fail their integrity checks (tampered?)."""
+
+
+class StoreUnusable(StoreError):
+    """The location cannot be this store as given (a directory, a read-only file system or
+    no write permission for a writer, a hard-linked database file): retrying does not help;
+    the message says what to change."""

@@ -35,12 +35,12 @@ from .connection import (
     POSTGRES,
     SQLITE,
     Connection,
-    FileLock,
     describe,
     driver_errors,
     store_error,
 )
 from .errors import StoreCorrupt, StoreError
+from .locks import StoreLock
 
 FORMAT = "forgetting-store-v3"
 """v1 stores held pickles; they are refused (opening one could run code). v2 stores (the
@@ -69,10 +69,10 @@ class SQLStore(Connection):
         *,
         create: bool = False,
         read_only: bool = False,
-        lock: bool | FileLock = True,
+        lock: bool | StoreLock = True,
     ):
-        """``lock``: take the writer lock (True), adopt one already taken (a ``FileLock``),
-        or none (False: a scratch file that the caller's lock on another path covers)."""
+        """``lock``: take the writer lock (True), adopt one already taken (a ``StoreLock``),
+        or none (False: a scratch file of a creation, which the creator's locks cover)."""
         self.n_instances = 0
         self.format = FORMAT  # what meta says, once read: FORMAT_V2 until upgraded
         super().__init__(location, create=create, read_only=read_only, lock=lock)
@@ -357,6 +357,74 @@ class SQLStore(Connection):
                 ) from None
             out.append(receipt)
         return out
+
+    # -- audits -------------------------------------------------------------------------
+    def contribution_problems(self) -> list[str]:
+        """What the contributions hold that the rows and schemas do not explain, one line per
+        defect (empty for a sound store), read in one transaction: contributions of no
+        labeled row (orphans, e.g. of a row deleted behind a writer's back), labeled rows
+        without their contribution to an instance whose schema is stored (missing), any
+        contribution of an instance stored without a schema (stale), and contribution tables
+        of no instance. :meth:`~forgetting.store.durable.DurableModel.verify` reports them.
+        """
+
+        def check(cur) -> list[str]:
+            self.meta(cur)
+            schemas = self.execute(
+                cur, "SELECT instance FROM schemas WHERE body IS NOT NULL"
+            ).fetchall()
+            has_schema = {int(r) for (r,) in schemas}
+            problems = []
+            for r in range(self.n_instances):
+                problems += self._contribution_problems(cur, r, r in has_schema)
+            if self.format != FORMAT_V2:
+                for table in self._contrib_tables(cur):
+                    if int(table.removeprefix("contrib_")) >= self.n_instances:
+                        problems.append(
+                            f"table {table}: a contribution table of no instance "
+                            f"(n_instances is {self.n_instances})"
+                        )
+            return problems
+
+        return self.read(check, "checking the contributions")
+
+    def _contribution_problems(self, cur, r: int, has_schema: bool) -> list[str]:
+        """:meth:`contribution_problems` of instance ``r``."""
+        if self.format == FORMAT_V2:  # column c_r of rows: a row's contribution has its row
+            where = f"column c{r} of table rows"
+            orphans = f"SELECT COUNT(*) FROM rows WHERE target IS NULL AND c{r} IS NOT NULL"
+            missing = f"SELECT COUNT(*) FROM rows WHERE target IS NOT NULL AND c{r} IS NULL"
+            stale = f"SELECT COUNT(*) FROM rows WHERE c{r} IS NOT NULL"
+        else:
+            table = contrib_table(r)
+            where = f"table {table}"
+            orphans = (
+                f"SELECT COUNT(*) FROM {table} c LEFT JOIN rows ON rows.id_key = c.id_key "
+                "WHERE rows.id_key IS NULL OR rows.target IS NULL"
+            )
+            missing = (
+                f"SELECT COUNT(*) FROM rows LEFT JOIN {table} c ON c.id_key = rows.id_key "
+                "WHERE rows.target IS NOT NULL AND c.id_key IS NULL"
+            )
+            stale = f"SELECT COUNT(*) FROM {table}"
+        problems = []
+        if has_schema:
+            n = int(self.execute(cur, orphans).fetchone()[0])
+            if n:
+                problems.append(f"{where}: {n} orphan contribution(s), of no labeled row in rows")
+            n = int(self.execute(cur, missing).fetchone()[0])
+            if n:
+                problems.append(
+                    f"{where}: {n} labeled row(s) missing their contribution while instance "
+                    f"{r} has a stored schema"
+                )
+        else:
+            n = int(self.execute(cur, stale).fetchone()[0])
+            if n:
+                problems.append(
+                    f"{where}: {n} stale contribution(s) while instance {r} has no stored schema"
+                )
+        return problems
 
     def count(self, table: str) -> int:
         if table not in TABLES and not is_contrib_table(table):
