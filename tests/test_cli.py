@@ -799,3 +799,13 @@ def test_a_store_without_recorded_names_is_matched_by_width(tmp_path, capsys):
         capsys, "predict", "--store", store, "--data", tmp_path / "d.csv", "--feature-cols", "f0"
     )
     assert code == 2 and "fitted with 6" in _one_error_line(err)
+
+
+def test_a_store_error_that_already_says_retry_says_it_once():
+    from forgetting.cli.errors import _failure
+    from forgetting.store.errors import StoreError
+
+    message, code = _failure("forget", StoreError("database is locked; retry in a moment"), "")
+    assert code == 1 and str(message).count("retry") == 1
+    message, _ = _failure("forget", StoreError("disk I/O error"), "")
+    assert str(message).endswith("the change was not acknowledged; retry later")

@@ -404,3 +404,20 @@ def test_busy_connections_are_never_closed_and_a_new_one_gets_503(guarded_server
         assert sock.recv(1024).startswith(b"HTTP/1.1 200")
         sock.close()
     extra.close()
+
+
+def test_a_retried_forget_over_a_receipt_nested_past_the_recursion_limit_is_refused(served):
+    """The store's own receipt reader turns a body JSON cannot parse within the recursion
+    limit into StoreCorrupt (one line), so a forget retry — by HTTP or by the Python API —
+    is refused instead of crashing with a RecursionError."""
+    from forgetting.store.errors import StoreCorrupt
+
+    model, client, path, _, _ = served
+    _valid_receipt(client)
+    _tamper(path, _deep(100_000))
+    digest = model.state_digest()
+    r = client.post("/forget", json={"ids": [8]}, headers=AUTH)
+    assert r.status_code == 409 and "damaged" in r.json()["detail"], r.text[:300]
+    with pytest.raises(StoreCorrupt, match="unreadable receipt"):
+        model.forget([8])
+    assert model.state_digest() == digest

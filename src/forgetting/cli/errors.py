@@ -118,7 +118,8 @@ def _failure(command: str, err: Exception, where: str) -> tuple[Any, int] | None
         return f"unreadable store: {err}", 1
     if store is not None and isinstance(err, store.StoreError):
         unacknowledged = "the change was not acknowledged; " if command in WRITERS else ""
-        return f"{err}; {unacknowledged}retry later", 1
+        retry = "" if "retry" in str(err) else "retry later"  # said once, not twice
+        return f"{err}; {unacknowledged}{retry}".rstrip("; "), 1
     if isinstance(err, KeyError):
         message = err.args[0] if err.args else "unknown key"
         return f"{message}; nothing was changed", 1

@@ -28,7 +28,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, HTTPException, Path, status
 
 from .. import __version__
-from ..store.errors import StoreCorrupt, StoreError
+from ..store.errors import ReceiptCorrupt, StoreCorrupt, StoreError
 from .auth import token_dependency
 from .batcher import PredictBatcher
 from .config import ServiceConfig
@@ -213,6 +213,8 @@ def _add_writes(router: APIRouter, routes: _Routes) -> None:
             with write_lock:
                 recovery.require_available()
                 reply = model.forget(list(body.ids), erase_inputs=body.erase_inputs)
+        except ReceiptCorrupt as err:  # a retry whose stored receipt the store cannot read
+            raise damaged_receipt("of these ids", err) from None
         except StoreError:
             raise
         except KeyError as err:

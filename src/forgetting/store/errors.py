@@ -20,6 +20,11 @@ class StoreCorrupt(StoreError, ValueError):
     """The store's contents are unreadable or fail their integrity checks (tampered?)."""
 
 
+class ReceiptCorrupt(StoreCorrupt):
+    """A stored receipt is unreadable: the rows and model may be sound, but the evidence of
+    a past change was altered (the service answers 409 rather than "retry later")."""
+
+
 class StoreUnusable(StoreError):
     """The location cannot be this store as given (a directory, a read-only file system or
     no write permission for a writer, a hard-linked database file): retrying does not help;

@@ -39,7 +39,7 @@ from .connection import (
     driver_errors,
     store_error,
 )
-from .errors import StoreCorrupt, StoreError
+from .errors import ReceiptCorrupt, StoreCorrupt, StoreError
 from .locks import StoreLock
 
 FORMAT = "forgetting-store-v3"
@@ -350,8 +350,9 @@ class SQLStore(Connection):
                 receipt = json.loads(body)
                 if not isinstance(receipt, dict):
                     raise ValueError("not an object")
-            except (TypeError, ValueError) as err:
-                raise StoreCorrupt(
+            except (TypeError, ValueError, RecursionError) as err:
+                err = err if not isinstance(err, RecursionError) else "nested too deeply"
+                raise ReceiptCorrupt(
                     f"{describe(self.location)}: table receipts holds an unreadable receipt "
                     f"({err}); the store is damaged"
                 ) from None
