@@ -104,6 +104,12 @@ def model_scores(data: Data, model: Any) -> dict[str, float]:
     return score(data, model.predict(data.X_test), getattr(model, "classes_", None), proba)
 
 
+def score_raw(data: Data, model: Any) -> dict[str, float]:
+    """Test metrics of a model fitted on ``data.raw_train`` (the raw DataFrame)."""
+    proba = model.predict_proba(data.raw_test) if data.classification else None
+    return score(data, model.predict(data.raw_test), getattr(model, "classes_", None), proba)
+
+
 def timed_fit(model: Any, data: Data, ids: np.ndarray | None = None) -> float:
     started = time.perf_counter()
     model.fit(data.X_train, data.y_train, ids if ids is not None else np.arange(data.n_train))
