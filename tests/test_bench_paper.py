@@ -328,10 +328,13 @@ def test_accuracy_only_run_with_raw_anchor(tmp_path):
     except DatasetUnavailableError as err:
         source_missing(err)
     argv = ["--datasets", "credit", "--quick", "--stages", "accuracy", "--modes", "exact",
-            "--width-depth", "", "--out", str(tmp_path), "--name", "acc"]  # fmt: skip
+            "--width-depth", "", "--out", str(tmp_path), "--name", "acc",
+            "--why", "a test of the subset options"]  # fmt: skip
     assert main(argv) == 0
     md = (tmp_path / "acc.md").read_text()
     assert "Stages run**: accuracy; QSS modes: exact; not run: exactness, deletion" in md
+    assert "(given with `--why`): a test of the subset options" in md
+    assert "not in this one: digits, mnist" in md and "timing rounds" not in md
     for slug in ("exactness", "deletion_cost", "rho_sweep", "width_vs_depth"):
         assert not (tmp_path / f"acc-{slug}.csv").exists(), slug
     _, runs = _read(tmp_path / "acc-accuracy_per_seed.csv")

@@ -108,6 +108,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help=f"tiny run for tests: ≤ {QUICK_N_TRAIN} training rows, 1 seed, ρ sweep "
         f"{QUICK_SWEEP_RHOS}, b × ℓ {QUICK_WIDTHS} × {QUICK_DEPTHS} on digits",
     )
+    parser.add_argument(
+        "--why",
+        default="",
+        help="a sentence saying why this run is scaled down (written into the notes)",
+    )
     parser.add_argument("--out", default="benchmarks/results", help="output folder")
     parser.add_argument("--name", default="paper", help="results file name prefix")
     return parser

@@ -27,6 +27,7 @@ from forgetting_lab.bench.anchors import (
 
 from .data import (
     D0_BATCHES,
+    DEFAULT_DATASETS,
     EXACT_GAP_HIGH_K_PP,
     EXACT_GAP_LOW_K_PP,
     EXACTNESS_BATCHES,
@@ -100,18 +101,39 @@ def scaled_down(args: argparse.Namespace, results: Results) -> list[str]:
             + (f"; not run: {', '.join(left)} (their tables are left out)" if left else "")
             + "."
         )
+    parts = [
+        f"{os.cpu_count()} shared CPU cores and no accelerator, so features are frozen CPU "
+        "encoders (HOG for the 28×28 images, MiniLM-L6 for sentences) instead of the paper's "
+        "CLIP features on an A100",
+        f"{args.seeds} seed(s)",
+    ]
+    if "deletion" in stages:
+        parts.append(
+            f"{N_TIMING_ROUNDS} timing rounds per set (each retrains a SISA shard and rebuilds a "
+            "QSS instance per mode, the slow part)"
+        )
+    if "exactness" in stages:
+        parts.append(f"{sum(EXACTNESS_BATCHES)} deletions per exactness check")
+    if widths:
+        parts.append(
+            f"the width × depth grid on {widths} (it fits one label-mode model per (b, ℓ))"
+        )
+    ran = {d.dataset for d in results.datas}
+    left_out = [n for n in DEFAULT_DATASETS.split(",") if n not in ran]
+    if left_out:
+        parts.append(f"sets of the full run not in this one: {', '.join(left_out)}")
+    if getattr(args, "no_lgbm", False) and "adult" in ran:
+        parts.append("no Adult+lgbm row (`--no-lgbm`)")
     out.append(
-        f"* **Scaled down, and why**: {os.cpu_count()} shared CPU cores and no accelerator, so "
-        "features are frozen CPU encoders (HOG for the 28×28 images, MiniLM-L6 for sentences) "
-        "instead of the paper's CLIP features on an A100; "
-        f"{args.seeds} seed(s); {N_TIMING_ROUNDS} timing rounds per set (each retrains a SISA "
-        "shard and rebuilds a QSS instance per mode, the slow part); "
-        f"{sum(EXACTNESS_BATCHES)} deletions per exactness check; the width × depth grid "
-        f"on {widths or 'no set'} (it fits one label-mode model per (b, ℓ)). "
-        f"{len(results.datas)} set(s) ran at the sizes listed under Subsamples; the largest "
+        "* **Scaled down, and why**: "
+        + "; ".join(parts)
+        + f". {len(results.datas)} set(s) ran at the sizes listed under Subsamples; the largest "
         "training set here is far below the paper's 1.4M rows, so the 300k-row latency target "
         "is the core benchmark's (`python -m forgetting_lab.bench.core`)."
     )
+    why = getattr(args, "why", "")
+    if why:
+        out.append(f"* **Why this run is scaled down** (given with `--why`): {why}")
     return out
 
 
