@@ -230,3 +230,19 @@ def test_seeded_split_and_raw_length_contract() -> None:
         Dataset("t", "classification", X, y, X, y, "d", "s", raw_train=[0, 0], raw_test=[0] * 3)
     with pytest.raises(ValueError, match="both"):
         Dataset("t", "classification", X, y, X, y, "d", "s", raw_train=[0] * 3)
+
+
+def test_adult_and_diamonds_give_their_raw_rows() -> None:
+    adult = _load("adult", n_train=300, subsample_seed=4)
+    raw = adult.raw_train
+    assert raw.shape == (300, 14) and len(adult.raw_test) == 16281
+    assert isinstance(raw["workclass"].dtype, pd.CategoricalDtype)
+    assert "?" not in raw["workclass"].cat.categories  # missing is NaN, not a category
+    encoded = adult.X_train[:, fd.adult.ADULT_NUMERIC.index("age")].astype(np.float64)
+    age = raw["age"].to_numpy()
+    assert np.corrcoef(encoded, age)[0, 1] > 0.999  # the same rows, in the same order
+    test_raw = adult.raw_test
+    assert test_raw["occupation"].isna().sum() == 966  # '?' in adult.test's occupation
+    diamonds = _load("diamonds", n_train=200)
+    assert diamonds.raw_train.shape == (200, 9) and "price" not in diamonds.raw_train
+    assert list(diamonds.raw_train["cut"].cat.categories)[0] == "Fair"
