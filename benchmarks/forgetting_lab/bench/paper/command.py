@@ -8,6 +8,7 @@ leaves its evidence.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -203,7 +204,7 @@ def main(
         args.rho_list = list(QUICK_SWEEP_RHOS)
         args.width_depth_map = {"digits": QUICK_N_TRAIN} if args.width_depth else {}
         args.width_list, args.depth_list = list(QUICK_WIDTHS), list(QUICK_DEPTHS)
-    command = " ".join([prog, *argv])
+    command = " ".join([prog, shlex.join(argv)]) if argv else prog  # quoted: reruns as is
     started = time.perf_counter()
 
     def checkpoint(results: Results) -> None:
