@@ -377,3 +377,36 @@ def test_anchor_target_bands():
     assert "−" not in row["evidence"] and "-2.00 pp vs HGB" in row["evidence"]
     slow = runs("reg", "rmse", **{"QSS-E": 1.03, "HGB": 1.0})
     assert anchor_target([reg], slow)["met"] is False
+
+
+def test_anchor_builders_per_kind_of_set():
+    """HGB and SISA-HGB everywhere; LR for classes; the MLP on frozen-embedding sets only, with
+    the documented settings; HGB raw only with a raw frame."""
+    from forgetting_lab.bench import anchors
+
+    tabular = anchors.anchor_builders("adult", True, raw=True)
+    assert set(tabular) == {"SISA-HGB", "HGB", "LR", "HGB raw"}
+    assert tabular["HGB raw"][1] is True and tabular["HGB"][1] is False
+    assert set(anchors.anchor_builders("diamonds", False, raw=False)) == {"SISA-HGB", "HGB"}
+    embedding = anchors.anchor_builders("sentiment", True, raw=False)
+    mlp = embedding["MLP"][0](3)
+    assert mlp.random_state == 3 and mlp.hidden_layer_sizes == (256,) and mlp.early_stopping
+    assert embedding["LR"][0](0).max_iter == anchors.LR_MAX_ITER
+    hgb = tabular["HGB raw"][0](5)
+    assert hgb.random_state == 5 and hgb.categorical_features == "from_dtype"
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 4)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(int)
+    assert anchors.fit_anchor(embedding["MLP"][0](0), X, y) > 0
+    sisa = tabular["SISA-HGB"][0](1)
+    assert anchors.fit_anchor(sisa, X, y) > 0 and len(sisa.estimators_) == anchors.N_SHARDS
+
+
+def test_has_native_columns():
+    pd = pytest.importorskip("pandas")
+    from forgetting_lab.bench.anchors import has_native_columns
+
+    assert not has_native_columns(None)
+    assert not has_native_columns(pd.DataFrame({"a": [1.0, 2.0]}))
+    assert has_native_columns(pd.DataFrame({"a": [1.0, np.nan]}))
+    assert has_native_columns(pd.DataFrame({"c": pd.Categorical(["x", "y"])}))
