@@ -337,6 +337,7 @@ def test_accuracy_only_run_with_raw_anchor(tmp_path):
     assert "not in this one: digits, mnist" in md and "timing rounds" not in md
     for slug in ("exactness", "deletion_cost", "rho_sweep", "width_vs_depth"):
         assert not (tmp_path / f"acc-{slug}.csv").exists(), slug
+    assert not list(tmp_path.glob("*.png")) and ".png" not in md  # no empty panels
     _, runs = _read(tmp_path / "acc-accuracy_per_seed.csv")
     models = {r["model"] for r in runs}
     assert "QSS-L" not in models and {"QSS-E", "g-only", "HGB", "HGB raw", "LR"} <= models

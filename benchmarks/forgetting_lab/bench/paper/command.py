@@ -222,7 +222,9 @@ def main(
         if rho_sweep_figure(results.sweep, sweep_png, command):
             figures["ρ sweep: accuracy gap to SISA vs expected-cost speedup"] = sweep_png.name
         wd_png = out / f"{args.name}-width_depth.png"
-        if width_depth_figure(results.width_depth, results.purity, wd_png, command):
+        if results.width_depth and width_depth_figure(
+            results.width_depth, results.purity, wd_png, command
+        ):
             figures["Width vs depth, and level-1 cell purity"] = wd_png.name
     except ImportError as err:  # the tables are the evidence; say why the figures are missing
         results.skipped.append(f"figures: {err}")
