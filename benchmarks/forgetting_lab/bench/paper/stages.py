@@ -18,7 +18,6 @@ import numpy as np
 from tqdm import tqdm
 
 from forgetting._rowwise import one_blas_thread
-from forgetting_lab.bench.anchors import anchor_builders, fit_anchor
 from forgetting_lab.bench.costs import (
     expected_cost,
     forget_and_predict,
@@ -41,6 +40,7 @@ from .data import (
     min_schema_rows,
 )
 from .models import (
+    anchor_scores,
     build_seconds,
     codebook_shape,
     g_only_outputs,
@@ -49,7 +49,6 @@ from .models import (
     make_sisa,
     model_scores,
     score,
-    score_raw,
     timed_fit,
 )
 
@@ -66,30 +65,6 @@ class SeedZero:
     """(b, ℓ, |D°|) of instance 0 at fit time, per mode."""
     fit_s: dict[str, float]
     """Seconds of each QSS mode's seed-0 fit: the retrain a deletion is compared with."""
-
-
-def anchor_scores(
-    data: Data, seed: int, cache: dict
-) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """Test metrics and fit seconds of every anchor that applies to ``data`` at ``seed`` (see
-    :mod:`forgetting_lab.bench.anchors`), fitted once per (dataset, seed): the LightGBM
-    variant of Adult shares them with the one-hot row. The fitted models are dropped."""
-    scores: dict[str, dict[str, float]] = {}
-    fit_s: dict[str, float] = {}
-    builders = anchor_builders(data.dataset, data.classification, data.raw_train is not None)
-    for label, (build, raw) in builders.items():
-        key = (data.dataset, seed, label)
-        if key not in cache:
-            model = build(seed)
-            if raw:
-                seconds = fit_anchor(model, data.raw_train, data.y_train)
-                cache[key] = (score_raw(data, model), seconds)
-            else:
-                seconds = fit_anchor(model, data.X_train, data.y_train)
-                cache[key] = (model_scores(data, model), seconds)
-            del model
-        scores[label], fit_s[label] = cache[key]
-    return scores, fit_s
 
 
 def accuracy_stage(
