@@ -20,6 +20,7 @@ from forgetting_lab.bench.paper import (
 )
 
 TABLES = {
+    "anchors": paper.ANCHOR_COLUMNS,
     "accuracy": paper.ACCURACY_COLUMNS,
     "regression": paper.REGRESSION_COLUMNS,
     "deletion_cost": paper.DELETION_COLUMNS,
@@ -52,7 +53,25 @@ def test_quick_run_writes_every_table_and_figure(tmp_path, capsys):
     (acc,) = tables["accuracy"]
     assert acc["dataset"] == "digits" and "±" in acc["QSS-L"]
     assert "ρ raised" in acc["note"]  # 800 rows are too few for ρ = 0.5 %: said, not hidden
-    assert {r["model"] for r in tables["regression"]} == set(paper.MODELS)
+    assert {r["model"] for r in tables["regression"]} == set(paper.MODELS) | {"HGB", "SISA-HGB"}
+    anchors = {r["dataset"]: r for r in tables["anchors"]}
+    assert set(anchors) == {"digits", "diabetes"}
+    digits, diabetes = anchors["digits"], anchors["diabetes"]
+    assert digits["metric"] == "accuracy" and diabetes["metric"] == "rmse"
+    assert digits["best full-data"] in ("HGB", "LR", "exact ridge")
+    assert digits["MLP"] == "nan" and digits["HGB raw"] == "nan"  # not an embedding/raw set
+    best = max(float(digits[m]) for m in ("HGB", "LR", "exact ridge"))
+    assert float(digits["best"]) == pytest.approx(best)
+    gap = 100 * (float(digits["QSS-E"]) - best)
+    assert float(digits["gap (pp; RMSE %)"]) == pytest.approx(gap, abs=0.006)
+    best_rmse = min(float(diabetes[m]) for m in ("HGB", "exact ridge"))
+    rmse_gap = 100 * (float(diabetes["QSS-E"]) - best_rmse) / best_rmse
+    assert float(diabetes["gap (pp; RMSE %)"]) == pytest.approx(rmse_gap, abs=0.006)
+    for row in anchors.values():
+        assert all(float(row[f"fit_s {m}"]) > 0 for m in ("QSS-E", "HGB", "SISA", "SISA-HGB"))
+    assert "Δ(QSS-E−best) pp" in acc and float(acc["Δ(QSS-E−best) pp"]) == pytest.approx(
+        gap, abs=0.006
+    )
     exact = tables["exactness"]
     assert {(r["dataset"], r["mode"]) for r in exact} == {
         (d, m) for d in ("digits", "diabetes") for m in ("QSS-E", "QSS-L")
@@ -86,7 +105,8 @@ def test_quick_run_writes_every_table_and_figure(tmp_path, capsys):
     assert {r["dataset"] for r in paper_rho} == {"digits", "diabetes"}
     assert all(int(r["schema_rows"]) >= 50 for r in paper_rho)
     targets = [r["target"] for r in tables["targets"]]
-    assert len(targets) == 6
+    assert len(targets) == 7
+    assert any("of the best full-data model" in t for t in targets)
     assert any("QSS-E within 1 pp of SISA" in t for t in targets)
     assert any("p50 ≤ 1 ms" in t for t in targets)
     assert "the issue" not in md.lower()
@@ -95,6 +115,7 @@ def test_quick_run_writes_every_table_and_figure(tmp_path, capsys):
         assert len({line.count("|") for line in block.splitlines()}) == 1, block[:200]
     assert "What this run measured" in md and "`--quick`**: a smoke test" in md
     assert "How to read this" in md and "Accuracy" in capsys.readouterr().out
+    assert "Anchors (the headline)" in md and "max_iter = 1000" in md
     pytest.importorskip("matplotlib")
     for png in ("tiny-rho_sweep.png", "tiny-width_depth.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -293,3 +314,100 @@ def test_letter_is_a_paper_set():
     assert data.X_test.shape == (4000, 16) and data.full_train == 16_000
     assert data.rho * 400 >= 5 * 26 and "ρ raised" in data.notes[0]
     assert resolve_rho(16_000, 26)[0] == 0.01  # 80 rows at 0.5 % < 5·26
+
+
+def test_accuracy_only_run_with_raw_anchor(tmp_path):
+    """``--stages accuracy --modes exact``: QSS-E against the anchors only, the skipped stages'
+    tables left out and said so; a mixed table gets the HGB raw anchor on its DataFrame."""
+    from conftest import source_missing
+
+    from forgetting_lab.datasets import DatasetUnavailableError
+
+    try:
+        paper.load_data("credit", 50)
+    except DatasetUnavailableError as err:
+        source_missing(err)
+    argv = ["--datasets", "credit", "--quick", "--stages", "accuracy", "--modes", "exact",
+            "--width-depth", "", "--out", str(tmp_path), "--name", "acc",
+            "--why", "a test of the subset options"]  # fmt: skip
+    assert main(argv) == 0
+    md = (tmp_path / "acc.md").read_text()
+    assert "Stages run**: accuracy; QSS modes: exact; not run: exactness, deletion" in md
+    assert "(given with `--why`): a test of the subset options" in md
+    assert "not in this one: digits, mnist" in md and "timing rounds" not in md
+    for slug in ("exactness", "deletion_cost", "rho_sweep", "width_vs_depth"):
+        assert not (tmp_path / f"acc-{slug}.csv").exists(), slug
+    assert not list(tmp_path.glob("*.png")) and ".png" not in md  # no empty panels
+    _, runs = _read(tmp_path / "acc-accuracy_per_seed.csv")
+    models = {r["model"] for r in runs}
+    assert "QSS-L" not in models and {"QSS-E", "g-only", "HGB", "HGB raw", "LR"} <= models
+    (row,) = _read(tmp_path / "acc-anchors.csv")[1]
+    assert row["dataset"] == "credit" and float(row["HGB raw"]) > 0.5
+    assert float(row["fit_s HGB raw"]) > 0
+
+
+def test_best_full_data_and_gap():
+    from forgetting_lab.bench.anchors import best_full_data, gap
+
+    scores = {"HGB": 0.9, "LR": 0.92, "SISA": 0.99, "MLP": float("nan")}
+    assert best_full_data(scores, True) == ("LR", 0.92)  # SISA is not a full-data model
+    assert best_full_data({"HGB": 2.0, "exact ridge": 1.5}, False) == ("exact ridge", 1.5)
+    assert best_full_data({"SISA": 0.9}, True)[0] == ""
+    assert gap(0.9, 0.92, True) == pytest.approx(-2.0)
+    assert gap(1.53, 1.5, False) == pytest.approx(2.0)  # RMSE 2 % above the best
+
+
+def test_anchor_target_bands():
+    from forgetting_lab.bench.paper.tables import anchor_target
+
+    cls, reg = _data("cls", 3), _data("reg", 1)
+    reg.task = "regression"
+
+    def runs(key, metric, **models):
+        return [
+            {"dataset": key, "model": m.replace("_", " "), metric: v} for m, v in models.items()
+        ]
+
+    ok = runs("cls", "accuracy", **{"QSS-E": 0.905, "HGB": 0.91, "LR": 0.8}) + runs(
+        "reg", "rmse", **{"QSS-E": 1.01, "HGB": 1.0, "exact_ridge": 1.2}
+    )
+    assert anchor_target([cls, reg], ok)["met"] is True
+    miss = runs("cls", "accuracy", **{"QSS-E": 0.89, "HGB": 0.91})
+    row = anchor_target([cls], miss)
+    assert row["met"] is False and "missed on cls" in row["evidence"]
+    assert "−" not in row["evidence"] and "-2.00 pp vs HGB" in row["evidence"]
+    slow = runs("reg", "rmse", **{"QSS-E": 1.03, "HGB": 1.0})
+    assert anchor_target([reg], slow)["met"] is False
+
+
+def test_anchor_builders_per_kind_of_set():
+    """HGB and SISA-HGB everywhere; LR for classes; the MLP on frozen-embedding sets only, with
+    the documented settings; HGB raw only with a raw frame."""
+    from forgetting_lab.bench import anchors
+
+    tabular = anchors.anchor_builders("adult", True, raw=True)
+    assert set(tabular) == {"SISA-HGB", "HGB", "LR", "HGB raw"}
+    assert tabular["HGB raw"][1] is True and tabular["HGB"][1] is False
+    assert set(anchors.anchor_builders("diamonds", False, raw=False)) == {"SISA-HGB", "HGB"}
+    embedding = anchors.anchor_builders("sentiment", True, raw=False)
+    mlp = embedding["MLP"][0](3)
+    assert mlp.random_state == 3 and mlp.hidden_layer_sizes == (256,) and mlp.early_stopping
+    assert embedding["LR"][0](0).max_iter == anchors.LR_MAX_ITER
+    hgb = tabular["HGB raw"][0](5)
+    assert hgb.random_state == 5 and hgb.categorical_features == "from_dtype"
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 4)).astype(np.float32)
+    y = (X[:, 0] > 0).astype(int)
+    assert anchors.fit_anchor(embedding["MLP"][0](0), X, y) > 0
+    sisa = tabular["SISA-HGB"][0](1)
+    assert anchors.fit_anchor(sisa, X, y) > 0 and len(sisa.estimators_) == anchors.N_SHARDS
+
+
+def test_has_native_columns():
+    pd = pytest.importorskip("pandas")
+    from forgetting_lab.bench.anchors import has_native_columns
+
+    assert not has_native_columns(None)
+    assert not has_native_columns(pd.DataFrame({"a": [1.0, 2.0]}))
+    assert has_native_columns(pd.DataFrame({"a": [1.0, np.nan]}))
+    assert has_native_columns(pd.DataFrame({"c": pd.Categorical(["x", "y"])}))

@@ -57,7 +57,17 @@ def _blosc():
 
 
 def test_available_datasets() -> None:
-    assert set(fd.available_datasets()) == set(ALL) | {"adult", "diamonds", "letter", "sentiment"}
+    extra = {
+        "adult",
+        "credit",
+        "diamonds",
+        "flights",
+        "letter",
+        "satellite",
+        "sentiment",
+        "shuttle",
+    }
+    assert set(fd.available_datasets()) == set(ALL) | extra
     installed = fd.available_datasets(installed_only=True)
     assert {"digits", "diabetes"} <= set(installed) <= set(fd.available_datasets())
 

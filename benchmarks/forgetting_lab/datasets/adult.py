@@ -20,6 +20,9 @@ Why this split and encoding:
   encodes as all zeros in its block. The encoding is a fixed definition of the data: it is
   computed once from the whole official train split, before any ``n_train`` subsampling, so
   nested subsamples share one feature map.
+* ``raw_train``/``raw_test`` (with pandas installed) hold the same rows as they are — numerics,
+  categories as pandas ``category``, ``?`` as NaN — for models that take categories and missing
+  values natively.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from .base import (
     Dataset,
     DatasetUnavailableError,
     standardization,
-    subsample_train,
+    subsample_indices,
     tabular_features,
 )
 
@@ -203,6 +206,34 @@ def fit_adult_encoding(train_rows: list[list[str]]) -> AdultEncoding:
     return AdultEncoding(mean, scale, vocabularies)
 
 
+def adult_raw_frames(train_rows, test_rows, all_train_rows):  # -> two DataFrames or None
+    """The raw rows as pandas DataFrames (None when pandas is not installed): the 6 numerics
+    as float64, the 8 categorical columns as pandas ``category`` over the sorted values of the
+    whole official train split, ``?`` (missing) as NaN. A test value absent from the train
+    split (there is none in the official files) would be NaN too."""
+    if importlib.util.find_spec("pandas") is None:
+        return None, None
+    import pandas as pd
+
+    categories = {
+        c: sorted({r[_COLUMNS.index(c)] for r in all_train_rows} - {"?"}) for c in ADULT_CATEGORICAL
+    }
+
+    def frame(rows: list[list[str]]):
+        out = {}
+        for i, col in enumerate(_COLUMNS[:-1]):
+            values = [r[i] for r in rows]
+            if col in categories:
+                out[col] = pd.Categorical(
+                    [None if v == "?" else v for v in values], categories=categories[col]
+                )
+            else:
+                out[col] = np.asarray(values, dtype=np.float64)
+        return pd.DataFrame(out)
+
+    return frame(train_rows), frame(test_rows)
+
+
 def load_adult(*, n_train: int | None = None, subsample_seed: int = 0) -> Dataset:
     """UCI Adult with the official 32 561 / 16 281 train/test split; label 1 = income >50K.
 
@@ -224,7 +255,11 @@ def load_adult(*, n_train: int | None = None, subsample_seed: int = 0) -> Datase
     (train_rows, y_train), (test_rows, y_test) = raw["train"], raw["test"]
     encoding = fit_adult_encoding(train_rows)
     X_train = encoding.transform(train_rows)
-    X_train, y_train = subsample_train(X_train, y_train, n_train, subsample_seed)
+    idx = subsample_indices(len(train_rows), n_train, subsample_seed)
+    if idx is not None:
+        X_train, y_train = X_train[idx], y_train[idx]
+        train_rows = [train_rows[i] for i in idx]
+    raw_train, raw_test = adult_raw_frames(train_rows, test_rows, raw["train"][0])
     n_num = len(ADULT_NUMERIC)
     n_cat = len(encoding.feature_names) - n_num
     try:
@@ -247,4 +282,6 @@ def load_adult(*, n_train: int | None = None, subsample_seed: int = 0) -> Datase
         ),
         source=f"UCI Adult from {_ADULT_DIST} {version} (PyPI): {paths['train'].parent}",
         class_names=ADULT_CLASSES,
+        raw_train=raw_train,
+        raw_test=raw_test,
     )

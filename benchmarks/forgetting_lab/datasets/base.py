@@ -14,7 +14,7 @@ the benchmark's choice, not the loader's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -41,6 +41,12 @@ class Dataset:
 
     ``modality`` defaults to ``"numeric"`` (``X`` is a 2-D C-contiguous float32 matrix); a
     ``"text"`` dataset instead holds a 1-D object array of ``str`` per split, to be encoded.
+
+    ``raw_train`` / ``raw_test``, where a loader gives them, are the same rows as pandas
+    DataFrames in the source's own types: numerics with NaN for missing values, categorical
+    columns as pandas ``category`` (for models that take categories and missing values
+    natively, e.g. ``HistGradientBoostingClassifier(categorical_features="from_dtype")``).
+    ``X`` is always the fixed numeric encoding of those rows (see :mod:`._tables`).
     """
 
     name: str
@@ -53,8 +59,20 @@ class Dataset:
     source: str
     class_names: tuple[str, ...] = ()
     modality: Modality = "numeric"
+    raw_train: Any = None
+    raw_test: Any = None
 
     def __post_init__(self) -> None:
+        if (self.raw_train is None) != (self.raw_test is None):
+            raise ValueError(f"{self.name}: give both raw_train and raw_test, or neither")
+        for split, raw, y in (
+            ("train", self.raw_train, self.y_train),
+            ("test", self.raw_test, self.y_test),
+        ):
+            if raw is not None and len(raw) != y.shape[0]:
+                raise ValueError(
+                    f"{self.name}: raw_{split} has {len(raw)} rows but y_{split} {y.shape[0]}"
+                )
         if self.task not in ("classification", "regression"):
             raise ValueError(f"task must be 'classification' or 'regression', got {self.task!r}")
         if self.modality not in ("numeric", "text"):
@@ -112,6 +130,11 @@ class Dataset:
             return len(self.class_names)
         labels = [y.max() for y in (self.y_train, self.y_test) if y.size]
         return int(max(labels)) + 1 if labels else 0
+
+    @property
+    def has_raw(self) -> bool:
+        """Whether the loader gave the raw DataFrame form of the rows."""
+        return self.raw_train is not None
 
     @property
     def n_features(self) -> int:

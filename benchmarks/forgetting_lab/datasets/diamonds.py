@@ -28,6 +28,8 @@ Why this target and encoding:
   (worst to best quality for cut and clarity, D to J for colour), not from the order values
   appear in the data, so the feature map is a fixed definition. A value outside those levels is
   an error, not an all-zero block. 26 features in all (:data:`DIAMONDS_FEATURES`).
+  ``raw_train``/``raw_test`` hold the same rows as they are (numerics, and the three
+  categories as pandas ``category`` over those levels).
 * Every row is kept, including the few with a zero ``x``/``y``/``z`` or an implausible size
   (``y = 58.9``): dropping them would make the data depend on a cleaning choice.
 
@@ -265,6 +267,11 @@ def load_diamonds(*, n_train: int | None = None, subsample_seed: int = 0) -> Dat
     n_num = len(DIAMONDS_NUMERIC)
     n_cat = len(DIAMONDS_FEATURES) - n_num
     widths = tuple(len(levels) for levels in DIAMONDS_CATEGORICAL.values())
+    raw = frame[[c for c in _DIAMONDS_COLUMNS if c not in ("rownames", "price")]].copy()
+    for col, levels in DIAMONDS_CATEGORICAL.items():
+        raw[col] = pd_categorical(raw[col].astype(str), levels)
+    for col in DIAMONDS_NUMERIC:
+        raw[col] = raw[col].astype(np.float64)
     return Dataset(
         name="diamonds",
         task="regression",
@@ -279,4 +286,12 @@ def load_diamonds(*, n_train: int | None = None, subsample_seed: int = 0) -> Dat
             "target: natural log of the price in USD"
         ),
         source=f"ggplot2 diamonds from {_DIAMONDS_DIST} {version} (PyPI): {path}",
+        raw_train=raw.iloc[train].reset_index(drop=True),
+        raw_test=raw.iloc[test].reset_index(drop=True),
     )
+
+
+def pd_categorical(values, levels: tuple[str, ...]):
+    """``values`` as a pandas Categorical over ``levels`` (their order kept)."""
+    pd = importlib.import_module(_PANDAS_MODULE)
+    return pd.Categorical(values, categories=list(levels))

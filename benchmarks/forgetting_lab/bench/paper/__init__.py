@@ -55,6 +55,8 @@ from .models import g_only_outputs, make_qss, make_ridge, make_sisa, model_score
 from .stages import Results, cell_purity, evaluate, level1_purity
 from .tables import (
     ACCURACY_COLUMNS,
+    ALL_MODELS,
+    ANCHOR_COLUMNS,
     DELETION_COLUMNS,
     EXACT_COLUMNS,
     MODELS,
@@ -69,7 +71,8 @@ from .tables import (
 )
 
 __all__ = [
-    "ACCURACY_COLUMNS", "DELETION_COLUMNS", "EXACT_COLUMNS", "LGBM_SUFFIX", "MODELS",
+    "ACCURACY_COLUMNS", "ALL_MODELS", "ANCHOR_COLUMNS", "DELETION_COLUMNS", "EXACT_COLUMNS",
+    "LGBM_SUFFIX", "MODELS",
     "PAPER_RHO", "PURITY_COLUMNS", "REGRESSION_COLUMNS", "RHO_LADDER", "RUNTIME_COLUMNS",
     "RUN_COLUMNS", "SWEEP_COLUMNS", "TARGET_COLUMNS", "WIDTH_DEPTH_COLUMNS", "Data", "Results",
     "build_parser", "cell_purity", "evaluate", "g_only_outputs", "level1_purity", "load_data",

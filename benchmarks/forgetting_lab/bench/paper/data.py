@@ -8,9 +8,11 @@ that nothing was tuned on the test split.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from forgetting_lab.bench.anchors import has_native_columns
 from forgetting_lab.datasets import load_dataset
 
 PAPER_RHO = 0.005
@@ -26,7 +28,16 @@ DEPTHS = (1, 2, 4)
 N_SHARDS = 5
 PAPER_SPEEDUP = 483.0
 """The paper's largest expected-cost speedup over SISA (Jigsaw, n = 1.4M)."""
-DEFAULT_DATASETS = "digits,mnist,fashion_mnist,adult,sentiment,letter,diabetes,diamonds"
+DEFAULT_DATASETS = (
+    "digits,mnist,fashion_mnist,adult,sentiment,letter,shuttle,satellite,credit,flights,"
+    "diabetes,diamonds"
+)
+TABULAR_SETS = "digits,adult,letter,shuttle,satellite,credit,flights,diabetes,diamonds"
+"""Every set whose features are a table's own columns (no frozen encoder): ``--datasets
+tabular`` runs these."""
+STAGES = ("accuracy", "exactness", "deletion", "sweep")
+"""Stages of a run, in order; ``--stages accuracy`` measures accuracy (with the anchors) only."""
+QSS_MODES = {"exact": "QSS-E", "label": "QSS-L"}
 LOW_K = 10
 """Classification sets with k ≤ this many classes are "low-k" in the targets."""
 HIGH_K = 20
@@ -81,6 +92,10 @@ class Data:
     learned_encoder: bool = False
     full_train: int = 0
     """Rows of the complete train split (more than ``n_train`` when subsampled)."""
+    raw_train: Any = None
+    raw_test: Any = None
+    """The loader's raw DataFrames of the same rows, kept where they hold a category or a
+    missing value (the ``HGB raw`` anchor fits them natively); None elsewhere."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -137,7 +152,10 @@ def load_data(
     LightGBM leaf-contribution encoder, trained per instance on D° only). Sentiment: frozen
     MiniLM embeddings, cached on disk. Diabetes: sklearn's scaled features. Diamonds: one-hot
     + standardized numerics, target log(price). Letter (26 classes, Debian's
-    ``r-cran-mlbench``): its 16 integer features scaled to [0, 1].
+    ``r-cran-mlbench``): its 16 integer features scaled to [0, 1]. Shuttle, Satellite:
+    standardized numerics. Flights, credit: the mixed tables' numeric encoding. Raw DataFrames
+    with a category or a missing value (Adult, diamonds, flights, credit) are kept for the
+    ``HGB raw`` anchor.
     """
     ds = load_dataset(name)
     full_train = len(ds.y_train)
@@ -164,6 +182,13 @@ def load_data(
         features = "16 integer image statistics (0..15) scaled to [0, 1]"
     elif name == "diamonds":
         features = "one-hot + standardized numerics (26); target log(price)"
+    elif name in ("shuttle", "satellite"):
+        features = f"standardized numerics ({ds.n_features})"
+    elif name in ("flights", "credit"):
+        features = (
+            f"one-hot + standardized numerics + missing indicators ({ds.n_features}); "
+            "raw mixed table for HGB raw"
+        )
     else:
         features = "sklearn's scaled features (10)"
     if learned_encoder:
@@ -184,6 +209,8 @@ def load_data(
         learned_encoder=learned_encoder,
         full_train=full_train,
     )
+    if has_native_columns(ds.raw_train):
+        data.raw_train, data.raw_test = ds.raw_train, ds.raw_test
     if note:
         data.notes.append(note)
     return data

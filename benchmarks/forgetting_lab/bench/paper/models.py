@@ -14,6 +14,7 @@ import numpy as np
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting_lab.baselines import ExactRidge, ExactRidgeClassifier, SISAClassifier, SISARegressor
+from forgetting_lab.bench.anchors import anchor_builders, fit_anchor
 
 from .data import N_SHARDS, Data
 
@@ -102,6 +103,36 @@ def model_scores(data: Data, model: Any) -> dict[str, float]:
     if data.classification and hasattr(model, "predict_proba"):
         proba = model.predict_proba(data.X_test)
     return score(data, model.predict(data.X_test), getattr(model, "classes_", None), proba)
+
+
+def score_raw(data: Data, model: Any) -> dict[str, float]:
+    """Test metrics of a model fitted on ``data.raw_train`` (the raw DataFrame)."""
+    proba = model.predict_proba(data.raw_test) if data.classification else None
+    return score(data, model.predict(data.raw_test), getattr(model, "classes_", None), proba)
+
+
+def anchor_scores(
+    data: Data, seed: int, cache: dict
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Test metrics and fit seconds of every anchor that applies to ``data`` at ``seed`` (see
+    :mod:`forgetting_lab.bench.anchors`), fitted once per (dataset, seed): the LightGBM
+    variant of Adult shares them with the one-hot row. The fitted models are dropped."""
+    scores: dict[str, dict[str, float]] = {}
+    fit_s: dict[str, float] = {}
+    builders = anchor_builders(data.dataset, data.classification, data.raw_train is not None)
+    for label, (build, raw) in builders.items():
+        key = (data.dataset, seed, label)
+        if key not in cache:
+            model = build(seed)
+            if raw:
+                seconds = fit_anchor(model, data.raw_train, data.y_train)
+                cache[key] = (score_raw(data, model), seconds)
+            else:
+                seconds = fit_anchor(model, data.X_train, data.y_train)
+                cache[key] = (model_scores(data, model), seconds)
+            del model
+        scores[label], fit_s[label] = cache[key]
+    return scores, fit_s
 
 
 def timed_fit(model: Any, data: Data, ids: np.ndarray | None = None) -> float:

@@ -32,12 +32,15 @@ from .data import (
     N_FAST_FORGETS,
     N_TIMING_ROUNDS,
     PAPER_RHO,
+    QSS_MODES,
+    STAGES,
     SWEEP_FAST_FORGETS,
     Data,
     load_data,
     min_schema_rows,
 )
 from .models import (
+    anchor_scores,
     build_seconds,
     codebook_shape,
     g_only_outputs,
@@ -65,12 +68,16 @@ class SeedZero:
 
 
 def accuracy_stage(
-    data: Data, seeds: Sequence[int], baselines: dict[tuple[str, int], tuple[Any, dict, float]]
+    data: Data,
+    seeds: Sequence[int],
+    baselines: dict[tuple, tuple],
+    modes: Sequence[str] = tuple(QSS_MODES),
 ) -> tuple[list[dict], SeedZero]:
-    """Fit every model at every seed; per-run rows and the seed-0 models.
+    """Fit every model at every seed (QSS in ``modes``, the baselines and the anchors); per-run
+    rows and the seed-0 models.
 
-    ``baselines`` caches SISA and ridge per (dataset, seed): the LightGBM variant of Adult
-    shares them with the one-hot row (they see the same one-hot features).
+    ``baselines`` caches SISA, ridge and the anchors per (dataset, seed): the LightGBM variant
+    of Adult shares them with the one-hot row (they see the same one-hot features).
     """
     runs: list[dict] = []
     seed0: SeedZero | None = None
@@ -79,21 +86,22 @@ def accuracy_stage(
         ridge = make_ridge(data)
         fit_seconds = timed_fit(ridge, data)
         baselines[ridge_key] = (ridge, model_scores(data, ridge), fit_seconds)
+    qss_modes = [(QSS_MODES[m], m) for m in ("exact", "label") if m in modes]
     for seed in tqdm(seeds, desc=f"{data.key}: accuracy", unit="seed", leave=False):
         fitted: dict[str, Any] = {}
         fit_s: dict[str, float] = {}
-        for label, mode in (("QSS-E", "exact"), ("QSS-L", "label")):
+        for label, mode in qss_modes:
             model = make_qss(data, mode, seed)
             fit_s[label] = timed_fit(model, data)
             fitted[label] = model
-        qe = fitted["QSS-E"]
-        g0, cls = g_only_outputs(qe, data.X_test), data.classification
-        results = {
-            "g-only": score(data, g0, getattr(qe, "classes_", None), g0 if cls else None),
-            "QSS-E": model_scores(data, qe),
-            "QSS-L": model_scores(data, fitted["QSS-L"]),
-        }
-        fit_s["g-only"] = fit_s["QSS-E"]
+        results: dict[str, dict[str, float]] = {}
+        if "QSS-E" in fitted:
+            qe = fitted["QSS-E"]
+            g0, cls = g_only_outputs(qe, data.X_test), data.classification
+            results["g-only"] = score(data, g0, getattr(qe, "classes_", None), g0 if cls else None)
+            fit_s["g-only"] = fit_s["QSS-E"]
+        for label, model in fitted.items():
+            results[label] = model_scores(data, model)
         key = (data.dataset, seed)
         if key not in baselines:
             sisa = make_sisa(data, seed)
@@ -101,6 +109,9 @@ def accuracy_stage(
             baselines[key] = (sisa, model_scores(data, sisa), fit_seconds)
         sisa, results["SISA"], fit_s["SISA"] = baselines[key]
         ridge, results["exact ridge"], fit_s["exact ridge"] = baselines[ridge_key]
+        anchors, anchor_fit_s = anchor_scores(data, seed, baselines)
+        results.update(anchors)
+        fit_s.update(anchor_fit_s)
         for label, metrics in results.items():
             runs.append(
                 {
@@ -258,7 +269,7 @@ def deletion_rows(data: Data, seed0: SeedZero, rng: np.random.Generator) -> list
     the first prediction after the forget (one test row), see :mod:`forgetting_lab.bench.costs`.
     """
     load = os.getloadavg()[0]
-    labels = ("QSS-E", "QSS-L")
+    labels = tuple(seed0.qss)
     x1 = data.X_test[:1]
     fast = {
         label: fast_forget_ms(seed0.qss[label], N_FAST_FORGETS, rng, x1, FAST_FORGET_BUDGET_S)
@@ -428,7 +439,7 @@ def sweep_rows(
         # "at ρ = 0.5 %" has a measured point on every set. Other infeasible ρ are skipped.
         if data.n_train * rho < need and rho != PAPER_RHO:
             continue
-        for label, mode in (("QSS-E", "exact"), ("QSS-L", "label")):
+        for label, mode in ((QSS_MODES[m], m) for m in QSS_MODES if QSS_MODES[m] in seed0.qss):
             if rho == data.rho:
                 # The seed-0 model, scored before the deletion stages changed its rows.
                 model, t_fast = seed0.qss[label], t_fast0[label]
@@ -525,32 +536,38 @@ def evaluate(
     rhos: Sequence[float],
     baselines: dict,
     results: Results,
+    modes: Sequence[str] = tuple(QSS_MODES),
+    stages: Sequence[str] = STAGES,
 ) -> None:
-    """All per-dataset stages, in an order that keeps each measurement clean: accuracy and
-    purity on freshly fitted models, then exactness (deletions), then timings, then the ρ
-    sweep. The seed-0 models are dropped at the end to bound memory."""
+    """The per-dataset ``stages``, in an order that keeps each measurement clean: accuracy
+    (with the anchors) and purity on freshly fitted models, then exactness (deletions), then
+    timings, then the ρ sweep (which needs the timings). QSS is fitted in ``modes`` only. The
+    seed-0 models are dropped at the end to bound memory."""
     rng = np.random.default_rng(12345)
     clock = {"dataset": data.key}
     t = time.perf_counter()
-    runs, seed0 = accuracy_stage(data, seeds, baselines)
+    runs, seed0 = accuracy_stage(data, seeds, baselines, modes)
     results.runs += runs
     clock["accuracy_s"] = time.perf_counter() - t
-    modes = (("QSS-E", "exact"), ("QSS-L", "label"))
+    fitted = [(QSS_MODES[m], m) for m in QSS_MODES if m in modes]
     if data.classification:
-        results.purity += [purity_row(data, mode, seed0.qss[label]) for label, mode in modes]
-    t = time.perf_counter()
-    for label, mode in modes:
-        results.exact.append(exactness_check(data, seed0.qss[label], mode, 0, rng))
-    clock["exactness_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    rows = deletion_rows(data, seed0, rng)
-    results.deletion += rows
-    t_fast = {row["mode"]: row["t_fast_ms"] for row in rows}
-    sisa_s = rows[0]["sisa_s"]
-    clock["deletion_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    results.sweep += sweep_rows(data, seed0, rhos, t_fast, sisa_s, rng)
-    clock["sweep_s"] = time.perf_counter() - t
+        results.purity += [purity_row(data, mode, seed0.qss[label]) for label, mode in fitted]
+    if "exactness" in stages:
+        t = time.perf_counter()
+        for label, mode in fitted:
+            results.exact.append(exactness_check(data, seed0.qss[label], mode, 0, rng))
+        clock["exactness_s"] = time.perf_counter() - t
+    if "deletion" in stages:
+        t = time.perf_counter()
+        rows = deletion_rows(data, seed0, rng)
+        results.deletion += rows
+        t_fast = {row["mode"]: row["t_fast_ms"] for row in rows}
+        sisa_s = rows[0]["sisa_s"]
+        clock["deletion_s"] = time.perf_counter() - t
+        if "sweep" in stages:
+            t = time.perf_counter()
+            results.sweep += sweep_rows(data, seed0, rhos, t_fast, sisa_s, rng)
+            clock["sweep_s"] = time.perf_counter() - t
     clock["total_s"] = sum(v for k, v in clock.items() if k.endswith("_s"))
     results.runtime.append(clock)
 
