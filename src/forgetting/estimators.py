@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Hashable, Sequence
+from numbers import Integral
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,7 +38,7 @@ from .persistence import load_model, save_model
 from .privacy import PrivacyReport
 from .receipts import Receipt
 from .schema.membership import derive_key, id_bytes, key_fingerprint
-from .snapshots import ModelSnapshot
+from .snapshots import ModelSnapshot, SnapshotError
 
 _DIRECT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 """Input dtypes a fitted model's predict/insert validate without scikit-learn (see _check_X)."""
@@ -70,6 +71,8 @@ class _QSSBase(BaseEstimator):
     """Shared parameters, validation and the forget/insert/persistence surface."""
 
     _task: str
+    _fitted_required: tuple[str, ...] = ("n_features_in_",)
+    """The fitted attributes every fitted estimator of the class has (besides ``engine_``)."""
 
     _parameter_constraints: dict = PARAMETER_CONSTRAINTS
 
@@ -416,7 +419,15 @@ class _QSSBase(BaseEstimator):
         ``secret_key`` must be the key the model was fitted with (None for a derived key); a
         wrong or missing key is refused before anything is rebuilt, because it would silently
         move every row's D° membership.
+
+        A snapshot read from a file or a store is checked whole before anything runs: its
+        parameters go through the same validation as ``fit``'s, its fitted attributes are
+        those of this class only (:meth:`_checked_fitted`), and the engine checks the rest
+        (``forgetting.engine.validation``); an inconsistent one raises
+        :class:`~forgetting.snapshots.SnapshotError` naming the field.
         """
+        if not isinstance(snapshot, ModelSnapshot):
+            raise SnapshotError(f"expected a model snapshot, found {type(snapshot).__name__}")
         if snapshot.estimator != cls.__name__:
             raise ValueError(f"the snapshot holds a {snapshot.estimator!r}, not a {cls.__name__}")
         if snapshot.key_derived and secret_key is not None:
@@ -427,16 +438,57 @@ class _QSSBase(BaseEstimator):
             raise ValueError(
                 "this model was fitted with a secret membership key; pass it as secret_key"
             )
-        estimator = cls(**snapshot.params, secret_key=secret_key)
+        estimator = cls(**cls._checked_params(snapshot.params), secret_key=secret_key)
+        try:
+            estimator._check_params()
+        except (ValueError, TypeError) as err:
+            raise SnapshotError(f"params: {err}") from None
         key = derive_key(secret_key, int(estimator.random_state))
         if key_fingerprint(key) != snapshot.key_fingerprint:
             raise ValueError("secret_key does not match the key this model was fitted with")
-        for name, value in snapshot.fitted.items():
+        rows = getattr(snapshot.engine, "rows", None)
+        for name, value in cls._checked_fitted(snapshot.fitted, rows).items():
             setattr(estimator, name, value)
         n_outputs = len(estimator.classes_) if hasattr(estimator, "classes_") else 1
         config = estimator._config(n_outputs)
         estimator.engine_ = QSSEngine.from_snapshot(config, key, snapshot.engine)
         return estimator
+
+    @classmethod
+    def _checked_params(cls, params: Any) -> dict:
+        """A snapshot's parameters: exactly this class's, less ``secret_key``."""
+        names = set(cls._get_param_names()) - {"secret_key"}
+        if not isinstance(params, dict) or set(params) != names:
+            found = sorted(map(str, params)) if isinstance(params, dict) else type(params).__name__
+            raise SnapshotError(f"params: expected {sorted(names)}, found {str(found)[:200]}")
+        return params
+
+    @classmethod
+    def _checked_fitted(cls, fitted: Any, rows: Any) -> dict:
+        """A snapshot's fitted attributes: only those ``fit`` sets (``n_features_in_``, the
+        rows' width; ``classes_``, a classifier's sorted unique labels;
+        ``feature_names_in_``, one string per feature), never anything else (an attribute
+        from a file must not shadow a method)."""
+        allowed = {"n_features_in_", "feature_names_in_"} | set(cls._fitted_required)
+        if not isinstance(fitted, dict) or not set(cls._fitted_required) <= set(fitted):
+            raise SnapshotError(f"fitted: expected {sorted(allowed)}")
+        unknown = [str(name)[:40] for name in fitted if name not in allowed]
+        if unknown:
+            raise SnapshotError(f"fitted: attributes {unknown} are not a fitted estimator's")
+        d = fitted["n_features_in_"]
+        width = rows.X.shape[1] if isinstance(getattr(rows, "X", None), np.ndarray) else None
+        if isinstance(d, bool | np.bool_) or not isinstance(d, Integral) or int(d) != width:
+            raise SnapshotError(f"fitted: n_features_in_ {d!r:.40}, but the rows have {width}")
+        names = fitted.get("feature_names_in_")
+        if names is not None and not (
+            isinstance(names, np.ndarray)
+            and names.shape == (int(d),)
+            and all(type(n) is str for n in names.tolist())
+        ):
+            raise SnapshotError("fitted: feature_names_in_ is not one string per feature")
+        if "classes_" in fitted:
+            _check_classes(fitted["classes_"])
+        return fitted
 
 
 class QSSClassifier(ClassifierMixin, _QSSBase):
@@ -537,6 +589,7 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
     """
 
     _task = "classification"
+    _fitted_required = ("n_features_in_", "classes_")
 
     def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None) -> QSSClassifier:
         """Fit on rows ``X`` with labels ``y`` and unique ``ids`` (default ``range(n)``).
@@ -755,6 +808,23 @@ class QSSRegressor(RegressorMixin, _QSSBase):
 
     def predict(self, X: Any) -> np.ndarray:
         return self._outputs(X)[:, 0]
+
+
+def _check_classes(classes: Any) -> None:
+    """``classes_`` as ``fit`` sets it (``np.unique`` of the labels): at least two, strictly
+    increasing — ``searchsorted`` encodes labels by it — numbers or strings."""
+    if not (
+        isinstance(classes, np.ndarray)
+        and classes.ndim == 1
+        and classes.size >= 2
+        and classes.dtype.kind in "biufUSO"
+    ):
+        raise SnapshotError("fitted: classes_ is not a 1-d array of at least two labels")
+    values = classes.tolist()
+    if classes.dtype.kind == "O" and not all(type(v) is str for v in values):
+        raise SnapshotError("fitted: classes_ of object dtype must be strings")
+    if not all(a < b for a, b in zip(values, values[1:], strict=False)):
+        raise SnapshotError("fitted: classes_ is not sorted and unique")
 
 
 def restore_estimator(snapshot: ModelSnapshot, *, secret_key: bytes | str | None = None):

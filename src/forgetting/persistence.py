@@ -2,9 +2,14 @@
 
 The file is a :mod:`forgetting.io.model_format` container: ``MAGIC`` | format version |
 payload length | SHA-256 of the payload | payload (a JSON manifest plus raw numeric arrays).
-A file whose magic, version, length or checksum does not match is refused before anything is
-decoded, and decoding restores only allowlisted types from plain data, so a crafted file can
-at worst be refused: loading never runs code from it.
+Only a regular file is read, and no further than the length its header declares; a file whose
+magic, version, length or checksum does not match is refused before anything is decoded, and
+decoding restores only allowlisted types from plain data, so a crafted file can at worst be
+refused: loading never runs code from it. The decoded snapshot is then checked whole — counts,
+shapes, label ranges, finite values, unique ids, index ranges, sizes against the memory this
+process may use, the fitted attributes and the parameters (the estimator's ``from_snapshot``
+and ``forgetting.engine.validation``) — before anything is restored from it, so an edited file
+is one :class:`ModelFileError` line naming the field, never a hang or a raw numpy error.
 
 What is saved is the estimator's :class:`~forgetting.snapshots.ModelSnapshot` (rows, schemas,
 contributions; everything derived is recomputed on load) — never the membership key. A derived
@@ -30,6 +35,7 @@ from .io.model_format import (
     ModelFileError,
     dumps,
     loads,
+    read_blob,
     register_codec,
     register_dataclass,
     register_object,
@@ -39,7 +45,13 @@ from .schema.base_model import BaseModel
 from .schema.codebook import Codebook
 from .schema.partitions import ExactLinear, ThresholdPartition
 from .schema.preprocess import Preprocessor
-from .snapshots import EngineSnapshot, InstanceSnapshot, ModelSnapshot, RowsSnapshot
+from .snapshots import (
+    EngineSnapshot,
+    InstanceSnapshot,
+    ModelSnapshot,
+    RowsSnapshot,
+    SnapshotError,
+)
 
 FILE_KIND = "forgetting-model-file"
 
@@ -52,20 +64,6 @@ def library_versions() -> dict[str, str]:
         "scikit-learn": sklearn.__version__,
         "faiss": faiss.__version__,
     }
-
-
-def check_schema(schema: Any, n_features: int, n_outputs: int) -> None:
-    """Run a decoded schema once on a zero row and check the shapes it returns.
-
-    Decoding restores only allowlisted types, but their attributes could still have been
-    edited into nonsense; this turns that into an error at load time instead of a crash at
-    the first prediction. Raises ValueError (or whatever the broken part raises).
-    """
-    if not isinstance(schema, Schema):
-        raise ValueError(f"expected a schema, found {type(schema).__name__}")
-    codes, g = schema.transform(np.zeros((1, n_features), dtype=np.float32))
-    if g.shape != (1, n_outputs) or codes.ndim != 2 or codes.shape[0] != 1:
-        raise ValueError(f"the schema gives outputs of shape {g.shape}, codes {codes.shape}")
 
 
 def save_model(estimator, path: str | Path, *, store_key: bool = False) -> None:
@@ -96,7 +94,7 @@ def load_model(
     Raises :class:`ModelFileError` for a damaged, foreign, incompatible or tampered file, and
     ValueError when the model needs a secret key that is missing or wrong.
     """
-    state = loads(Path(path).read_bytes(), FILE_KIND, str(path))
+    state = loads(read_blob(path, str(path)), FILE_KIND, str(path))
     if not isinstance(state, dict) or not isinstance(state.get("snapshot"), ModelSnapshot):
         raise ModelFileError(f"{path}: the file holds no model snapshot")
     if state.get("class") != cls.__name__:
@@ -104,8 +102,8 @@ def load_model(
         raise ModelFileError(f"{path}: holds a {found}, not a {cls.__name__}")
     if state.get("libraries") != library_versions() and not allow_version_mismatch:
         raise ModelFileError(
-            f"{path}: written with {state.get('libraries')}, running {library_versions()}; "
-            "bitwise exactness is only guaranteed with the same versions"
+            f"{path}: written with {str(state.get('libraries'))[:200]}, running "
+            f"{library_versions()}; bitwise exactness is only guaranteed with the same versions"
         )
     snapshot: ModelSnapshot = state["snapshot"]
     if secret_key is None:
@@ -115,19 +113,10 @@ def load_model(
             f"{path}: this model was fitted with a secret key, which is not in the file; "
             "pass it as secret_key"
         )
-    fitted = snapshot.fitted
-    n_outputs = len(fitted["classes_"]) if "classes_" in fitted else 1
-    for r, inst in enumerate(snapshot.engine.instances):
-        if inst is None:
-            continue
-        try:
-            check_schema(inst.schema, int(fitted["n_features_in_"]), n_outputs)
-        except Exception as err:  # noqa: BLE001 - any defect of decoded data is the file's
-            raise ModelFileError(
-                f"{path}: the schema of instance {r} is unusable ({type(err).__name__}: {err})"
-            ) from None
     try:
         return cls.from_snapshot(snapshot, secret_key=secret_key)
+    except SnapshotError as err:
+        raise ModelFileError(f"{path}: not a consistent model: {err}") from None
     except ValueError as err:
         if "key" in str(err):
             raise ValueError(f"{path}: {err}") from None

@@ -12,14 +12,46 @@ data and the state digest then says whether it is the model that was saved.
 The membership key is not part of a snapshot: a derived key is recomputed from
 ``random_state``; a user's secret key must be supplied again on restore (it is not stored
 beside the data it protects). ``key_fingerprint`` lets a restore check it got the right key.
+
+A snapshot read from a file or a store may have been edited (a checksum does not stop whoever
+can recompute it), so a restore checks it whole first (``forgetting.engine.validation``) and
+refuses one that is not a model the library could have written with a :class:`SnapshotError`;
+:func:`memory_budget` is what a restore may count on allocating.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+
+class SnapshotError(ValueError):
+    """A snapshot that is not a consistent model (counts, shapes, ranges or sizes disagree).
+    The message names the field; model files turn it into ``ModelFileError``, stores into
+    ``StoreCorrupt``."""
+
+
+def memory_budget() -> int:
+    """Bytes this process may allocate at most: physical memory, or less where a resource
+    limit (``ulimit -v`` / ``-d``) says so. A restore whose least need exceeds it is refused in
+    one line before allocating, instead of dying of a MemoryError or the OOM killer."""
+    budget = 1 << 62
+    try:
+        budget = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): no physical bound
+        pass
+    try:
+        import resource  # POSIX only
+    except ImportError:
+        return int(budget)
+    for limit in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+        soft = resource.getrlimit(limit)[0]
+        if soft != resource.RLIM_INFINITY:
+            budget = min(budget, soft)
+    return int(budget)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ rebuilds, serving (design.md §4).
 * :mod:`.rebuilds` — a background rebuild's piecewise copy of the rows and its reconciliation
   with the rows present when it lands;
 * :mod:`.serving` — what a prediction computes once the served contents are chosen;
-* :mod:`.config` — the resolved configuration.
+* :mod:`.config` — the resolved configuration;
+* :mod:`.validation` — a snapshot from a file or a store checked whole before a restore.
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ from . import rebuilds
 from .builds import RowWork, build_instance, build_instances, computed_by, matches_rows
 from .config import EngineConfig, RebuildError
 from .serving import combine, contents_in_jobs, encode_served, privatizer, serves_head
+from .validation import check_snapshot
 
 STATE_FORMAT = b"forgetting-state-v1"
 REMOTE_INSERT_ROWS = 4096
@@ -813,10 +814,14 @@ class QSSEngine:
     def from_snapshot(cls, config: EngineConfig, key: bytes, snapshot: EngineSnapshot) -> QSSEngine:
         """Rebuild an engine from a snapshot: the one restore path.
 
+        The snapshot is checked whole first (:func:`.validation.check_snapshot`: counts,
+        shapes, ranges and sizes against ``config``), so an inconsistent one raises
+        :class:`~forgetting.snapshots.SnapshotError` before anything is allocated or run.
         Everything derived (draws, row hashes, contribution digests, accumulators) is
         recomputed from the snapshot's primary data; instances without a snapshot rebuild
         (in the background, or before returning with ``rebuild="sync"``).
         """
+        check_snapshot(config, snapshot)
         rows = snapshot.rows
         engine = cls(config, key, rows.X.shape[1], rows.targets.dtype)
         with engine._lock:
@@ -826,10 +831,8 @@ class QSSEngine:
                 rows.ids, id_raw, rows.X, rows.targets, engine._draws(id_raw), rows.in_pool
             )
             labeled = pos[store.labeled(pos)]
-            missing = []
             for r, inst_snap in enumerate(snapshot.instances):
                 if inst_snap is None:
-                    missing.append(r)
                     continue
                 contrib = Contributions.of(
                     store.row_hash[labeled], inst_snap.codes, inst_snap.residuals
@@ -842,7 +845,7 @@ class QSSEngine:
                 store.set_instance_rows(r, labeled, contrib)
             if snapshot.privacy is not None:
                 engine.privacy = PrivacyLedger.from_dict(snapshot.privacy)
-            engine._start_rebuilds(missing)
+            engine._start_rebuilds(engine.pending_rebuilds())  # every instance not restored
         return engine
 
     # -- pickling: locks and threads are rebuilt, pending rebuilds finish first ----------

@@ -21,6 +21,12 @@ computes with exactly the same bits; numeric arrays and fixed-width strings only
 arrays: those are encoded element by element in the manifest). Floats are stored exactly
 (JSON's shortest round-trip repr, or ``float.hex`` for non-finite values).
 
+Sizes are checked before anything is allocated, so crafted bytes are refused, not obeyed: an
+array's declared byte count must be its dtype's item size times its shape (exact integer
+arithmetic, however large the shape; a zero-size dtype only for an empty array) and lie in the
+file, the decoded arrays together never take more than the file holds, and :func:`read_blob`
+reads a regular file no further than its header declares.
+
 Other modules register their plain types in one line, e.g. a frozen dataclass of arrays::
 
     from forgetting.io.model_format import register_dataclass
@@ -38,11 +44,15 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
+import stat
 import struct
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from ..snapshots import memory_budget
 
 MAGIC = b"FRGTQSS\x00"
 FORMAT_VERSION = 2
@@ -242,6 +252,9 @@ class _Decoder:
         self._buffer = buffer
         self._specs = specs
         self._arrays: dict[int, np.ndarray] = {}
+        self._taken = 0
+        """Bytes of the arrays decoded so far: never more than the file holds (arrays do not
+        overlap in a file :func:`dumps` writes, so one region cannot be copied many times)."""
 
     def array(self, index: Any) -> np.ndarray:
         if type(index) is not int or not 0 <= index < len(self._specs):
@@ -251,16 +264,25 @@ class _Decoder:
         spec = self._specs[index]
         try:
             dtype = np.dtype(str(spec["dtype"]))
-            shape = tuple(int(s) for s in spec["shape"])
-            offset, nbytes, order = int(spec["offset"]), int(spec["nbytes"]), spec["order"]
+            shape = _sizes(spec["shape"])
+            offset, nbytes, order = _size(spec["offset"]), _size(spec["nbytes"]), spec["order"]
         except (KeyError, TypeError, ValueError) as err:
             raise ModelFileError(f"bad array entry {index}: {err}") from err
         if dtype.kind not in _ARRAY_KINDS or dtype.fields is not None or dtype.hasobject:
             raise ModelFileError(f"array {index} has a non-data dtype {dtype}")
-        if order not in ("C", "F") or any(s < 0 for s in shape):
-            raise ModelFileError(f"array {index} has a bad shape or order")
+        if order not in ("C", "F"):
+            raise ModelFileError(f"array {index} has a bad order")
+        # Python integers: the declared size is exact however large, and must be the bytes
+        # the file holds for it (a zero-size dtype holds none: only an empty array has one).
         count = math.prod(shape)
-        if count * dtype.itemsize != nbytes or offset < 0 or offset + nbytes > len(self._buffer):
+        if dtype.itemsize == 0 and count:
+            raise ModelFileError(f"array {index}: {count} elements of the zero-size dtype {dtype}")
+        self._taken += nbytes
+        if (
+            count * dtype.itemsize != nbytes
+            or offset + nbytes > len(self._buffer)
+            or self._taken > len(self._buffer)
+        ):
             raise ModelFileError(f"array {index} does not fit the file (truncated or tampered?)")
         flat = np.frombuffer(self._buffer[offset : offset + nbytes], dtype=dtype, count=count)
         arr = flat.reshape(shape, order=order).copy(order=order)
@@ -316,7 +338,7 @@ class _Decoder:
         if tag == "$bytes":
             return base64.b64decode(str(v["$bytes"]), validate=True)
         if tag == "$objects":
-            shape = tuple(int(s) for s in _list(v["$objects"]))
+            shape = _sizes(v["$objects"])
             items = [self.value(x, depth + 1) for x in _list(v["items"])]
             if len(items) != math.prod(shape):
                 raise ModelFileError("object array has the wrong number of items")
@@ -340,11 +362,24 @@ def _list(v: Any) -> list:
     return v
 
 
-def check_container(data: bytes, what: str = "data") -> bytes:
-    """Check magic, version, length and checksum; return the payload (nothing decoded)."""
-    if len(data) < _HEADER.size:
-        raise ModelFileError(f"{what}: too short to be a forgetting model (truncated?)")
-    magic, version, length, checksum = _HEADER.unpack_from(data)
+def _size(v: Any) -> int:
+    """A size or offset from the manifest: a JSON integer ≥ 0 (not a bool, float or string)."""
+    if type(v) is not int or v < 0:
+        raise ModelFileError(f"expected a size, found {str(v)[:40]!r}")
+    return v
+
+
+def _sizes(v: Any) -> tuple[int, ...]:
+    """A shape from the manifest: at most 32 sizes (numpy's limit)."""
+    dims = _list(v)
+    if len(dims) > 32:
+        raise ModelFileError(f"a shape of {len(dims)} dimensions")
+    return tuple(_size(s) for s in dims)
+
+
+def _check_header(data: bytes, what: str) -> None:
+    """Magic and version of a container's header (``data`` holds at least the header)."""
+    magic, version, _, _ = _HEADER.unpack_from(data)
     if magic != MAGIC:
         raise ModelFileError(f"{what}: not a forgetting model file")
     if version != FORMAT_VERSION:
@@ -353,12 +388,51 @@ def check_container(data: bytes, what: str = "data") -> bytes:
             f"{what}: format version {version}, this library reads version {FORMAT_VERSION}"
             + (hint if version == 1 else "")
         )
+
+
+def check_container(data: bytes, what: str = "data") -> bytes:
+    """Check magic, version, length and checksum; return the payload (nothing decoded)."""
+    if len(data) < _HEADER.size:
+        raise ModelFileError(f"{what}: too short to be a forgetting model (truncated?)")
+    _check_header(data, what)
+    length, checksum = _HEADER.unpack_from(data)[2:]
     payload = data[_HEADER.size :]
     if len(payload) != length:
         raise ModelFileError(f"{what}: expected {length} payload bytes, found {len(payload)}")
     if hashlib.sha256(payload).digest() != checksum:
         raise ModelFileError(f"{what}: checksum mismatch; the file is corrupted")
     return payload
+
+
+def read_blob(path: str | os.PathLike, what: str = "data") -> bytes:
+    """The bytes of a container file, read no further than its header declares.
+
+    Only a regular file is read (a device such as /dev/zero, a FIFO or a directory is
+    refused: opened without blocking, checked with ``fstat``); its size must be the header's
+    declared payload length plus the header, and no more than this process may allocate
+    (:func:`~forgetting.snapshots.memory_budget`), all before the payload is read.
+    Raises ModelFileError, or OSError when the file cannot be opened at all.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ModelFileError(f"{what}: not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        head = f.read(_HEADER.size)
+        if len(head) < _HEADER.size:
+            raise ModelFileError(f"{what}: too short to be a forgetting model (truncated?)")
+        _check_header(head, what)
+        length = _HEADER.unpack_from(head)[2]
+        found = info.st_size - _HEADER.size
+        if found != length:
+            raise ModelFileError(f"{what}: expected {length} payload bytes, found {found}")
+        if info.st_size > memory_budget():
+            raise ModelFileError(f"{what}: {info.st_size} bytes, more than this process may hold")
+        payload = f.read(length + 1)  # one more: a file that grew meanwhile is not this one
+    if len(payload) != length:
+        raise ModelFileError(f"{what}: expected {length} payload bytes, found {len(payload)}")
+    return head + payload
 
 
 def loads(data: bytes, kind: str, what: str = "data") -> Any:

@@ -12,12 +12,19 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.validation import check_schema, code_layout
 from ..estimators import restore_estimator
 from ..io.model_format import ModelFileError, loads
 from ..labels import UNLABELED, is_labeled
-from ..persistence import check_schema, library_versions
+from ..persistence import library_versions
 from ..schema.membership import derive_key, key_fingerprint
-from ..snapshots import EngineSnapshot, InstanceSnapshot, ModelSnapshot, RowsSnapshot
+from ..snapshots import (
+    EngineSnapshot,
+    InstanceSnapshot,
+    ModelSnapshot,
+    RowsSnapshot,
+    SnapshotError,
+)
 from .connection import describe
 from .encode import KEY_KIND, META_KIND, PRIVACY_KIND, SCHEMA_KIND
 from .errors import StoreCorrupt
@@ -78,7 +85,7 @@ def read_model(store: SQLStore, secret_key: bytes | str | None) -> Loaded:
         raise _corrupt(loc, "table meta", "the model entry is missing")
     try:
         info = loads(meta["model"], META_KIND, "model entry")
-        _check_info(info)
+        _check_info(info, store.n_instances)
     except (ModelFileError, ValueError, TypeError, KeyError) as err:
         raise _corrupt(loc, "table meta", err) from None
     if info["libraries"] != library_versions():
@@ -107,6 +114,8 @@ def read_model(store: SQLStore, secret_key: bytes | str | None) -> Loaded:
     snapshot = model_snapshot(info, EngineSnapshot(rows, instances, privacy))
     try:
         estimator = restore_estimator(snapshot, secret_key=secret_key)
+    except SnapshotError as err:
+        raise _corrupt(loc, "the stored model", err) from None
     except (ValueError, TypeError, IndexError, KeyError, AttributeError) as err:
         raise _corrupt(loc, "restoring the model", f"{type(err).__name__}: {err}") from None
     persisted = [None if inst is None else inst.schema for inst in instances]
@@ -116,7 +125,10 @@ def read_model(store: SQLStore, secret_key: bytes | str | None) -> Loaded:
     return Loaded(estimator, info, persisted, next_seq, rows)
 
 
-def _check_info(info: Any) -> None:
+def _check_info(info: Any, n_instances: int) -> None:
+    """The model entry's fields, and its ``n_instances`` parameter against the instances the
+    store's tables hold (the meta ``n_instances``): instances beyond them would never be
+    rebuilt."""
     if not isinstance(info, dict):
         raise ValueError("the model entry is not a mapping")
     for name, kind in (
@@ -129,6 +141,11 @@ def _check_info(info: Any) -> None:
     ):
         if not isinstance(info.get(name), kind):
             raise ValueError(f"the model entry's {name} is missing or of the wrong type")
+    p = info["params"].get("n_instances")
+    if p != n_instances or type(p) is not int:
+        raise ValueError(
+            f"the model's n_instances is {str(p)[:20]}, the store holds {n_instances} instances"
+        )
     fitted = info["fitted"]
     d = fitted.get("n_features_in_")
     if type(d) is not int or d < 1:
@@ -238,16 +255,6 @@ def _read_instances(
             raise _corrupt(loc, where, err) from None
         out.append(InstanceSnapshot(schema, codes, residuals))
     return out
-
-
-def code_layout(schema) -> tuple[np.dtype, int, int]:
-    """(code dtype, codes per row, number of cells) of a schema's partition: the paper's RQ
-    codebook, or a flat partition of many tables."""
-    if getattr(schema, "partition", None) is not None:
-        part = schema.partition
-        return np.dtype(part.cell_dtype), part.n_tables, part.n_cells
-    cb = schema.codebook
-    return np.dtype(cb.code_dtype), cb.n_levels, cb.n_centroids
 
 
 def _decode_contributions(schema, blobs: list, n_outputs: int):
