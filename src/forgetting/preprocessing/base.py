@@ -25,6 +25,7 @@ transformer) still gets the same bits from the same set of rows.
 
 from __future__ import annotations
 
+import copy
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -108,6 +109,9 @@ class ExactStep(TransformerMixin, BaseEstimator):
     """
 
     _uses: str = "none"
+    _cached_fingerprint: bool = True
+    """Leaves keep their fingerprint until their state changes (:meth:`_changed`); a step
+    holding others computes it from theirs each time."""
 
     # -- scikit-learn surface ----------------------------------------------------------------
     def fit(self, X: Any, y: Any = None) -> ExactStep:
@@ -132,10 +136,35 @@ class ExactStep(TransformerMixin, BaseEstimator):
 
     def _fit_rows(self, rows: Rows) -> None:
         """Fit from ``rows`` (the rows :attr:`uses` names: all of them, or the D° ones)."""
+        self._changed()
         self.n_features_in_ = n_columns(rows.X)
 
+    def _changed(self) -> None:
+        """Forget the cached fingerprint: the state is about to change."""
+        self.__dict__.pop("_fingerprint_cache", None)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_fingerprint_cache", None)
+        return state
+
+    def __deepcopy__(self, memo: dict) -> ExactStep:
+        """A copy that shares nothing mutable: arrays are copied (element references of
+        text arrays are shared: strings do not change), other attributes deep-copied."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            if isinstance(value, np.ndarray):
+                new.__dict__[key] = value.copy()
+            elif isinstance(value, list) and all(isinstance(v, np.ndarray) for v in value):
+                new.__dict__[key] = [v.copy() for v in value]
+            else:
+                new.__dict__[key] = copy.deepcopy(value, memo)
+        return new
+
     def _add_rows(self, delta: Rows, sign: int) -> bool:
-        """Add (+1) or subtract (-1) ``delta``'s terms; False: recompute from the rows."""
+        """Add (+1) or subtract (-1) ``delta``'s terms; False: recompute from the rows. Where
+        the parameters change, the step calls :meth:`_changed` (its ``_derive`` does)."""
         return False
 
     def _check_rows(self, delta: Rows) -> None:
@@ -169,9 +198,16 @@ class ExactStep(TransformerMixin, BaseEstimator):
         return None
 
     def _fingerprint(self) -> bytes:
+        """SHA-256 of :meth:`_transform_params`: equal fingerprints, equal transforms."""
+        cached = self.__dict__.get("_fingerprint_cache")
+        if cached is not None:
+            return cached
         h = new_hash()
         digest_values(h, self._transform_params())
-        return h.digest()
+        fingerprint = h.digest()
+        if self._cached_fingerprint:
+            self._fingerprint_cache = fingerprint
+        return fingerprint
 
     def _stats_into(self, h: Any) -> None:
         """Feed the integer statistics behind the parameters to ``h`` (default: none)."""
@@ -217,6 +253,8 @@ class Passthrough(ExactStep):
 class Chain(ExactStep):
     """Steps applied one after another (a scikit-learn ``Pipeline`` inside a column
     transformer, or a pipeline's preprocessing). ``steps``: list of (name, exact step)."""
+
+    _cached_fingerprint = False
 
     def __init__(self, steps: list[tuple[str, Any]]):
         self.steps = steps

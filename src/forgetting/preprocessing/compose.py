@@ -83,6 +83,8 @@ class ColumnTransformer(ExactStep):
     transformer names. Output: the parts' columns side by side, then the remainder's
     (dense; text columns stay text until encoded)."""
 
+    _cached_fingerprint = False
+
     def __init__(self, transformers: list[tuple[str, Any, Any]], *, remainder: Any = "drop"):
         self.transformers = transformers
         self.remainder = remainder

@@ -92,12 +92,17 @@ class _CategoryEncoder(ExactStep):
         return out
 
     def _add_rows(self, delta: Rows, sign: int) -> bool:
+        moved = False
         for c, counts in zip(columns_of(delta.X), self.counts_, strict=True):
+            values, has_missing = counts.values, counts.missing > 0
             counts.update(c, sign)
-        self._derive()
+            moved |= counts.values is not values or (counts.missing > 0) != has_missing
+        if moved:  # a category appeared or left: the categories (and the output) change
+            self._derive()
         return True
 
     def _derive(self) -> None:
+        self._changed()
         if not isinstance(self.categories, str):
             self.categories_ = self._given()
             return
@@ -159,7 +164,7 @@ class _CategoryEncoder(ExactStep):
         return out, X
 
     def _transform_params(self) -> Any:
-        return [list(c) for c in self.categories_]
+        return list(self.categories_)
 
     def _stats_into(self, h: Any) -> None:
         for c in getattr(self, "counts_", []):

@@ -136,6 +136,7 @@ class SimpleImputer(ExactStep):
         return True
 
     def _derive(self) -> None:
+        self._changed()
         d = len(self.text_)
         if self.strategy == "constant":
             stats = [self._constant(j) for j in range(d)]

@@ -59,6 +59,7 @@ class StandardScaler(ExactStep):
         return True
 
     def _derive(self) -> None:
+        self._changed()
         m = self.moments_
         self.n_samples_seen_ = m.count.copy()
         self.mean_ = m.mean()
@@ -118,6 +119,7 @@ class MinMaxScaler(ExactStep):
         return True
 
     def _derive(self) -> None:
+        self._changed()
         lo, hi = (float(v) for v in self.feature_range)
         self.data_min_ = np.array([c.values[0] if len(c.values) else np.nan for c in self.counts_])
         self.data_max_ = np.array([c.values[-1] if len(c.values) else np.nan for c in self.counts_])

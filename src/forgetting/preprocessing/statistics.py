@@ -191,6 +191,25 @@ class ValueCounts:
         self.missing = missing
         self.text = text
 
+    def _values_blob(self) -> bytes:
+        """The byte string of ``values`` (text): hashed by every digest, rarely changed, so
+        kept until ``values`` is replaced (``_blob_of`` names the array it was made from)."""
+        if self.__dict__.get("_blob_of") is not self.values:
+            self._blob = text_blob(self.values.tolist())
+            self._blob_of = self.values
+        return self._blob
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_blob", "_blob_of")}
+
+    def __deepcopy__(self, memo: dict) -> ValueCounts:
+        """A copy whose counts are its own; ``values`` is shared: it is never changed in
+        place (an update that adds or drops a value assigns a new array)."""
+        twin = ValueCounts(self.values, self.counts.copy(), self.missing, self.text)
+        if self.__dict__.get("_blob_of") is self.values:
+            twin._blob, twin._blob_of = self._blob, self.values
+        return twin
+
     @classmethod
     def of(cls, column: np.ndarray) -> ValueCounts:
         miss = _missing_mask(column)
@@ -203,11 +222,14 @@ class ValueCounts:
         self.missing += sign * delta.missing
         if not len(delta.values):
             return
+        pos = np.searchsorted(self.values, delta.values)
+        found = pos < len(self.values)
+        found[found] = self.values[pos[found]] == delta.values[found]
+        if sign > 0 and found.all():  # no new value: the values array stays the same object
+            self.counts[pos] += delta.counts
+            return
         if sign < 0:
-            pos = np.searchsorted(self.values, delta.values)
-            ok = pos < len(self.values)
-            ok[ok] = self.values[pos[ok]] == delta.values[ok]
-            if not ok.all() or (self.counts[pos] < delta.counts).any():
+            if not found.all() or (self.counts[pos] < delta.counts).any():
                 raise ValueError("removing values that were never added")
             self.counts[pos] -= delta.counts
             keep = self.counts > 0
@@ -250,13 +272,23 @@ class ValueCounts:
     def digest_into(self, h: Any) -> None:
         h.update(b"T" if self.text else b"N")
         if self.text:
-            for v in self.values.tolist():
-                b = v.encode("utf-8")
-                h.update(len(b).to_bytes(8, "little") + b)
+            h.update(self._values_blob())
         else:
             h.update(np.ascontiguousarray(self.values, dtype="<f8").tobytes())
         h.update(np.ascontiguousarray(self.counts, dtype="<i8").tobytes())
         h.update(int(self.missing).to_bytes(8, "little"))
+
+
+def text_blob(values: list) -> bytes:
+    """One unambiguous byte string for a list of strings and Nones (length-prefixed)."""
+    parts = []
+    for v in values:
+        if v is None:
+            parts.append(b"\xff\xff\xff\xff")
+        else:
+            b = v.encode("utf-8")
+            parts.append(len(b).to_bytes(4, "little") + b)
+    return b"".join(parts)
 
 
 def digest_values(h: Any, values: Any) -> None:
@@ -264,6 +296,10 @@ def digest_values(h: Any, values: Any) -> None:
     if isinstance(values, np.ndarray) and values.dtype != object:
         h.update(values.dtype.str.encode() + repr(values.shape).encode())
         h.update(np.ascontiguousarray(values).tobytes())
+    elif isinstance(values, np.ndarray) and all(
+        v is None or isinstance(v, str) for v in values.tolist()
+    ):
+        h.update(b"text%d" % len(values) + text_blob(values.tolist()))
     elif isinstance(values, list | tuple | np.ndarray):
         h.update(b"[%d" % len(values))
         for v in values:
