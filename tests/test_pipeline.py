@@ -300,6 +300,23 @@ def test_bad_requests_change_nothing():
         model.predict(X.assign(city=1.5))
     assert model.state_digest() == before
     assert model.predict(X[["flag", "city", "x2", "x1"]]).shape == (len(y),)  # by name
+    with pytest.raises(ValueError, match="mode='label'"):
+        pipe(QSSClassifier(**SMALL, mode="label")).fit(X, y)
+    with pytest.raises(ValueError, match="must be a forgetting estimator"):
+        make_pipeline(SkStandardScaler(), SkStandardScaler())
+
+
+def test_a_failed_refit_keeps_the_fitted_pipeline():
+    X, y = make_classification(200, 4, random_state=3)
+    model = make_pipeline(StandardScaler(rows="all"), QSSClassifier(**SMALL))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(X, y)
+        before = model.state_digest()
+        with pytest.raises(ValueError, match="at least 2 classes"):
+            model.fit(X[:50] * 3, np.zeros(50, dtype=int))
+    assert model.state_digest() == before
+    assert model.forget([0]).n_rows == 1
 
 
 def test_forgetting_through_the_estimator_behind_the_pipeline_s_back_is_caught():
@@ -320,3 +337,27 @@ def test_the_pipeline_clones_and_searches_like_a_scikit_learn_estimator():
     search.fit(X, y)
     assert 0.0 <= search.best_score_ <= 1.0
     assert 0.0 <= model.fit(X, y).score(X, y) <= 1.0
+
+
+def test_the_scikit_learn_pipeline_trap_and_the_way_out():
+    """A scikit-learn Pipeline forgets exactly in its estimator only: its scaler keeps the
+    forgotten rows' mean (docs/pipelines.md). from_sklearn gives the exact pipeline."""
+    X, y = make_classification(300, 5, random_state=2)
+    ids = np.arange(300)
+    trap = sk_make_pipeline(SkStandardScaler(), QSSClassifier(**SMALL)).fit(
+        X, y, qssclassifier__ids=ids
+    )
+    trap.named_steps["qssclassifier"].forget([0, 1, 2])
+    refit = sk_make_pipeline(SkStandardScaler(), QSSClassifier(**SMALL)).fit(
+        X[3:], y[3:], qssclassifier__ids=ids[3:]
+    )
+    assert not np.array_equal(trap[0].mean_, refit[0].mean_)
+    assert trap[-1].state_digest() != refit[-1].state_digest()
+
+    def make():
+        return ForgettingPipeline.from_sklearn(trap, min_schema_rows=30)
+
+    model = make().fit(X, y, ids)
+    assert [name for name, _ in model.steps] == ["standardscaler", "qssclassifier"]
+    model.forget([0, 1, 2])
+    assert_same(model, refit_without(make, X, y, ids, [0, 1, 2]), X)

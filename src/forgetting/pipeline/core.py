@@ -35,6 +35,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
+from sklearn.base import clone
 from sklearn.pipeline import _name_estimators
 from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import _BaseComposition
@@ -104,6 +105,23 @@ class ForgettingPipeline(_BaseComposition):
         self.steps = steps
         self.rho = rho
         self.min_schema_rows = min_schema_rows
+
+    @classmethod
+    def from_sklearn(
+        cls, pipeline: Any, *, rho: float | str = "auto", min_schema_rows: int = 200
+    ) -> ForgettingPipeline:
+        """The exact pipeline of a scikit-learn ``Pipeline`` whose last step is a QSS
+        estimator: the same step names, the preprocessing translated (or refused by name),
+        the estimator cloned (unfitted: fit the result). The way out of the trap
+        docs/pipelines.md describes: a scikit-learn pipeline forgets exactly in its
+        estimator only."""
+        named = list(pipeline.steps)
+        steps = [(name, exact(step, name)) for name, step in named[:-1]]
+        out = cls(
+            [*steps, (named[-1][0], clone(named[-1][1]))], rho=rho, min_schema_rows=min_schema_rows
+        )
+        out._translated()
+        return out
 
     # -- scikit-learn's composition surface --------------------------------------------------
     def get_params(self, deep: bool = True) -> dict:
@@ -195,8 +213,9 @@ class ForgettingPipeline(_BaseComposition):
     def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None) -> ForgettingPipeline:
         """Fit every step and the estimator on rows ``X`` (an array or a DataFrame with
         numeric, boolean, categorical or string columns), labels ``y`` and unique ``ids``
-        (default ``range(n)``). On any error the pipeline stays as it was."""
-        chain = self._translated()
+        (default ``range(n)``). On any error the pipeline stays as it was (the steps are
+        fitted as copies, and installed once the estimator's fit succeeded)."""
+        chain = copy.deepcopy(self._translated())
         est = self._final_estimator
         rule = self._rule(est)
         Xr, layout = read_input(X)
@@ -217,6 +236,7 @@ class ForgettingPipeline(_BaseComposition):
         self._warn_all_rows(chain)
         parts = _x_parts(Xr)
         parts.update(y=y_arr, ids=id_array, id_raw=_object_array(id_raw), draws=row_draws)
+        parts["member"] = members
         self._install(chain)
         self.layout_ = layout
         self.n_features_in_ = len(layout.kinds)
@@ -242,7 +262,7 @@ class ForgettingPipeline(_BaseComposition):
         self._key = key
         self._rule_ = rule
         self._position = {i: p for p, i in enumerate(buffer.get("ids").tolist())}
-        self._members = rule.members(buffer.get("draws"), np.ones(buffer.n, dtype=bool))
+        self._recount_members()
         self._rows_hash = _rows_hash(buffer, 0, buffer.n)
         self._engine = est.engine_
         self._lock = threading.RLock()
@@ -303,10 +323,11 @@ class ForgettingPipeline(_BaseComposition):
             keep = np.ones(buf.n, dtype=bool)
             keep[pos] = False
             kept = np.flatnonzero(keep)
-            after = self._rule_.members(buf.get("draws")[kept], np.ones(kept.size, dtype=bool))
-            schema_changed = bool(self._members[pos].any()) or not np.array_equal(
-                self._members[kept], after
-            )
+            schema_changed = bool(self._members[pos].any())
+            if schema_changed:
+                after = self._rule_.members(buf.get("draws")[kept], np.ones(kept.size, bool))
+            else:  # rows outside D° leave its threshold, so D°, as it was (MembershipRule)
+                after = self._members[kept]
             current = _Current(self, kept, after, None)
             delta = Rows(_buffer_rows(buf, self.layout_, pos), buf.get("y")[pos], None)
             return self._change(
@@ -317,7 +338,7 @@ class ForgettingPipeline(_BaseComposition):
                 schema_changed,
                 current,
                 started,
-                commit=lambda: self._remove(pos),
+                commit=lambda: self._remove(pos, schema_changed),
             )
 
     def insert(self, X: Any, y: Any, ids: Sequence[Hashable]) -> PipelineReceipt:
@@ -370,7 +391,7 @@ class ForgettingPipeline(_BaseComposition):
                 schema_changed,
                 current,
                 started,
-                commit=lambda: self._append(new),
+                commit=lambda: self._append(new, after),
             )
 
     def _change(
@@ -420,7 +441,16 @@ class ForgettingPipeline(_BaseComposition):
             **values, refitted=changed, steps_changed=tuple(moved), schema_rho=self.schema_rho_
         )
 
-    def _remove(self, pos: np.ndarray) -> None:
+    @property
+    def _members(self) -> np.ndarray:
+        """Mask of the rows held (buffer order) in the pipeline's D°."""
+        return self._rows.get("member")
+
+    def _recount_members(self) -> None:
+        buf = self._rows
+        buf.get("member")[:] = self._rule_.members(buf.get("draws"), np.ones(buf.n, dtype=bool))
+
+    def _remove(self, pos: np.ndarray, schema_changed: bool) -> None:
         buf = self._rows
         gone = buf.get("ids")[pos].tolist()
         self._rows_hash = (self._rows_hash - _rows_hash(buf, pos)) % (1 << 256)
@@ -430,18 +460,20 @@ class ForgettingPipeline(_BaseComposition):
         ids = buf.get("ids")
         for p in holes.tolist():
             self._position[ids[p]] = p
-        self._members = self._rule_.members(buf.get("draws"), np.ones(buf.n, dtype=bool))
+        if schema_changed:
+            self._recount_members()
 
-    def _append(self, new: dict[str, Any]) -> None:
+    def _append(self, new: dict[str, Any], members: np.ndarray) -> None:
         parts = _x_parts(new["X"])
         parts.update({k: v for k, v in new.items() if k != "X"})
+        parts["member"] = members[self._rows.n :]
         buf = self._rows
         start = buf.n
         buf.append(parts)
         for p, i in enumerate(new["ids"].tolist()):
             self._position[i] = start + p
         self._rows_hash = (self._rows_hash + _rows_hash(buf, np.arange(start, buf.n))) % (1 << 256)
-        self._members = self._rule_.members(buf.get("draws"), np.ones(buf.n, dtype=bool))
+        buf.get("member")[:] = members
 
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
         """Block until the estimator's background rebuilds have landed."""

@@ -107,7 +107,8 @@ def save_pipeline(pipeline: Any, path: str | Path, *, store_key: bool = False) -
     est.wait_for_rebuilds()
     with pipeline._lock:
         buf = pipeline._rows
-        rows = {k: buf.get(k).copy() for k in buf.names if k not in ("ids", "id_raw", "draws")}
+        derived = ("ids", "id_raw", "draws", "member")
+        rows = {k: buf.get(k).copy() for k in buf.names if k not in derived}
         snapshot = PipelineSnapshot(
             names=[name for name, _ in pipeline.steps],
             steps=[step for _, step in pipeline.chain_.steps],
@@ -242,6 +243,7 @@ def _pipeline(cls: type, snap: PipelineSnapshot, est: Any) -> Any:
     raw_array[:] = id_raw
     parts = dict(rows)
     parts.update(ids=id_array, id_raw=raw_array, draws=draws(key, id_raw, 0)[:, 0])
+    parts["member"] = np.zeros(len(ids), dtype=bool)  # set by _set_rows
     pipeline._set_rows(RowBuffer(parts), key, pipeline._rule(est), est)
     return pipeline
 

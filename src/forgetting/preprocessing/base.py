@@ -137,6 +137,7 @@ class ExactStep(TransformerMixin, BaseEstimator):
     def _fit_rows(self, rows: Rows) -> None:
         """Fit from ``rows`` (the rows :attr:`uses` names: all of them, or the D° ones)."""
         self._changed()
+        self.__dict__.pop("_params_cache", None)
         self.n_features_in_ = n_columns(rows.X)
 
     def _changed(self) -> None:
@@ -146,6 +147,7 @@ class ExactStep(TransformerMixin, BaseEstimator):
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state.pop("_fingerprint_cache", None)
+        state.pop("_params_cache", None)
         return state
 
     def __deepcopy__(self, memo: dict) -> ExactStep:
@@ -214,6 +216,17 @@ class ExactStep(TransformerMixin, BaseEstimator):
 
     def digest_into(self, h: Any) -> None:
         """Feed this step's class, parameters and fitted state to the hash ``h``."""
+        h.update(self._params_digest())
+        h.update(self._fingerprint())
+        self._stats_into(h)
+
+    def _params_digest(self) -> bytes:
+        """The class and parameters (steps held are hashed by their own digest), computed
+        once per fit: reading them (``get_params``) is slow next to a one-row forget."""
+        cached = self.__dict__.get("_params_cache")
+        if cached is not None:
+            return cached
+        h = new_hash()
         h.update(type(self).__qualname__.encode())
         for name, value in sorted(self.get_params(deep=False).items()):
             h.update(name.encode())
@@ -223,8 +236,8 @@ class ExactStep(TransformerMixin, BaseEstimator):
                 isinstance(v, tuple) for v in value
             ):
                 digest_values(h, value)
-        h.update(self._fingerprint())
-        self._stats_into(h)
+        self._params_cache = h.digest()
+        return self._params_cache
 
     def _check_width(self, X: Any) -> None:
         width = getattr(self, "n_features_in_", None)
