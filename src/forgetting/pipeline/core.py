@@ -44,11 +44,8 @@ from ..ids import listing, normalize_ids
 from ..preprocessing import Chain, ExactStep, exact
 from ..preprocessing.base import Rows
 from ..preprocessing.table import (
-    Layout,
     RowBuffer,
-    Table,
     canonical_order,
-    concat_rows,
     n_rows,
     read_input,
     take,
@@ -56,6 +53,7 @@ from ..preprocessing.table import (
 )
 from ..receipts import Receipt
 from ..schema.membership import MembershipRule, derive_key, draws, id_bytes
+from .rows import Current, buffer_rows, labels, object_array, rows_hash, x_parts
 
 STATE_FORMAT = b"forgetting-pipeline-state/1"
 
@@ -220,7 +218,7 @@ class ForgettingPipeline(_BaseComposition):
         rule = self._rule(est)
         Xr, layout = read_input(X)
         n = n_rows(Xr)
-        y_arr = _labels(y, n)
+        y_arr = labels(y, n)
         id_list = normalize_ids(ids, n)
         id_raw = [id_bytes(i) for i in id_list]
         key = self._pipeline_key(est)
@@ -231,11 +229,11 @@ class ForgettingPipeline(_BaseComposition):
         rows = Rows(X_sorted, y_arr[order], members[order])
         chain._fit_rows(rows)
         Xt = to_matrix(chain.transform(X_sorted), "the pipeline's steps")
-        id_array = _object_array(id_list)
+        id_array = object_array(id_list)
         est.fit(Xt, y_arr[order], ids=id_array[order].tolist())
         self._warn_all_rows(chain)
-        parts = _x_parts(Xr)
-        parts.update(y=y_arr, ids=id_array, id_raw=_object_array(id_raw), draws=row_draws)
+        parts = x_parts(Xr)
+        parts.update(y=y_arr, ids=id_array, id_raw=object_array(id_raw), draws=row_draws)
         parts["member"] = members
         self._install(chain)
         self.layout_ = layout
@@ -263,7 +261,7 @@ class ForgettingPipeline(_BaseComposition):
         self._rule_ = rule
         self._position = {i: p for p, i in enumerate(buffer.get("ids").tolist())}
         self._recount_members()
-        self._rows_hash = _rows_hash(buffer, 0, buffer.n)
+        self._rows_hash = rows_hash(buffer, 0, buffer.n)
         self._engine = est.engine_
         self._lock = threading.RLock()
 
@@ -328,8 +326,8 @@ class ForgettingPipeline(_BaseComposition):
                 after = self._rule_.members(buf.get("draws")[kept], np.ones(kept.size, bool))
             else:  # rows outside D° leave its threshold, so D°, as it was (MembershipRule)
                 after = self._members[kept]
-            current = _Current(self, kept, after, None)
-            delta = Rows(_buffer_rows(buf, self.layout_, pos), buf.get("y")[pos], None)
+            current = Current(self._rows, self.layout_, kept, after, None)
+            delta = Rows(buffer_rows(buf, self.layout_, pos), buf.get("y")[pos], None)
             return self._change(
                 "forget",
                 id_list,
@@ -353,7 +351,7 @@ class ForgettingPipeline(_BaseComposition):
                 raise ValueError("ids are required")
             Xr, _ = read_input(X, self.layout_)
             n = n_rows(Xr)
-            y_arr = _labels(y, n)
+            y_arr = labels(y, n)
             id_list = normalize_ids(ids, n)
             known = [i for i in id_list if i in self._position]
             if known:
@@ -377,11 +375,11 @@ class ForgettingPipeline(_BaseComposition):
             new = {
                 "X": Xr,
                 "y": y_arr,
-                "ids": _object_array(id_list),
-                "id_raw": _object_array(id_raw),
+                "ids": object_array(id_list),
+                "id_raw": object_array(id_raw),
                 "draws": new_draws,
             }
-            current = _Current(self, np.arange(buf.n), after, new)
+            current = Current(buf, self.layout_, np.arange(buf.n), after, new)
             delta = Rows(Xr, y_arr, None)
             return self._change(
                 "insert",
@@ -401,7 +399,7 @@ class ForgettingPipeline(_BaseComposition):
         delta: Rows,
         sign: int,
         schema_changed: bool,
-        current: _Current,
+        current: Current,
         started: float,
         commit,
     ) -> PipelineReceipt:
@@ -453,7 +451,7 @@ class ForgettingPipeline(_BaseComposition):
     def _remove(self, pos: np.ndarray, schema_changed: bool) -> None:
         buf = self._rows
         gone = buf.get("ids")[pos].tolist()
-        self._rows_hash = (self._rows_hash - _rows_hash(buf, pos)) % (1 << 256)
+        self._rows_hash = (self._rows_hash - rows_hash(buf, pos)) % (1 << 256)
         movers, holes = buf.remove(pos)
         for i in gone:
             del self._position[i]
@@ -464,7 +462,7 @@ class ForgettingPipeline(_BaseComposition):
             self._recount_members()
 
     def _append(self, new: dict[str, Any], members: np.ndarray) -> None:
-        parts = _x_parts(new["X"])
+        parts = x_parts(new["X"])
         parts.update({k: v for k, v in new.items() if k != "X"})
         parts["member"] = members[self._rows.n :]
         buf = self._rows
@@ -472,7 +470,7 @@ class ForgettingPipeline(_BaseComposition):
         buf.append(parts)
         for p, i in enumerate(new["ids"].tolist()):
             self._position[i] = start + p
-        self._rows_hash = (self._rows_hash + _rows_hash(buf, np.arange(start, buf.n))) % (1 << 256)
+        self._rows_hash = (self._rows_hash + rows_hash(buf, np.arange(start, buf.n))) % (1 << 256)
         buf.get("member")[:] = members
 
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
@@ -608,127 +606,6 @@ def make_pipeline(
 
 
 # -- helpers ----------------------------------------------------------------------------------
-class _Current:
-    """The rows held after a change, in canonical order, each selection computed once when
-    first asked: ``current(which)`` gives the preprocessing's input (:data:`Rows`) for
-    ``"all"`` of them, the D° ones (``"schema"``) or those held before too (``"staying"``)."""
-
-    def __init__(
-        self,
-        pipeline: ForgettingPipeline,
-        kept: np.ndarray,
-        members: np.ndarray,
-        new: dict[str, Any] | None,
-    ):
-        self._p = pipeline
-        self._kept = kept
-        self._members = members
-        self._new = new
-        self._cache: dict[str, Rows] = {}
-        self._ids: np.ndarray | None = None
-
-    def _arrays(self, which: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
-        """(X, y, ids, members) of rows ``which`` (indices into kept + new), canonical order."""
-        buf = self._p._rows
-        n_kept = self._kept.size
-        old = which[which < n_kept]
-        fresh = which[which >= n_kept] - n_kept
-        pos = self._kept[old]
-        X = _buffer_rows(buf, self._p.layout_, pos)
-        y, ids = buf.get("y")[pos], buf.get("ids")[pos]
-        d, raw = buf.get("draws")[pos], buf.get("id_raw")[pos]
-        if self._new is not None and fresh.size:
-            new = self._new
-            X = concat_rows([X, take(new["X"], fresh)])
-            y = np.concatenate([y, new["y"][fresh]])
-            ids = np.concatenate([ids, new["ids"][fresh]])
-            d = np.concatenate([d, new["draws"][fresh]])
-            raw = np.concatenate([raw, new["id_raw"][fresh]])
-        order = canonical_order(d, raw.tolist())
-        members = self._members[np.concatenate([old, fresh + n_kept])][order]
-        return take(X, order), y[order], ids[order], members
-
-    def __call__(self, which: str) -> Rows:
-        if which == "staying" and self._new is None:
-            which = "all"
-        if which not in self._cache:
-            rows = np.arange(self._members.size)
-            if which == "schema":
-                rows = rows[self._members]
-            elif which == "staying":
-                rows = rows[: self._kept.size]
-            X, y, ids, members = self._arrays(rows)
-            if which == "all":
-                self._ids = ids
-            self._cache[which] = Rows(X, y, None if which == "schema" else members)
-        return self._cache[which]
-
-    def ids(self) -> np.ndarray:
-        """The ids of ``self("all")``, in its order."""
-        self("all")
-        return self._ids
-
-
-def _labels(y: Any, n: int) -> np.ndarray:
-    if y is None:
-        raise ValueError("the pipeline requires y to be passed, but the target y is None")
-    arr = np.asarray(y)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    if arr.ndim != 1:
-        raise ValueError(f"y must be one-dimensional, got shape {arr.shape}")
-    if len(arr) != n:
-        raise ValueError(
-            f"Found input variables with inconsistent numbers of samples: [{n}, {len(arr)}]"
-        )
-    return arr
-
-
-def _object_array(values: list) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
-
-
-def _x_parts(X: Any) -> dict[str, np.ndarray]:
-    if isinstance(X, np.ndarray):
-        return {"x": X}
-    return {f"c{j}": c for j, c in enumerate(X.columns)}
-
-
-def _buffer_rows(buf: RowBuffer, layout: Layout, pos: np.ndarray) -> Any:
-    if layout.matrix:
-        return buf.get("x")[pos]
-    return Table(tuple(buf.get(f"c{j}")[pos] for j in range(len(layout.kinds))), layout.names)
-
-
-def _rows_hash(buf: RowBuffer, pos: Any, stop: int | None = None) -> int:
-    """Σ over rows ``pos`` (or ``pos:stop``) of a 256-bit hash of (id, raw values, label)."""
-    if stop is not None:
-        pos = np.arange(pos, stop)
-    id_raw = buf.get("id_raw")[pos].tolist()
-    y = buf.get("y")[pos].tolist()
-    parts = [buf.get(k)[pos] for k in buf.names if k == "x" or k.startswith("c")]
-    total = 0
-    for r in range(len(id_raw)):
-        h = hashlib.blake2b(digest_size=32, person=b"qss-pipe-row")
-        h.update(len(id_raw[r]).to_bytes(4, "little") + id_raw[r])
-        h.update(repr(y[r]).encode())
-        for part in parts:
-            v = part[r]
-            if isinstance(v, np.ndarray):
-                h.update(np.ascontiguousarray(v, dtype="<f8").tobytes())
-            elif v is None:
-                h.update(b"\x00")
-            elif isinstance(v, str):
-                b = v.encode("utf-8")
-                h.update(b"s" + len(b).to_bytes(8, "little") + b)
-            else:
-                h.update(b"f" + np.float64(v).tobytes())
-        total += int.from_bytes(h.digest(), "little")
-    return total % (1 << 256)
-
-
 def _leaves(step: Any) -> list[tuple[str, Any]]:
     out = []
     for name, sub in getattr(step, "steps", []) or []:
