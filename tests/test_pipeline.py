@@ -361,3 +361,26 @@ def test_the_scikit_learn_pipeline_trap_and_the_way_out():
     assert [name for name, _ in model.steps] == ["standardscaler", "qssclassifier"]
     model.forget([0, 1, 2])
     assert_same(model, refit_without(make, X, y, ids, [0, 1, 2]), X)
+
+
+def test_an_all_nan_column_is_dropped_and_a_forget_stays_exact():
+    X, y = frame()
+    X = X.assign(empty=np.nan)
+    ids = np.arange(len(y))
+
+    def make():
+        return pipe(
+            steps=[
+                SkColumnTransformer(
+                    [
+                        ("num", SkSimpleImputer(), ["x1", "x2", "empty"]),
+                        ("cat", SkOneHotEncoder(handle_unknown="ignore"), ["city"]),
+                    ]
+                )
+            ]
+        )
+
+    model = make().fit(X, y, ids)
+    assert model.preprocess(X.iloc[:1]).shape[1] == 2 + 6  # x1, x2; five cities and missing
+    model.forget([1, 2])
+    assert_same(model, refit_without(make, X, y, ids, [1, 2]), X)
