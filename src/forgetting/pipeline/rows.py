@@ -8,11 +8,11 @@ and in canonical order (:func:`~forgetting.preprocessing.table.canonical_order`)
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
 
+from ..content.blake2 import blake2b_many
 from ..preprocessing.base import Rows
 from ..preprocessing.table import (
     Layout,
@@ -120,28 +120,34 @@ def buffer_rows(buf: RowBuffer, layout: Layout, pos: np.ndarray) -> Any:
     return Table(tuple(buf.get(f"c{j}")[pos] for j in range(len(layout.kinds))), layout.names)
 
 
+def _framed(b: bytes) -> bytes:
+    return len(b).to_bytes(4, "little") + b
+
+
 def rows_hash(buf: RowBuffer, pos: Any, stop: int | None = None) -> int:
-    """Σ over rows ``pos`` (or ``pos:stop``) of a 256-bit hash of (id, raw values, label)."""
+    """Σ mod 2^256 over rows ``pos`` (or ``pos:stop``) of a BLAKE2b-256 hash of (id, label,
+    raw values): the same for the same multiset of rows however held, and a forget subtracts
+    its rows' terms. The rows are hashed in one compiled batch."""
     if stop is not None:
         pos = np.arange(pos, stop)
-    id_raw = buf.get("id_raw")[pos].tolist()
-    y = buf.get("y")[pos].tolist()
-    parts = [buf.get(k)[pos] for k in buf.names if k == "x" or k.startswith("c")]
-    total = 0
-    for r in range(len(id_raw)):
-        h = hashlib.blake2b(digest_size=32, person=b"qss-pipe-row")
-        h.update(len(id_raw[r]).to_bytes(4, "little") + id_raw[r])
-        h.update(repr(y[r]).encode())
-        for part in parts:
-            v = part[r]
-            if isinstance(v, np.ndarray):
-                h.update(np.ascontiguousarray(v, dtype="<f8").tobytes())
-            elif v is None:
-                h.update(b"\x00")
-            elif isinstance(v, str):
-                b = v.encode("utf-8")
-                h.update(b"s" + len(b).to_bytes(8, "little") + b)
-            else:
-                h.update(b"f" + np.float64(v).tobytes())
-        total += int.from_bytes(h.digest(), "little")
-    return total % (1 << 256)
+    n = len(pos)
+    if n == 0:
+        return 0
+    pieces = [
+        [_framed(b) for b in buf.get("id_raw")[pos].tolist()],
+        [_framed(repr(v).encode()) for v in buf.get("y")[pos].tolist()],
+    ]
+    values = [buf.get(k)[pos] for k in buf.names if k == "x" or k.startswith("c")]
+    numeric = [v for v in values if v.dtype != object]
+    if numeric:
+        M = np.ascontiguousarray(np.column_stack(numeric), dtype="<f8")
+        raw, width = M.tobytes(), M.shape[1] * 8
+        pieces.append([raw[i * width : (i + 1) * width] for i in range(n)])
+    for column in (v for v in values if v.dtype == object):
+        pieces.append(
+            [b"\xff\xff\xff\xff" if v is None else _framed(v.encode()) for v in column.tolist()]
+        )
+    messages = [b"".join(row) for row in zip(*pieces, strict=True)]
+    digests = blake2b_many(messages, digest_size=32, person=b"qss-pipe-row")
+    limbs = digests.view("<u8").reshape(n, 4).astype(object).sum(axis=0)
+    return sum(int(s) << (64 * k) for k, s in enumerate(limbs)) % (1 << 256)
