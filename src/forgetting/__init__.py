@@ -1,7 +1,9 @@
 """forgetting: exact machine unlearning with quantized sufficient statistics (QSS).
 
 Public API: :class:`QSSClassifier`, :class:`QSSRegressor`, the :class:`Receipt` they return
-from ``forget``/``insert``, and :class:`ModelFileError` raised by ``load``.
+from ``forget``/``insert``, and :class:`ModelFileError` raised by ``load``;
+:func:`make_pipeline` and :class:`ForgettingPipeline` put exact preprocessing steps
+(:mod:`forgetting.preprocessing`) in front of them and forget through every step.
 ``MUNKEYClassifier`` (approximate unlearning by key deletion, the optional ``munkey`` extra)
 is one more model family.
 
@@ -22,9 +24,18 @@ if TYPE_CHECKING:
     from .estimators import QSSClassifier, QSSRegressor
     from .io.model_format import ModelFileError
     from .munkey import MUNKEYClassifier
+    from .pipeline import ForgettingPipeline, make_pipeline
     from .receipts import Receipt
 
-__all__ = ["QSSClassifier", "QSSRegressor", "Receipt", "ModelFileError", "MUNKEYClassifier"]
+__all__ = [
+    "QSSClassifier",
+    "QSSRegressor",
+    "Receipt",
+    "ModelFileError",
+    "MUNKEYClassifier",
+    "ForgettingPipeline",
+    "make_pipeline",
+]
 __version__ = "0.1.0"
 
 #: Each public name -> the module that defines it.
@@ -34,6 +45,8 @@ _HOMES = {
     "Receipt": ".receipts",
     "ModelFileError": ".io.model_format",
     "MUNKEYClassifier": ".munkey",
+    "ForgettingPipeline": ".pipeline",
+    "make_pipeline": ".pipeline",
 }
 
 
