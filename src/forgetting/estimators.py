@@ -18,6 +18,8 @@ unlabeled) but its input keeps shaping the codebook; erasing inputs needs
 from __future__ import annotations
 
 import copy
+import dataclasses
+import hashlib
 import time
 from collections.abc import Hashable, Sequence
 from numbers import Integral
@@ -35,6 +37,7 @@ from .ids import listing, normalize_ids
 from .labels import UNLABELED, is_labeled, user_unlabeled
 from .parameters import PARAMETER_CONSTRAINTS, check_params, engine_config, resolve_partition
 from .persistence import load_model, save_model
+from .preprocessing.frames import FrameEncoding, wants_encoding
 from .privacy import PrivacyReport
 from .receipts import Receipt
 from .schema.membership import derive_key, id_bytes, key_fingerprint
@@ -172,6 +175,8 @@ class _QSSBase(BaseEstimator):
         and gets its messages.
         """
         self._check_fitted()
+        if "table_" in self.__dict__:
+            return _float32(self.table_.encode(X))
         if (
             type(X) is np.ndarray
             and X.ndim == 2
@@ -238,6 +243,7 @@ class _QSSBase(BaseEstimator):
             id_values = source.ids()
             id_list = normalize_ids(id_values, n)
             self.n_features_in_ = d
+            self.__dict__.pop("table_", None)
             names = source.feature_names()
             if names is not None:
                 self.feature_names_in_ = names
@@ -275,6 +281,8 @@ class _QSSBase(BaseEstimator):
         if erase_inputs and self.mode != "label":
             raise ValueError("erase_inputs applies to mode='label'; exact mode always erases")
         id_list, id_raw = self._check_ids(ids, None)
+        if "table_" in self.__dict__:
+            return self._forget_frame(id_list, id_raw)
         try:
             return self._forget_checked(id_list, id_raw, erase_inputs)
         except KeyError:
@@ -297,13 +305,91 @@ class _QSSBase(BaseEstimator):
         In exact mode the result equals a fit on all rows. In label mode new inputs are encoded
         with the existing codebook but do not join its training pool.
         """
+        if "table_" in self.__dict__:
+            return self._insert_frame(X, y, ids)
         X = self._check_X(X)
         targets = self._encode_targets(y, X.shape[0])
         id_list, id_raw = self._check_ids(ids, X.shape[0])
         known = self.engine_.known_ids(id_list)
         if known:
-            raise ValueError(f"ids already present: {known[:5]}; forget them first")
+            raise ValueError(f"ids already present: {listing(known)}; forget them first")
         return self.engine_.insert(id_list, id_raw, X, targets)
+
+    # -- raw tables (forgetting.preprocessing.frames) --------------------------------------
+    def _fit_frame(self, X: Any, y: Any, ids: Any) -> Any:
+        """Fit on a raw DataFrame: encode it exactly, fit the engine on the encoding, keep
+        the raw rows (a forget that changes the encoding refits from them)."""
+        if self.mode == "label":
+            raise ValueError(
+                "a raw DataFrame (categories or missing values) needs mode='exact' or 'dp': "
+                "label mode keeps a forgotten row's input; encode the table first"
+            )
+        table, layout = FrameEncoding.read_new(X)
+        targets, n_outputs = self._fit_targets(y, table.n_rows)
+        id_list = normalize_ids(ids, table.n_rows)
+        frame, encoded = FrameEncoding.fit(table, layout, self._row_labels(y), id_list)
+        self._fit_engine(id_list, _float32(encoded), targets, n_outputs)
+        self.table_ = frame
+        self.n_features_in_ = len(frame.layout.names)
+        self.feature_names_in_ = np.array(frame.layout.names, dtype=object)
+        return self
+
+    def _refit_rows(self, X, y, ids, operation: str, id_raw, started: float) -> Receipt:
+        """Refit the engine on every row held after a change that re-encoded some of them
+        (what a fit on those rows builds); nothing changes if it fails."""
+
+        def run():
+            targets, n_outputs = self._fit_targets(y, len(ids))
+            return self._fit_engine(ids, _float32(X), targets, n_outputs)
+
+        self._fit_atomically(run)
+        hit = list(range(self.n_instances))
+        return self.engine_.receipt(operation, "instance", id_raw, hit, started)
+
+    def _forget_frame(self, id_list: list, id_raw: list) -> Receipt:
+        started = time.perf_counter()
+        try:
+            change = self.table_.plan_forget(id_list)
+        except KeyError as err:
+            raise KeyError(
+                f"unknown ids (never inserted, or already forgotten): {listing(err.args[0])}"
+            ) from None
+        if change.changed:
+            X, y, ids = change.rows()
+            receipt = self._refit_rows(X, y, ids, "forget", id_raw, started)
+        else:
+            receipt = self._forget_checked(id_list, id_raw, False)
+        change.commit()
+        return self._frame_receipt(receipt)
+
+    def _insert_frame(self, X: Any, y: Any, ids: Any) -> Receipt:
+        started = time.perf_counter()
+        self._check_fitted()
+        table = self.table_.read(X)
+        targets = self._encode_targets(y, table.n_rows)
+        id_list, id_raw = self._check_ids(ids, table.n_rows)
+        known = [i for i in id_list if i in self.table_.position]
+        if known:
+            raise ValueError(f"ids already present: {listing(known)}; forget them first")
+        change = self.table_.plan_insert(table, self._row_labels(y), id_list)
+        if change.changed:
+            X_all, y_all, ids_all = change.rows()
+            receipt = self._refit_rows(X_all, y_all, ids_all, "insert", id_raw, started)
+        else:
+            X_new = _float32(change.encode(table))
+            receipt = self.engine_.insert(id_list, id_raw, X_new, targets)
+        change.commit()
+        return self._frame_receipt(receipt)
+
+    def _frame_receipt(self, receipt: Receipt) -> Receipt:
+        return dataclasses.replace(receipt, state_digest=self._frame_digest(receipt.state_digest))
+
+    def _frame_digest(self, engine_digest: str) -> str:
+        """A table model's digest: the table encoding's state and the engine's."""
+        h = hashlib.sha256(b"forgetting-frame-model/1")
+        self.table_.digest_into(h)
+        h.update(engine_digest.encode())
+        return h.hexdigest()
 
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
         """Block until every background rebuild has landed (or raise its error)."""
@@ -311,8 +397,11 @@ class _QSSBase(BaseEstimator):
         self.engine_.wait_for_rebuilds(timeout)
 
     def state_digest(self) -> str:
-        """SHA-256 (hex) of the canonical schema + content state."""
+        """SHA-256 (hex) of the canonical schema + content state (a model fitted on a raw
+        DataFrame: with its table encoding's state)."""
         check_is_fitted(self)
+        if "table_" in self.__dict__:
+            return self._frame_digest(self.engine_.state_digest())
         return self.engine_.state_digest()
 
     def audit_content(self) -> bool:
@@ -377,13 +466,17 @@ class _QSSBase(BaseEstimator):
                 for k, v in vars(self).items()
                 if k.endswith("_") and not k.startswith("_") and k != "engine_"
             }
+            engine_snapshot = engine.snapshot()
+            if "table_" in fitted:  # the raw rows, in the engine's row order
+                names, kinds, columns = self.table_.stored(engine_snapshot.rows.ids)
+                fitted["table_"] = {"names": names, "kinds": kinds, "columns": columns}
             return ModelSnapshot(
                 estimator=type(self).__name__,
                 params=params,
                 fitted=fitted,
                 key_fingerprint=engine.key_fingerprint(),
                 key_derived=self.secret_key is None,
-                engine=engine.snapshot(),
+                engine=engine_snapshot,
             )
 
     def save(self, path: str | Path, *, store_key: bool = False) -> None:
@@ -452,7 +545,34 @@ class _QSSBase(BaseEstimator):
         n_outputs = len(estimator.classes_) if hasattr(estimator, "classes_") else 1
         config = estimator._config(n_outputs)
         estimator.engine_ = QSSEngine.from_snapshot(config, key, snapshot.engine)
+        if "table_" in snapshot.fitted:
+            estimator.table_ = estimator._restored_table(snapshot.fitted["table_"], rows)
         return estimator
+
+    def _restored_table(self, stored: Any, rows: Any) -> FrameEncoding:
+        """A table model's encoding, refitted from the raw rows a snapshot holds and checked
+        against the rows the engine holds: they must be its encoding, bit for bit."""
+        if not isinstance(stored, dict) or set(stored) != {"names", "kinds", "columns"}:
+            raise SnapshotError("fitted: table_ is not a stored table")
+        targets = rows.targets
+        if hasattr(self, "classes_"):
+            if not (targets.dtype.kind == "i" and targets.size and targets.min() >= 0):
+                raise SnapshotError("fitted: a table model's rows are all labeled")
+            y = self.classes_[targets]
+        else:
+            y = targets
+        try:
+            frame, encoded = FrameEncoding.restore(
+                stored["names"], stored["kinds"], stored["columns"], y, list(rows.ids)
+            )
+        except ValueError as err:
+            raise SnapshotError(f"fitted: {err}") from None
+        if list(self.feature_names_in_) != list(frame.layout.names):
+            raise SnapshotError("fitted: feature_names_in_ is not the table's columns")
+        X = np.asarray(encoded, dtype=np.float32)
+        if X.shape != rows.X.shape or not np.array_equal(X, rows.X):
+            raise SnapshotError("fitted: the rows held are not the encoding of the stored table")
+        return frame
 
     @classmethod
     def _checked_params(cls, params: Any) -> dict:
@@ -469,7 +589,7 @@ class _QSSBase(BaseEstimator):
         rows' width; ``classes_``, a classifier's sorted unique labels;
         ``feature_names_in_``, one string per feature), never anything else (an attribute
         from a file must not shadow a method)."""
-        allowed = {"n_features_in_", "feature_names_in_"} | set(cls._fitted_required)
+        allowed = {"n_features_in_", "feature_names_in_", "table_"} | set(cls._fitted_required)
         if not isinstance(fitted, dict) or not set(cls._fitted_required) <= set(fitted):
             raise SnapshotError(f"fitted: expected {sorted(allowed)}")
         unknown = [str(name)[:40] for name in fitted if name not in allowed]
@@ -477,6 +597,11 @@ class _QSSBase(BaseEstimator):
             raise SnapshotError(f"fitted: attributes {unknown} are not a fitted estimator's")
         d = fitted["n_features_in_"]
         width = rows.X.shape[1] if isinstance(getattr(rows, "X", None), np.ndarray) else None
+        if "table_" in fitted:  # raw columns; the encoded width is checked on restore
+            names = fitted["table_"].get("names") if isinstance(fitted["table_"], dict) else None
+            width = len(names) if isinstance(names, list) else None
+            if "feature_names_in_" not in fitted:
+                raise SnapshotError("fitted: a table model has feature_names_in_")
         if isinstance(d, bool | np.bool_) or not isinstance(d, Integral) or int(d) != width:
             raise SnapshotError(f"fitted: n_features_in_ {d!r:.40}, but the rows have {width}")
         names = fitted.get("feature_names_in_")
@@ -604,6 +729,9 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         self._check_params()
 
         def run():
+            if wants_encoding(X):
+                return self._fit_frame(X, y, ids)
+            self.__dict__.pop("table_", None)
             X_valid = self._validate_X(X, reset=True)
             targets, n_outputs = self._fit_targets(y, X_valid.shape[0])
             return self._fit_engine(ids, X_valid, targets, n_outputs)
@@ -637,6 +765,10 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         """Fit on validated rows whose labels are already class indices (UNLABELED = none)."""
         self._set_classes(classes)
         return self._fit_engine(ids, X, targets, classes.size)
+
+    def _row_labels(self, y: Any) -> np.ndarray:
+        """The labels of validated ``y`` as a table model keeps them with its raw rows."""
+        return column_or_1d(y)
 
     def _check_y(self, y: Any, n: int) -> np.ndarray:
         if y is None:
@@ -767,6 +899,9 @@ class QSSRegressor(RegressorMixin, _QSSBase):
         self._check_params()
 
         def run():
+            if wants_encoding(X):
+                return self._fit_frame(X, y, ids)
+            self.__dict__.pop("table_", None)
             X_valid = self._validate_X(X, reset=True)
             targets, n_outputs = self._fit_targets(y, X_valid.shape[0])
             return self._fit_engine(ids, X_valid, targets, n_outputs)
@@ -782,6 +917,10 @@ class QSSRegressor(RegressorMixin, _QSSBase):
                 f"got n_samples={n_labeled} labeled row(s); a regressor needs at least 2"
             )
         return y_valid, 1
+
+    def _row_labels(self, y: Any) -> np.ndarray:
+        """The targets of validated ``y`` as a table model keeps them with its raw rows."""
+        return np.asarray(column_or_1d(y), dtype=np.float64)
 
     def _check_y(self, y: Any, n: int, allow_nan: bool) -> np.ndarray:
         if y is None:
@@ -808,6 +947,14 @@ class QSSRegressor(RegressorMixin, _QSSBase):
 
     def predict(self, X: Any) -> np.ndarray:
         return self._outputs(X)[:, 0]
+
+
+def _float32(X: np.ndarray) -> np.ndarray:
+    """An encoded table as the engine stores rows: float32, finite."""
+    X32 = np.ascontiguousarray(X, dtype=np.float32)
+    if not np.all(np.isfinite(X32)):
+        raise ValueError("X has values beyond float32 range")
+    return X32
 
 
 def _check_classes(classes: Any) -> None:

@@ -1,0 +1,301 @@
+"""A raw DataFrame as a QSS estimator's input, encoded by exact steps (SPEC §5 decision 11).
+
+``QSSClassifier``/``QSSRegressor`` take a pandas DataFrame with numeric, boolean, categorical
+and string columns and missing values, as scikit-learn's HistGradientBoosting does. The
+estimator's numeric input is this module's fixed encoding of the table, built from the exact
+steps of this package, each a function of the current set of rows:
+
+* a numeric or boolean column: its value, a missing value filled with 0 (a constant: no
+  statistic), and — for every column with a missing value among the rows — a 0/1 indicator
+  (:class:`~.impute.MissingIndicator`: counts of missing values per column);
+* a categorical or string column: one 0/1 column per category present among the rows, a
+  missing value its own category (:class:`~.encoding.OneHotEncoder`: counts per category); a
+  category unseen at fit is refused at prediction, naming the column, as scikit-learn's
+  encoder does by default.
+
+No step depends on a row sample, so no schema rows are needed here: a forget changes the
+encoding only when it removes a category's last row or a column's last missing value (an
+insert: when it brings a new one). :class:`FrameEncoding` keeps the raw rows with their ids
+and labels, plans a forget or insert on a copy of the encoder, and says whether the encoding
+of any row that stays changed — then the estimator refits on the re-encoded rows, otherwise it
+forgets or inserts on its own fast path. ``forgetting.pipeline`` runs the same steps for a
+user's own preprocessing.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .base import Rows
+from .compose import ColumnTransformer
+from .encoding import OneHotEncoder
+from .impute import MissingIndicator, SimpleImputer
+from .table import (
+    NUM,
+    TEXT,
+    Layout,
+    RowBuffer,
+    Table,
+    concat_rows,
+    is_dataframe,
+    read_input,
+    to_matrix,
+)
+
+
+def wants_encoding(X: Any) -> bool:
+    """Whether ``X`` is a DataFrame the plain numeric path cannot take: a column that is not
+    numeric or boolean (categorical, string, object), or a missing value anywhere."""
+    if not is_dataframe(X):
+        return False
+    pd = sys.modules["pandas"]
+    for name in X.columns:
+        dtype = X[name].dtype
+        if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
+            return True
+    return bool(X.shape[0] and X.isna().to_numpy().any())
+
+
+def _encoder(layout: Layout) -> ColumnTransformer:
+    numbers = [j for j, k in enumerate(layout.kinds) if k == NUM]
+    text = [j for j, k in enumerate(layout.kinds) if k == TEXT]
+    parts: list[tuple[str, Any, list[int]]] = []
+    if numbers:
+        fill = SimpleImputer(strategy="constant", fill_value=0.0, keep_empty_features=True)
+        parts += [("numbers", fill, numbers), ("missing", MissingIndicator(), numbers)]
+    if text:
+        parts.append(("categories", OneHotEncoder(handle_unknown="error"), text))
+    return ColumnTransformer(parts)
+
+
+@dataclass
+class Change:
+    """A planned forget or insert: the updated encoder, whether any row that stays is encoded
+    differently (``changed``: the estimator must refit), the rows after the change
+    (``rows()``: encoded matrix, labels, ids — only needed to refit) and ``commit``."""
+
+    encoder: ColumnTransformer
+    changed: bool
+    rows: Callable[[], tuple[np.ndarray, np.ndarray, list]]
+    commit: Callable[[], None]
+
+    def encode(self, table: Table) -> np.ndarray:
+        """Rows ``table`` as the updated encoder encodes them, float64."""
+        return _encoded(self.encoder, table)
+
+
+class FrameEncoding:
+    """The raw rows an estimator was fitted on (by id), the table's layout and its fitted
+    encoder (see the module docstring)."""
+
+    def __init__(self, layout: Layout, encoder: ColumnTransformer, buffer: RowBuffer):
+        self.layout = layout
+        self.encoder = encoder
+        self.buffer = buffer
+        self.position = {i: p for p, i in enumerate(buffer.get("ids").tolist())}
+
+    # -- fit ---------------------------------------------------------------------------------
+    @staticmethod
+    def read_new(X: Any) -> tuple[Table, Layout]:
+        """DataFrame ``X`` as a table to fit on; ValueError naming the column for a table it
+        cannot take (mixed types, unsupported dtypes, infinity, a column without values)."""
+        table, layout = read_input(X)
+        for name, column in zip(layout.names or (), table.columns, strict=True):
+            present = (
+                [v is not None for v in column.tolist()]
+                if column.dtype == object
+                else ~np.isnan(column)
+            )
+            if not np.any(present):
+                raise ValueError(f"column {name!r} has no values (all missing); drop it or fill it")
+        return table, layout
+
+    @classmethod
+    def fit(
+        cls, table: Table, layout: Layout, y: np.ndarray, ids: list
+    ) -> tuple[FrameEncoding, np.ndarray]:
+        """The encoding fitted on ``table`` (:meth:`read_new`; rows with labels ``y`` and
+        ``ids``) and the encoded rows, float64."""
+        encoder = _encoder(layout)
+        encoder._fit_rows(Rows(table, None, None))
+        buffer = RowBuffer(_parts(table, y, ids))
+        return cls(layout, encoder, buffer), _encoded(encoder, table)
+
+    @classmethod
+    def restore(cls, names: Any, kinds: Any, columns: Any, y: np.ndarray, ids: list):
+        """The encoding of stored rows (a model file), refitted from them: the encoder is a
+        function of the rows, so nothing else is stored. Raises ValueError when they are
+        not a table this module wrote."""
+        if not (
+            isinstance(names, list)
+            and isinstance(kinds, list)
+            and isinstance(columns, list)
+            and len(names) == len(kinds) == len(columns) > 0
+            and all(type(n) is str for n in names)
+            and len(set(names)) == len(names)
+            and all(k in (NUM, TEXT) for k in kinds)
+        ):
+            raise ValueError("table: names, kinds and columns do not match")
+        cols = []
+        for name, kind, column in zip(names, kinds, columns, strict=True):
+            if not isinstance(column, np.ndarray) or column.shape != (len(ids),):
+                raise ValueError(f"table: column {name!r} is not one value per row")
+            if kind == NUM and column.dtype != np.float64:
+                raise ValueError(f"table: column {name!r} is not float64")
+            if kind == TEXT and not (
+                column.dtype == object and all(v is None or type(v) is str for v in column)
+            ):
+                raise ValueError(f"table: column {name!r} does not hold text")
+            cols.append(column)
+        layout = Layout(tuple(names), tuple(kinds), False)
+        table = Table(tuple(cols), layout.names)
+        encoder = _encoder(layout)
+        encoder._fit_rows(Rows(table, None, None))
+        return cls(layout, encoder, RowBuffer(_parts(table, y, ids))), _encoded(encoder, table)
+
+    def stored(self, ids: list) -> tuple[list[str], list[str], list[np.ndarray]]:
+        """(names, kinds, raw columns) of the rows ``ids``, in that order (for a model file)."""
+        pos = self.positions(ids)
+        table = self.rows_at(pos)
+        return list(self.layout.names), list(self.layout.kinds), [c.copy() for c in table.columns]
+
+    # -- the rows held ---------------------------------------------------------------------
+    def rows_at(self, pos: np.ndarray) -> Table:
+        buf = self.buffer
+        width = len(self.layout.kinds)
+        return Table(tuple(buf.get(f"c{j}")[pos] for j in range(width)), self.layout.names)
+
+    def positions(self, ids: list) -> np.ndarray:
+        """Buffer positions of ``ids``; KeyError (the unknown ids) if one is not held."""
+        missing = [i for i in ids if i not in self.position]
+        if missing:
+            raise KeyError(missing)
+        return np.array([self.position[i] for i in ids], dtype=np.int64)
+
+    @property
+    def n(self) -> int:
+        return self.buffer.n
+
+    # -- input at the edge ------------------------------------------------------------------
+    def read(self, X: Any) -> Table:
+        """Rows to predict or insert, checked against the fitted table: a DataFrame with the
+        fitted columns in the fitted order (scikit-learn's rule), each of the fitted kind."""
+        if not is_dataframe(X):
+            raise ValueError(
+                f"this model was fitted on a DataFrame with columns "
+                f"{list(self.layout.names)[:10]}; pass a DataFrame with those columns"
+            )
+        names = list(X.columns)
+        fitted = list(self.layout.names)
+        if set(map(str, names)) == set(fitted) and len(names) == len(fitted) and names != fitted:
+            j = next(j for j, (a, b) in enumerate(zip(names, fitted, strict=True)) if a != b)
+            raise ValueError(
+                f"X's columns are in another order than at fit (column {names[j]!r} at "
+                f"position {j}, fitted {fitted[j]!r}); reorder them: X[model.feature_names_in_]"
+            )
+        table, _ = read_input(X, self.layout)
+        return table
+
+    def encode(self, X: Any) -> np.ndarray:
+        """The estimator's input for DataFrame ``X``, float64."""
+        return _encoded(self.encoder, self.read(X))
+
+    # -- changes -----------------------------------------------------------------------------
+    def plan_forget(self, ids: list) -> Change:
+        """The encoder without rows ``ids`` (held: KeyError otherwise), nothing changed yet."""
+        pos = self.positions(ids)
+        keep = np.ones(self.n, dtype=bool)
+        keep[pos] = False
+        kept = np.flatnonzero(keep)
+        buf = self.buffer
+        cache: dict[str, Table] = {}
+
+        def staying() -> Table:
+            if "x" not in cache:
+                cache["x"] = self.rows_at(kept)
+            return cache["x"]
+
+        encoder = copy.deepcopy(self.encoder)
+        delta = Rows(self.rows_at(pos), None, None)
+        changed = encoder._update(
+            self.encoder, delta, -1, False, lambda which: Rows(staying(), None, None)
+        )
+
+        def rows() -> tuple[np.ndarray, np.ndarray, list]:
+            X = _encoded(encoder, staying())
+            return X, buf.get("y")[kept], buf.get("ids")[kept].tolist()
+
+        def commit() -> None:
+            self.encoder = encoder
+            gone = buf.get("ids")[pos].tolist()
+            _, holes = buf.remove(pos)
+            for i in gone:
+                del self.position[i]
+            held = buf.get("ids")
+            for p in holes.tolist():
+                self.position[held[p]] = p
+
+        return Change(encoder, changed, rows, commit)
+
+    def plan_insert(self, table: Table, y: np.ndarray, ids: list) -> Change:
+        """The encoder with new rows ``table`` (labels ``y``, new ``ids``) added."""
+        buf = self.buffer
+        old = self.rows_at(np.arange(self.n))
+        cache: dict[str, Table] = {}
+
+        def every() -> Table:
+            if "x" not in cache:
+                cache["x"] = concat_rows([old, table])
+            return cache["x"]
+
+        def current(which: str) -> Rows:
+            return Rows(old if which == "staying" else every(), None, None)
+
+        encoder = copy.deepcopy(self.encoder)
+        changed = encoder._update(self.encoder, Rows(table, None, None), +1, False, current)
+
+        def rows() -> tuple[np.ndarray, np.ndarray, list]:
+            labels = np.concatenate([buf.get("y")[: self.n], y])
+            return _encoded(encoder, every()), labels, buf.get("ids")[: self.n].tolist() + ids
+
+        def commit() -> None:
+            self.encoder = encoder
+            start = buf.n
+            buf.append(_parts(table, y, ids))
+            for p, i in enumerate(ids):
+                self.position[i] = start + p
+
+        return Change(encoder, changed, rows, commit)
+
+    def __deepcopy__(self, memo: dict) -> FrameEncoding:
+        new = FrameEncoding.__new__(FrameEncoding)
+        memo[id(self)] = new
+        new.layout = self.layout
+        new.encoder = copy.deepcopy(self.encoder, memo)
+        new.buffer = RowBuffer(self.buffer.state())
+        new.position = dict(self.position)
+        return new
+
+    def digest_into(self, h: Any) -> None:
+        """The layout and the encoder's parameters and counts (a function of the rows)."""
+        h.update(b"forgetting-frame-encoding/1")
+        h.update(repr((self.layout.names, self.layout.kinds)).encode())
+        self.encoder.digest_into(h)
+
+
+def _parts(table: Table, y: np.ndarray, ids: list) -> dict[str, np.ndarray]:
+    parts = {f"c{j}": c for j, c in enumerate(table.columns)}
+    id_array = np.empty(len(ids), dtype=object)
+    id_array[:] = ids
+    parts.update(y=np.asarray(y), ids=id_array)
+    return parts
+
+
+def _encoded(encoder: ColumnTransformer, table: Table) -> np.ndarray:
+    return np.ascontiguousarray(to_matrix(encoder.transform(table), "the table's encoding"))
