@@ -303,7 +303,12 @@ class _QSSBase(BaseEstimator):
         """Add labeled rows to the content (online learning); returns a receipt.
 
         In exact mode the result equals a fit on all rows. In label mode new inputs are encoded
-        with the existing codebook but do not join its training pool.
+        with the existing codebook but do not join its training pool. A classifier's label is
+        one of ``classes_`` when it is equal in value, as in scikit-learn's ``partial_fit``:
+        ``1.0`` and ``True`` are class ``1``; ``1.5``, ``"1"`` (for integer classes) or a new
+        class are refused (refit to add a class). The HTTP service is stricter: its JSON
+        labels must have the classes' type. A model fitted on a DataFrame takes a DataFrame
+        with the fitted columns; a new category joins the encoding (the model refits).
         """
         if "table_" in self.__dict__:
             return self._insert_frame(X, y, ids)

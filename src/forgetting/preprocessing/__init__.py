@@ -9,6 +9,7 @@ docs/pipelines.md.
 
 * :class:`StandardScaler`, :class:`MinMaxScaler` — statistics on D° (default) or all rows;
 * :class:`SimpleImputer` — mean, median, most frequent or constant;
+* :class:`MissingIndicator` — a 0/1 column per column with a missing value among the rows;
 * :class:`OneHotEncoder`, :class:`OrdinalEncoder` — the categories present;
 * :class:`ColumnTransformer`, :class:`Chain`, :class:`Passthrough`;
 * :class:`OnSchemaRows` — any transformer, fitted on D° only (PCA, a learned encoder);
@@ -19,7 +20,7 @@ docs/pipelines.md.
 from .base import Chain, ExactStep, Frozen, OnSchemaRows, Passthrough
 from .compose import ColumnTransformer
 from .encoding import OneHotEncoder, OrdinalEncoder
-from .impute import SimpleImputer
+from .impute import MissingIndicator, SimpleImputer
 from .scaling import MinMaxScaler, StandardScaler
 from .translate import NotExactError, exact
 
@@ -29,6 +30,7 @@ __all__ = [
     "ExactStep",
     "Frozen",
     "MinMaxScaler",
+    "MissingIndicator",
     "NotExactError",
     "OnSchemaRows",
     "OneHotEncoder",

@@ -54,12 +54,14 @@ def wants_encoding(X: Any) -> bool:
     numeric or boolean (categorical, string, object), or a missing value anywhere."""
     if not is_dataframe(X):
         return False
+    if 0 in X.shape:  # refused by the table reader, naming what is missing
+        return True
     pd = sys.modules["pandas"]
     for name in X.columns:
         dtype = X[name].dtype
         if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
             return True
-    return bool(X.shape[0] and X.isna().to_numpy().any())
+    return bool(X.isna().to_numpy().any())
 
 
 def _encoder(layout: Layout) -> ColumnTransformer:
@@ -203,8 +205,20 @@ class FrameEncoding:
         return table
 
     def encode(self, X: Any) -> np.ndarray:
-        """The estimator's input for DataFrame ``X``, float64."""
-        return _encoded(self.encoder, self.read(X))
+        """The estimator's input for DataFrame ``X``, float64. A category no row held has is
+        refused (scikit-learn's encoder default), naming the column and the value."""
+        table = self.read(X)
+        try:
+            return _encoded(self.encoder, table)
+        except ValueError as err:
+            if not str(err).startswith("Found unknown categories"):
+                raise
+            found = str(err).split(" during transform")[0]
+            raise ValueError(
+                f"{found}: the model holds no row with it; insert rows with it (or refit), "
+                "or encode the table yourself with forgetting.pipeline.make_pipeline("
+                "OneHotEncoder(handle_unknown='ignore'), ...)"
+            ) from None
 
     # -- changes -----------------------------------------------------------------------------
     def plan_forget(self, ids: list) -> Change:
