@@ -63,8 +63,13 @@ def test_forget_equals_refit_on_a_raw_table(cls):
     assert model.n_features_in_ == 5
     assert model.feature_names_in_.tolist() == list(df.columns)
     probe = df.drop(index=[11])
+    buf = model.table_.buffer
+    schema_rows = buf.get("ids")[buf.get("member")].tolist()
+    ordinary = [i for i in range(20, 40) if i not in schema_rows][:3]
+    assert 11 not in schema_rows and 12 not in schema_rows  # they refit for their own reason
     steps = [
-        ([3, 4, 5], False),  # ordinary rows
+        (ordinary, False),  # rows outside the table's D°: the estimator's own path
+        ([schema_rows[0]], True),  # a row of the table's D°: scaler and imputer move
         ([12], True),  # the last missing value of "visits": its indicator goes
         ([11], True),  # the last row of category "only-once"
     ]

@@ -282,7 +282,8 @@ class _QSSBase(BaseEstimator):
             raise ValueError("erase_inputs applies to mode='label'; exact mode always erases")
         id_list, id_raw = self._check_ids(ids, None)
         if "table_" in self.__dict__:
-            return self._forget_frame(id_list, id_raw)
+            with self.table_.lock:
+                return self._forget_frame(id_list, id_raw)
         try:
             return self._forget_checked(id_list, id_raw, erase_inputs)
         except KeyError:
@@ -311,7 +312,8 @@ class _QSSBase(BaseEstimator):
         with the fitted columns; a new category joins the encoding (the model refits).
         """
         if "table_" in self.__dict__:
-            return self._insert_frame(X, y, ids)
+            with self.table_.lock:
+                return self._insert_frame(X, y, ids)
         X = self._check_X(X)
         targets = self._encode_targets(y, X.shape[0])
         id_list, id_raw = self._check_ids(ids, X.shape[0])
@@ -332,7 +334,10 @@ class _QSSBase(BaseEstimator):
         table, layout = FrameEncoding.read_new(X)
         targets, n_outputs = self._fit_targets(y, table.n_rows)
         id_list = normalize_ids(ids, table.n_rows)
-        frame, encoded = FrameEncoding.fit(table, layout, self._row_labels(y), id_list)
+        key = derive_key(self.secret_key, int(self.random_state))
+        frame, encoded = FrameEncoding.fit(
+            table, layout, self._row_labels(y), id_list, key, float(self.rho)
+        )
         self._fit_engine(id_list, _float32(encoded), targets, n_outputs)
         self.table_ = frame
         self.n_features_in_ = len(frame.layout.names)
@@ -453,6 +458,9 @@ class _QSSBase(BaseEstimator):
         return ledger.report()
 
     def _outputs(self, X: Any, instance: int | None = None) -> np.ndarray:
+        if "table_" in self.__dict__:
+            with self.table_.lock:
+                return self.engine_.predict_outputs(self._check_X(X), instance)
         X = self._check_X(X)
         return self.engine_.predict_outputs(X, instance)
 
@@ -473,8 +481,7 @@ class _QSSBase(BaseEstimator):
             }
             engine_snapshot = engine.snapshot()
             if "table_" in fitted:  # the raw rows, in the engine's row order
-                names, kinds, columns = self.table_.stored(engine_snapshot.rows.ids)
-                fitted["table_"] = {"names": names, "kinds": kinds, "columns": columns}
+                fitted["table_"] = self.table_.stored(engine_snapshot.rows.ids)
             return ModelSnapshot(
                 estimator=type(self).__name__,
                 params=params,
@@ -551,10 +558,10 @@ class _QSSBase(BaseEstimator):
         config = estimator._config(n_outputs)
         estimator.engine_ = QSSEngine.from_snapshot(config, key, snapshot.engine)
         if "table_" in snapshot.fitted:
-            estimator.table_ = estimator._restored_table(snapshot.fitted["table_"], rows)
+            estimator.table_ = estimator._restored_table(snapshot.fitted["table_"], rows, key)
         return estimator
 
-    def _restored_table(self, stored: Any, rows: Any) -> FrameEncoding:
+    def _restored_table(self, stored: Any, rows: Any, key: bytes) -> FrameEncoding:
         """A table model's encoding, refitted from the raw rows a snapshot holds and checked
         against the rows the engine holds: they must be its encoding, bit for bit."""
         if not isinstance(stored, dict) or set(stored) != {"names", "kinds", "columns"}:
@@ -567,9 +574,7 @@ class _QSSBase(BaseEstimator):
         else:
             y = targets
         try:
-            frame, encoded = FrameEncoding.restore(
-                stored["names"], stored["kinds"], stored["columns"], y, list(rows.ids)
-            )
+            frame, encoded = FrameEncoding.restore(stored, y, list(rows.ids), key, float(self.rho))
         except ValueError as err:
             raise SnapshotError(f"fitted: {err}") from None
         if list(self.feature_names_in_) != list(frame.layout.names):

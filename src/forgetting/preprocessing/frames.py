@@ -25,17 +25,21 @@ user's own preprocessing.
 from __future__ import annotations
 
 import copy
+import hashlib
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .base import Rows
+from ..schema.membership import MembershipRule, draws, id_bytes
+from .base import Chain, Rows
 from .compose import ColumnTransformer
 from .encoding import OneHotEncoder
 from .impute import MissingIndicator, SimpleImputer
+from .scaling import StandardScaler
 from .table import (
     NUM,
     TEXT,
@@ -45,8 +49,23 @@ from .table import (
     concat_rows,
     is_dataframe,
     read_input,
+    take,
     to_matrix,
 )
+
+MIN_SCHEMA_ROWS = 200
+"""The table's D° keeps at least this many rows (all rows on smaller tables), as a pipeline's
+does by default: enough for a mean and a scale."""
+
+
+def schema_key(key: bytes) -> bytes:
+    """The key of the table's D° draw, from the estimator's membership key (as secret) and
+    apart from every instance's draw."""
+    return hashlib.blake2b(b"forgetting-table-schema", key=key, digest_size=32).digest()
+
+
+def schema_rule(rho: float) -> MembershipRule:
+    return MembershipRule(float(rho), MIN_SCHEMA_ROWS)
 
 
 def wants_encoding(X: Any) -> bool:
@@ -69,8 +88,13 @@ def _encoder(layout: Layout) -> ColumnTransformer:
     text = [j for j, k in enumerate(layout.kinds) if k == TEXT]
     parts: list[tuple[str, Any, list[int]]] = []
     if numbers:
-        fill = SimpleImputer(strategy="constant", fill_value=0.0, keep_empty_features=True)
-        parts += [("numbers", fill, numbers), ("missing", MissingIndicator(), numbers)]
+        scaled = Chain(
+            [
+                ("impute", SimpleImputer(keep_empty_features=True)),
+                ("scale", StandardScaler()),
+            ]
+        )
+        parts += [("numbers", scaled, numbers), ("missing", MissingIndicator(), numbers)]
     if text:
         parts.append(("categories", OneHotEncoder(handle_unknown="error"), text))
     return ColumnTransformer(parts)
@@ -94,13 +118,34 @@ class Change:
 
 class FrameEncoding:
     """The raw rows an estimator was fitted on (by id), the table's layout and its fitted
-    encoder (see the module docstring)."""
+    encoder (see the module docstring). ``lock``: the estimator holds it from a change's plan
+    to its commit and while it encodes and predicts, so a prediction never pairs one state's
+    encoding with another's engine."""
 
-    def __init__(self, layout: Layout, encoder: ColumnTransformer, buffer: RowBuffer):
+    def __init__(
+        self,
+        layout: Layout,
+        encoder: ColumnTransformer,
+        buffer: RowBuffer,
+        key: bytes,
+        rule: MembershipRule,
+    ):
         self.layout = layout
         self.encoder = encoder
         self.buffer = buffer
+        self.key = key
+        self.rule = rule
         self.position = {i: p for p, i in enumerate(buffer.get("ids").tolist())}
+        self.lock = threading.RLock()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("lock", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
 
     # -- fit ---------------------------------------------------------------------------------
     @staticmethod
@@ -120,20 +165,25 @@ class FrameEncoding:
 
     @classmethod
     def fit(
-        cls, table: Table, layout: Layout, y: np.ndarray, ids: list
+        cls, table: Table, layout: Layout, y: np.ndarray, ids: list, key: bytes, rho: float
     ) -> tuple[FrameEncoding, np.ndarray]:
         """The encoding fitted on ``table`` (:meth:`read_new`; rows with labels ``y`` and
-        ``ids``) and the encoded rows, float64."""
+        ``ids``) and the encoded rows, float64. ``key`` (the estimator's membership key) and
+        ``rho`` choose the table's D°: the rows the scaler and the imputer are fitted on."""
+        key, rule = schema_key(key), schema_rule(rho)
+        parts = _parts(table, y, ids, key)
+        parts["member"] = rule.members(parts["draws"], np.ones(len(ids), dtype=bool))
         encoder = _encoder(layout)
-        encoder._fit_rows(Rows(table, None, None))
-        buffer = RowBuffer(_parts(table, y, ids))
-        return cls(layout, encoder, buffer), _encoded(encoder, table)
+        encoder._fit_rows(Rows(table, None, parts["member"]))
+        frame = cls(layout, encoder, RowBuffer(parts), key, rule)
+        return frame, _encoded(encoder, table)
 
     @classmethod
-    def restore(cls, names: Any, kinds: Any, columns: Any, y: np.ndarray, ids: list):
-        """The encoding of stored rows (a model file), refitted from them: the encoder is a
-        function of the rows, so nothing else is stored. Raises ValueError when they are
-        not a table this module wrote."""
+    def restore(cls, stored: Any, y: np.ndarray, ids: list, key: bytes, rho: float):
+        """The encoding of stored rows (a model file: :meth:`stored`), refitted from them: the
+        encoder is a function of the rows, the key and rho, so nothing else is stored.
+        Raises ValueError when they are not a table this module wrote."""
+        names, kinds, columns = stored["names"], stored["kinds"], stored["columns"]
         if not (
             isinstance(names, list)
             and isinstance(kinds, list)
@@ -156,16 +206,16 @@ class FrameEncoding:
                 raise ValueError(f"table: column {name!r} does not hold text")
             cols.append(column)
         layout = Layout(tuple(names), tuple(kinds), False)
-        table = Table(tuple(cols), layout.names)
-        encoder = _encoder(layout)
-        encoder._fit_rows(Rows(table, None, None))
-        return cls(layout, encoder, RowBuffer(_parts(table, y, ids))), _encoded(encoder, table)
+        return cls.fit(Table(tuple(cols), layout.names), layout, y, ids, key, rho)
 
-    def stored(self, ids: list) -> tuple[list[str], list[str], list[np.ndarray]]:
-        """(names, kinds, raw columns) of the rows ``ids``, in that order (for a model file)."""
-        pos = self.positions(ids)
-        table = self.rows_at(pos)
-        return list(self.layout.names), list(self.layout.kinds), [c.copy() for c in table.columns]
+    def stored(self, ids: list) -> dict[str, list]:
+        """Names, kinds and raw columns of the rows ``ids``, in that order (a model file)."""
+        table = self.rows_at(self.positions(ids))
+        return {
+            "names": list(self.layout.names),
+            "kinds": list(self.layout.kinds),
+            "columns": [c.copy() for c in table.columns],
+        }
 
     # -- the rows held ---------------------------------------------------------------------
     def rows_at(self, pos: np.ndarray) -> Table:
@@ -228,18 +278,17 @@ class FrameEncoding:
         keep[pos] = False
         kept = np.flatnonzero(keep)
         buf = self.buffer
-        cache: dict[str, Table] = {}
-
-        def staying() -> Table:
-            if "x" not in cache:
-                cache["x"] = self.rows_at(kept)
-            return cache["x"]
-
+        members = buf.get("member")[: self.n]
+        schema_changed = bool(members[pos].any())
+        if schema_changed:  # rows outside D° leave its threshold, and D°, as they were
+            after = self.rule.members(buf.get("draws")[kept], np.ones(kept.size, dtype=bool))
+        else:
+            after = members[kept]
+        current = _Current(lambda: self.rows_at(kept), after)
         encoder = copy.deepcopy(self.encoder)
-        delta = Rows(self.rows_at(pos), None, None)
-        changed = encoder._update(
-            self.encoder, delta, -1, False, lambda which: Rows(staying(), None, None)
-        )
+        delta = Rows(self.rows_at(pos), None, members[pos])
+        changed = encoder._update(self.encoder, delta, -1, schema_changed, current)
+        staying = current.table
 
         def rows() -> tuple[np.ndarray, np.ndarray, list]:
             X = _encoded(encoder, staying())
@@ -254,25 +303,33 @@ class FrameEncoding:
             held = buf.get("ids")
             for p in holes.tolist():
                 self.position[held[p]] = p
+            if schema_changed:  # otherwise each row's flag moved with it
+                buf.get("member")[:] = self._members()
 
         return Change(encoder, changed, rows, commit)
+
+    def _members(self) -> np.ndarray:
+        draws_held = self.buffer.get("draws")[: self.n]
+        return self.rule.members(draws_held, np.ones(self.n, dtype=bool))
 
     def plan_insert(self, table: Table, y: np.ndarray, ids: list) -> Change:
         """The encoder with new rows ``table`` (labels ``y``, new ``ids``) added."""
         buf = self.buffer
-        old = self.rows_at(np.arange(self.n))
-        cache: dict[str, Table] = {}
-
-        def every() -> Table:
-            if "x" not in cache:
-                cache["x"] = concat_rows([old, table])
-            return cache["x"]
-
-        def current(which: str) -> Rows:
-            return Rows(old if which == "staying" else every(), None, None)
-
+        n = self.n
+        old = self.rows_at(np.arange(n))
+        new = _parts(table, y, ids, self.key)
+        all_draws = np.concatenate([buf.get("draws")[:n], new["draws"]])
+        after = self.rule.members(all_draws, np.ones(all_draws.size, dtype=bool))
+        schema_changed = bool(after[n:].any()) or not np.array_equal(
+            buf.get("member")[:n], after[:n]
+        )
+        new["member"] = after[n:]
+        current = _Current(lambda: concat_rows([old, table]), after, old, after[:n])
         encoder = copy.deepcopy(self.encoder)
-        changed = encoder._update(self.encoder, Rows(table, None, None), +1, False, current)
+        changed = encoder._update(
+            self.encoder, Rows(table, None, after[n:]), +1, schema_changed, current
+        )
+        every = current.table
 
         def rows() -> tuple[np.ndarray, np.ndarray, list]:
             labels = np.concatenate([buf.get("y")[: self.n], y])
@@ -281,9 +338,10 @@ class FrameEncoding:
         def commit() -> None:
             self.encoder = encoder
             start = buf.n
-            buf.append(_parts(table, y, ids))
+            buf.append(new)
             for p, i in enumerate(ids):
                 self.position[i] = start + p
+            buf.get("member")[:] = after
 
         return Change(encoder, changed, rows, commit)
 
@@ -294,20 +352,49 @@ class FrameEncoding:
         new.encoder = copy.deepcopy(self.encoder, memo)
         new.buffer = RowBuffer(self.buffer.state())
         new.position = dict(self.position)
+        new.key = self.key
+        new.rule = self.rule
+        new.lock = threading.RLock()
         return new
 
     def digest_into(self, h: Any) -> None:
         """The layout and the encoder's parameters and counts (a function of the rows)."""
         h.update(b"forgetting-frame-encoding/1")
         h.update(repr((self.layout.names, self.layout.kinds)).encode())
+        h.update(repr((self.rule.rho, self.rule.min_rows)).encode())
         self.encoder.digest_into(h)
 
 
-def _parts(table: Table, y: np.ndarray, ids: list) -> dict[str, np.ndarray]:
+class _Current:
+    """The preprocessing's view of the rows held after a change (``current(which)``, see
+    :mod:`.base`): all of them with the D° mask, the D° rows, or those held before too."""
+
+    def __init__(self, rows, members, staying=None, staying_members=None):
+        self._rows = rows
+        self._members = members
+        self._staying = staying
+        self._staying_members = staying_members
+        self._table: Table | None = None
+
+    def table(self) -> Table:
+        if self._table is None:
+            self._table = self._rows()
+        return self._table
+
+    def __call__(self, which: str) -> Rows:
+        if which == "staying" and self._staying is not None:
+            return Rows(self._staying, None, self._staying_members)
+        if which == "schema":
+            return Rows(take(self.table(), self._members), None, None)
+        return Rows(self.table(), None, self._members)
+
+
+def _parts(table: Table, y: np.ndarray, ids: list, key: bytes) -> dict[str, np.ndarray]:
     parts = {f"c{j}": c for j, c in enumerate(table.columns)}
     id_array = np.empty(len(ids), dtype=object)
     id_array[:] = ids
-    parts.update(y=np.asarray(y), ids=id_array)
+    row_draws = draws(key, [id_bytes(i) for i in ids], 0)[:, 0]
+    parts.update(y=np.asarray(y), ids=id_array, draws=row_draws)
     return parts
 
 
