@@ -240,9 +240,10 @@ def main(
     intro = (
         "QSS defaults (rho = 0.005, p = 3, a secret key). The exact pipeline's scaler and "
         "imputer are fitted on its D° (the default), its one-hot encoder ignores unknown "
-        "categories; the raw-DataFrame estimator encodes numbers as value (missing: 0) + a "
-        "missing indicator per column with a missing value, categories one-hot (missing: its "
-        "own category). Deletions: single rows, random plus forced rows of the pipeline's D°, "
+        "categories; the raw-DataFrame estimator's built-in encoding is the same on the "
+        "numbers (mean imputer and scaler on the table's own D°, at least 200 rows) plus a "
+        "missing indicator per column with a missing value, and one-hot on the categories "
+        "(missing: its own category; an unseen category is refused). Deletions: single rows, random plus forced rows of the pipeline's D°, "
         "an estimator instance's D° and a category's last row; `refit_or_rebuild` counts the "
         "deletions that refitted the estimator or started an instance rebuild. After them the "
         "model is compared with a fit from scratch on the remaining rows (predictions on up to "
