@@ -111,13 +111,17 @@ def score(model, X, y, task: str) -> float:
 
 
 def victims(model, X, ids, estimator, deletions: int, seed: int) -> list[int]:
-    """``deletions`` single rows: two of the pipeline's D° (if it has one), two of an estimator
-    instance's D°, a category's last row (if any), the rest random."""
+    """``deletions`` single rows: two of the pipeline's (or the table encoding's) D°, two of an
+    estimator instance's D°, a category's last row (if any), the rest random."""
     rng = np.random.default_rng(seed)
     inside = estimator_schema_ids(estimator)
     forced: list[int] = []
-    if hasattr(model, "_members"):
+    if hasattr(model, "_members"):  # the pipeline's D°
         members = np.array(model.ids_)[model._members]
+        forced += rng.choice(members, 2, replace=False).tolist()
+    elif hasattr(model, "table_"):  # the raw-DataFrame encoding's D°
+        buf = model.table_.buffer
+        members = buf.get("ids")[buf.get("member")]
         forced += rng.choice(members, 2, replace=False).tolist()
     forced += rng.choice(sorted(inside - set(forced)), 2, replace=False).tolist()
     for col in X.columns:
@@ -244,7 +248,7 @@ def main(
         "numbers (mean imputer and scaler on the table's own D°, at least 200 rows) plus a "
         "missing indicator per column with a missing value, and one-hot on the categories "
         "(missing: its own category; an unseen category is refused). "
-        "Deletions: single rows, random plus forced rows of the pipeline's D°, "
+        "Deletions: single rows, random plus forced rows of the pipeline's (the encoding's) D°, "
         "an estimator instance's D° and a category's last row; `refit_or_rebuild` counts the "
         "deletions that refitted the estimator or started an instance rebuild. After them the "
         "model is compared with a fit from scratch on the remaining rows (predictions on up to "
