@@ -263,3 +263,31 @@ def test_labels_equal_in_value_to_a_class_are_that_class_as_in_scikit_learn():
     for label, words in ((1.5, "Unknown label type"), ("1", "unseen labels"), (2, "unseen")):
         with pytest.raises(ValueError, match=words):
             model.insert(X[:1], [label], ids=[1000])
+
+
+def test_predictions_beside_forgets_that_move_the_encoding_never_mix_two_states():
+    import threading
+
+    df, y, _ = raw_table(300)
+    model = QSSClassifier(rebuild="sync").fit(df, y)
+    probe = df.drop(index=[11]).head(20)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def predict_loop():
+        while not done.is_set():
+            try:
+                model.predict_proba(probe)
+            except BaseException as err:  # noqa: BLE001 - collected for the assertion
+                errors.append(err)
+                return
+
+    worker = threading.Thread(target=predict_loop)
+    worker.start()
+    try:
+        model.forget([11])  # a category's last row: the encoding narrows, the engine refits
+        model.forget([12])  # the last missing value of "visits": its indicator goes
+    finally:
+        done.set()
+        worker.join()
+    assert not errors
