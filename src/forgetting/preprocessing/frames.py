@@ -5,21 +5,23 @@ and string columns and missing values, as scikit-learn's HistGradientBoosting do
 estimator's numeric input is this module's fixed encoding of the table, built from the exact
 steps of this package, each a function of the current set of rows:
 
-* a numeric or boolean column: its value, a missing value filled with 0 (a constant: no
-  statistic), and — for every column with a missing value among the rows — a 0/1 indicator
-  (:class:`~.impute.MissingIndicator`: counts of missing values per column);
+* a numeric or boolean column: the mean imputer and the standard scaler, both fitted on the
+  table's own schema rows D° (integer sums; the estimator's head works on L2-normalized
+  input, so unscaled columns would drown each other), and — for every column with a missing
+  value among the rows — a 0/1 indicator (:class:`~.impute.MissingIndicator`: counts);
 * a categorical or string column: one 0/1 column per category present among the rows, a
   missing value its own category (:class:`~.encoding.OneHotEncoder`: counts per category); a
   category unseen at fit is refused at prediction, naming the column, as scikit-learn's
   encoder does by default.
 
-No step depends on a row sample, so no schema rows are needed here: a forget changes the
-encoding only when it removes a category's last row or a column's last missing value (an
-insert: when it brings a new one). :class:`FrameEncoding` keeps the raw rows with their ids
-and labels, plans a forget or insert on a copy of the encoder, and says whether the encoding
-of any row that stays changed — then the estimator refits on the re-encoded rows, otherwise it
-forgets or inserts on its own fast path. ``forgetting.pipeline`` runs the same steps for a
-user's own preprocessing.
+The table's D° is a pipeline's: a keyed draw per id (a key derived from the estimator's
+membership key), the rows below ``rho``, at least :data:`MIN_SCHEMA_ROWS`. A forget changes
+the encoding only when it hits that D°, removes a category's last row or a column's last
+missing value (an insert: when it lands in D° or brings a new one). :class:`FrameEncoding`
+keeps the raw rows with their ids, labels and draws, plans a forget or insert on a copy of the
+encoder, and says whether the encoding of any row that stays changed — then the estimator
+refits on the re-encoded rows, otherwise it forgets or inserts on its own fast path.
+``forgetting.pipeline`` runs the same steps for a user's own preprocessing.
 """
 
 from __future__ import annotations
