@@ -137,6 +137,10 @@ def test_a_tampered_model_file_is_refused(tmp_path):
     snapshot.fitted["table_"]["kinds"][0] = "text"
     with pytest.raises(SnapshotError, match="does not hold text"):
         QSSClassifier.from_snapshot(snapshot)
+    snapshot = model.snapshot()
+    snapshot.fitted["table_"]["columns"][0][3] = np.inf
+    with pytest.raises(SnapshotError, match="not finite"):
+        QSSClassifier.from_snapshot(snapshot)
     path = tmp_path / "m.qss"
     model.save(path)
     data = bytearray(path.read_bytes())

@@ -200,8 +200,8 @@ class FrameEncoding:
         for name, kind, column in zip(names, kinds, columns, strict=True):
             if not isinstance(column, np.ndarray) or column.shape != (len(ids),):
                 raise ValueError(f"table: column {name!r} is not one value per row")
-            if kind == NUM and column.dtype != np.float64:
-                raise ValueError(f"table: column {name!r} is not float64")
+            if kind == NUM and (column.dtype != np.float64 or np.isinf(column).any()):
+                raise ValueError(f"table: column {name!r} is not finite float64 (or NaN)")
             if kind == TEXT and not (
                 column.dtype == object and all(v is None or type(v) is str for v in column)
             ):
