@@ -147,3 +147,63 @@ def test_privacy_report_stays_fast_after_many_releases_at_large_epsilon():
     assert time.perf_counter() - started < 1.0
     assert report.n_releases == 3 * 100  # one state per forget, served by its prediction
     assert report.composed_epsilon > 50.0
+
+
+@pytest.mark.parametrize("head", ["shared-rf", "shared-ridge", "ridge"])
+def test_head_is_released_with_noise_and_forget_equals_refit(head):
+    """mode="dp" with a head: forget ≡ DP refit bit for bit; the head serves from noisy cross
+    sums (not the exact head's weights); one release per (instance, state) — the head's sums
+    and the tables' are one Gaussian mechanism — and privacy_ reports the head's σ."""
+    from forgetting.engine.serving import head_feature_norm
+    from forgetting.privacy.sensitivity import head_label_sensitivity
+
+    X, y = classification_data()
+    params = {**DP, "head": head, "n_instances": 2}
+    model = _refit_equal(QSSClassifier, params, X, y, list(range(len(y))), [3, 7, 11])
+    report = model.privacy_
+    assert report.n_releases == 4  # two states × p = 2, the head's sums counted with them
+    assert report.head_share == 1.0
+    inst = model.engine_.instances[0]
+    D = inst.head.cross.shape[1]
+    curvature = head == "shared-rf"
+    delta_h = head_label_sensitivity(
+        "classification", head_feature_norm(inst.schema, D), curvature=curvature
+    )
+    assert report.head_sensitivity == pytest.approx(delta_h)
+    assert report.head_sigma == pytest.approx(report.noise_multiplier * delta_h)
+    # the served content is built from noised sums: it differs from the exact model's
+    exact = QSSClassifier(**{**params, "mode": "exact", "epsilon": None, "delta": None})
+    exact.fit(X, y)
+    exact.forget([3, 7, 11])
+    assert not np.array_equal(model.predict_proba(X), exact.predict_proba(X))
+    assert "head" in model.engine_.corrections()
+
+
+def test_head_noise_differs_between_neighbouring_states():
+    """After a one-row forget the head's released weights move by far more than the row's
+    exact contribution: fresh noise for the new state, not the old noise reused."""
+    X, y = classification_data()
+    params = {**DP, "head": "shared-ridge", "n_instances": 1}
+    model = QSSClassifier(**params).fit(X, y)
+    exact = QSSClassifier(**{**params, "mode": "exact", "epsilon": None, "delta": None})
+    exact.fit(X, y)
+    before = model.predict_proba(X) - exact.predict_proba(X)
+    victim = next(i for i in range(len(y)) if not model.forget([i]).rebuild_started)
+    exact.forget([victim])
+    after = model.predict_proba(X) - exact.predict_proba(X)
+    assert not np.allclose(before, after, atol=1e-3)
+
+
+def test_regressor_head_is_private_and_exact():
+    X, y = regression_data()
+    params = {**DP, "clip": 3.0, "head": "shared-ridge", "n_instances": 2}
+    model = _refit_equal(QSSRegressor, params, X, y, list(range(len(y))), [0, 5])
+    assert np.isfinite(model.privacy_.head_sigma)
+
+
+def test_dp_refuses_a_newton_head_and_a_head_on_the_codebook():
+    X, y = classification_data()
+    with pytest.raises(ValueError, match="newton"):
+        QSSClassifier(**{**DP, "head": "newton"}).fit(X, y)
+    with pytest.raises(ValueError, match="flat partition"):
+        QSSClassifier(**{**DP, "head": "shared-rf", "partition": "rq"}).fit(X, y)

@@ -78,10 +78,14 @@ def check_params(params: Mapping[str, Any], task: str) -> None:
     partition, head, mode = resolve_partition(params), params["head"], params["mode"]
     if partition != "rq" and (params["n_levels"] is not None or params["n_centroids"] is not None):
         raise ValueError("n_levels and n_centroids shape partition='rq' only")
-    if head in _EXACT_HEADS and (partition == "rq" or mode == "dp"):
+    if head in _EXACT_HEADS and partition == "rq":
         raise ValueError(
-            f"head={head!r} needs a flat partition ('trees' or 'hyperplanes') and a "
-            "mode other than 'dp' (its exact sums would be released without noise)"
+            f"head={head!r} needs a flat partition ('trees' or 'hyperplanes'), not 'rq'"
+        )
+    if head == "newton" and mode == "dp":
+        raise ValueError(
+            "head='newton' is not released in mode='dp' (its per-class weighted Grams have no "
+            "noise); use head='shared-rf', 'shared-ridge' or 'ridge'"
         )
     if head == "shared-rf" and params["encoder"] is not None:
         raise ValueError(
@@ -128,7 +132,12 @@ def resolve_partition(params: Mapping[str, Any]) -> str:
     if params["partition"] != "auto":
         return params["partition"]
     wants_codebook = params["n_levels"] is not None or params["n_centroids"] is not None
-    return "trees" if params["mode"] == "exact" and not wants_codebook else "rq"
+    if wants_codebook:
+        return "rq"
+    if params["mode"] == "exact":
+        return "trees"
+    # mode="dp" with a head asked for: the head needs a flat partition
+    return "trees" if params["mode"] == "dp" and params["head"] in _EXACT_HEADS else "rq"
 
 
 def resolve_head(params: Mapping[str, Any], task: str) -> str | bool:
