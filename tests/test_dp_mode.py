@@ -179,19 +179,36 @@ def test_head_is_released_with_noise_and_forget_equals_refit(head):
     assert "head" in model.engine_.corrections()
 
 
-def test_head_noise_differs_between_neighbouring_states():
-    """After a one-row forget the head's released weights move by far more than the row's
-    exact contribution: fresh noise for the new state, not the old noise reused."""
+def _released_head_noise(model, r=0):
+    """The noise on instance r's released head cross sums (real units): the noisy copy the
+    engine serves from, minus the exact sums."""
+    from forgetting.engine.serving import privatizer
+
+    engine = model.engine_
+    inst = engine.instances[r]
+    _, private = privatizer(engine.privacy, engine._key, inst, r)(inst.accumulators, inst.head)
+    unit = 2.0**-14 * inst.head._target_unit()
+    return (private.head.cross - inst.head.cross).astype(np.float64) * unit
+
+
+def test_head_noise_differs_between_neighbouring_states_and_not_across_histories():
+    """The head's noise is fresh after a one-row forget (a new state: independent noise of
+    σ_H, so the two releases' difference is not the row's contribution), and the same for a
+    refit reaching that state (any history)."""
     X, y = classification_data()
     params = {**DP, "head": "shared-ridge", "n_instances": 1}
-    model = QSSClassifier(**params).fit(X, y)
-    exact = QSSClassifier(**{**params, "mode": "exact", "epsilon": None, "delta": None})
-    exact.fit(X, y)
-    before = model.predict_proba(X) - exact.predict_proba(X)
-    victim = next(i for i in range(len(y)) if not model.forget([i]).rebuild_started)
-    exact.forget([victim])
-    after = model.predict_proba(X) - exact.predict_proba(X)
-    assert not np.allclose(before, after, atol=1e-3)
+    model = QSSClassifier(**params).fit(X, y, list(range(len(y))))
+    before = _released_head_noise(model)
+    members = model.engine_.rows.members(0)
+    victim = int(np.flatnonzero(~members & (y >= 0))[0])  # a D• row: no rebuild
+    assert not model.forget([victim]).rebuild_started
+    after = _released_head_noise(model)
+    sigma = model.privacy_.head_sigma
+    assert np.std(before) == pytest.approx(sigma, rel=0.2)
+    assert np.std(after - before) == pytest.approx(sigma * np.sqrt(2), rel=0.2)
+    keep = [i for i in range(len(y)) if i != victim]
+    refit = QSSClassifier(**params).fit(X[keep], y[keep], keep)
+    assert np.array_equal(_released_head_noise(refit), after)
 
 
 def test_regressor_head_is_private_and_exact():
