@@ -127,8 +127,8 @@ def resolve_partition(params: Mapping[str, Any]) -> str:
     """Resolve ``partition="auto"``: random trees in exact mode (they won every exact-mode
     comparison of benchmarks/results/partitions.md), the RQ codebook in label mode (its
     codebook sees every input there), in mode="dp" (ℓ levels need less noise than 64 tables:
-    the sensitivity is √(2G) for G groups) and whenever ``n_levels``/``n_centroids`` ask for
-    a codebook's shape."""
+    the sensitivity is √(2G) for G groups) unless a head is asked for (trees: a head needs a
+    flat partition), and whenever ``n_levels``/``n_centroids`` ask for a codebook's shape."""
     if params["partition"] != "auto":
         return params["partition"]
     wants_codebook = params["n_levels"] is not None or params["n_centroids"] is not None
@@ -153,7 +153,11 @@ def resolve_head(params: Mapping[str, Any], task: str) -> str | bool:
     head serves, and wider gain-filter and head sums per deletion where the tables serve
     (benchmarks/results/heads-rf.md, core.md). Regression: "shared-ridge" (the random
     features were studied on classification only). With a learned encoder: "ridge" (the
-    instance's own f(x) makes every instance's inputs differ). ``False``: tables only."""
+    instance's own f(x) makes every instance's inputs differ). ``False``: tables only.
+
+    mode="dp" keeps tables only (the RQ codebook) unless a head is asked for: a head is
+    released with noise there (docs/privacy.md, Theorem 3), and on the validation splits of
+    benchmarks/results/dp-head.md no head configuration won on every set (see there)."""
     head = params["head"]
     if head == "auto":
         if resolve_partition(params) == "rq" or params["mode"] == "dp":

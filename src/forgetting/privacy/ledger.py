@@ -1,6 +1,7 @@
 """Parameter checks, the release ledger and the report ``model.privacy_`` exposes.
 
-What counts as a release: one materialization of one instance's noisy fold sums for one
+What counts as a release: one materialization of one instance's noisy fold sums — with a
+head, its noisy cross sums too (one Gaussian mechanism together: :data:`HEAD_SHARE`) — for one
 state. Materializing the same state again redraws the same noise (see
 :mod:`~forgetting.privacy.noise`) and so reveals nothing new; it is recorded once. A model
 serves p instances, so one model state is p releases, and σ is calibrated so that those p
