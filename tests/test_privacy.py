@@ -488,9 +488,9 @@ def test_head_noise_is_keyed_by_state_and_apart_from_the_tables(dpa):
     cross = np.zeros((2, 7, 3), dtype=np.int64)
     unit = 2.0**-34
     common = dict(key=KEY, instance=0, feature_norm=1.5, head_share=1.0)
-    one, _ = ledger.noisy_head(cross, unit, None, 1.0, state_digest=b"s1", **common)
-    again, _ = ledger.noisy_head(cross, unit, None, 1.0, state_digest=b"s1", **common)
-    other, _ = ledger.noisy_head(cross, unit, None, 1.0, state_digest=b"s2", **common)
+    one, _, _ = ledger.noisy_head(cross, unit, None, 1.0, state_digest=b"s1", **common)
+    again, _, _ = ledger.noisy_head(cross, unit, None, 1.0, state_digest=b"s1", **common)
+    other, _, _ = ledger.noisy_head(cross, unit, None, 1.0, state_digest=b"s2", **common)
     assert np.array_equal(one, again)
     assert not np.array_equal(one, other)
     assert ledger.n_releases == 2  # two states, each one release
@@ -500,9 +500,7 @@ def test_head_noise_is_keyed_by_state_and_apart_from_the_tables(dpa):
     assert spread == pytest.approx(sigma, rel=0.5)
     assert noise_seed(KEY, b"s1", 0, (42,)) != noise_seed(KEY, b"s1", 0, (42,), HEAD_NOISE_DOMAIN)
     # a budget split: the head's σ grows by 1/√s, the tables' by 1/√(1 − s)
-    half, _ = ledger.noisy_head(
-        cross, unit, None, 1.0, state_digest=b"s3", **{**common, "head_share": 0.5}
-    )
+    ledger.noisy_head(cross, unit, None, 1.0, state_digest=b"s3", **{**common, "head_share": 0.5})
     assert ledger.report().head_sigma == pytest.approx(sigma * math.sqrt(2))
     with pytest.raises(ValueError, match="head_share"):
         ledger.noisy_head(

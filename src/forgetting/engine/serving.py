@@ -148,7 +148,7 @@ def noisy_head(
     if isinstance(head, NewtonHead):
         raise ValueError("mode='dp' does not release a Newton head (its weighted Grams)")
     curvature = head.weights if isinstance(head, LogitRidgeHead) else None
-    cross, curv = ledger.noisy_head(
+    cross, curv, sigma = ledger.noisy_head(
         head.cross,
         2.0**-FEATURE_BITS * head._target_unit(),
         curvature,
@@ -162,7 +162,7 @@ def noisy_head(
     changes = {"_gram": head.gram, "cross": cross, "counts": head.counts.copy()}
     if curv is not None:
         changes["weights"] = curv
-    return PrivateHead(dataclasses.replace(head, **changes))
+    return PrivateHead(dataclasses.replace(head, **changes), sigma)
 
 
 def head_feature_norm(schema, D: int) -> float:

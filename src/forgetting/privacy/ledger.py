@@ -266,7 +266,7 @@ class PrivacyLedger:
         instance: int,
         feature_norm: float,
         head_share: float = HEAD_SHARE,
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+    ) -> tuple[np.ndarray, np.ndarray | None, float]:
         """The head's part of one instance's release: its integer fold cross sums (2, D, k)
         (``cross_unit`` real units per integer) and, for the logistic step's head, its
         integer curvature sums (k,) (``curvature_unit``), each plus Gaussian noise of
@@ -274,7 +274,8 @@ class PrivacyLedger:
         noise domain, independent of the tables' — rounded back to their integer grids
         (post-processing). Curvature sums are floored at 0 (post-processing: they are sums
         of p(1 − p) ≥ 0). ``feature_norm`` bounds ‖[φ(x), 1]‖₂ for every row. Records the
-        release (the same (instance, state) as the tables': counted once)."""
+        release (the same (instance, state) as the tables': counted once). Returns the noisy
+        integers and σ_H (public: the solve's penalty is chosen in its units)."""
         self._check_instance(instance)
         share = _check_share(head_share)
         if share == 0.0:
@@ -298,7 +299,7 @@ class PrivacyLedger:
         self.record(key, state_digest, int(instance), None, None)
         with self._lock:
             self._latest_head[int(instance)] = (sigma, sensitivity, share)
-        return noisy_cross, noisy_curvature
+        return noisy_cross, noisy_curvature, sigma
 
     def _check_instance(self, instance) -> None:
         if not (isinstance(instance, int | np.integer) and 0 <= instance < self.n_instances):
