@@ -177,6 +177,10 @@ def test_head_is_released_with_noise_and_forget_equals_refit(head):
     exact.forget([3, 7, 11])
     assert not np.array_equal(model.predict_proba(X), exact.predict_proba(X))
     assert "head" in model.engine_.corrections()
+    twin = pickle.loads(pickle.dumps(model))
+    assert np.array_equal(twin.predict_proba(X), model.predict_proba(X))
+    assert twin.privacy_.n_releases == report.n_releases
+    assert twin.privacy_.head_sigma == report.head_sigma
 
 
 def _released_head_noise(model, r=0):
