@@ -102,8 +102,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    command = "python -m forgetting_lab.bench.dp_head " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    (out / "dp-head-table.md").write_text(table(rows, command))
     print(f"{len(rows)} rows in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return 0
+
+
+def table(rows: list[dict], command: str) -> str:
+    """The rows as a markdown table, each test accuracy with its gap to the exact default."""
+    lines = [
+        f"`{command}`",
+        "",
+        "| dataset | configuration | ε | validation | test (± std) | test − exact default |",
+        "|---|---|---|---|---|---|",
+    ]
+    exact = {r["dataset"]: r["test"] for r in rows if r["config"] == "exact default"}
+    for r in rows:
+        gap = 100 * (r["test"] - exact[r["dataset"]])
+        lines.append(
+            f"| {r['dataset']} | {r['config']} | {r['epsilon']} | {r['validation']:.4f} | "
+            f"{r['test']:.4f} ± {r['test_std']:.4f} | {gap:+.1f} pp |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
