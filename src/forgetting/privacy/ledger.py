@@ -116,8 +116,10 @@ class PrivacyReport:
     noise_multiplier: float
     """z = σ/Δ of every release."""
     sigma: float
-    """Noise standard deviation of the latest releases (largest over instances; residual
-    units, i.e. one-hot or D°-standardized target units). NaN before the first release."""
+    """Noise standard deviation of the latest releases of the tables' sums (largest over
+    instances; residual units, i.e. one-hot or D°-standardized target units). NaN before the
+    first release, and where a head takes the whole release (``head_share`` 1: no tables'
+    sums are released; see ``head_sigma``)."""
     sensitivity: float
     """L2 sensitivity Δ behind ``sigma``. NaN before the first release."""
     n_instances: int
