@@ -40,7 +40,9 @@ def fit_score(params: dict, X, y, Xs, ys) -> float:
     return float(np.mean(model.predict(Xs) == ys))
 
 
-def run(datasets: str, epsilons: Sequence[float], seeds: int) -> list[dict]:
+def run(
+    datasets: str, epsilons: Sequence[float], seeds: int, configs: Sequence[str] | None = None
+) -> list[dict]:
     from sklearn.model_selection import train_test_split
 
     from .paper import load_data
@@ -50,6 +52,8 @@ def run(datasets: str, epsilons: Sequence[float], seeds: int) -> list[dict]:
     for name, n_train in parse_sizes(datasets):
         data = load_data(name, n_train)
         for label, extra in CONFIGS.items():
+            if configs is not None and label != "exact default" and label not in configs:
+                continue
             for epsilon in [None] if label == "exact default" else epsilons:
                 val, test = [], []
                 for seed in range(seeds):
@@ -93,9 +97,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--epsilons", default="1,8")
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument(
+        "--configs", default=None, help="';'-separated configuration names (default: all)"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    rows = run(args.datasets, [float(e) for e in args.epsilons.split(",")], args.seeds)
+    configs = None if args.configs is None else args.configs.split(";")
+    rows = run(args.datasets, [float(e) for e in args.epsilons.split(",")], args.seeds, configs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "dp-head.csv", "w", newline="") as f:
