@@ -157,7 +157,8 @@ def resolve_head(params: Mapping[str, Any], task: str) -> str | bool:
 
     mode="dp" keeps tables only (the RQ codebook) unless a head is asked for: a head is
     released with noise there (docs/privacy.md, Theorem 3), and on the validation splits of
-    benchmarks/results/dp-head.md no head configuration won on every set (see there)."""
+    benchmarks/results/dp-head.md "shared-ridge" won on digits, Adult and MNIST-HOG and lost
+    on Letter (the switch of this default is left open there)."""
     head = params["head"]
     if head == "auto":
         if resolve_partition(params) == "rq" or params["mode"] == "dp":
