@@ -147,3 +147,84 @@ def test_privacy_report_stays_fast_after_many_releases_at_large_epsilon():
     assert time.perf_counter() - started < 1.0
     assert report.n_releases == 3 * 100  # one state per forget, served by its prediction
     assert report.composed_epsilon > 50.0
+
+
+@pytest.mark.parametrize("head", ["shared-rf", "shared-ridge", "ridge"])
+def test_head_is_released_with_noise_and_forget_equals_refit(head):
+    """mode="dp" with a head: forget ≡ DP refit bit for bit; the head serves from noisy cross
+    sums (not the exact head's weights); one release per (instance, state) — the head's sums
+    and the tables' are one Gaussian mechanism — and privacy_ reports the head's σ."""
+    from forgetting.engine.serving import head_feature_norm
+    from forgetting.privacy.sensitivity import head_label_sensitivity
+
+    X, y = classification_data()
+    params = {**DP, "head": head, "n_instances": 2}
+    model = _refit_equal(QSSClassifier, params, X, y, list(range(len(y))), [3, 7, 11])
+    report = model.privacy_
+    assert report.n_releases == 4  # two states × p = 2, the head's sums counted with them
+    assert report.head_share == 1.0
+    inst = model.engine_.instances[0]
+    D = inst.head.cross.shape[1]
+    curvature = head == "shared-rf"
+    delta_h = head_label_sensitivity(
+        "classification", head_feature_norm(inst.schema, D), curvature=curvature
+    )
+    assert report.head_sensitivity == pytest.approx(delta_h)
+    assert report.head_sigma == pytest.approx(report.noise_multiplier * delta_h)
+    # the served content is built from noised sums: it differs from the exact model's
+    exact = QSSClassifier(**{**params, "mode": "exact", "epsilon": None, "delta": None})
+    exact.fit(X, y)
+    exact.forget([3, 7, 11])
+    assert not np.array_equal(model.predict_proba(X), exact.predict_proba(X))
+    assert "head" in model.engine_.corrections()
+    twin = pickle.loads(pickle.dumps(model))
+    assert np.array_equal(twin.predict_proba(X), model.predict_proba(X))
+    assert twin.privacy_.n_releases == report.n_releases
+    assert twin.privacy_.head_sigma == report.head_sigma
+
+
+def _released_head_noise(model, r=0):
+    """The noise on instance r's released head cross sums (real units): the noisy copy the
+    engine serves from, minus the exact sums."""
+    from forgetting.engine.serving import privatizer
+
+    engine = model.engine_
+    inst = engine.instances[r]
+    _, private = privatizer(engine.privacy, engine._key, inst, r)(inst.accumulators, inst.head)
+    unit = 2.0**-14 * inst.head._target_unit()
+    return (private.head.cross - inst.head.cross).astype(np.float64) * unit
+
+
+def test_head_noise_differs_between_neighbouring_states_and_not_across_histories():
+    """The head's noise is fresh after a one-row forget (a new state: independent noise of
+    σ_H, so the two releases' difference is not the row's contribution), and the same for a
+    refit reaching that state (any history)."""
+    X, y = classification_data()
+    params = {**DP, "head": "shared-ridge", "n_instances": 1}
+    model = QSSClassifier(**params).fit(X, y, list(range(len(y))))
+    before = _released_head_noise(model)
+    members = model.engine_.rows.members(0)
+    victim = int(np.flatnonzero(~members & (y >= 0))[0])  # a D• row: no rebuild
+    assert not model.forget([victim]).rebuild_started
+    after = _released_head_noise(model)
+    sigma = model.privacy_.head_sigma
+    assert np.std(before) == pytest.approx(sigma, rel=0.2)
+    assert np.std(after - before) == pytest.approx(sigma * np.sqrt(2), rel=0.2)
+    keep = [i for i in range(len(y)) if i != victim]
+    refit = QSSClassifier(**params).fit(X[keep], y[keep], keep)
+    assert np.array_equal(_released_head_noise(refit), after)
+
+
+def test_regressor_head_is_private_and_exact():
+    X, y = regression_data()
+    params = {**DP, "clip": 3.0, "head": "shared-ridge", "n_instances": 2}
+    model = _refit_equal(QSSRegressor, params, X, y, list(range(len(y))), [0, 5])
+    assert np.isfinite(model.privacy_.head_sigma)
+
+
+def test_dp_refuses_a_newton_head_and_a_head_on_the_codebook():
+    X, y = classification_data()
+    with pytest.raises(ValueError, match="newton"):
+        QSSClassifier(**{**DP, "head": "newton"}).fit(X, y)
+    with pytest.raises(ValueError, match="flat partition"):
+        QSSClassifier(**{**DP, "head": "shared-rf", "partition": "rq"}).fit(X, y)

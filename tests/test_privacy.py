@@ -374,3 +374,135 @@ def test_a_ledger_keeps_its_stored_multiplier_unless_it_is_too_small(dpa):
     for bad in (math.nan, math.inf):
         with pytest.raises(ValueError):
             PrivacyLedger.from_dict({**state, "noise_multiplier": bad})
+
+
+# -- the head's release (docs/privacy.md, Theorem 3) ----------------------------------------
+def _head_label_flipped(head: str, task: str = "classification", new_label=None):
+    """Two exact-mode models whose training sets differ in one D• row's label, with a head on
+    a flat partition (the sums are the ones mode="dp" noises), the row, and its features."""
+    from forgetting import QSSClassifier, QSSRegressor
+
+    rng = np.random.default_rng(5)
+    n, d, k = 900, 6, 3
+    centers = rng.normal(size=(k, d)) * 3
+    c = rng.integers(0, k, n)
+    X = centers[c] + rng.normal(size=(n, d))
+    X[:3] *= 1e6  # rows far outside the training distribution: the bound must hold for them
+    params = dict(rho=0.1, n_instances=2, partition="trees", head=head, rebuild="sync")
+    if task == "classification":
+        cls, y = QSSClassifier, c
+    else:
+        cls, y = QSSRegressor, X @ rng.normal(size=d) + rng.normal(size=n)
+    a = cls(**params).fit(X, y)
+    outside = ~(a.engine_.rows.members(0) | a.engine_.rows.members(1))
+    i = int(np.flatnonzero(outside)[0])  # row 0: far out, and in D• for this seed
+    y2 = y.copy()
+    y2[i] = (y[i] + 1) % k if new_label is None else new_label
+    b = cls(**params).fit(X, y2)
+    return a, b, X[i]
+
+
+def _cross_real(head) -> np.ndarray:
+    return head.cross.astype(np.float64) * 2.0**-14 * head._target_unit()
+
+
+@pytest.mark.parametrize("head", ["shared-ridge", "shared-rf", "ridge"])
+def test_head_sensitivity_bound_holds_and_is_attained(head):
+    """A planted label change moves the real head sums: G and every count unchanged, H by a
+    rank-one v_i (q(r) − q(r'))ᵀ in one fold, of norm ‖v_i‖·√2 (up to fixed-point terms),
+    below Δ_H — for a row 10⁶ times outside the training data's scale."""
+    from forgetting.engine.serving import head_feature_norm
+    from forgetting.privacy.sensitivity import head_label_sensitivity
+
+    a, b, x = _head_label_flipped(head)
+    assert np.linalg.norm(x) > 1e5
+    for r in range(2):
+        ia, ib = a.engine_.instances[r], b.engine_.instances[r]
+        assert ia.schema_digest == ib.schema_digest
+        assert np.array_equal(ia.head.gram, ib.head.gram)  # the Gram carries no labels
+        assert np.array_equal(ia.head.counts, ib.head.counts)
+        assert np.array_equal(ia.accumulators.counts, ib.accumulators.counts)
+        if hasattr(ia.head, "weights"):  # p(1 − p) is the same for either label
+            assert np.abs(ia.head.weights - ib.head.weights).max() <= 1
+        diff = _cross_real(ia.head) - _cross_real(ib.head)
+        assert np.count_nonzero(np.any(diff != 0, axis=(1, 2))) == 1  # one fold
+        D = ia.head.cross.shape[1]
+        bound = head_label_sensitivity(
+            "classification", head_feature_norm(ia.schema, D), curvature=hasattr(ia.head, "weights")
+        )
+        measured = float(np.linalg.norm(diff))
+        assert measured <= bound
+        v = ia.head_inputs(x[None, :])[0] * 2.0**-14  # the row's own features on the grid
+        assert measured == pytest.approx(np.linalg.norm(v) * math.sqrt(2), rel=1e-5)
+        if head != "shared-rf":  # unit-norm φ: ‖v‖ = √2, the bound itself is attained
+            assert measured == pytest.approx(bound, rel=1e-4)
+
+
+def test_regression_head_sensitivity_with_clip_in_dp_mode():
+    """mode="dp" regression clips residuals to ±C: one label jumping from far below to far
+    above moves H by ‖v‖·2C, within Δ_H = ‖v‖_max·(2C + slack)."""
+    from forgetting import QSSRegressor
+    from forgetting.engine.serving import head_feature_norm
+    from forgetting.privacy.sensitivity import head_label_sensitivity
+
+    rng = np.random.default_rng(2)
+    n, d, C = 600, 5, 1.5
+    X = rng.normal(size=(n, d))
+    y = X @ rng.normal(size=d) + rng.normal(size=n)
+    params = dict(
+        mode="dp",
+        epsilon=4.0,
+        delta=1e-5,
+        secret_key=KEY,
+        clip=C,
+        rho=0.1,
+        n_instances=1,
+        partition="trees",
+        head="shared-ridge",
+        rebuild="sync",
+    )
+    y1 = y.copy()
+    i = int(np.flatnonzero(~QSSRegressor(**params).fit(X, y1).engine_.rows.members(0))[0])
+    y1[i], y2 = -1e9, y.copy()
+    y2[i] = 1e9
+    a = QSSRegressor(**params).fit(X, y1)
+    b = QSSRegressor(**params).fit(X, y2)
+    ia, ib = a.engine_.instances[0], b.engine_.instances[0]
+    diff = _cross_real(ia.head) - _cross_real(ib.head)
+    v = ia.head_inputs(X[i : i + 1])[0] * 2.0**-14
+    measured = float(np.linalg.norm(diff))
+    bound = head_label_sensitivity(
+        "regression", head_feature_norm(ia.schema, ia.head.cross.shape[1]), clip=C
+    )
+    assert measured <= bound
+    assert measured == pytest.approx(np.linalg.norm(v) * 2 * C, rel=1e-4)
+
+
+def test_head_noise_is_keyed_by_state_and_apart_from_the_tables(dpa):
+    """The head's noise: the same for equal states (any history), fresh for another state,
+    independent of the tables' noise of the same release, and σ_H = z·Δ_H/√s."""
+    from forgetting.privacy.noise import HEAD_NOISE_DOMAIN, noise_seed
+    from forgetting.privacy.sensitivity import head_label_sensitivity
+
+    ledger = PrivacyLedger(2.0, DELTA, task="classification", n_instances=2)
+    cross = np.zeros((2, 7, 3), dtype=np.int64)
+    unit = 2.0**-34
+    common = dict(key=KEY, instance=0, feature_norm=1.5, head_share=1.0)
+    one, _, _ = ledger.noisy_head(cross, unit, None, 1.0, state_digest=b"s1", **common)
+    again, _, _ = ledger.noisy_head(cross, unit, None, 1.0, state_digest=b"s1", **common)
+    other, _, _ = ledger.noisy_head(cross, unit, None, 1.0, state_digest=b"s2", **common)
+    assert np.array_equal(one, again)
+    assert not np.array_equal(one, other)
+    assert ledger.n_releases == 2  # two states, each one release
+    sigma = ledger.noise_multiplier * head_label_sensitivity("classification", 1.5)
+    assert ledger.report().head_sigma == pytest.approx(sigma)
+    spread = np.std(np.concatenate([one, other]).astype(np.float64) * unit)
+    assert spread == pytest.approx(sigma, rel=0.5)
+    assert noise_seed(KEY, b"s1", 0, (42,)) != noise_seed(KEY, b"s1", 0, (42,), HEAD_NOISE_DOMAIN)
+    # a budget split: the head's σ grows by 1/√s, the tables' by 1/√(1 − s)
+    ledger.noisy_head(cross, unit, None, 1.0, state_digest=b"s3", **{**common, "head_share": 0.5})
+    assert ledger.report().head_sigma == pytest.approx(sigma * math.sqrt(2))
+    with pytest.raises(ValueError, match="head_share"):
+        ledger.noisy_head(
+            cross, unit, None, 1.0, state_digest=b"s3", **{**common, "head_share": 0.0}
+        )

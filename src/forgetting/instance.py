@@ -155,19 +155,21 @@ class Instance:
     def content_for(self, alpha, shrinkage, privatize=None) -> Content:
         """The materialized content, computed once per change of the statistics.
 
-        ``privatize`` (mode="dp") maps the exact accumulators to a noised copy that is
-        materialized instead; the live integers stay exact so deletions keep subtracting.
+        ``privatize`` (mode="dp") maps the exact accumulators and head to noised copies
+        (``privatize(acc, head) -> (acc, head)``) that are materialized instead; the live
+        integers stay exact so deletions keep subtracting.
         """
         if self.content is None:
             if isinstance(self.accumulators, FlatTables):
                 # No materialization: (α, λ) from exact totals, the cells read when serving —
-                # from a noised copy in mode="dp" (rebuilt once per released state).
-                tables = self.accumulators if privatize is None else privatize(self.accumulators)
-                # mode="dp" releases noised sums only: the head's exact sums never serve there
-                head = self.head if privatize is None else None
+                # from noised copies in mode="dp" (rebuilt once per released state): the
+                # head's exact cross sums never serve there, nor choose head vs tables
+                tables, head = self.accumulators, self.head
+                if privatize is not None:
+                    tables, head = privatize(tables, head)
                 self.content = build_flat_content(tables, alpha, shrinkage, head)
                 return self.content
-            acc = self.accumulators if privatize is None else privatize(self.accumulators)
+            acc = self.accumulators if privatize is None else privatize(self.accumulators)[0]
             self.content = build_content(acc, alpha, shrinkage)
         return self.content
 

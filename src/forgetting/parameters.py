@@ -78,10 +78,14 @@ def check_params(params: Mapping[str, Any], task: str) -> None:
     partition, head, mode = resolve_partition(params), params["head"], params["mode"]
     if partition != "rq" and (params["n_levels"] is not None or params["n_centroids"] is not None):
         raise ValueError("n_levels and n_centroids shape partition='rq' only")
-    if head in _EXACT_HEADS and (partition == "rq" or mode == "dp"):
+    if head in _EXACT_HEADS and partition == "rq":
         raise ValueError(
-            f"head={head!r} needs a flat partition ('trees' or 'hyperplanes') and a "
-            "mode other than 'dp' (its exact sums would be released without noise)"
+            f"head={head!r} needs a flat partition ('trees' or 'hyperplanes'), not 'rq'"
+        )
+    if head == "newton" and mode == "dp":
+        raise ValueError(
+            "head='newton' is not released in mode='dp' (its per-class weighted Grams have no "
+            "noise); use head='shared-rf', 'shared-ridge' or 'ridge'"
         )
     if head == "shared-rf" and params["encoder"] is not None:
         raise ValueError(
@@ -123,12 +127,17 @@ def resolve_partition(params: Mapping[str, Any]) -> str:
     """Resolve ``partition="auto"``: random trees in exact mode (they won every exact-mode
     comparison of benchmarks/results/partitions.md), the RQ codebook in label mode (its
     codebook sees every input there), in mode="dp" (ℓ levels need less noise than 64 tables:
-    the sensitivity is √(2G) for G groups) and whenever ``n_levels``/``n_centroids`` ask for
-    a codebook's shape."""
+    the sensitivity is √(2G) for G groups) unless a head is asked for (trees: a head needs a
+    flat partition), and whenever ``n_levels``/``n_centroids`` ask for a codebook's shape."""
     if params["partition"] != "auto":
         return params["partition"]
     wants_codebook = params["n_levels"] is not None or params["n_centroids"] is not None
-    return "trees" if params["mode"] == "exact" and not wants_codebook else "rq"
+    if wants_codebook:
+        return "rq"
+    if params["mode"] == "exact":
+        return "trees"
+    # mode="dp" with a head asked for: the head needs a flat partition
+    return "trees" if params["mode"] == "dp" and params["head"] in _EXACT_HEADS else "rq"
 
 
 def resolve_head(params: Mapping[str, Any], task: str) -> str | bool:
@@ -144,7 +153,12 @@ def resolve_head(params: Mapping[str, Any], task: str) -> str | bool:
     head serves, and wider gain-filter and head sums per deletion where the tables serve
     (benchmarks/results/heads-rf.md, core.md). Regression: "shared-ridge" (the random
     features were studied on classification only). With a learned encoder: "ridge" (the
-    instance's own f(x) makes every instance's inputs differ). ``False``: tables only."""
+    instance's own f(x) makes every instance's inputs differ). ``False``: tables only.
+
+    mode="dp" keeps tables only (the RQ codebook) unless a head is asked for: a head is
+    released with noise there (docs/privacy.md, Theorem 3), and on the validation splits of
+    benchmarks/results/dp-head.md "shared-ridge" won on digits, Adult and MNIST-HOG and lost
+    on Letter (the switch of this default is left open there)."""
     head = params["head"]
     if head == "auto":
         if resolve_partition(params) == "rq" or params["mode"] == "dp":

@@ -9,6 +9,9 @@ mean is the same bits whoever computed each part.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,9 +19,15 @@ import numpy as np
 
 from .._parallel import PARALLEL_ROWS, map_instances, serial_map
 from .._rowwise import SERVE_BLOCK_ROWS
+from ..content.heads import LinearHead, LogitRidgeHead, NewtonHead
+from ..content.heads.fixed_point import FEATURE_BITS
+from ..content.heads.newton import WEIGHT_BITS
+from ..content.heads.private import PrivateHead
 from ..content.tables import FlatContent, FlatTables
 from ..instance import Instance
 from ..privacy import PrivacyLedger
+from ..privacy.ledger import HEAD_SHARE
+from ..privacy.sensitivity import grid_feature_norm
 from ..schema import serving
 
 
@@ -94,25 +103,85 @@ def contents_in_jobs(serving_instances: list[Instance], alpha, shrinkage) -> lis
 
 
 def privatizer(ledger: PrivacyLedger, key: bytes, inst: Instance, r: int) -> Callable:
-    """mode="dp": the function that turns instance ``r``'s accumulators into the released,
-    noised copy (``Instance.content_for``'s ``privatize``). The noise is a keyed function of
-    the instance's state (forgetting.privacy.noise); totals and probe terms are recomputed
-    from the noised sums (post-processing), never from the exact ones."""
+    """mode="dp": the function that turns instance ``r``'s accumulators — and its head, if it
+    keeps one — into the released, noised copies (``Instance.content_for``'s ``privatize``:
+    ``privatize(acc, head) -> (noisy_acc, noisy_head or None)``). The noise is a keyed
+    function of the instance's state (forgetting.privacy.noise); totals, probe terms, the
+    head's weights and its gain are recomputed from the noised sums (post-processing), never
+    from the exact ones. With a head, the release's budget is split: ``HEAD_SHARE`` to the
+    head's cross sums, the rest to the tables (docs/privacy.md, Theorem 3)."""
+    share = HEAD_SHARE if inst.head is not None else 0.0
 
-    def privatize(acc):
+    def privatize(acc, head=None):
         noisy = acc.copy()
-        noisy.sums = ledger.noisy_fixed_point(
-            acc.sums,
-            acc.scale_bits,
-            key=key,
-            state_digest=inst.digest(),
-            instance=r,
-            counts=acc.counts,
-        )
+        if share == 1.0:  # the head takes the whole release: the tables' sums are not used
+            noisy.sums = np.zeros_like(acc.sums)
+        else:
+            noisy.sums = ledger.noisy_fixed_point(
+                acc.sums,
+                acc.scale_bits,
+                key=key,
+                state_digest=inst.digest(),
+                instance=r,
+                counts=acc.counts,
+                head_share=share,
+            )
         if isinstance(noisy, FlatTables):
             noisy.rebuild_totals()
             if noisy.probe_cells is not None:
                 noisy.set_probes(inst.schema.probe_codes, inst.schema.probe_folds)
-        return noisy
+        if head is None:
+            return noisy, None
+        return noisy, noisy_head(ledger, key, inst, r, head, share)
 
     return privatize
+
+
+def noisy_head(
+    ledger: PrivacyLedger, key: bytes, inst: Instance, r: int, head: LinearHead, share: float
+) -> PrivateHead:
+    """A copy of ``head`` whose cross sums (and, for the logistic step's head, curvature
+    sums) carry the release's noise; its Gram sums — no labels — are the exact ones, shared
+    read-only. The copy knows no solve cache and no gain filter: its weights and its gain
+    are solved from the noisy sums alone, at a penalty cross-fitted on them
+    (content.heads.private)."""
+    if isinstance(head, NewtonHead):
+        raise ValueError("mode='dp' does not release a Newton head (its weighted Grams)")
+    curvature = head.weights if isinstance(head, LogitRidgeHead) else None
+    cross, curv, sigma = ledger.noisy_head(
+        head.cross,
+        2.0**-FEATURE_BITS * head._target_unit(),
+        curvature,
+        2.0**-WEIGHT_BITS,
+        key=key,
+        state_digest=inst.digest(),
+        instance=r,
+        feature_norm=head_feature_norm(inst.schema, head.cross.shape[1]),
+        head_share=share,
+    )
+    changes = {"_gram": head.gram, "cross": cross, "counts": head.counts.copy()}
+    if curv is not None:
+        changes["weights"] = curv
+    return PrivateHead(dataclasses.replace(head, **changes), sigma)
+
+
+def head_feature_norm(schema, D: int) -> float:
+    """A bound on ‖v‖₂ = ‖[φ(x), 1]‖₂ (the head's grid, real units) that holds for every
+    possible row, from the schema alone (docs/privacy.md, Theorem 3): φ's rows are
+    L2-normalized for every head but "shared-rf", whose φ = [u, ψ(u)] adds the random ReLU
+    features ψ(u) = clip(relu(ũᵀR), 0, 1) with ‖ψ‖ ≤ min(√E, ‖R‖₂ · ‖ũ‖)."""
+    if schema.head_kind != "shared-rf":
+        return grid_feature_norm(1.0, D - 1)
+    E = int(schema.rf_width)
+    d = D - 1 - E
+    rf = schema.input_random_features(d)
+    u = (1.0 + math.sqrt(d) * 2.0**-15) * (1.0 + 1e-9)  # ‖ũ‖ after the 2^-14 grid
+    psi = min(math.sqrt(E), _spectral_norm(rf) * u * (1.0 + 1e-9))
+    return grid_feature_norm(math.hypot(1.0, psi), D - 1)
+
+
+@functools.lru_cache(maxsize=16)
+def _spectral_norm(rf) -> float:
+    """‖R‖₂ of ψ's projection in the units ψ uses (R̃ · 2^-b on the grid): data-free."""
+    R = np.ldexp(np.asarray(rf.R, dtype=np.float64), -int(rf.weight_bits))
+    return float(np.linalg.norm(R, 2)) * (1.0 + 1e-9)

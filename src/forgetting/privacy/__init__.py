@@ -6,7 +6,10 @@ them by at most Δ = √(2G) (classification) or 2C·√G (regression, residuals
 [−C, C]) for G levels/tables; counts carry no labels; means, α/λ cross-fitting and
 predictions are post-processing. Z is a keyed pseudorandom function of the instance's state,
 so equal states get equal noise (``forget(R)`` ≡ refit, bit for bit) and neighbouring states
-independent noise (no cancellation across a deletion).
+independent noise (no cancellation across a deletion). A head's cross sums Σ v rᵀ move by
+‖v‖·‖r − r'‖ under one label change (:func:`head_label_sensitivity`, ‖v‖ bounded from the
+schema); they are noised in their own domain as part of the same release
+(:meth:`PrivacyLedger.noisy_head`; docs/privacy.md, Theorem 3).
 
 Integration surface (what the estimators call)
 ----------------------------------------------
@@ -68,7 +71,13 @@ from .accounting import (
 )
 from .ledger import GUARANTEE, PrivacyLedger, PrivacyReport, check_privacy_params
 from .noise import noise_fold_sums, noise_seed, public_state_digest, standard_normal
-from .sensitivity import check_clip, clip_residuals, label_sensitivity, quantization_slack
+from .sensitivity import (
+    check_clip,
+    clip_residuals,
+    head_label_sensitivity,
+    label_sensitivity,
+    quantization_slack,
+)
 
 __all__ = [
     "GUARANTEE",
@@ -81,6 +90,7 @@ __all__ = [
     "check_privacy_params",
     "clip_residuals",
     "composed_epsilon",
+    "head_label_sensitivity",
     "label_sensitivity",
     "noise_fold_sums",
     "noise_seed",

@@ -1,6 +1,7 @@
 """Parameter checks, the release ledger and the report ``model.privacy_`` exposes.
 
-What counts as a release: one materialization of one instance's noisy fold sums for one
+What counts as a release: one materialization of one instance's noisy fold sums — with a
+head, its noisy cross sums too (one Gaussian mechanism together: :data:`HEAD_SHARE`) — for one
 state. Materializing the same state again redraws the same noise (see
 :mod:`~forgetting.privacy.noise`) and so reveals nothing new; it is recorded once. A model
 serves p instances, so one model state is p releases, and σ is calibrated so that those p
@@ -35,8 +36,17 @@ from typing import Any
 import numpy as np
 
 from .accounting import calibrate_noise_multiplier, composed_epsilon
-from .noise import _check_key, _state_bytes, noise_fold_sums
-from .sensitivity import TASKS, check_clip, label_sensitivity
+from .noise import HEAD_NOISE_DOMAIN, _check_key, _state_bytes, noise_fold_sums, standard_normal
+from .sensitivity import TASKS, check_clip, head_label_sensitivity, label_sensitivity
+
+HEAD_SHARE = 1.0
+"""With a head, the share s of one release's privacy budget (in GDP terms, of 1/z²) spent on
+the head's cross sums; the tables get the rest: σ_H = z·Δ_H/√s, σ_T = z·Δ_T/√(1 − s), and the
+joint release is one Gaussian mechanism with multiplier z (docs/privacy.md, Theorem 3).
+s = 1 (the head takes the whole release, the tables' sums are not released and serve
+nothing): on digits' validation split (ε = 8, p = 3, "shared-rf") 0.85 against 0.84 at
+s = 0.9 and 0.5 — 64 flat tables need √64 times a head's noise, and their noisy out-of-fold
+gain chose them where they served 0.2–0.3."""
 
 RELEASE_TAG_DOMAIN = b"qss-dp-release"
 FORGOTTEN_TAG_DOMAIN = b"qss-dp-forgotten-id"
@@ -106,8 +116,10 @@ class PrivacyReport:
     noise_multiplier: float
     """z = σ/Δ of every release."""
     sigma: float
-    """Noise standard deviation of the latest releases (largest over instances; residual
-    units, i.e. one-hot or D°-standardized target units). NaN before the first release."""
+    """Noise standard deviation of the latest releases of the tables' sums (largest over
+    instances; residual units, i.e. one-hot or D°-standardized target units). NaN before the
+    first release, and where a head takes the whole release (``head_share`` 1: no tables'
+    sums are released; see ``head_sigma``)."""
     sensitivity: float
     """L2 sensitivity Δ behind ``sigma``. NaN before the first release."""
     n_instances: int
@@ -118,6 +130,14 @@ class PrivacyReport:
     task: str
     clip: float | None
     guarantee: str = GUARANTEE
+    head_sigma: float = math.nan
+    """With a head: the noise σ_H on its cross sums (largest over instances, residual ×
+    feature units); NaN without one. The head's sums are part of the same release as the
+    tables' (one Gaussian mechanism with multiplier z, counted once in ``n_releases``)."""
+    head_sensitivity: float = math.nan
+    """Δ_H behind ``head_sigma`` (:func:`head_label_sensitivity`); NaN without a head."""
+    head_share: float = 0.0
+    """The share s of each release's budget the head's sums take (0 without a head)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,6 +178,7 @@ class PrivacyLedger:
         self._lock = threading.Lock()
         self._tags: set[bytes] = set()
         self._latest: dict[int, tuple[float, float]] = {}
+        self._latest_head: dict[int, tuple[float, float, float]] = {}
         self._forgotten: set[bytes] = set()
 
     # -- the mechanism --------------------------------------------------------------------
@@ -178,14 +199,18 @@ class PrivacyLedger:
         instance: int,
         n_groups: int,
         scale_bits: int | None = None,
+        head_share: float = 0.0,
     ) -> np.ndarray:
         """Noise one instance's fold sums (2, G, cells, k) for its current state and record
         the release. ``sums`` in float64 residual units; see
-        :func:`~forgetting.privacy.noise.noise_fold_sums`."""
-        if not (isinstance(instance, int | np.integer) and 0 <= instance < self.n_instances):
-            raise ValueError(f"instance must be in 0..{self.n_instances - 1}, got {instance!r}")
+        :func:`~forgetting.privacy.noise.noise_fold_sums`. ``head_share`` s > 0 when the
+        instance also releases a head (:meth:`noisy_head`): σ = z·Δ/√(1 − s)."""
+        self._check_instance(instance)
         sensitivity = self.sensitivity(n_groups, scale_bits)
-        sigma = self.noise_multiplier * sensitivity
+        share = _check_share(head_share)
+        if share == 1.0:
+            raise ValueError("head_share = 1: the head takes the whole release, no tables' sums")
+        sigma = self.noise_multiplier * sensitivity / math.sqrt(1.0 - share)
         noisy = noise_fold_sums(sums, sigma, key, state_digest, instance=int(instance))
         self.record(key, state_digest, int(instance), sigma, sensitivity)
         return noisy
@@ -199,6 +224,7 @@ class PrivacyLedger:
         state_digest: bytes | str,
         instance: int,
         counts: np.ndarray | None = None,
+        head_share: float = 0.0,
     ) -> np.ndarray:
         """:meth:`noise_fold_sums` for integer fold sums (2, G, cells, k) in fixed point
         (``value · 2^scale_bits``), rounded back to int64 in the same fixed point.
@@ -221,6 +247,7 @@ class PrivacyLedger:
             instance=instance,
             n_groups=int(sums.shape[1]),
             scale_bits=scale_bits,
+            head_share=head_share,
         )
         fixed = np.rint(noisy * scale)
         if counts is not None:
@@ -229,15 +256,72 @@ class PrivacyLedger:
             raise OverflowError("noise this large does not fit the fixed-point sums; raise ε")
         return fixed.astype(np.int64)
 
+    def noisy_head(
+        self,
+        cross: np.ndarray,
+        cross_unit: float,
+        curvature: np.ndarray | None,
+        curvature_unit: float,
+        *,
+        key: bytes,
+        state_digest: bytes | str,
+        instance: int,
+        feature_norm: float,
+        head_share: float = HEAD_SHARE,
+    ) -> tuple[np.ndarray, np.ndarray | None, float]:
+        """The head's part of one instance's release: its integer fold cross sums (2, D, k)
+        (``cross_unit`` real units per integer) and, for the logistic step's head, its
+        integer curvature sums (k,) (``curvature_unit``), each plus Gaussian noise of
+        σ_H = z·Δ_H/√s in real units — one keyed array from the state, in the head's own
+        noise domain, independent of the tables' — rounded back to their integer grids
+        (post-processing). Curvature sums are floored at 0 (post-processing: they are sums
+        of p(1 − p) ≥ 0). ``feature_norm`` bounds ‖[φ(x), 1]‖₂ for every row. Records the
+        release (the same (instance, state) as the tables': counted once). Returns the noisy
+        integers and σ_H (public: the solve's penalty is chosen in its units)."""
+        self._check_instance(instance)
+        share = _check_share(head_share)
+        if share == 0.0:
+            raise ValueError("a head's release needs head_share > 0")
+        cross = np.asarray(cross)
+        if cross.dtype.kind not in "iu" or cross.ndim != 3 or cross.shape[0] != 2:
+            raise ValueError(f"cross must be integer fold sums (2, D, k), got {cross.shape}")
+        sensitivity = head_label_sensitivity(
+            self.task, feature_norm, clip=self.clip, curvature=curvature is not None
+        )
+        sigma = self.noise_multiplier * sensitivity / math.sqrt(share)
+        size = cross.size + (0 if curvature is None else np.asarray(curvature).size)
+        Z = standard_normal(key, state_digest, int(instance), (size,), HEAD_NOISE_DOMAIN)
+        real = cross.astype(np.float64) * cross_unit + sigma * Z[: cross.size].reshape(cross.shape)
+        noisy_cross = _to_grid(real, cross_unit)
+        noisy_curvature = None
+        if curvature is not None:
+            curvature = np.asarray(curvature)
+            c_real = curvature.astype(np.float64) * curvature_unit + sigma * Z[cross.size :]
+            noisy_curvature = np.maximum(_to_grid(c_real, curvature_unit), 0)
+        self.record(key, state_digest, int(instance), None, None)
+        with self._lock:
+            self._latest_head[int(instance)] = (sigma, sensitivity, share)
+        return noisy_cross, noisy_curvature, sigma
+
+    def _check_instance(self, instance) -> None:
+        if not (isinstance(instance, int | np.integer) and 0 <= instance < self.n_instances):
+            raise ValueError(f"instance must be in 0..{self.n_instances - 1}, got {instance!r}")
+
     def record(
-        self, key: bytes, state_digest: bytes | str, instance: int, sigma: float, sensitivity: float
+        self,
+        key: bytes,
+        state_digest: bytes | str,
+        instance: int,
+        sigma: float | None,
+        sensitivity: float | None,
     ) -> bool:
         """Count a release of ``instance`` in ``state_digest``; False if already counted."""
         message = RELEASE_TAG_DOMAIN + int(instance).to_bytes(8, "little")
         message += _state_bytes(state_digest)
         tag = hmac.new(_check_key(key), message, hashlib.sha256).digest()[:16]
         with self._lock:
-            self._latest[int(instance)] = (float(sigma), float(sensitivity))
+            if sigma is not None:
+                self._latest[int(instance)] = (float(sigma), float(sensitivity))
             if tag in self._tags:
                 return False
             self._tags.add(tag)
@@ -281,6 +365,7 @@ class PrivacyLedger:
         with self._lock:
             n = len(self._tags)
             latest = max(self._latest.values(), default=(math.nan, math.nan))
+            head = max(self._latest_head.values(), default=(math.nan, math.nan, 0.0))
         return PrivacyReport(
             epsilon=self.epsilon,
             delta=self.delta,
@@ -292,6 +377,9 @@ class PrivacyLedger:
             composed_epsilon=composed_epsilon(self.noise_multiplier, n, self.delta),
             task=self.task,
             clip=self.clip,
+            head_sigma=head[0],
+            head_sensitivity=head[1],
+            head_share=head[2],
         )
 
     # -- persistence (plain JSON types: no pickles) ----------------------------------------
@@ -307,6 +395,11 @@ class PrivacyLedger:
                 "release_tags": sorted(t.hex() for t in self._tags),
                 "latest": {str(r): list(v) for r, v in sorted(self._latest.items())},
                 "forgotten_tags": sorted(t.hex() for t in self._forgotten),
+                **(
+                    {"latest_head": {str(r): list(v) for r, v in sorted(self._latest_head.items())}}
+                    if self._latest_head
+                    else {}
+                ),
             }
 
     @classmethod
@@ -336,4 +429,23 @@ class PrivacyLedger:
         ledger._tags = {bytes.fromhex(t) for t in state["release_tags"]}
         ledger._latest = {int(r): (float(v[0]), float(v[1])) for r, v in state["latest"].items()}
         ledger._forgotten = {bytes.fromhex(t) for t in state.get("forgotten_tags", [])}
+        ledger._latest_head = {
+            int(r): (float(v[0]), float(v[1]), float(v[2]))
+            for r, v in state.get("latest_head", {}).items()
+        }
         return ledger
+
+
+def _check_share(share: float) -> float:
+    share = float(share)
+    if not (0.0 <= share <= 1.0):
+        raise ValueError(f"head_share must be in [0, 1], got {share!r}")
+    return share
+
+
+def _to_grid(real: np.ndarray, unit: float) -> np.ndarray:
+    """Noisy real values back on an integer grid of step ``unit`` (post-processing)."""
+    fixed = np.rint(real / unit)
+    if not np.all(np.abs(fixed) < 2.0**62):
+        raise OverflowError("noise this large does not fit the fixed-point sums; raise ε")
+    return fixed.astype(np.int64)

@@ -26,6 +26,9 @@ import hmac
 import numpy as np
 
 NOISE_DOMAIN = b"qss-dp-noise"
+HEAD_NOISE_DOMAIN = b"qss-dp-head-noise"
+"""The head's cross sums draw from their own domain: independent of the tables' noise even
+where the two arrays have the same shape."""
 PUBLIC_DIGEST_DOMAIN = b"qss-dp-public-digest"
 
 
@@ -43,11 +46,18 @@ def _state_bytes(state_digest: bytes | str) -> bytes:
     raise TypeError("state_digest must be bytes or a hex string")
 
 
-def noise_seed(key: bytes, state_digest: bytes | str, instance: int, shape: tuple[int, ...]):
+def noise_seed(
+    key: bytes,
+    state_digest: bytes | str,
+    instance: int,
+    shape: tuple[int, ...],
+    domain: bytes = NOISE_DOMAIN,
+):
     """The 256-bit HMAC-SHA256 tag that seeds one noise array (an int, for SeedSequence).
 
     Every field is length-framed so that no two (instance, digest, shape) triples share a
-    message.
+    message; ``domain`` (:data:`NOISE_DOMAIN` for the tables, :data:`HEAD_NOISE_DOMAIN` for
+    the head's sums) separates the arrays of one release.
     """
     key = _check_key(key)
     state = _state_bytes(state_digest)
@@ -56,7 +66,7 @@ def noise_seed(key: bytes, state_digest: bytes | str, instance: int, shape: tupl
     shape = tuple(int(s) for s in shape)
     message = b"".join(
         [
-            NOISE_DOMAIN,
+            bytes(domain),
             int(instance).to_bytes(8, "little"),
             len(state).to_bytes(8, "little"),
             state,
@@ -68,7 +78,11 @@ def noise_seed(key: bytes, state_digest: bytes | str, instance: int, shape: tupl
 
 
 def standard_normal(
-    key: bytes, state_digest: bytes | str, instance: int, shape: tuple[int, ...]
+    key: bytes,
+    state_digest: bytes | str,
+    instance: int,
+    shape: tuple[int, ...],
+    domain: bytes = NOISE_DOMAIN,
 ) -> np.ndarray:
     """A float64 N(0, 1) array that is a deterministic function of its arguments.
 
@@ -76,7 +90,7 @@ def standard_normal(
     pinned NumPy version (NumPy does not promise identical streams across versions, which is
     why exactness is stated per installation, like the rest of the float pipeline).
     """
-    seed = noise_seed(key, state_digest, instance, shape)
+    seed = noise_seed(key, state_digest, instance, shape, domain)
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
     return rng.standard_normal(tuple(int(s) for s in shape))
 
