@@ -18,8 +18,6 @@ unlabeled) but its input keeps shaping the codebook; erasing inputs needs
 from __future__ import annotations
 
 import copy
-import dataclasses
-import hashlib
 import time
 from collections.abc import Hashable, Sequence
 from numbers import Integral
@@ -31,17 +29,18 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from .distributed import fit_distributed, is_distributed_input
-from .engine import EngineConfig, QSSEngine
-from .ids import listing, normalize_ids
-from .labels import UNLABELED, is_labeled, user_unlabeled
-from .parameters import PARAMETER_CONSTRAINTS, check_params, engine_config, resolve_partition
-from .persistence import load_model, save_model
-from .preprocessing.frames import FrameEncoding, wants_encoding
-from .privacy import PrivacyReport
-from .receipts import Receipt
-from .schema.membership import derive_key, id_bytes, key_fingerprint
-from .snapshots import ModelSnapshot, SnapshotError
+from ..distributed import fit_distributed, is_distributed_input
+from ..engine import EngineConfig, QSSEngine
+from ..ids import listing, normalize_ids
+from ..labels import UNLABELED, is_labeled, user_unlabeled
+from ..parameters import PARAMETER_CONSTRAINTS, check_params, engine_config, resolve_partition
+from ..persistence import load_model, save_model
+from ..preprocessing.frames import wants_encoding
+from ..privacy import PrivacyReport
+from ..receipts import Receipt
+from ..schema.membership import derive_key, id_bytes, key_fingerprint
+from ..snapshots import ModelSnapshot, SnapshotError
+from .tables import RawTables, _float32
 
 _DIRECT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 """Input dtypes a fitted model's predict/insert validate without scikit-learn (see _check_X)."""
@@ -70,7 +69,7 @@ class RowSource(Protocol):
         ``ids`` and the encoded ``targets``."""
 
 
-class _QSSBase(BaseEstimator):
+class _QSSBase(RawTables, BaseEstimator):
     """Shared parameters, validation and the forget/insert/persistence surface."""
 
     _task: str
@@ -322,85 +321,6 @@ class _QSSBase(BaseEstimator):
             raise ValueError(f"ids already present: {listing(known)}; forget them first")
         return self.engine_.insert(id_list, id_raw, X, targets)
 
-    # -- raw tables (forgetting.preprocessing.frames) --------------------------------------
-    def _fit_frame(self, X: Any, y: Any, ids: Any) -> Any:
-        """Fit on a raw DataFrame: encode it exactly, fit the engine on the encoding, keep
-        the raw rows (a forget that changes the encoding refits from them)."""
-        if self.mode == "label":
-            raise ValueError(
-                "a raw DataFrame (categories or missing values) needs mode='exact' or 'dp': "
-                "label mode keeps a forgotten row's input; encode the table first"
-            )
-        table, layout = FrameEncoding.read_new(X)
-        targets, n_outputs = self._fit_targets(y, table.n_rows)
-        id_list = normalize_ids(ids, table.n_rows)
-        key = derive_key(self.secret_key, int(self.random_state))
-        frame, encoded = FrameEncoding.fit(
-            table, layout, self._row_labels(y), id_list, key, float(self.rho)
-        )
-        self._fit_engine(id_list, _float32(encoded), targets, n_outputs)
-        self.table_ = frame
-        self.n_features_in_ = len(frame.layout.names)
-        self.feature_names_in_ = np.array(frame.layout.names, dtype=object)
-        return self
-
-    def _refit_rows(self, X, y, ids, operation: str, id_raw, started: float) -> Receipt:
-        """Refit the engine on every row held after a change that re-encoded some of them
-        (what a fit on those rows builds); nothing changes if it fails."""
-
-        def run():
-            targets, n_outputs = self._fit_targets(y, len(ids))
-            return self._fit_engine(ids, _float32(X), targets, n_outputs)
-
-        self._fit_atomically(run)
-        hit = list(range(self.n_instances))
-        return self.engine_.receipt(operation, "instance", id_raw, hit, started)
-
-    def _forget_frame(self, id_list: list, id_raw: list) -> Receipt:
-        started = time.perf_counter()
-        try:
-            change = self.table_.plan_forget(id_list)
-        except KeyError as err:
-            raise KeyError(
-                f"unknown ids (never inserted, or already forgotten): {listing(err.args[0])}"
-            ) from None
-        if change.changed:
-            X, y, ids = change.rows()
-            receipt = self._refit_rows(X, y, ids, "forget", id_raw, started)
-        else:
-            receipt = self._forget_checked(id_list, id_raw, False)
-        change.commit()
-        return self._frame_receipt(receipt)
-
-    def _insert_frame(self, X: Any, y: Any, ids: Any) -> Receipt:
-        started = time.perf_counter()
-        self._check_fitted()
-        table = self.table_.read(X)
-        targets = self._encode_targets(y, table.n_rows)
-        id_list, id_raw = self._check_ids(ids, table.n_rows)
-        known = [i for i in id_list if i in self.table_.position]
-        if known:
-            raise ValueError(f"ids already present: {listing(known)}; forget them first")
-        change = self.table_.plan_insert(table, self._row_labels(y), id_list)
-        if change.changed:
-            X_all, y_all, ids_all = change.rows()
-            receipt = self._refit_rows(X_all, y_all, ids_all, "insert", id_raw, started)
-        else:
-            X_new = _float32(change.encode(table))
-            receipt = self.engine_.insert(id_list, id_raw, X_new, targets)
-        change.commit()
-        return self._frame_receipt(receipt)
-
-    def _frame_receipt(self, receipt: Receipt) -> Receipt:
-        return dataclasses.replace(receipt, state_digest=self._frame_digest(receipt.state_digest))
-
-    def _frame_digest(self, engine_digest: str) -> str:
-        """A table model's digest: the table encoding's state and the engine's."""
-        h = hashlib.sha256(b"forgetting-frame-model/1")
-        self.table_.digest_into(h)
-        h.update(engine_digest.encode())
-        return h.hexdigest()
-
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
         """Block until every background rebuild has landed (or raise its error)."""
         check_is_fitted(self)
@@ -560,29 +480,6 @@ class _QSSBase(BaseEstimator):
         if "table_" in snapshot.fitted:
             estimator.table_ = estimator._restored_table(snapshot.fitted["table_"], rows, key)
         return estimator
-
-    def _restored_table(self, stored: Any, rows: Any, key: bytes) -> FrameEncoding:
-        """A table model's encoding, refitted from the raw rows a snapshot holds and checked
-        against the rows the engine holds: they must be its encoding, bit for bit."""
-        if not isinstance(stored, dict) or set(stored) != {"names", "kinds", "columns"}:
-            raise SnapshotError("fitted: table_ is not a stored table")
-        targets = rows.targets
-        if hasattr(self, "classes_"):
-            if not (targets.dtype.kind == "i" and targets.size and targets.min() >= 0):
-                raise SnapshotError("fitted: a table model's rows are all labeled")
-            y = self.classes_[targets]
-        else:
-            y = targets
-        try:
-            frame, encoded = FrameEncoding.restore(stored, y, list(rows.ids), key, float(self.rho))
-        except ValueError as err:
-            raise SnapshotError(f"fitted: {err}") from None
-        if list(self.feature_names_in_) != list(frame.layout.names):
-            raise SnapshotError("fitted: feature_names_in_ is not the table's columns")
-        X = np.asarray(encoded, dtype=np.float32)
-        if X.shape != rows.X.shape or not np.array_equal(X, rows.X):
-            raise SnapshotError("fitted: the rows held are not the encoding of the stored table")
-        return frame
 
     @classmethod
     def _checked_params(cls, params: Any) -> dict:
@@ -957,14 +854,6 @@ class QSSRegressor(RegressorMixin, _QSSBase):
 
     def predict(self, X: Any) -> np.ndarray:
         return self._outputs(X)[:, 0]
-
-
-def _float32(X: np.ndarray) -> np.ndarray:
-    """An encoded table as the engine stores rows: float32, finite."""
-    X32 = np.ascontiguousarray(X, dtype=np.float32)
-    if not np.all(np.isfinite(X32)):
-        raise ValueError("X has values beyond float32 range")
-    return X32
 
 
 def _check_classes(classes: Any) -> None:
