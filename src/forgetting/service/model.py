@@ -61,3 +61,11 @@ def groups_writes(model: ServableModel) -> bool:
 def can_reload(model: ServableModel) -> bool:
     """Whether the model can rebuild itself from its store after a store error."""
     return callable(getattr(model, "reload", None))
+
+
+def feature_names(model: ServableModel) -> list[str] | None:
+    """The column names the model was fitted on, in order (None when fitted on arrays)."""
+    names = getattr(model, "feature_names", None)
+    if names is None:
+        names = getattr(getattr(model, "estimator", None), "feature_names_in_", None)
+    return None if names is None else [str(n) for n in names]

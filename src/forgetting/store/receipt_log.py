@@ -146,3 +146,60 @@ def id_status(receipts: list[dict], present: bool) -> str:
     if present:
         return "present"
     return "absent" if receipts else "never_seen"
+
+
+#: The columns of a CSV export, in order (``id_hashes`` and ``instances_hit`` space-separated).
+CSV_COLUMNS = (
+    "seq",
+    "timestamp",
+    "operation",
+    "scope",
+    "n_rows",
+    "instances_hit",
+    "rebuild_started",
+    "effective_rho",
+    "state_digest",
+    "seconds",
+    "id_hashes",
+)
+
+#: First characters that make a spreadsheet read a cell as a formula (OWASP's list).
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value) -> str:
+    """``value`` as CSV text a spreadsheet shows as text: a cell starting like a formula
+    gets a leading ``'`` (a receipt's fields are the server's, but a damaged or altered
+    store must not run formulas on an auditor's machine)."""
+    if isinstance(value, list | tuple):
+        value = " ".join(str(v) for v in value)
+    text = "" if value is None else str(value)
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
+
+
+def csv_lines(receipts) -> Iterator[str]:
+    """A CSV export of ``receipts``, a header then one line per receipt (RFC 4180 quoting,
+    formula-like cells escaped by :func:`csv_cell`), as text chunks to stream."""
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    writer.writerow(CSV_COLUMNS)
+    for receipt in receipts:
+        writer.writerow([csv_cell(receipt.get(column)) for column in CSV_COLUMNS])
+        if buffer.tell() > 1 << 16:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()
+
+
+def json_chunks(receipts) -> Iterator[str]:
+    """A JSON export of ``receipts``: one array, streamed an element at a time."""
+    import json
+
+    yield "["
+    for i, receipt in enumerate(receipts):
+        yield ("," if i else "") + "\n" + json.dumps(receipt, sort_keys=True)
+    yield "\n]\n"
