@@ -113,6 +113,7 @@ def add_receipt_log(router: APIRouter, model, token: list) -> None:
         "/receipts",
         dependencies=token,
         response_model=LookupResponse | ReceiptPage,
+        response_model_exclude_unset=True,  # receipts as stored, no defaults added
         responses={
             **errors,
             404: {"model": ErrorResponse, "description": "No receipt names this id."},
