@@ -117,3 +117,16 @@ def test_bad_filters_and_cursors_are_refused():
         receipt_log.page(lambda a, n: [], ReceiptFilter(), after=-3)
     assert parse_time("2026-12-05", end=True) == datetime(2026, 12, 6, tzinfo=UTC)
     assert parse_time("2026-12-05T10:00:00") == datetime(2026, 12, 5, 10, tzinfo=UTC)
+
+
+def test_label_mode_forgotten_rows_are_held_but_forgotten(db):
+    """In label mode a forget removes the label and keeps the inputs: the row is still held,
+    and the lookup says forgotten (scope label), not present."""
+    X, y = classification_data()
+    ids = user_ids(len(y))
+    with DurableModel.create(db, QSSClassifier(**FAST, mode="label"), X, y, ids) as model:
+        model.forget([ids[5]])
+        found = model.lookup(ids[5])
+        assert found["status"] == "forgotten" and found["receipts"][-1]["scope"] == "label"
+        assert model.receipts(ReceiptFilter(scope="label"))[0][0]["seq"] == 1
+        assert model.receipts(ReceiptFilter(scope="instance"))[0] == []
