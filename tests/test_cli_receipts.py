@@ -112,3 +112,20 @@ def test_help_is_instant_and_explains(action):
     )
     assert code == 0 and among(modules, HEAVY) == []
     assert f"forgetting receipts {action}" in out and "--store" in out and len(out) > 400
+
+
+def test_the_commands_read_a_postgresql_store(capsys):
+    from conftest import FAST, postgres_dsn
+
+    from forgetting import QSSClassifier
+    from forgetting.store import DurableModel
+
+    dsn = postgres_dsn()
+    X, y = classification_data()
+    ids = [f"p{i}" for i in range(len(y))]
+    with DurableModel.create(dsn, QSSClassifier(**FAST), X, y, ids) as model:
+        receipt = model.forget(["p4"])
+    code, out, _ = run(capsys, "receipts", "find", "p4", "--store", dsn, "--json")
+    assert code == 0 and json.loads(out)["receipts"][-1]["state_digest"] == receipt["state_digest"]
+    code, out, _ = run(capsys, "receipts", "export", "--store", dsn, "--format", "json")
+    assert code == 0 and [r["n_rows"] for r in json.loads(out)] == [1]

@@ -243,11 +243,17 @@ class DurableModel:
     ) -> tuple[list[dict], int | None]:
         """One page of the receipt log, oldest first (each receipt with its ``seq``), and
         the cursor of the next page, None at the end (:func:`.receipt_log.page`)."""
-        return receipt_page(self._store.receipts_after, keep or ReceiptFilter(), after, limit)
+        return receipt_page(self._receipts_after, keep or ReceiptFilter(), after, limit)
 
     def iter_receipts(self, keep: ReceiptFilter | None = None) -> Iterator[dict]:
         """Every receipt ``keep`` matches, oldest first, a batch at a time (an export)."""
-        return every_receipt(self._store.receipts_after, keep or ReceiptFilter())
+        return every_receipt(self._receipts_after, keep or ReceiptFilter())
+
+    def _receipts_after(self, after: int, limit: int) -> list[tuple[int, dict]]:
+        """One batch of the log, read under the model's lock like every use of the store's
+        connection (:meth:`receipt`)."""
+        with self._lock:
+            return self._store.receipts_after(after, limit)
 
     def stats(self) -> dict:
         self._require_available()
