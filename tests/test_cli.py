@@ -23,7 +23,7 @@ from forgetting.cli import build_parser, main, redact
 
 COMMANDS = ["fit", "predict", "forget", "insert", "inspect", "verify", "serve"]
 FAST_ARGS = ["--rho", "0.25", "--n-levels", "2", "--n-centroids", "8", "--rebuild", "sync"]
-TOKEN = "cli-token-0123456789abcdef"
+TOKEN = "BTPTWrnvfJAj3_-VoRG6azdO2bbBX_hD"  # made by secrets.token_urlsafe(24)
 
 
 @pytest.fixture(autouse=True)

@@ -32,8 +32,8 @@ from forgetting.service import ConfigError, ServiceConfig, create_app
 from forgetting.service import auth as auth_module
 from forgetting.service.config import TOKENS_ENV
 
-TOKEN = "test-token-0123456789abcdef"
-OTHER = "second-token-abcdefghijklmnop"
+TOKEN = "Sa72f-zcyWa7LXgKHf1FD8QmR98d0156"  # made by secrets.token_urlsafe(24)
+OTHER = "qczNMV6IxxXla9sA4rWrtXGWErBritFe"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -110,7 +110,7 @@ def test_config_never_shows_tokens(tmp_path):
 def test_config_loads_file_and_environment(tmp_path):
     path = tmp_path / "tokens"
     path.write_text(f"# rotated 2026-11\n{TOKEN}\n\n{OTHER}, {TOKEN}\n")
-    third = "third-token-zzzzzzzzzzzzzzzz"
+    third = "9WzkYL8d7DqnsPZTmFIL4Ofg7lFE-sxS"
     config = ServiceConfig.load(
         token_file=path, environ={TOKENS_ENV: f" {third} ,"}, open_reads=False, max_batch=7
     )
@@ -218,7 +218,10 @@ BAD_REQUESTS = [
     ("predict-bool", "POST", "/predict", {"X": [[True] + _ROW[1:]]}, 422, "X[0][0]"),
     ("predict-flat", "POST", "/predict", {"X": _ROW}, 422, "X[0]"),
     ("predict-empty", "POST", "/predict", {"X": []}, 422, "X"),
-    ("predict-missing", "POST", "/predict", {"rows": [_ROW]}, 422, "X"),
+    ("predict-missing", "POST", "/predict", {}, 422, "exactly one of X"),
+    ("predict-both", "POST", "/predict", {"X": [_ROW], "rows": [{"a": 1.0}]}, 422, "one of X"),
+    ("predict-rows-arrays", "POST", "/predict", {"rows": [_ROW]}, 422, "rows[0]"),
+    ("predict-rows-unnamed", "POST", "/predict", {"rows": [{"a": 1.0}]}, 422, "without column"),
     ("predict-oversized", "POST", "/predict", {"X": [_ROW] * 51}, 413, "limit is 50"),
     ("malformed-json", "POST", "/predict", b'{"X": [[1, 2', 422, "malformed JSON"),
     ("forget-unknown", "POST", "/forget", {"ids": [4, "no-such-id"]}, 404, "no-such-id"),

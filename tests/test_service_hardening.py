@@ -38,7 +38,7 @@ from forgetting.service.server import (
 )
 from forgetting.store.durable import DurableModel
 
-TOKEN = "test-token-0123456789abcdef"
+TOKEN = "Sa72f-zcyWa7LXgKHf1FD8QmR98d0156"  # made by secrets.token_urlsafe(24)
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 

@@ -22,7 +22,7 @@ from forgetting.service import recovery as recovery_module
 from forgetting.service.app import max_body_bytes
 from forgetting.store.errors import StoreBusy, StoreCorrupt, StoreError
 
-TOKEN = "test-token-0123456789abcdef"
+TOKEN = "Sa72f-zcyWa7LXgKHf1FD8QmR98d0156"  # made by secrets.token_urlsafe(24)
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 HASH = "ab" * 16
 

@@ -336,7 +336,7 @@ def test_open_refuses_a_missing_or_foreign_file(tmp_path):
 
 
 CRASH_TRIALS = int(os.environ.get("FORGETTING_CRASH_TRIALS", "50"))
-TOKEN = "crash-test-token-0123456789"
+TOKEN = "rQ6P6kAKwPxEWi_-3Bv8obNs_9ZKSgch"  # made by secrets.token_urlsafe(24)
 
 
 def _free_port() -> int:

@@ -372,6 +372,71 @@ def _add_read_only(sub) -> None:
         read_only.set_defaults(func=func)
 
 
+def _add_receipt_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--since", metavar="WHEN", help="receipts at or after this ISO date/time (UTC default)"
+    )
+    parser.add_argument(
+        "--until", metavar="WHEN", help="receipts before this time; a date includes its day"
+    )
+    parser.add_argument("--operation", choices=("forget", "insert"))
+    parser.add_argument(
+        "--scope", choices=("instance", "label"), help="rows erased, or labels only (label mode)"
+    )
+    parser.add_argument(
+        "--instance", type=int, metavar="R", help="receipts whose change hit instance R's D°"
+    )
+
+
+def _add_receipts(sub) -> None:
+    """``forgetting receipts find|list|export``: the evidence of past deletions (read-only)."""
+    receipts = sub.add_parser(
+        "receipts",
+        help="find an id's receipts, list or export the receipt log (read-only)",
+        description="The evidence of past forgets and inserts. `find ID` hashes the id with "
+        "the store's membership key and shows its receipts and whether it was forgotten, "
+        "is present, or was never seen; `list` shows the log in time order; `export` writes "
+        "it as CSV or JSON for an auditor. Opens the store read-only (beside a writer).",
+    )
+    actions = receipts.add_subparsers(dest="action", metavar="ACTION", required=True)
+    find = actions.add_parser(
+        "find",
+        help="an id's receipts and status (exit 0 if a receipt names it, 1 if none)",
+        description="Show the receipts naming one id (taken exactly as written), when it was "
+        "forgotten, the instances hit and the state digest after. With no receipt, say "
+        "whether the id is present (not forgotten) or was never in this store; exit 1.",
+    )
+    find.add_argument("id", metavar="ID", help="the row id, exactly as written")
+    find.add_argument("--id-type", choices=ID_TYPES, default="auto", help=_ID_TYPE_HELP)
+    listing = actions.add_parser(
+        "list",
+        help="the receipt log in time order, filtered and paged",
+        description="The receipts in the order they were committed, one line each. A page "
+        "holds --limit receipts; when more follow, the command to see them is printed on "
+        "stderr (--cursor N).",
+    )
+    listing.add_argument("--limit", type=_positive_int, default=50, help="default: 50")
+    listing.add_argument(
+        "--cursor", type=int, default=0, metavar="N", help="continue after receipt N"
+    )
+    export = actions.add_parser(
+        "export",
+        help="write the receipt log as CSV or JSON",
+        description="Every receipt the filters keep, oldest first: CSV (one line per "
+        "receipt; id hashes space-separated; cells that would start a spreadsheet formula "
+        "prefixed with ') or one JSON array.",
+    )
+    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export.add_argument("-o", "--out", metavar="FILE", help="write here (default: stdout)")
+    for action, name in ((find, "cmd_find"), (listing, "cmd_list"), (export, "cmd_export")):
+        _add_store(action)
+        if action is not find:
+            _add_receipt_filters(action)
+        if action is not export:
+            action.add_argument("--json", action="store_true", help="print JSON")
+        action.set_defaults(func=_Command(".receipts", name))
+
+
 def _add_serve(sub) -> None:
     """``forgetting serve``: the store over HTTP."""
     serve = sub.add_parser(
@@ -486,7 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Exact machine unlearning with a durable store. `fit` a model from a data file "
             "into a store, `predict` with it, `forget` rows by id (exact: the model equals "
             "one trained without them, and the deletion survives crashes), `insert` rows, "
-            "`inspect` and `verify` the store, or `serve` it over HTTP; `bench` and `audit` "
+            "`inspect` and `verify` the store, find or export its `receipts`, or `serve` it "
+            "over HTTP; `bench` and `audit` "
             "run the benchmarks and audits."
         ),
         epilog="Run `forgetting COMMAND --help` for a command's options. Exit codes: 0 ok, "
@@ -500,6 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_forget,
         _add_insert,
         _add_read_only,
+        _add_receipts,
         _add_serve,
         _add_warmup,
         _add_plugins,

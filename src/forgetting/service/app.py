@@ -4,8 +4,10 @@ The parts, one job each: :mod:`.schemas` (the API's types and docs), :mod:`.rout
 endpoints), :mod:`.middleware` (what is refused before a body is read), :mod:`.auth` (bearer
 tokens), :mod:`.batcher` (micro-batching of predictions), :mod:`.recovery` (503 and reload
 after a store error), :mod:`.errors` (failures as HTTP answers), :mod:`.convert` (JSON in and
-out). How ``forgetting serve`` runs the app under uvicorn (connections bounded under the
-open-file limit, slow clients closed, repeated log lines collapsed) is :mod:`.server`'s.
+out), :mod:`.receipt_log` (receipts by raw id, listing, export), :mod:`.docs` (``/docs``
+from bundled assets), :mod:`.tokens` (weak tokens refused). How ``forgetting serve`` runs
+the app under uvicorn (connections bounded under the open-file limit, slow clients closed,
+repeated log lines collapsed) is :mod:`.server`'s.
 
 Decided here, at start-up, and why:
 
@@ -33,6 +35,7 @@ from ..store.errors import StoreError
 from .batcher import PredictBatcher
 from .config import ConfigError, ServiceConfig
 from .convert import labels_from_proba
+from .docs import add_docs
 from .errors import invalid_request, store_error_handler
 from .middleware import RequestGate
 from .model import ServableModel, key_is_derived
@@ -95,6 +98,8 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
             + ("are open." if config.open_reads else "need one too.")
         ),
         lifespan=lifespan,
+        docs_url=None,  # served from the package's own assets (.docs), not a CDN
+        redoc_url=None,
     )
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StoreError, store_error_handler(recovery))
@@ -114,7 +119,7 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
     app.state.predict_batcher = batcher
 
     app.include_router(build_router(model, config, access, batcher, recovery, mutation_lock))
-    docs = {app.docs_url, app.redoc_url, app.openapi_url, app.swagger_ui_oauth2_redirect_url}
+    docs = add_docs(app) | {app.openapi_url}
     app.add_middleware(
         RequestGate,
         max_body=max_body_bytes(config, model.n_features),

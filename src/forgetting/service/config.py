@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .tokens import TOKEN_HINT, weakness
+
 #: Environment variable holding comma-separated bearer tokens.
 TOKENS_ENV = "FORGETTING_TOKENS"
 
@@ -20,10 +22,9 @@ TOKENS_ENV = "FORGETTING_TOKENS"
 DEFAULT_MAX_BATCH = 10_000
 
 #: Shortest accepted token. Shorter ones are guessable; refusing them at start-up is cheaper
-#: than discovering it after an incident.
+#: than discovering it after an incident. Placeholders and tokens of too little estimated
+#: entropy are refused too (:mod:`.tokens`).
 MIN_TOKEN_LENGTH = 16
-
-_TOKEN_HINT = "generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
 class ConfigError(ValueError):
@@ -49,12 +50,15 @@ def _check_tokens(tokens: Iterable[str], source: str) -> tuple[str, ...]:
         if len(token) < MIN_TOKEN_LENGTH:
             raise ConfigError(
                 f"token #{position} from {source} is shorter than {MIN_TOKEN_LENGTH} "
-                f"characters; {_TOKEN_HINT}"
+                f"characters; {TOKEN_HINT}"
             )
         if any(c.isspace() for c in token) or not token.isprintable():
             raise ConfigError(
                 f"token #{position} from {source} contains whitespace or unprintable characters"
             )
+        why = weakness(token)
+        if why is not None:
+            raise ConfigError(f"token #{position} from {source} {why}; {TOKEN_HINT}")
         checked.append(token)
     # Keep the order (it does not matter for matching) but drop duplicates.
     return tuple(dict.fromkeys(checked))

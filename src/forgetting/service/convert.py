@@ -56,6 +56,28 @@ def check_matrix(X: list[list[float]], n_features: int) -> np.ndarray:
     return np.asarray(X, dtype=np.float64).reshape(len(X), n_features)
 
 
+def check_records(rows: list[dict[str, float]], names: list[str] | None) -> np.ndarray:
+    """Named records as a float64 matrix in the model's column order, or a 422 naming the
+    first record with a missing or unknown column."""
+    if names is None:
+        raise unprocessable(
+            "this model was fitted without column names, so rows cannot be matched by name: "
+            "send X, each row a list of values in the fitted column order"
+        )
+    known = set(names)
+    for i, row in enumerate(rows):
+        unknown = [c for c in row if c not in known]
+        if unknown:
+            raise unprocessable(
+                f"rows[{i}] has unknown column(s) {listing(unknown)}; the model's columns are "
+                f"{listing(names)}"
+            )
+        missing = [c for c in names if c not in row]
+        if missing:
+            raise unprocessable(f"rows[{i}] lacks column(s) {listing(missing)}")
+    return np.asarray([[row[c] for c in names] for row in rows], dtype=np.float64)
+
+
 def check_labels(y: list, classes: list | None) -> None:
     """A 422 naming the first label that is not of its classifier's class type (module
     docstring); whether it is a known class is the model's to say."""

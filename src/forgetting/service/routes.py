@@ -37,12 +37,14 @@ from .convert import (
     check_batch,
     check_labels,
     check_matrix,
+    check_records,
     finite,
     jsonable,
     stored_receipt,
 )
 from .errors import damaged_receipt, error_message, unprocessable
-from .model import ServableModel, groups_writes
+from .model import ServableModel, feature_names, groups_writes
+from .receipt_log import add_receipt_log
 from .recovery import Recovery
 from .schemas import (
     DAMAGED,
@@ -71,6 +73,8 @@ class Access:
         """Whether ``method path`` needs a bearer token."""
         if (method, path) in {("POST", "/forget"), ("POST", "/insert")}:
             return True
+        if path in {"/receipts", "/receipts/export"}:
+            return True  # they answer ids' hashes (.receipt_log): a token, always
         if path.startswith("/receipts/"):
             return not self.open_receipts
         return not self.open_reads and (method, path) in {("POST", "/predict"), ("GET", "/stats")}
@@ -130,6 +134,7 @@ def build_router(
     _add_health(router, routes)
     _add_predict(router, routes)
     _add_writes(router, routes)
+    add_receipt_log(router, model, routes.token)  # before /receipts/{id_hash}: "export"
     _add_audit(router, routes)
     return router
 
@@ -168,9 +173,14 @@ def _add_predict(router: APIRouter, routes: _Routes) -> None:
         tags=["model"],
     )
     def predict(body: PredictRequest) -> PredictResponse:
-        """Predict rows. Reflects every forget and insert acknowledged before this request."""
-        check_batch(len(body.X), "rows", config.max_batch)
-        X = check_matrix(body.X, model.n_features)
+        """Predict rows, sent as arrays (``X``) or as named records (``rows``, matched by
+        column name). Reflects every forget and insert acknowledged before this request."""
+        if body.rows is not None:
+            check_batch(len(body.rows), "rows", config.max_batch)
+            X = check_records(body.rows, feature_names(model))
+        else:
+            check_batch(len(body.X), "rows", config.max_batch)
+            X = check_matrix(body.X, model.n_features)
         try:
             labels, proba = batcher(X)
         except StoreError:

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    model_validator,
+)
 
 #: A finite number. Strict: ``"1.5"`` or ``true`` are type errors, not silently converted.
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
@@ -22,10 +30,22 @@ Label = StrictInt | Annotated[str, StringConstraints(strict=True, min_length=1)]
 
 
 class PredictRequest(BaseModel):
-    """Rows to predict: a list of rows, each a list of ``n_features`` finite numbers."""
+    """Rows to predict, one of: ``X``, a list of rows, each a list of ``n_features`` finite
+    numbers in the model's column order; or ``rows``, named records (``{"column": value}``)
+    matched by name against the columns the model was fitted on, every column given and no
+    other."""
 
     model_config = ConfigDict(extra="forbid")
-    X: list[list[Number]] = Field(min_length=1, examples=[[[0.1, -1.2, 0.5]]])
+    X: list[list[Number]] | None = Field(default=None, min_length=1, examples=[[[0.1, -1.2, 0.5]]])
+    rows: list[dict[str, Number]] | None = Field(
+        default=None, min_length=1, examples=[[{"age": 41.0, "income": 52000.0}]]
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> PredictRequest:
+        if (self.X is None) == (self.rows is None):
+            raise ValueError("send exactly one of X (arrays) or rows (named records)")
+        return self
 
 
 class PredictResponse(BaseModel):
@@ -71,6 +91,27 @@ class ReceiptResponse(BaseModel):
     timestamp: str
     seconds: float
     already_forgotten: bool = False
+
+
+class LookupResponse(BaseModel):
+    """What the store knows of one raw id: its keyed ``id_hash``, ``status`` (forgotten,
+    present: held and not forgotten, never_seen, absent), an ``explanation`` of it,
+    ``rebuild_pending`` (an instance its deletion hit is still rebuilding) and every
+    receipt naming it, oldest first."""
+
+    id_hash: str
+    status: Literal["forgotten", "present", "never_seen", "absent"]
+    explanation: str
+    rebuild_pending: bool
+    receipts: list[ReceiptResponse]
+
+
+class ReceiptPage(BaseModel):
+    """A page of the receipt log, oldest first (each receipt with its ``seq``), and the
+    cursor of the next page: null at the end of the log."""
+
+    receipts: list[ReceiptResponse]
+    next_cursor: int | None
 
 
 class InstanceStats(BaseModel):

@@ -34,13 +34,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..engine import RebuildError
 from ..estimators import restore_estimator
+from ..schema.membership import canonical_id
 from ..snapshots import EngineSnapshot
 from .connection import describe
 from .create import create_store
@@ -48,6 +49,9 @@ from .decode import Loaded, code_layout, model_snapshot, read_model, read_rows
 from .errors import StoreError
 from .mirror import Mirror
 from .persister import Persister
+from .receipt_log import STATUSES, ReceiptFilter, id_status
+from .receipt_log import every as every_receipt
+from .receipt_log import page as receipt_page
 from .sql import SQLStore
 from .writes import GroupCommit, WriteQueue, WriteRequest
 
@@ -204,6 +208,52 @@ class DurableModel:
         with self._lock:
             found = self._store.receipts_for(id_hash)
         return found[-1] if found else None
+
+    def lookup(self, row_id: Hashable) -> dict:
+        """What the store knows of one id, hashed here with the membership key: its
+        ``id_hash``, every receipt naming it (oldest first), ``status`` (a key of
+        :data:`~.receipt_log.STATUSES`: forgotten, present, never_seen, absent) and, when
+        forgotten, ``rebuild_pending``: whether an instance its deletion hit is still
+        rebuilding. A malformed id raises TypeError/ValueError."""
+        self._require_available()
+        engine = self.estimator.engine_
+        row_id = canonical_id(row_id)
+        id_hash = engine.receipt_hash(row_id)
+        with self._lock:
+            receipts = self._store.receipts_for(id_hash)
+            with engine.locked():
+                present = bool(engine.present([row_id])[0])
+                status = id_status(receipts, present)
+                pending = status == "forgotten" and any(
+                    isinstance(r, int)
+                    and 0 <= r < len(engine.instances)
+                    and engine.schema_of(r) is None
+                    for r in receipts[-1].get("instances_hit") or ()
+                )
+        return {
+            "id_hash": id_hash,
+            "status": status,
+            "explanation": STATUSES[status],
+            "rebuild_pending": pending,
+            "receipts": receipts,
+        }
+
+    def receipts(
+        self, keep: ReceiptFilter | None = None, *, after: int = 0, limit: int = 100
+    ) -> tuple[list[dict], int | None]:
+        """One page of the receipt log, oldest first (each receipt with its ``seq``), and
+        the cursor of the next page, None at the end (:func:`.receipt_log.page`)."""
+        return receipt_page(self._receipts_after, keep or ReceiptFilter(), after, limit)
+
+    def iter_receipts(self, keep: ReceiptFilter | None = None) -> Iterator[dict]:
+        """Every receipt ``keep`` matches, oldest first, a batch at a time (an export)."""
+        return every_receipt(self._receipts_after, keep or ReceiptFilter())
+
+    def _receipts_after(self, after: int, limit: int) -> list[tuple[int, dict]]:
+        """One batch of the log, read under the model's lock like every use of the store's
+        connection (:meth:`receipt`)."""
+        with self._lock:
+            return self._store.receipts_after(after, limit)
 
     def stats(self) -> dict:
         self._require_available()

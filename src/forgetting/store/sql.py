@@ -344,20 +344,32 @@ class SQLStore(Connection):
         rows = self.read(
             lambda cur: self.execute(cur, query, (id_hash,)).fetchall(), "reading receipts"
         )
-        out = []
-        for (body,) in rows:
-            try:
-                receipt = json.loads(body)
-                if not isinstance(receipt, dict):
-                    raise ValueError("not an object")
-            except (TypeError, ValueError, RecursionError) as err:
-                err = err if not isinstance(err, RecursionError) else "nested too deeply"
-                raise ReceiptCorrupt(
-                    f"{describe(self.location)}: table receipts holds an unreadable receipt "
-                    f"({err}); the store is damaged"
-                ) from None
-            out.append(receipt)
-        return out
+        return [self._receipt_body(body) for (body,) in rows]
+
+    def receipts_after(self, after: int, limit: int) -> list[tuple[int, dict]]:
+        """Up to ``limit`` receipts with a sequence number above ``after``, as (seq,
+        receipt), oldest first: keyset paging, stable while receipts are appended (they are
+        never changed or removed)."""
+        query = "SELECT seq, body FROM receipts WHERE seq > ? ORDER BY seq LIMIT ?"
+        rows = self.read(
+            lambda cur: self.execute(cur, query, (int(after), int(limit))).fetchall(),
+            "reading receipts",
+        )
+        return [(int(seq), self._receipt_body(body)) for seq, body in rows]
+
+    def _receipt_body(self, body) -> dict:
+        """A stored receipt's JSON, or :class:`ReceiptCorrupt` saying why it is unreadable."""
+        try:
+            receipt = json.loads(body)
+            if not isinstance(receipt, dict):
+                raise ValueError("not an object")
+        except (TypeError, ValueError, RecursionError) as err:
+            err = err if not isinstance(err, RecursionError) else "nested too deeply"
+            raise ReceiptCorrupt(
+                f"{describe(self.location)}: table receipts holds an unreadable receipt "
+                f"({err}); the store is damaged"
+            ) from None
+        return receipt
 
     # -- audits -------------------------------------------------------------------------
     def contribution_problems(self) -> list[str]:
