@@ -28,7 +28,7 @@ from ..estimators import restore_estimator
 from ..ids import normalize_ids
 from ..io.atomic import atomic_write
 from ..io.model_format import ModelFileError, dumps, loads, register_dataclass, register_object
-from ..persistence import check_schema, library_versions
+from ..persistence import library_versions
 from ..preprocessing import (
     Chain,
     ColumnTransformer,
@@ -54,7 +54,7 @@ from ..preprocessing.table import (
     to_matrix,
 )
 from ..schema.membership import draws, id_bytes
-from ..snapshots import ModelSnapshot
+from ..snapshots import ModelSnapshot, SnapshotError
 
 FILE_KIND = "forgetting-pipeline-file"
 
@@ -175,19 +175,10 @@ def _restore_estimator(snapshot: Any, secret_key: Any, what: str) -> Any:
             f"{what}: this pipeline was fitted with a secret key, which is not in the file; "
             "pass it as secret_key"
         )
-    fitted = snapshot.fitted
-    n_outputs = len(fitted["classes_"]) if "classes_" in fitted else 1
-    for r, inst in enumerate(snapshot.engine.instances):
-        if inst is None:
-            continue
-        try:
-            check_schema(inst.schema, int(fitted["n_features_in_"]), n_outputs)
-        except Exception as err:  # noqa: BLE001 - any defect of decoded data is the file's
-            raise ModelFileError(
-                f"{what}: the schema of instance {r} is unusable ({type(err).__name__}: {err})"
-            ) from None
     try:
         return restore_estimator(snapshot, secret_key=secret_key)
+    except SnapshotError as err:
+        raise ModelFileError(f"{what}: not a consistent model: {err}") from None
     except ValueError as err:
         if "key" in str(err):
             raise ValueError(f"{what}: {err}") from None
