@@ -10,7 +10,7 @@ CACHE ?= $(HOME)/.cache/forgetting
 CORE := $(VENV)/.core-installed
 FULL := $(VENV)/.full-installed
 
-.PHONY: setup setup-full demo test test-fast lint bench loadtest clean
+.PHONY: setup setup-full demo test test-fast print-fast-tests lint bench loadtest clean
 
 # The library, and the lab beside it (benchmarks/: datasets, benchmarks, the demo) with MNIST.
 $(CORE): pyproject.toml benchmarks/pyproject.toml constraints/tested.txt
@@ -59,6 +59,8 @@ FAST_TESTS := tests/test_exactness.py tests/test_persistence.py tests/test_versi
 	tests/test_random_configurations.py
 test-fast:
 	$(PY) -m pytest -p no:cacheprovider -k "not sigkill" $(FAST_TESTS)
+print-fast-tests:
+	@echo $(FAST_TESTS)
 
 lint: $(FULL)
 	$(VENV)/bin/ruff check src tests benchmarks
