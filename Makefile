@@ -57,7 +57,7 @@ FAST_TESTS := tests/test_exactness.py tests/test_persistence.py tests/test_versi
 	tests/test_pipeline.py tests/test_preprocessing.py tests/test_store.py tests/test_service.py \
 	tests/test_tables.py tests/test_validation.py tests/test_crafted_files.py \
 	tests/test_random_configurations.py
-test-fast:
+test-fast: $(FULL)
 	$(PY) -m pytest -p no:cacheprovider -k "not sigkill" $(FAST_TESTS)
 print-fast-tests:
 	@echo $(FAST_TESTS)
