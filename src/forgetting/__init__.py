@@ -55,7 +55,16 @@ def __getattr__(name: str) -> Any:
     if name in _HOMES:
         from importlib import import_module
 
-        value = getattr(import_module(_HOMES[name], __name__), name)
+        try:
+            value = getattr(import_module(_HOMES[name], __name__), name)
+        except ImportError as err:
+            if name != "MUNKEYClassifier":
+                raise
+            raise ImportError(
+                f'MUNKEYClassifier needs {err.name or err}: pip install "forgetting[munkey]" '
+                "(torch's CPU wheel first)",
+                name=err.name,
+            ) from err
         globals()[name] = value
         return value
     raise AttributeError(f"module 'forgetting' has no attribute {name!r}")

@@ -16,17 +16,20 @@ contributions; everything derived is recomputed on load) — never the membershi
 key is recomputed from ``random_state``; a user's ``secret_key`` must be passed to
 :func:`load_model` again, unless the model was saved with ``store_key=True`` (then the file
 holds the key: protect it like the key itself). Library versions are recorded: a model is
-only bit-for-bit reproducible with the same numpy / scikit-learn / faiss, so a mismatch is
-refused unless explicitly allowed.
+only bit-for-bit reproducible with the same numpy / scipy / scikit-learn / faiss, so a
+mismatch is refused unless explicitly allowed (:func:`library_versions` says why those four).
 """
 
 from __future__ import annotations
 
+import platform
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import faiss
 import numpy as np
+import scipy
 import sklearn
 
 from .encoders.tabular import LightGBMLeafContrib
@@ -55,15 +58,61 @@ from .snapshots import (
 
 FILE_KIND = "forgetting-model-file"
 
-__all__ = ["ModelFileError", "library_versions", "load_model", "save_model"]
+__all__ = [
+    "ModelFileError",
+    "environment",
+    "library_versions",
+    "load_model",
+    "save_model",
+    "version_mismatch",
+]
 
 
 def library_versions() -> dict[str, str]:
+    """The versions a model's bits depend on: recorded in every model file and store, and a
+    file or store written under other versions is refused (unless explicitly allowed).
+
+    numpy and scipy bring the BLAS and LAPACK builds their wheels bundle (g, φ, the heads'
+    solves), scikit-learn the solvers of g and LDA, faiss the codebook's k-means: any release
+    of one may change a float's last bit. numba is not among them: its kernels compute exactly
+    what the numpy route beside them computes (tests compare the two), and without numba that
+    route runs, so a model restores the same bits under any numba or none; its version is
+    recorded for information only (:func:`environment`).
+    """
     return {
         "numpy": np.__version__,
+        "scipy": scipy.__version__,
         "scikit-learn": sklearn.__version__,
         "faiss": faiss.__version__,
     }
+
+
+def environment() -> dict[str, str]:
+    """Recorded beside :func:`library_versions`, never compared: Python, numba, the CPU
+    architecture (bits also depend on the CPU and BLAS kernel, which no version names)."""
+    try:
+        numba = version("numba")
+    except PackageNotFoundError:
+        numba = "not installed"
+    return {"python": platform.python_version(), "numba": numba, "machine": platform.machine()}
+
+
+def version_mismatch(recorded: Any) -> str | None:
+    """None when ``recorded`` (a file's or store's ``libraries``) equals this process's
+    :func:`library_versions`, else one phrase naming each library that differs."""
+    running = library_versions()
+    if recorded == running:
+        return None
+    if not isinstance(recorded, dict):
+        return f"no valid library versions recorded; running {running}"
+    names = sorted(set(running) | {str(k) for k in recorded})
+    differ = [
+        f"{name} {str(recorded.get(name, 'not recorded'))[:40]} (running "
+        f"{running.get(name, 'none')})"
+        for name in names
+        if recorded.get(name) != running.get(name)
+    ]
+    return "written with " + ", ".join(differ)
 
 
 def save_model(estimator, path: str | Path, *, store_key: bool = False) -> None:
@@ -75,6 +124,7 @@ def save_model(estimator, path: str | Path, *, store_key: bool = False) -> None:
     state = {
         "class": type(estimator).__name__,
         "libraries": library_versions(),
+        "environment": environment(),
         "snapshot": snapshot,
         "secret_key": estimator.secret_key if store_key and not snapshot.key_derived else None,
     }
@@ -100,10 +150,11 @@ def load_model(
     if state.get("class") != cls.__name__:
         found = str(state.get("class"))[:40]
         raise ModelFileError(f"{path}: holds a {found}, not a {cls.__name__}")
-    if state.get("libraries") != library_versions() and not allow_version_mismatch:
+    mismatch = version_mismatch(state.get("libraries"))
+    if mismatch and not allow_version_mismatch:
         raise ModelFileError(
-            f"{path}: written with {str(state.get('libraries'))[:200]}, running "
-            f"{library_versions()}; bitwise exactness is only guaranteed with the same versions"
+            f"{path}: {mismatch}; bitwise exactness is only guaranteed with the same versions "
+            "(install those, or pass allow_version_mismatch=True)"
         )
     snapshot: ModelSnapshot = state["snapshot"]
     if secret_key is None:

@@ -530,7 +530,9 @@ def _compare_torchao(weights: Sequence[torch.Tensor], rows: list[dict[str, Any]]
             rows.append(_comparison(f"int{bits}", f"torchao {version} quantize_affine", pairs))
     except ImportError as err:
         rows.append(
-            _comparison("int4", "torchao", f"not installed ({err}); pip install '.[durability]'")
+            _comparison(
+                "int4", "torchao", f"not installed ({err}); pip install 'forgetting[durability]'"
+            )
         )
 
 
@@ -556,7 +558,9 @@ def _compare_bitsandbytes(weights: Sequence[torch.Tensor], rows: list[dict[str, 
     except ImportError as err:
         rows.append(
             _comparison(
-                "nf4", "bitsandbytes", f"not installed ({err}); pip install '.[durability]'"
+                "nf4",
+                "bitsandbytes",
+                f"not installed ({err}); pip install 'forgetting[durability]'",
             )
         )
 

@@ -43,7 +43,8 @@ _EXTRAS = {
     "bitsandbytes": "forgetting[durability]",
     "torchao": "forgetting[durability]",
     "matplotlib": "forgetting-lab[plots]",
-    "pandas": "forgetting-lab[diamonds]",
+    "pandas": "forgetting[pandas]",
+    "safetensors": "forgetting[munkey]",
 }
 
 

@@ -37,7 +37,7 @@ from .base import Encoder, EncoderUnavailableError
 
 __all__ = ["HOG_INSTALL", "HOGEncoder"]
 
-HOG_INSTALL = "pip install scikit-image==0.26.0"
+HOG_INSTALL = 'pip install "forgetting[image]"'
 
 # Module-level so tests can simulate a missing install.
 _SKIMAGE_FEATURE_MODULE = "skimage.feature"

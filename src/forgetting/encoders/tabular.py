@@ -33,7 +33,7 @@ from .base import Encoder, EncoderUnavailableError
 
 __all__ = ["LIGHTGBM_INSTALL", "LightGBMLeafContrib"]
 
-LIGHTGBM_INSTALL = "pip install lightgbm==4.7.0"
+LIGHTGBM_INSTALL = 'pip install "forgetting[tabular]"'
 
 # Module-level so tests can simulate a missing install.
 _LIGHTGBM_MODULE = "lightgbm"

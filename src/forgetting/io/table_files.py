@@ -115,7 +115,8 @@ def pyarrow_parquet():
         import pyarrow.parquet as pq
     except ImportError:
         raise TableError(
-            "reading Parquet needs pyarrow: pip install pyarrow (or convert the file to CSV)"
+            'reading Parquet needs pyarrow: pip install "forgetting[parquet]" '
+            "(or convert the file to CSV)"
         ) from None
     return pq
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-ACCOUNTANT_INSTALL = "pip install dp-accounting==0.6.0"
+ACCOUNTANT_INSTALL = 'pip install "forgetting[privacy]"'
 SAFETY_STEP = 1e-9
 """A calibrated multiplier is nudged up by this relative step until the exact ε it gives is
 at most the target: the root finder's tolerance must never land on the unsafe side."""
