@@ -57,8 +57,18 @@ def test_a_numba_difference_alone_loads_the_same_bits(saved, monkeypatch):
 def test_a_file_without_recorded_versions_is_refused():
     assert "no valid library versions" in persistence.version_mismatch(None)
     assert persistence.version_mismatch(persistence.library_versions()) is None
-    older = {k: v for k, v in persistence.library_versions().items() if k != "scipy"}
-    assert "scipy not recorded" in persistence.version_mismatch(older)
+
+
+def test_a_record_from_before_scipy_was_recorded_stands_for_the_scipy_then_required(monkeypatch):
+    """Releases before scipy's version was recorded required scipy==1.17.1: their files and
+    stores open under that scipy and are refused, naming it, under another."""
+    real = persistence.library_versions()
+    older = {k: v for k, v in real.items() if k != "scipy"}
+    then = persistence.SCIPY_BEFORE_RECORDED
+    monkeypatch.setattr(persistence, "library_versions", lambda: {**real, "scipy": then})
+    assert persistence.version_mismatch(older) is None
+    monkeypatch.setattr(persistence, "library_versions", lambda: {**real, "scipy": "9.9"})
+    assert f"scipy {then} (running 9.9)" in persistence.version_mismatch(older)
 
 
 def test_a_store_written_under_other_versions_is_refused(tmp_path, monkeypatch):
@@ -66,10 +76,8 @@ def test_a_store_written_under_other_versions_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "model.db"
     DurableModel.create(path, QSSClassifier(**FAST), X, y, ids=np.arange(len(y))).close()
     real = persistence.library_versions()
-    import forgetting.store.decode as decode
-
-    monkeypatch.setattr(decode, "library_versions", lambda: {**real, "scipy": "0.0"})
-    with pytest.raises(ValueError, match="same library versions"):
+    monkeypatch.setattr(persistence, "library_versions", lambda: {**real, "scipy": "0.0"})
+    with pytest.raises(ValueError, match="scipy .* \\(running 0.0\\).*same library versions"):
         DurableModel.open(path)
 
 

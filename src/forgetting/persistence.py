@@ -97,10 +97,18 @@ def environment() -> dict[str, str]:
     return {"python": platform.python_version(), "numba": numba, "machine": platform.machine()}
 
 
+SCIPY_BEFORE_RECORDED = "1.17.1"
+"""The scipy every file and store was written under before scipy's version was recorded:
+releases until then required exactly this version (``scipy==1.17.1``), so a record without
+scipy stands for it, and such a file or store still opens under the same versions."""
+
+
 def version_mismatch(recorded: Any) -> str | None:
     """None when ``recorded`` (a file's or store's ``libraries``) equals this process's
     :func:`library_versions`, else one phrase naming each library that differs."""
     running = library_versions()
+    if isinstance(recorded, dict) and "scipy" not in recorded:
+        recorded = {**recorded, "scipy": SCIPY_BEFORE_RECORDED}
     if recorded == running:
         return None
     if not isinstance(recorded, dict):

@@ -16,7 +16,7 @@ from ..engine.validation import check_schema, code_layout
 from ..estimators import restore_estimator
 from ..io.model_format import ModelFileError, loads
 from ..labels import UNLABELED, is_labeled
-from ..persistence import library_versions
+from ..persistence import version_mismatch
 from ..schema.membership import derive_key, key_fingerprint
 from ..snapshots import (
     EngineSnapshot,
@@ -88,10 +88,10 @@ def read_model(store: SQLStore, secret_key: bytes | str | None) -> Loaded:
         _check_info(info, store.n_instances)
     except (ModelFileError, ValueError, TypeError, KeyError) as err:
         raise _corrupt(loc, "table meta", err) from None
-    if info["libraries"] != library_versions():
+    mismatch = version_mismatch(info["libraries"])
+    if mismatch:
         raise ValueError(
-            f"{describe(loc)}: written with {info['libraries']}, running {library_versions()}: "
-            "bitwise exactness needs the same library versions"
+            f"{describe(loc)}: {mismatch}: bitwise exactness needs the same library versions"
         )
     if secret_key is None and "secret_key" in meta:
         try:
