@@ -5,5 +5,6 @@ choices on a row's path and rebuild what changes exactly as a fit would (docs/fo
 from __future__ import annotations
 
 from .core import ExactForest, ForestConfig
+from .estimator import ExactForestClassifier
 
-__all__ = ["ExactForest", "ForestConfig"]
+__all__ = ["ExactForest", "ExactForestClassifier", "ForestConfig"]

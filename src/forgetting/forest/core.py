@@ -105,9 +105,13 @@ class ExactForest:
         self._key = key
         self.d = n_features
         self.k = n_classes
-        self._prefix = hashlib.sha256(STATE_FORMAT)
-        self._prefix.update(json.dumps(asdict(config), sort_keys=True).encode())
-        self._prefix.update(f"{key_fingerprint(key)}:{n_features}:{n_classes}".encode())
+        self._prefix = b"".join(
+            [
+                STATE_FORMAT,
+                json.dumps(asdict(config), sort_keys=True).encode(),
+                f"{key_fingerprint(key)}:{n_features}:{n_classes}".encode(),
+            ]
+        )
 
     # -- rows ------------------------------------------------------------------------------
     @property
@@ -222,8 +226,12 @@ class ExactForest:
         threshold = rule.threshold(np.concatenate([self._draws[live], new_draws]))
         if np.any(new_draws < threshold):
             ids, raw, X_old, y_old = self.rows()
-            self.fit(ids + list(id_list), raw + list(id_raw), np.vstack([X_old, X]),
-                     np.concatenate([y_old, y]))
+            self.fit(
+                ids + list(id_list),
+                raw + list(id_raw),
+                np.vstack([X_old, X]),
+                np.concatenate([y_old, y]),
+            )
             return True
         pos = self._allocate(len(id_list))
         for p, row_id, raw in zip(pos.tolist(), id_list, id_raw, strict=True):
@@ -262,9 +270,17 @@ class ExactForest:
         buf = np.empty(self.n_rows + len(pos) + 1, np.int32)
         start = 0
         while True:
-            stop = K.update_rows(self.A, pos, sgn, start // self.config.n_trees,
-                                 start % self.config.n_trees, self._lo0, self._hi0, buf,
-                                 self._path)
+            stop = K.update_rows(
+                self.A,
+                pos,
+                sgn,
+                start // self.config.n_trees,
+                start % self.config.n_trees,
+                self._lo0,
+                self._hi0,
+                buf,
+                self._path,
+            )
             if stop < 0:
                 return
             start = stop
@@ -282,8 +298,13 @@ class ExactForest:
         if A.top[3] <= max(live_nodes, 1024) and A.top[5] <= max(A.top[2] - A.top[5], 1024):
             return
         B = _arrays(
-            A.codes.shape[0], self.d, self.k, A.cfeat.shape[1], int(1.5 * live_nodes) + 64,
-            int(1.5 * (A.top[1] - A.top[4])) + 16, int(1.5 * (A.top[2] - A.top[5])) + 64,
+            A.codes.shape[0],
+            self.d,
+            self.k,
+            A.cfeat.shape[1],
+            int(1.5 * live_nodes) + 64,
+            int(1.5 * (A.top[1] - A.top[4])) + 16,
+            int(1.5 * (A.top[2] - A.top[5])) + 64,
             A.roots.shape[0],
         )
         B = B._replace(codes=A.codes, y=A.y, seeds=A.seeds, nbins=A.nbins, params=A.params)
@@ -310,7 +331,7 @@ class ExactForest:
     def state_digest(self) -> str:
         """SHA-256 over the configuration, key fingerprint, grid, every tree's Merkle hash
         (structure and counts) and the multiset hash of the rows held."""
-        h = self._prefix.copy()
+        h = hashlib.sha256(self._prefix)
         for e in self.edges:
             h.update(np.int64(e.size).tobytes())
             h.update(e.tobytes())
