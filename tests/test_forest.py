@@ -262,3 +262,14 @@ def test_forgetting_a_whole_class_refits_without_it(fitted):
     keep = [i for i in range(300) if y[i] != 0]
     refit = ExactForestClassifier(**PARAMS).fit(X[keep], y[keep], [f"r{i}" for i in keep])
     _assert_same(model, refit, X)
+
+
+def test_compiled_encoding_equals_the_numpy_definition():
+    from forgetting.forest.binning import encode
+
+    X, y = _data(n=400, nan=0.1, seed=17)
+    model = ExactForestClassifier(**{**PARAMS, "max_bins": 16}).fit(X, y)
+    forest = model.forest_
+    Z = np.vstack([X, X + 1e-3, np.array(forest.edges[0][:1].tolist() * X.shape[1])[None, :]])
+    Z = Z.astype(np.float32)
+    assert np.array_equal(forest._encode(Z), encode(Z, forest.edges))

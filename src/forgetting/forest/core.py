@@ -34,7 +34,7 @@ class ForestConfig:
     max_depth: int = -1
     max_bins: int = 255
     rho: float = 0.005
-    min_bin_rows: int = 1000
+    min_bin_rows: int = 200
     cache_min_rows: int = 64
     refit_fraction: float = 0.25
     random_state: int = 0
@@ -128,8 +128,7 @@ class ExactForest:
         return [i for i in id_list if i in self._pos]
 
     def class_counts(self) -> np.ndarray:
-        live = self._live_positions()
-        return np.bincount(self.A.y[live], minlength=self.k)
+        return self._class_counts.copy()
 
     def class_counts_without(self, id_list: list) -> np.ndarray:
         counts = self.class_counts()
@@ -151,8 +150,8 @@ class ExactForest:
 
     @property
     def effective_rho(self) -> float:
-        live = self._live_positions()
-        return float(np.mean(self._draws[live] < self._threshold)) if live.size else 0.0
+        """|D°| / rows: the probability that forgetting a random row refits."""
+        return self._n_pool / max(self.n_rows, 1)
 
     # -- fit -------------------------------------------------------------------------------
     def fit(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> None:
@@ -170,6 +169,10 @@ class ExactForest:
         pool = self._draws < self._threshold
         self.edges = bin_edges(self._X[pool], c.max_bins)
         nb = n_bins(self.edges)
+        self._edge_table = np.full((self.d, max(1, int(nb.max()) - 1)), np.inf)
+        for f, e in enumerate(self.edges):
+            self._edge_table[f, : e.size] = e
+        self._n_edges = (nb - 1).astype(np.int64)
         self._lo0 = np.zeros(self.d, np.int32)
         self._hi0 = nb.copy()  # the NaN code is a bin too: thresholds up to nbins - 1
         K_ = max(1, min(c.n_candidates, 4 * self.d))
@@ -192,6 +195,8 @@ class ExactForest:
             A.roots[t] = root
         self.A = A
         self._path = np.zeros(int(nb.sum()) + self.d + 2, np.int64)
+        self._class_counts = np.bincount(y, minlength=self.k).astype(np.int64)
+        self._n_pool = int(pool.sum())
         hashes = row_hashes(id_raw, y, pool, self._X)
         self._row_sum = hashes.view("<u8").sum(axis=0, dtype=np.uint64)
 
@@ -207,6 +212,7 @@ class ExactForest:
             self._refit(keep)
             return True
         self._update(pos.astype(np.int32), -1)
+        self._class_counts -= np.bincount(self.A.y[pos], minlength=self.k)
         hashes = self._row_hashes(pos)
         self._row_sum -= hashes.sum(axis=0, dtype=np.uint64)
         for p in pos.tolist():
@@ -221,9 +227,11 @@ class ExactForest:
         """Add rows (ids all new). Returns True when the forest was refitted (a new row
         joined D°)."""
         new_draws = draws(self._key, id_raw, 1)[:, 0]
-        live = self._live_positions()
-        rule = MembershipRule(self.config.rho, self.config.min_bin_rows)
-        threshold = rule.threshold(np.concatenate([self._draws[live], new_draws]))
+        threshold = self._threshold
+        if threshold != self.config.rho:  # D° holds its minimum of rows: recount
+            rule = MembershipRule(self.config.rho, self.config.min_bin_rows)
+            live = self._live_positions()
+            threshold = rule.threshold(np.concatenate([self._draws[live], new_draws]))
         if np.any(new_draws < threshold):
             ids, raw, X_old, y_old = self.rows()
             self.fit(
@@ -239,9 +247,10 @@ class ExactForest:
             self._pos[row_id] = p
         self._X[pos] = X
         self._draws[pos] = new_draws
-        self.A.codes[pos] = encode(X, self.edges)
+        self.A.codes[pos] = self._encode(X)
         self.A.y[pos] = y
         self._update(pos.astype(np.int32), 1)
+        self._class_counts += np.bincount(self.A.y[pos], minlength=self.k)
         self._row_sum += self._row_hashes(pos).sum(axis=0, dtype=np.uint64)
         self._maybe_compact()
         return False
@@ -326,7 +335,10 @@ class ExactForest:
 
     # -- serving ---------------------------------------------------------------------------
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        return K.predict(self.A, encode(X, self.edges))
+        return K.predict(self.A, self._encode(X))
+
+    def _encode(self, X: np.ndarray) -> np.ndarray:
+        return K.encode(X, self._edge_table, self._n_edges)
 
     def state_digest(self) -> str:
         """SHA-256 over the configuration, key fingerprint, grid, every tree's Merkle hash

@@ -68,7 +68,7 @@ class ExactForestClassifier(ClassifierMixin, BaseEstimator):
         max_depth: int | None = None,
         max_bins: int = 255,
         rho: float = 0.005,
-        min_bin_rows: int = 1000,
+        min_bin_rows: int = 200,
         cache_min_rows: int = 64,
         random_state: int = 0,
         secret_key: bytes | str | None = None,
@@ -132,6 +132,23 @@ class ExactForestClassifier(ClassifierMixin, BaseEstimator):
         if np.isinf(X32).any():
             raise ValueError("X has values beyond float32 range; NaN marks a missing value")
         return np.ascontiguousarray(X32)
+
+    def _check_X(self, X: Any) -> np.ndarray:
+        """Features for a fitted model: a plain float ndarray of the fitted width takes a
+        direct path (scikit-learn's checks are most of a one-row prediction); anything else
+        goes through :meth:`_validate_X` and gets its messages."""
+        if (
+            type(X) is np.ndarray
+            and X.ndim == 2
+            and X.dtype in (np.float32, np.float64)
+            and X.shape[0] >= 1
+            and X.shape[1] == self.n_features_in_
+            and "feature_names_in_" not in self.__dict__
+        ):
+            X32 = X.astype(np.float32)
+            if not np.isinf(X32).any():
+                return X32
+        return self._validate_X(X, reset=False)
 
     def _check_y(self, y: Any, n: int) -> np.ndarray:
         if y is None:
@@ -273,7 +290,7 @@ class ExactForestClassifier(ClassifierMixin, BaseEstimator):
     def predict_proba(self, X: Any) -> np.ndarray:
         """Mean over trees of each leaf's class frequencies (a float function of counts)."""
         self._check_fitted()
-        return self.forest_.predict_proba(self._validate_X(X, reset=False))
+        return self.forest_.predict_proba(self._check_X(X))
 
     def predict(self, X: Any) -> np.ndarray:
         """The most probable class (ties: the first in ``classes_``)."""
