@@ -187,7 +187,7 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
     d = lo0.shape[0]
     n_nodes, n_slots, n_perm = A.top[0], A.top[1], A.top[2]
     first = n_nodes
-    cap = 64
+    cap = 16
     st_a = np.empty(cap, np.int64)
     st_b = np.empty(cap, np.int64)
     st_depth = np.empty(cap, np.int64)
@@ -207,12 +207,14 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
     L = np.zeros((K, k), np.int64)
     no_left = np.zeros(K, np.bool_)
     root = -1
+    lo = np.empty(d, np.int32)
+    hi = np.empty(d, np.int32)
     while sp > 0:
         sp -= 1
         na, nb, dep, sd = st_a[sp], st_b[sp], st_depth[sp], st_seed[sp]
         parent, side = st_parent[sp], st_side[sp]
-        lo = st_lo[sp].copy()
-        hi = st_hi[sp].copy()
+        lo[:] = st_lo[sp]
+        hi[:] = st_hi[sp]
         if n_nodes >= A.feat.shape[0]:
             return FAIL
         v = n_nodes

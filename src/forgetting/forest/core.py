@@ -173,6 +173,11 @@ class ExactForest:
         for f, e in enumerate(self.edges):
             self._edge_table[f, : e.size] = e
         self._n_edges = (nb - 1).astype(np.int64)
+        grid = hashlib.sha256()
+        for e in self.edges:
+            grid.update(np.int64(e.size).tobytes())
+            grid.update(e.tobytes())
+        self._grid_digest = grid.digest()
         self._lo0 = np.zeros(self.d, np.int32)
         self._hi0 = nb.copy()  # the NaN code is a bin too: thresholds up to nbins - 1
         K_ = max(1, min(c.n_candidates, 4 * self.d))
@@ -344,9 +349,7 @@ class ExactForest:
         """SHA-256 over the configuration, key fingerprint, grid, every tree's Merkle hash
         (structure and counts) and the multiset hash of the rows held."""
         h = hashlib.sha256(self._prefix)
-        for e in self.edges:
-            h.update(np.int64(e.size).tobytes())
-            h.update(e.tobytes())
+        h.update(self._grid_digest)
         h.update(self.A.hash[self.A.roots].tobytes())
         h.update(self._row_sum.tobytes())
         return h.hexdigest()
