@@ -248,6 +248,21 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
                     if A.codes[r, cf[j]] <= ct[j]:
                         L[j, yc] += 1
             best = best_candidate(P, m, L, ncand, min_leaf, 0, 0, no_left)
+        if (best >= 0 or ncand > 0) and m >= cache_min:
+            # cache the candidates of big nodes: internal ones, and leaves no candidate could
+            # split (a forget or insert re-evaluates them from these counts, not the rows)
+            if n_slots >= A.ncand.shape[0]:
+                return FAIL
+            s = n_slots
+            n_slots += 1
+            A.slot[v] = s
+            A.choice[v] = best
+            A.ncand[s] = ncand
+            for j in range(ncand):
+                A.cfeat[s, j] = cf[j]
+                A.cthr[s, j] = ct[j]
+                for c in range(k):
+                    A.cleft[s, j, c] = L[j, c]
         if best < 0:
             if n_perm + m > A.perm.shape[0]:
                 return FAIL
@@ -264,19 +279,6 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
         A.feat[v] = f
         A.thr[v] = t
         A.lstart[v] = -1
-        if m >= cache_min:
-            if n_slots >= A.ncand.shape[0]:
-                return FAIL
-            s = n_slots
-            n_slots += 1
-            A.slot[v] = s
-            A.choice[v] = best
-            A.ncand[s] = ncand
-            for j in range(ncand):
-                A.cfeat[s, j] = cf[j]
-                A.cthr[s, j] = ct[j]
-                for c in range(k):
-                    A.cleft[s, j, c] = L[j, c]
         # partition rows: code <= t to the front
         i, e = na, nb - 1
         while i <= e:
@@ -400,6 +402,18 @@ def _goes_left(A, s, r, goes):
 
 
 @_jit
+def _cache_row(A, v, r, yc, sgn, goes):
+    """Add (sgn = 1) or remove (-1) row r of class yc in node v's candidate cache, if any."""
+    s = A.slot[v]
+    if s < 0:
+        return
+    _goes_left(A, s, r, goes)
+    for j in range(A.ncand[s]):
+        if goes[j]:
+            A.cleft[s, j, yc] += sgn
+
+
+@_jit
 def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
     """Add (sgn = 1) or remove (sgn = -1) stored row r in tree t: re-evaluate the choice at
     each cached node on its path; rebuild the first subtree whose choice (or leaf-ness)
@@ -421,10 +435,18 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
             pc = A.counts[v, c] + (sgn if c == yc else 0)
             pmax = max(pmax, pc)
         stops = _stops(pmax, n_after, depth, min_leaf, max_depth)
-        if A.feat[v] < 0:
-            action = (_REMOVE if sgn < 0 else _APPEND) if stops else _REBUILD
-            break
         s = A.slot[v]
+        if A.feat[v] < 0:
+            keep = stops
+            if not stops and s >= 0:
+                _goes_left(A, s, r, goes)
+                n_c = A.ncand[s]
+                keep = (
+                    best_candidate(A.counts[v], n_after, A.cleft[s], n_c, min_leaf, yc, sgn, goes)
+                    < 0
+                )
+            action = (_REMOVE if sgn < 0 else _APPEND) if keep else _REBUILD
+            break
         if s < 0 or stops:
             action = _REBUILD
             break
@@ -469,6 +491,7 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
         A.n[v] += 1
         A.counts[v, yc] += 1
         _leaf_hash(A, v)
+        _cache_row(A, v, r, yc, 1, goes)
     else:
         base, m = A.lstart[v], A.n[v]
         for i in range(base, base + m):
@@ -479,16 +502,13 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
         A.counts[v, yc] -= 1
         A.top[5] += 1
         _leaf_hash(A, v)
+        _cache_row(A, v, r, yc, -1, goes)
     # the ancestors keep their choice: update their counts and caches, link, rehash
     for i in range(depth):
         u = path[i]
         A.n[u] += sgn
         A.counts[u, yc] += sgn
-        s = A.slot[u]
-        _goes_left(A, s, r, goes)
-        for j in range(A.ncand[s]):
-            if goes[j]:
-                A.cleft[s, j, yc] += sgn
+        _cache_row(A, u, r, yc, sgn, goes)
     if depth == 0:
         A.roots[t] = new
     else:
