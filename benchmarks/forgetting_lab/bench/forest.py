@@ -34,9 +34,9 @@ DEFAULT_SETS = "digits,letter,satellite,shuttle,credit,adult,flights"
 VALIDATION_FRACTION = 0.2
 LEAVES = (1, 5, 20)
 """``min_samples_leaf`` values tried on validation."""
-FEATURE_FACTORS = (1, 2)
+FEATURE_FACTORS = (1, 2, 4)
 """``max_features`` tried: this many times ceil(sqrt(d)) candidates per node."""
-TREES = (30, 60)
+TREES = (30, 60, 120)
 """``n_estimators`` tried with the best leaf size and candidate count."""
 N_FORGETS = 200
 
@@ -74,25 +74,27 @@ def _timed_fit(model, X, y):
     return model, time.perf_counter() - started
 
 
-def choose(data, seed: int, grid_rows: list[dict]) -> tuple[dict, float]:
-    """The grid point most accurate on a validation split of the training rows."""
+def choose(data, seed: int, grid_rows: list[dict], grid: dict) -> tuple[dict, float]:
+    """The grid point most accurate on a validation split of the training rows: every
+    ``leaves`` × ``factors`` point at the first of ``trees``, then the best of those at each
+    further tree count."""
+    leaves, factors, tree_counts = grid["leaves"], grid["factors"], grid["trees"]
     fit_idx, val_idx = _split(data.y_train, seed)
     X, y = data.X_train, data.y_train
     base = int(np.ceil(np.sqrt(X.shape[1])))
     scores = {}
-    for leaf in LEAVES:
-        for factor in FEATURE_FACTORS:
+    first = tree_counts[0]
+    for leaf in leaves:
+        for factor in factors:
             features = min(X.shape[1], factor * base)
-            if (leaf, features, TREES[0]) in scores:
+            if (leaf, features, first) in scores:
                 continue
-            model, secs = _timed_fit(
-                _forest(leaf, features, TREES[0], seed), X[fit_idx], y[fit_idx]
-            )
-            scores[(leaf, features, TREES[0])] = model.score(X[val_idx], y[val_idx])
-            grid_rows.append(_grid_row(data, leaf, features, TREES[0], scores, secs))
+            model, secs = _timed_fit(_forest(leaf, features, first, seed), X[fit_idx], y[fit_idx])
+            scores[(leaf, features, first)] = model.score(X[val_idx], y[val_idx])
+            grid_rows.append(_grid_row(data, leaf, features, first, scores, secs))
             print(grid_rows[-1], flush=True)
     leaf, features, _ = max(scores, key=lambda p: (scores[p], -p[2]))
-    for trees in TREES[1:]:
+    for trees in tree_counts[1:]:
         model, secs = _timed_fit(_forest(leaf, features, trees, seed), X[fit_idx], y[fit_idx])
         scores[(leaf, features, trees)] = model.score(X[val_idx], y[val_idx])
         grid_rows.append(_grid_row(data, leaf, features, trees, scores, secs))
@@ -149,13 +151,13 @@ def latency(model, data, n_forgets: int, seed: int) -> dict:
     }
 
 
-def run_dataset(name: str, n_train: int | None, seed: int, grid_rows, n_forgets: int):
+def run_dataset(name: str, n_train: int | None, seed: int, grid_rows, n_forgets: int, grid):
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     from forgetting import QSSClassifier
 
     data = load_data(name, n_train)
-    params, val = choose(data, seed, grid_rows)
+    params, val = choose(data, seed, grid_rows, grid)
     X, y = data.X_train, data.y_train
     forest, fit_forest = _timed_fit(
         _forest(params["leaf"], params["features"], params["trees"], seed), X, y
@@ -199,11 +201,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--name", default="forest")
     parser.add_argument("--why", default="", help="a note under the tables")
+    parser.add_argument("--leaves", default=",".join(map(str, LEAVES)))
+    parser.add_argument("--factors", default=",".join(map(str, FEATURE_FACTORS)))
+    parser.add_argument("--trees", default=",".join(map(str, TREES)))
     args = parser.parse_args(argv)
+    grid = {
+        key: tuple(int(v) for v in getattr(args, key).split(","))
+        for key in ("leaves", "factors", "trees")
+    }
     n_train = parse_mapping(args.n_train)
-    rows, lats, grid = [], [], []
+    rows, lats, grid_rows = [], [], []
     for name in args.datasets.split(","):
-        row, lat = run_dataset(name, n_train.get(name), args.seed, grid, args.forgets)
+        row, lat = run_dataset(name, n_train.get(name), args.seed, grid_rows, args.forgets, grid)
         rows.append(row)
         lats.append(lat)
     command = "python -m forgetting_lab.bench.forest " + shlex.join(argv or sys.argv[1:])
@@ -217,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 ACCURACY_COLUMNS,
             ),
             "Forget + first predict: one-row forgets of random victims": (lats, LATENCY_COLUMNS),
-            "Validation grid: training split only": (grid, GRID_COLUMNS),
+            "Validation grid: training split only": (grid_rows, GRID_COLUMNS),
         },
         notes=args.why,
     )
