@@ -273,3 +273,16 @@ def test_compiled_encoding_equals_the_numpy_definition():
     Z = np.vstack([X, X + 1e-3, np.array(forest.edges[0][:1].tolist() * X.shape[1])[None, :]])
     Z = Z.astype(np.float32)
     assert np.array_equal(forest._encode(Z), encode(Z, forest.edges))
+
+
+def test_an_insert_that_joins_the_pool_refits_to_the_same_bits():
+    from forgetting.schema.membership import draws, id_bytes
+
+    X, y = _data(n=500, seed=19)
+    model = ExactForestClassifier(**{**PARAMS, "min_bin_rows": 0, "rho": 0.1}).fit(X[:450], y[:450])
+    forest = model.forest_
+    member = next(i for i in range(450, 500) if draws(forest._key, [id_bytes(i)], 1)[0, 0] < 0.1)
+    outsider = next(i for i in range(450, 500) if draws(forest._key, [id_bytes(i)], 1)[0, 0] >= 0.1)
+    assert model.insert(X[[outsider]], y[[outsider]], [outsider]).instances_hit == ()
+    assert model.insert(X[[member]], y[[member]], [member]).instances_hit == (0,)
+    _assert_same(model, _refit(model, X, y, list(range(450)) + [outsider, member]), X)
