@@ -151,6 +151,54 @@ def latency(model, data, n_forgets: int, seed: int) -> dict:
     }
 
 
+TRADEOFF_COLUMNS = [
+    "dataset", "n_estimators", "max_features", "min_samples_leaf", "val", "fit_s", "forest MB",
+    "CPU p50 ms", "CPU p90 ms", "p50 ms", "p90 ms",
+]  # fmt: skip
+
+
+def tradeoff(name: str, configs: list[tuple[int, int, int]], seed: int, n_forgets: int):
+    """Validation accuracy against forget cost for (trees, candidates, leaf) configurations,
+    on the training split only: fit on 80 %, score the 20 %, time one-row forgets (victims
+    outside D°, so every one is a walk and no refit) each with a one-row predict."""
+    data = load_data(name, None)
+    fit_idx, val_idx = _split(data.y_train, seed)
+    X, y = data.X_train, data.y_train
+    rows = []
+    for trees, features, leaf in configs:
+        model, secs = _timed_fit(_forest(leaf, features, trees, seed), X[fit_idx], y[fit_idx])
+        val = model.score(X[val_idx], y[val_idx])
+        forest = model.forest_
+        rng = np.random.default_rng(seed)
+        ids = model.ids_
+        order = rng.permutation(len(ids))
+        victims = [ids[i] for i in order if forest._draws[forest._pos[ids[i]]] >= forest._threshold]
+        x = np.ascontiguousarray(X[val_idx[:1]])
+        wall, cpu = [], []
+        for v in victims[:n_forgets]:
+            started, c = time.perf_counter(), time.thread_time()
+            model.forget([v])
+            model.predict_proba(x)
+            wall.append((time.perf_counter() - started) * 1e3)
+            cpu.append((time.thread_time() - c) * 1e3)
+        row = {
+            "dataset": name,
+            "n_estimators": trees,
+            "max_features": features,
+            "min_samples_leaf": leaf,
+            "val": round(val, 4),
+            "fit_s": round(secs, 2),
+            "forest MB": round(forest.nbytes() / 1e6, 1),
+            "CPU p50 ms": round(float(np.percentile(cpu, 50)), 3),
+            "CPU p90 ms": round(float(np.percentile(cpu, 90)), 3),
+            "p50 ms": round(float(np.percentile(wall, 50)), 3),
+            "p90 ms": round(float(np.percentile(wall, 90)), 3),
+        }
+        print(row, flush=True)
+        rows.append(row)
+    return rows
+
+
 def run_dataset(name: str, n_train: int | None, seed: int, grid_rows, n_forgets: int, grid):
     from sklearn.ensemble import HistGradientBoostingClassifier
 
@@ -204,7 +252,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--leaves", default=",".join(map(str, LEAVES)))
     parser.add_argument("--factors", default=",".join(map(str, FEATURE_FACTORS)))
     parser.add_argument("--trees", default=",".join(map(str, TREES)))
+    parser.add_argument(
+        "--tradeoff",
+        default="",
+        help="instead: validation accuracy vs forget cost, e.g. letter=30:4:1,120:16:1 "
+        "(trees:candidates:leaf; datasets separated by ';')",
+    )
     args = parser.parse_args(argv)
+    command = "python -m forgetting_lab.bench.forest " + shlex.join(argv or sys.argv[1:])
+    if args.tradeoff:
+        rows = []
+        for part in args.tradeoff.split(";"):
+            name, spec = part.split("=")
+            configs = [tuple(int(v) for v in c.split(":")) for c in spec.split(",")]
+            rows += tradeoff(name, configs, args.seed, min(args.forgets, 100))
+        title = "Validation accuracy vs forget + first predict (training split only)"
+        write_results(args.out, args.name, command, {title: (rows, TRADEOFF_COLUMNS)}, args.why)
+        return 0
     grid = {
         key: tuple(int(v) for v in getattr(args, key).split(","))
         for key in ("leaves", "factors", "trees")
@@ -215,7 +279,6 @@ def main(argv: list[str] | None = None) -> int:
         row, lat = run_dataset(name, n_train.get(name), args.seed, grid_rows, args.forgets, grid)
         rows.append(row)
         lats.append(lat)
-    command = "python -m forgetting_lab.bench.forest " + shlex.join(argv or sys.argv[1:])
     write_results(
         args.out,
         args.name,
