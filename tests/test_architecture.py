@@ -132,7 +132,7 @@ LAYERS = (
     ("content",),
     ("schema", "encoders", "privacy"),
     ("instance", "rows"),
-    ("engine",),
+    ("engine", "forest"),
     ("distributed", "io"),
     ("persistence", "parameters", "preprocessing"),
     ("estimators",),

@@ -1,0 +1,300 @@
+"""The exact forest beside the models a user would deploy: accuracy, fit time, memory, and
+forget + first predict latency.
+
+Run ``python -m forgetting_lab.bench.forest``. Per tabular set (the paper benchmark's
+features and splits, :func:`forgetting_lab.bench.paper.data.load_data`):
+
+1. carve a validation split (:data:`VALIDATION_FRACTION`, stratified, seeded) from the
+   *training* split, fit :class:`~forgetting.forest.ExactForestClassifier` for each point of
+   the grid (``min_samples_leaf`` × ``max_features``, then ``n_estimators``) on the rest and
+   keep the most accurate on validation — the test split is never read to choose;
+2. refit the chosen forest on the whole training split and score it on the test split, beside
+   a full-data ``HistGradientBoostingClassifier`` (defaults, ``random_state`` = seed) and
+   today's ``QSSClassifier`` default (ρ as the paper benchmark resolves it), all fitted in the
+   same run;
+3. time one-row forgets of random victims, each with the ``predict_proba`` of one test row
+   after it (what a user waits for, SPEC §5.9); a victim in D° refits the forest and is
+   counted apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .paper.data import load_data, parse_mapping
+from .report import write_results
+
+DEFAULT_SETS = "digits,letter,satellite,shuttle,credit,adult,flights"
+VALIDATION_FRACTION = 0.2
+LEAVES = (1, 5, 20)
+"""``min_samples_leaf`` values tried on validation."""
+FEATURE_FACTORS = (1, 2, 4)
+"""``max_features`` tried: this many times ceil(sqrt(d)) candidates per node."""
+TREES = (30, 60, 120)
+"""``n_estimators`` tried with the best leaf size and candidate count."""
+N_FORGETS = 200
+
+ACCURACY_COLUMNS = [
+    "dataset", "k", "n_train", "d", "forest", "HGB", "QSS-E", "gap to HGB (pp)",
+    "min_samples_leaf", "max_features", "n_estimators", "val forest", "fit_s forest",
+    "fit_s HGB", "fit_s QSS-E", "forest MB", "note",
+]  # fmt: skip
+LATENCY_COLUMNS = [
+    "dataset", "n", "forgets", "D° hits", "p50 ms", "p90 ms", "p99 ms", "max ms", "CPU p50 ms",
+    "CPU p90 ms",
+    "refit s (D° hit)", "effective rho",
+]  # fmt: skip
+GRID_COLUMNS = ["dataset", "min_samples_leaf", "max_features", "n_estimators", "val", "fit_s"]
+
+
+def _split(y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.model_selection import train_test_split
+
+    idx = np.arange(len(y))
+    return train_test_split(idx, test_size=VALIDATION_FRACTION, stratify=y, random_state=seed)
+
+
+def _forest(leaf: int, features: int, trees: int, seed: int):
+    from forgetting.forest import ExactForestClassifier
+
+    return ExactForestClassifier(
+        n_estimators=trees, min_samples_leaf=leaf, max_features=features, random_state=seed
+    )
+
+
+def _timed_fit(model, X, y):
+    started = time.perf_counter()
+    model.fit(X, y)
+    return model, time.perf_counter() - started
+
+
+def choose(data, seed: int, grid_rows: list[dict], grid: dict) -> tuple[dict, float]:
+    """The grid point most accurate on a validation split of the training rows: every
+    ``leaves`` × ``factors`` point at the first of ``trees``, then the best of those at each
+    further tree count."""
+    leaves, factors, tree_counts = grid["leaves"], grid["factors"], grid["trees"]
+    fit_idx, val_idx = _split(data.y_train, seed)
+    X, y = data.X_train, data.y_train
+    base = int(np.ceil(np.sqrt(X.shape[1])))
+    scores = {}
+    first = tree_counts[0]
+    for leaf in leaves:
+        for factor in factors:
+            features = min(X.shape[1], factor * base)
+            if (leaf, features, first) in scores:
+                continue
+            model, secs = _timed_fit(_forest(leaf, features, first, seed), X[fit_idx], y[fit_idx])
+            scores[(leaf, features, first)] = model.score(X[val_idx], y[val_idx])
+            grid_rows.append(_grid_row(data, leaf, features, first, scores, secs))
+            print(grid_rows[-1], flush=True)
+    leaf, features, _ = max(scores, key=lambda p: (scores[p], -p[2]))
+    for trees in tree_counts[1:]:
+        model, secs = _timed_fit(_forest(leaf, features, trees, seed), X[fit_idx], y[fit_idx])
+        scores[(leaf, features, trees)] = model.score(X[val_idx], y[val_idx])
+        grid_rows.append(_grid_row(data, leaf, features, trees, scores, secs))
+        print(grid_rows[-1], flush=True)
+    # ties go to the smaller forest (listed first by -trees)
+    best = max(scores, key=lambda p: (scores[p], -p[2]))
+    return {"leaf": best[0], "features": best[1], "trees": best[2]}, scores[best]
+
+
+def _grid_row(data, leaf, features, trees, scores, secs) -> dict:
+    return {
+        "dataset": data.key,
+        "min_samples_leaf": leaf,
+        "max_features": features,
+        "n_estimators": trees,
+        "val": round(float(scores[(leaf, features, trees)]), 4),
+        "fit_s": round(secs, 2),
+    }
+
+
+def latency(model, data, n_forgets: int, seed: int) -> dict:
+    """One-row forgets of random victims, each timed with the next one-row predict_proba."""
+    rng = np.random.default_rng(seed)
+    ids = model.ids_
+    victims = [
+        ids[i] for i in rng.choice(len(ids), size=min(n_forgets, len(ids) // 4), replace=False)
+    ]
+    x = np.ascontiguousarray(data.X_test[:1])
+    model.predict_proba(x)
+    fast, hits, cpu_ms = [], [], []
+    for v in victims:
+        if np.count_nonzero(model.forest_.class_counts_without([v])) < model.classes_.size:
+            continue
+        started, cpu = time.perf_counter(), time.thread_time()
+        receipt = model.forget([v])
+        model.predict_proba(x)
+        took = time.perf_counter() - started
+        (hits if receipt.instances_hit else fast).append(took)
+        cpu_ms.append((time.thread_time() - cpu) * 1e3)
+    ms = np.array(fast + hits) * 1e3
+    return {
+        "dataset": data.key,
+        "n": len(ids),
+        "forgets": len(ms),
+        "D° hits": len(hits),
+        "p50 ms": round(float(np.percentile(ms, 50)), 3),
+        "p90 ms": round(float(np.percentile(ms, 90)), 3),
+        "p99 ms": round(float(np.percentile(ms, 99)), 3),
+        "max ms": round(float(ms.max()), 1),
+        "CPU p50 ms": round(float(np.percentile(cpu_ms, 50)), 3),
+        "CPU p90 ms": round(float(np.percentile(cpu_ms, 90)), 3),
+        "refit s (D° hit)": round(float(np.mean(hits)), 2) if hits else float("nan"),
+        "effective rho": round(model.effective_rho_, 4),
+    }
+
+
+TRADEOFF_COLUMNS = [
+    "dataset", "n_estimators", "max_features", "min_samples_leaf", "val", "fit_s", "forest MB",
+    "CPU p50 ms", "CPU p90 ms", "p50 ms", "p90 ms",
+]  # fmt: skip
+
+
+def tradeoff(name: str, configs: list[tuple[int, int, int]], seed: int, n_forgets: int):
+    """Validation accuracy against forget cost for (trees, candidates, leaf) configurations,
+    on the training split only: fit on 80 %, score the 20 %, time one-row forgets (victims
+    outside D°, so every one is a walk and no refit) each with a one-row predict."""
+    data = load_data(name, None)
+    fit_idx, val_idx = _split(data.y_train, seed)
+    X, y = data.X_train, data.y_train
+    rows = []
+    for trees, features, leaf in configs:
+        model, secs = _timed_fit(_forest(leaf, features, trees, seed), X[fit_idx], y[fit_idx])
+        val = model.score(X[val_idx], y[val_idx])
+        forest = model.forest_
+        rng = np.random.default_rng(seed)
+        ids = model.ids_
+        order = rng.permutation(len(ids))
+        victims = [ids[i] for i in order if forest._draws[forest._pos[ids[i]]] >= forest._threshold]
+        x = np.ascontiguousarray(X[val_idx[:1]])
+        wall, cpu = [], []
+        for v in victims[:n_forgets]:
+            started, c = time.perf_counter(), time.thread_time()
+            model.forget([v])
+            model.predict_proba(x)
+            wall.append((time.perf_counter() - started) * 1e3)
+            cpu.append((time.thread_time() - c) * 1e3)
+        row = {
+            "dataset": name,
+            "n_estimators": trees,
+            "max_features": features,
+            "min_samples_leaf": leaf,
+            "val": round(val, 4),
+            "fit_s": round(secs, 2),
+            "forest MB": round(forest.nbytes() / 1e6, 1),
+            "CPU p50 ms": round(float(np.percentile(cpu, 50)), 3),
+            "CPU p90 ms": round(float(np.percentile(cpu, 90)), 3),
+            "p50 ms": round(float(np.percentile(wall, 50)), 3),
+            "p90 ms": round(float(np.percentile(wall, 90)), 3),
+        }
+        print(row, flush=True)
+        rows.append(row)
+    return rows
+
+
+def run_dataset(name: str, n_train: int | None, seed: int, grid_rows, n_forgets: int, grid):
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from forgetting import QSSClassifier
+
+    data = load_data(name, n_train)
+    params, val = choose(data, seed, grid_rows, grid)
+    X, y = data.X_train, data.y_train
+    forest, fit_forest = _timed_fit(
+        _forest(params["leaf"], params["features"], params["trees"], seed), X, y
+    )
+    acc_forest = forest.score(data.X_test, data.y_test)
+    hgb, fit_hgb = _timed_fit(HistGradientBoostingClassifier(random_state=seed), X, y)
+    acc_hgb = hgb.score(data.X_test, data.y_test)
+    qss, fit_qss = _timed_fit(QSSClassifier(rho=data.rho, random_state=seed), X, y)
+    acc_qss = qss.score(data.X_test, data.y_test)
+    row = {
+        "dataset": data.key,
+        "k": data.n_classes,
+        "n_train": data.n_train,
+        "d": X.shape[1],
+        "forest": round(acc_forest, 4),
+        "HGB": round(acc_hgb, 4),
+        "QSS-E": round(acc_qss, 4),
+        "gap to HGB (pp)": round(100 * (acc_forest - acc_hgb), 2),
+        "min_samples_leaf": params["leaf"],
+        "max_features": params["features"],
+        "n_estimators": params["trees"],
+        "val forest": round(val, 4),
+        "fit_s forest": round(fit_forest, 2),
+        "fit_s HGB": round(fit_hgb, 2),
+        "fit_s QSS-E": round(fit_qss, 2),
+        "forest MB": round(forest.forest_.nbytes() / 1e6, 1),
+        "note": "; ".join(data.notes),
+    }
+    print(row, flush=True)
+    lat = latency(forest, data, n_forgets, seed)
+    print(lat, flush=True)
+    return row, lat
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="forgetting bench forest", description=__doc__)
+    parser.add_argument("--datasets", default=DEFAULT_SETS)
+    parser.add_argument("--n-train", default="", help="e.g. flights=100000 (subsample)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--forgets", type=int, default=N_FORGETS)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--name", default="forest")
+    parser.add_argument("--why", default="", help="a note under the tables")
+    parser.add_argument("--leaves", default=",".join(map(str, LEAVES)))
+    parser.add_argument("--factors", default=",".join(map(str, FEATURE_FACTORS)))
+    parser.add_argument("--trees", default=",".join(map(str, TREES)))
+    parser.add_argument(
+        "--tradeoff",
+        default="",
+        help="instead: validation accuracy vs forget cost, e.g. letter=30:4:1,120:16:1 "
+        "(trees:candidates:leaf; datasets separated by ';')",
+    )
+    args = parser.parse_args(argv)
+    command = "python -m forgetting_lab.bench.forest " + shlex.join(argv or sys.argv[1:])
+    if args.tradeoff:
+        rows = []
+        for part in args.tradeoff.split(";"):
+            name, spec = part.split("=")
+            configs = [tuple(int(v) for v in c.split(":")) for c in spec.split(",")]
+            rows += tradeoff(name, configs, args.seed, min(args.forgets, 100))
+        title = "Validation accuracy vs forget + first predict (training split only)"
+        write_results(args.out, args.name, command, {title: (rows, TRADEOFF_COLUMNS)}, args.why)
+        return 0
+    grid = {
+        key: tuple(int(v) for v in getattr(args, key).split(","))
+        for key in ("leaves", "factors", "trees")
+    }
+    n_train = parse_mapping(args.n_train)
+    rows, lats, grid_rows = [], [], []
+    for name in args.datasets.split(","):
+        row, lat = run_dataset(name, n_train.get(name), args.seed, grid_rows, args.forgets, grid)
+        rows.append(row)
+        lats.append(lat)
+    write_results(
+        args.out,
+        args.name,
+        command,
+        {
+            "Accuracy: test split, forest chosen on validation, anchors fitted in the same run": (
+                rows,
+                ACCURACY_COLUMNS,
+            ),
+            "Forget + first predict: one-row forgets of random victims": (lats, LATENCY_COLUMNS),
+            "Validation grid: training split only": (grid_rows, GRID_COLUMNS),
+        },
+        notes=args.why,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,670 @@
+"""The forest's compiled loops: build a subtree, walk one row's change down a tree, predict,
+serialize, compact. All trees share one set of node arrays (:class:`Arrays`).
+
+Determinism: candidates come from a counter-based generator seeded by the node's path from
+the root (never by build order); gains are float functions of integer class counts computed
+in one fixed order; ties go to the lowest candidate index. So a subtree built from a set of
+rows is the same whoever builds it — a fit, or a rebuild after a forget or insert.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numba
+import numpy as np
+
+Arrays = namedtuple(
+    "Arrays",
+    [
+        "codes",  # (rows, d) uint8 bin codes of every stored row
+        "y",  # (rows,) int32 class index
+        "feat",  # (nodes,) int32 split feature, -1 for a leaf
+        "thr",  # (nodes,) int32 split code: code <= thr goes left
+        "left",
+        "right",  # (nodes,) int32 children
+        "n",  # (nodes,) int32 rows in the node
+        "counts",  # (nodes, k) int32 class counts
+        "slot",  # (nodes,) int32 candidate-cache slot or -1
+        "choice",  # (nodes,) int32 chosen candidate index (cached nodes)
+        "lstart",  # (nodes,) int64 first row of a leaf in perm
+        "hash",  # (nodes, 2) uint64 Merkle hash of the subtree
+        "cfeat",  # (slots, K) int32 candidate features
+        "cthr",  # (slots, K) int32 candidate thresholds
+        "cleft",  # (slots, K, k) int32 class counts going left
+        "ncand",  # (slots,) int32 candidates drawn
+        "perm",  # (perm,) int32 rows of the leaves
+        "top",  # (6,) int64: nodes used, slots used, perm used, dead nodes, slots, perm
+        "roots",  # (trees,) int32
+        "seeds",  # (trees,) uint64 root seeds
+        "nbins",  # (d,) int32 finite bins per feature (NaN code = nbins)
+        "params",  # (5,) int64: k, K, min_leaf, max_depth (-1 none), cache_min
+    ],
+)
+
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30 = np.uint64(30)
+_S27 = np.uint64(27)
+_S31 = np.uint64(31)
+_S32 = np.uint64(32)
+_ONE = np.uint64(1)
+_TWO = np.uint64(2)
+_LANE = np.uint64(0x632BE59BD9B4E019)
+_REMOVE, _APPEND, _REBUILD = 0, 1, 2
+FAIL = -1
+"""A kernel's answer when an array is full: nothing was changed; grow and call again."""
+
+_jit = numba.njit(cache=True, nogil=True)
+
+
+@_jit
+def _mix(x):
+    z = x + _GOLD
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@_jit
+def child_seed(seed, side):
+    """The seed of a node's left (side 0) or right (side 1) child."""
+    return _mix(seed * _TWO + np.uint64(side) + _ONE)
+
+
+@_jit
+def _below(r, m):
+    """A draw in [0, m) from the 64-bit value r (high 32 bits times m)."""
+    return np.int64(((r >> _S32) * np.uint64(m)) >> _S32)
+
+
+@_jit
+def draw_candidates(seed, lo, hi, K, cf, ct):
+    """K candidates (feature, threshold) from the node's feasible code ranges lo..hi: a
+    feature uniformly among those with hi > lo, a threshold uniformly in [lo, hi - 1].
+    Returns how many were drawn (0 when no feature can be split)."""
+    d = lo.shape[0]
+    nfeas = 0
+    for f in range(d):
+        if hi[f] > lo[f]:
+            nfeas += 1
+    if nfeas == 0:
+        return 0
+    for j in range(K):
+        r = _mix(seed + np.uint64(j + 1) * _GOLD)
+        pick = _below(r, nfeas)
+        f = 0
+        seen = -1
+        for g in range(d):
+            if hi[g] > lo[g]:
+                seen += 1
+                if seen == pick:
+                    f = g
+                    break
+        r2 = _mix(r ^ _LANE)
+        cf[j] = f
+        ct[j] = lo[f] + _below(r2, hi[f] - lo[f])
+    return K
+
+
+@_jit
+def best_candidate(P, n, L, ncand, min_leaf, yc, s, goes_left):
+    """Index of the candidate with the largest Gini gain (sum L^2/nL + sum R^2/nR - sum
+    P^2/n, from integer counts), -1 when none has positive gain with min_leaf rows each side.
+    With s != 0 the counts are read as if one row of class yc were added (s = 1) or removed
+    (s = -1); goes_left[j] says whether it goes left at candidate j."""
+    k = P.shape[0]
+    sp = np.int64(0)
+    for c in range(k):
+        pc = np.int64(P[c]) + (s if c == yc else 0)
+        sp += pc * pc
+    base = sp / n
+    best = -1
+    best_gain = 1e-12 * n
+    for j in range(ncand):
+        nl = np.int64(0)
+        sl = np.int64(0)
+        sr = np.int64(0)
+        for c in range(k):
+            pc = np.int64(P[c])
+            lc = np.int64(L[j, c])
+            if c == yc and s != 0:
+                pc += s
+                if goes_left[j]:
+                    lc += s
+            rc = pc - lc
+            nl += lc
+            sl += lc * lc
+            sr += rc * rc
+        nr = n - nl
+        if nl < min_leaf or nr < min_leaf:
+            continue
+        gain = sl / nl + sr / nr - base
+        if gain > best_gain:
+            best_gain = gain
+            best = j
+    return best
+
+
+@_jit
+def _stops(counts_max, n, depth, min_leaf, max_depth):
+    """The count-only stop rules: too few rows to split, pure, or at max_depth."""
+    return n < 2 * min_leaf or counts_max == n or (max_depth >= 0 and depth >= max_depth)
+
+
+@_jit
+def _leaf_hash(A, v):
+    h0 = np.uint64(0x1234567)
+    h1 = np.uint64(0x7654321)
+    for c in range(A.counts.shape[1]):
+        h0 = _mix(h0 ^ np.uint64(A.counts[v, c]))
+        h1 = _mix(h1 + np.uint64(A.counts[v, c]) * _LANE)
+    A.hash[v, 0] = h0
+    A.hash[v, 1] = h1
+
+
+@_jit
+def _node_hash(A, v):
+    a, b = A.left[v], A.right[v]
+    tag = np.uint64(A.feat[v]) * np.uint64(256) + np.uint64(A.thr[v])
+    A.hash[v, 0] = _mix(_mix(tag ^ A.hash[a, 0]) + A.hash[b, 0] * _GOLD)
+    A.hash[v, 1] = _mix(_mix(tag + A.hash[a, 1] * _LANE) ^ A.hash[b, 1])
+
+
+@_jit
+def build(A, buf, a, b, depth, seed, lo0, hi0):
+    """Build the subtree of rows buf[a:b] (reordered in place) at a node of this depth, seed
+    and feasible ranges, exactly as a fit builds it. Returns its root, or FAIL when the node,
+    slot or perm arrays are full (then nothing is committed)."""
+    k, K, min_leaf, max_depth, cache_min = (
+        A.params[0],
+        A.params[1],
+        A.params[2],
+        A.params[3],
+        A.params[4],
+    )
+    d = lo0.shape[0]
+    n_nodes, n_slots, n_perm = A.top[0], A.top[1], A.top[2]
+    first = n_nodes
+    cap = 16
+    st_a = np.empty(cap, np.int64)
+    st_b = np.empty(cap, np.int64)
+    st_depth = np.empty(cap, np.int64)
+    st_seed = np.empty(cap, np.uint64)
+    st_parent = np.empty(cap, np.int64)
+    st_side = np.empty(cap, np.int64)
+    st_lo = np.empty((cap, d), np.int32)
+    st_hi = np.empty((cap, d), np.int32)
+    sp = 0
+    st_a[0], st_b[0], st_depth[0], st_seed[0], st_parent[0], st_side[0] = a, b, depth, seed, -1, 0
+    st_lo[0] = lo0
+    st_hi[0] = hi0
+    sp = 1
+    P = np.zeros(k, np.int64)
+    cf = np.empty(K, np.int32)
+    ct = np.empty(K, np.int32)
+    L = np.zeros((K, k), np.int64)
+    no_left = np.zeros(K, np.bool_)
+    root = -1
+    lo = np.empty(d, np.int32)
+    hi = np.empty(d, np.int32)
+    while sp > 0:
+        sp -= 1
+        na, nb, dep, sd = st_a[sp], st_b[sp], st_depth[sp], st_seed[sp]
+        parent, side = st_parent[sp], st_side[sp]
+        lo[:] = st_lo[sp]
+        hi[:] = st_hi[sp]
+        if n_nodes >= A.feat.shape[0]:
+            return FAIL
+        v = n_nodes
+        n_nodes += 1
+        if parent < 0:
+            root = v
+        elif side == 0:
+            A.left[parent] = v
+        else:
+            A.right[parent] = v
+        m = nb - na
+        P[:] = 0
+        for i in range(na, nb):
+            P[A.y[buf[i]]] += 1
+        A.n[v] = m
+        pmax = 0
+        for c in range(k):
+            A.counts[v, c] = P[c]
+            pmax = max(pmax, P[c])
+        A.slot[v] = -1
+        A.choice[v] = -1
+        best = -1
+        ncand = 0
+        if not _stops(pmax, m, dep, min_leaf, max_depth):
+            ncand = draw_candidates(sd, lo, hi, K, cf, ct)
+            L[:] = 0
+            for i in range(na, nb):
+                r = buf[i]
+                yc = A.y[r]
+                for j in range(ncand):
+                    if A.codes[r, cf[j]] <= ct[j]:
+                        L[j, yc] += 1
+            best = best_candidate(P, m, L, ncand, min_leaf, 0, 0, no_left)
+        if (best >= 0 or ncand > 0) and m >= cache_min:
+            # cache the candidates of big nodes: internal ones, and leaves no candidate could
+            # split (a forget or insert re-evaluates them from these counts, not the rows)
+            if n_slots >= A.ncand.shape[0]:
+                return FAIL
+            s = n_slots
+            n_slots += 1
+            A.slot[v] = s
+            A.choice[v] = best
+            A.ncand[s] = ncand
+            for j in range(ncand):
+                A.cfeat[s, j] = cf[j]
+                A.cthr[s, j] = ct[j]
+                for c in range(k):
+                    A.cleft[s, j, c] = L[j, c]
+        if best < 0:
+            if n_perm + m > A.perm.shape[0]:
+                return FAIL
+            A.feat[v] = -1
+            A.thr[v] = 0
+            A.left[v] = -1
+            A.right[v] = -1
+            A.lstart[v] = n_perm
+            for i in range(na, nb):
+                A.perm[n_perm] = buf[i]
+                n_perm += 1
+            continue
+        f, t = cf[best], ct[best]
+        A.feat[v] = f
+        A.thr[v] = t
+        A.lstart[v] = -1
+        # partition rows: code <= t to the front
+        i, e = na, nb - 1
+        while i <= e:
+            if A.codes[buf[i], f] <= t:
+                i += 1
+            else:
+                tmp = buf[i]
+                buf[i] = buf[e]
+                buf[e] = tmp
+                e -= 1
+        if sp + 2 > cap:
+            cap *= 2
+            st_a = _grow(st_a, cap)
+            st_b = _grow(st_b, cap)
+            st_depth = _grow(st_depth, cap)
+            st_seed = _grow(st_seed, cap)
+            st_parent = _grow(st_parent, cap)
+            st_side = _grow(st_side, cap)
+            st_lo = _grow2(st_lo, cap)
+            st_hi = _grow2(st_hi, cap)
+        # push right first so the left subtree is built (and numbered) first
+        for side_, ca, cb in ((1, i, nb), (0, na, i)):
+            st_a[sp], st_b[sp], st_depth[sp] = ca, cb, dep + 1
+            st_seed[sp] = child_seed(sd, side_)
+            st_parent[sp], st_side[sp] = v, side_
+            st_lo[sp] = lo
+            st_hi[sp] = hi
+            if side_ == 0:
+                st_hi[sp, f] = t
+            else:
+                st_lo[sp, f] = t + 1
+            sp += 1
+    # hashes bottom-up: children are numbered after their parent
+    for v in range(n_nodes - 1, first - 1, -1):
+        if A.feat[v] < 0:
+            _leaf_hash(A, v)
+        else:
+            _node_hash(A, v)
+    A.top[0], A.top[1], A.top[2] = n_nodes, n_slots, n_perm
+    return root
+
+
+@_jit
+def _grow(x, cap):
+    out = np.empty(cap, x.dtype)
+    out[: x.shape[0]] = x
+    return out
+
+
+@_jit
+def _grow2(x, cap):
+    out = np.empty((cap, x.shape[1]), x.dtype)
+    out[: x.shape[0]] = x
+    return out
+
+
+@_jit
+def fit_trees(A, rows, lo0, hi0):
+    """Build every tree from scratch on ``rows``; returns FAIL if an array is full."""
+    buf = rows.copy()
+    for t in range(A.roots.shape[0]):
+        buf[:] = rows
+        root = build(A, buf, 0, buf.shape[0], 0, A.seeds[t], lo0, hi0)
+        if root < 0:
+            return FAIL
+        A.roots[t] = root
+    return 0
+
+
+@_jit
+def _collect(A, v, buf, skip):
+    """Rows of the leaves under node v into buf (all but row ``skip``); returns how many."""
+    m = 0
+    stack = np.empty(64, np.int64)
+    stack[0] = v
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        u = stack[sp]
+        if A.feat[u] < 0:
+            for i in range(A.lstart[u], A.lstart[u] + A.n[u]):
+                r = A.perm[i]
+                if r != skip:
+                    buf[m] = r
+                    m += 1
+        else:
+            if sp + 2 > stack.shape[0]:
+                stack = _grow(stack, 2 * stack.shape[0])
+            stack[sp] = A.right[u]
+            stack[sp + 1] = A.left[u]
+            sp += 2
+    return m
+
+
+@_jit
+def _kill(A, v):
+    """Count the nodes, slots and perm entries of the subtree at v as dead."""
+    stack = np.empty(64, np.int64)
+    stack[0] = v
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        u = stack[sp]
+        A.top[3] += 1
+        if A.slot[u] >= 0:
+            A.top[4] += 1
+        if A.feat[u] < 0:
+            A.top[5] += A.n[u]
+        else:
+            if sp + 2 > stack.shape[0]:
+                stack = _grow(stack, 2 * stack.shape[0])
+            stack[sp] = A.right[u]
+            stack[sp + 1] = A.left[u]
+            sp += 2
+
+
+@_jit
+def _goes_left(A, s, r, goes):
+    for j in range(A.ncand[s]):
+        goes[j] = A.codes[r, A.cfeat[s, j]] <= A.cthr[s, j]
+
+
+@_jit
+def _cache_row(A, v, r, yc, sgn, goes):
+    """Add (sgn = 1) or remove (-1) row r of class yc in node v's candidate cache, if any."""
+    s = A.slot[v]
+    if s < 0:
+        return
+    _goes_left(A, s, r, goes)
+    for j in range(A.ncand[s]):
+        if goes[j]:
+            A.cleft[s, j, yc] += sgn
+
+
+@_jit
+def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
+    """Add (sgn = 1) or remove (sgn = -1) stored row r in tree t: re-evaluate the choice at
+    each cached node on its path; rebuild the first subtree whose choice (or leaf-ness)
+    changes, or whose node keeps no cache, from its rows. Returns 0, or FAIL with tree t
+    untouched when an array is full."""
+    k, K, min_leaf, max_depth = A.params[0], A.params[1], A.params[2], A.params[3]
+    yc = A.y[r]
+    lo = lo0.copy()
+    hi = hi0.copy()
+    goes = np.zeros(K, np.bool_)
+    v = A.roots[t]
+    depth = 0
+    seed = A.seeds[t]
+    action = _REBUILD
+    while True:
+        n_after = A.n[v] + sgn
+        pmax = 0
+        for c in range(k):
+            pc = A.counts[v, c] + (sgn if c == yc else 0)
+            pmax = max(pmax, pc)
+        stops = _stops(pmax, n_after, depth, min_leaf, max_depth)
+        s = A.slot[v]
+        if A.feat[v] < 0:
+            keep = stops
+            if not stops and s >= 0:
+                _goes_left(A, s, r, goes)
+                n_c = A.ncand[s]
+                keep = (
+                    best_candidate(A.counts[v], n_after, A.cleft[s], n_c, min_leaf, yc, sgn, goes)
+                    < 0
+                )
+            action = (_REMOVE if sgn < 0 else _APPEND) if keep else _REBUILD
+            break
+        if s < 0 or stops:
+            action = _REBUILD
+            break
+        _goes_left(A, s, r, goes)
+        best = best_candidate(A.counts[v], n_after, A.cleft[s], A.ncand[s], min_leaf, yc, sgn, goes)
+        if best != A.choice[v]:
+            action = _REBUILD
+            break
+        f, th = A.feat[v], A.thr[v]
+        path[depth] = v
+        if A.codes[r, f] <= th:
+            hi[f] = th
+            v = A.left[v]
+            seed = child_seed(seed, 0)
+        else:
+            lo[f] = th + 1
+            v = A.right[v]
+            seed = child_seed(seed, 1)
+        depth += 1
+    # the change at v first: it is the step that may fail for want of room
+    new = v
+    if action == _REBUILD:
+        m = _collect(A, v, buf, r if sgn < 0 else -1)
+        if sgn > 0:
+            buf[m] = r
+            m += 1
+        new = build(A, buf, 0, m, depth, seed, lo, hi)
+        if new < 0:
+            return FAIL
+        _kill(A, v)
+    elif action == _APPEND:
+        m = A.n[v]
+        if A.top[2] + m + 1 > A.perm.shape[0]:
+            return FAIL
+        start = A.top[2]
+        for i in range(m):
+            A.perm[start + i] = A.perm[A.lstart[v] + i]
+        A.perm[start + m] = r
+        A.top[2] += m + 1
+        A.top[5] += m
+        A.lstart[v] = start
+        A.n[v] += 1
+        A.counts[v, yc] += 1
+        _leaf_hash(A, v)
+        _cache_row(A, v, r, yc, 1, goes)
+    else:
+        base, m = A.lstart[v], A.n[v]
+        for i in range(base, base + m):
+            if A.perm[i] == r:
+                A.perm[i] = A.perm[base + m - 1]
+                break
+        A.n[v] -= 1
+        A.counts[v, yc] -= 1
+        A.top[5] += 1
+        _leaf_hash(A, v)
+        _cache_row(A, v, r, yc, -1, goes)
+    # the ancestors keep their choice: update their counts and caches, link, rehash
+    for i in range(depth):
+        u = path[i]
+        A.n[u] += sgn
+        A.counts[u, yc] += sgn
+        _cache_row(A, u, r, yc, sgn, goes)
+    if depth == 0:
+        A.roots[t] = new
+    else:
+        u = path[depth - 1]
+        if A.codes[r, A.feat[u]] <= A.thr[u]:
+            A.left[u] = new
+        else:
+            A.right[u] = new
+    for i in range(depth - 1, -1, -1):
+        _node_hash(A, path[i])
+    return 0
+
+
+@_jit
+def update_rows(A, rows, sgn, start_row, start_tree, lo0, hi0, buf, path):
+    """update_tree for rows[start_row:] over every tree (from start_tree for the first).
+    Returns -1 when done, else the index i * trees + t of the (row, tree) that found an
+    array full: grow, and call again from there."""
+    T = A.roots.shape[0]
+    for i in range(start_row, rows.shape[0]):
+        for t in range(start_tree if i == start_row else 0, T):
+            if update_tree(A, t, rows[i], sgn, lo0, hi0, buf, path) < 0:
+                return i * T + t
+    return -1
+
+
+@_jit
+def predict(A, codes):
+    """Mean over trees of each leaf's class distribution counts / n (trees summed in
+    order)."""
+    k = A.params[0]
+    T = A.roots.shape[0]
+    out = np.zeros((codes.shape[0], k), np.float64)
+    for i in range(codes.shape[0]):
+        for t in range(T):
+            v = A.roots[t]
+            while A.feat[v] >= 0:
+                if codes[i, A.feat[v]] <= A.thr[v]:
+                    v = A.left[v]
+                else:
+                    v = A.right[v]
+            inv = A.n[v]
+            for c in range(k):
+                out[i, c] += A.counts[v, c] / inv
+        for c in range(k):
+            out[i, c] /= T
+    return out
+
+
+@_jit
+def serialize(A, t, out):
+    """Tree t in preorder, 3 + k int64 per node (feature, threshold, rows, class counts);
+    returns the number of values written (the canonical form of a structure)."""
+    k = A.params[0]
+    m = 0
+    stack = np.empty(64, np.int64)
+    stack[0] = A.roots[t]
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        u = stack[sp]
+        out[m] = A.feat[u]
+        out[m + 1] = A.thr[u] if A.feat[u] >= 0 else 0
+        out[m + 2] = A.n[u]
+        for c in range(k):
+            out[m + 3 + c] = A.counts[u, c]
+        m += 3 + k
+        if A.feat[u] >= 0:
+            if sp + 2 > stack.shape[0]:
+                stack = _grow(stack, 2 * stack.shape[0])
+            stack[sp] = A.right[u]
+            stack[sp + 1] = A.left[u]
+            sp += 2
+    return m
+
+
+@_jit
+def compact(A, B):
+    """Copy every tree's live nodes, slots and leaf rows from A into the empty arrays B in
+    preorder (dropping what rebuilds left dead)."""
+    k = A.params[0]
+    nb = 0
+    ns = 0
+    npm = 0
+    stack = np.empty(64, np.int64)
+    parent = np.empty(64, np.int64)
+    for t in range(A.roots.shape[0]):
+        stack[0] = A.roots[t]
+        parent[0] = -1
+        sp = 1
+        while sp > 0:
+            sp -= 1
+            u, p = stack[sp], parent[sp]
+            v = nb
+            nb += 1
+            if p < 0:
+                B.roots[t] = v
+            elif p >= 0 and B.left[p] == -2:
+                B.left[p] = v
+            else:
+                B.right[p] = v
+            B.feat[v], B.thr[v], B.n[v] = A.feat[u], A.thr[u], A.n[u]
+            B.hash[v, 0], B.hash[v, 1] = A.hash[u, 0], A.hash[u, 1]
+            B.choice[v] = A.choice[u]
+            for c in range(k):
+                B.counts[v, c] = A.counts[u, c]
+            s = A.slot[u]
+            B.slot[v] = -1
+            if s >= 0:
+                B.slot[v] = ns
+                B.ncand[ns] = A.ncand[s]
+                B.cfeat[ns] = A.cfeat[s]
+                B.cthr[ns] = A.cthr[s]
+                B.cleft[ns] = A.cleft[s]
+                ns += 1
+            if A.feat[u] < 0:
+                B.left[v] = -1
+                B.right[v] = -1
+                B.lstart[v] = npm
+                for i in range(A.lstart[u], A.lstart[u] + A.n[u]):
+                    B.perm[npm] = A.perm[i]
+                    npm += 1
+            else:
+                B.left[v] = -2
+                B.right[v] = -2
+                B.lstart[v] = -1
+                if sp + 2 > stack.shape[0]:
+                    stack = _grow(stack, 2 * stack.shape[0])
+                    parent = _grow(parent, 2 * parent.shape[0])
+                stack[sp], parent[sp] = A.right[u], v
+                stack[sp + 1], parent[sp + 1] = A.left[u], v
+                sp += 2
+    B.top[0], B.top[1], B.top[2] = nb, ns, npm
+    B.top[3] = B.top[4] = B.top[5] = 0
+
+
+@_jit
+def encode(X, edges, n_edges):
+    """Bin codes of rows X on padded edges (d, max) with n_edges per feature: the compiled
+    twin of :func:`forgetting.forest.binning.encode` (the first edge >= the value; NaN ->
+    n_edges + 1)."""
+    n, d = X.shape
+    out = np.empty((n, d), np.uint8)
+    for i in range(n):
+        for f in range(d):
+            x = np.float64(X[i, f])
+            m = n_edges[f]
+            if np.isnan(x):
+                out[i, f] = m + 1
+                continue
+            lo, hi = 0, m
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if edges[f, mid] < x:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            out[i, f] = lo
+    return out

@@ -1,0 +1,366 @@
+"""ExactForest: the forest's state — its rows, bin grid and trees — and exact forget/insert.
+
+The state is a pure function of (current rows, configuration, key): D° (a keyed hash of each
+row's id, :mod:`forgetting.schema.membership`) fixes the bin grid; every tree is grown from
+all rows by a deterministic rule (:mod:`forgetting.forest._kernels`). Forgetting or inserting
+a D• row walks its path in each tree, re-evaluates the cached candidate counts there, and
+rebuilds the first subtree whose choice changes exactly as a fit would. A change to D° (or a
+batch too large to be worth walking) refits from the rows that remain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..rows.hashing import row_hashes
+from ..schema.membership import MembershipRule, draws, key_fingerprint
+from . import _kernels as K
+from .binning import bin_edges, encode, n_bins
+
+STATE_FORMAT = b"forgetting-forest-1"
+
+
+@dataclass(frozen=True)
+class ForestConfig:
+    """The forest's configuration (everything a fit depends on besides rows and key)."""
+
+    n_trees: int = 30
+    n_candidates: int = 4
+    min_leaf: int = 1
+    max_depth: int = -1
+    max_bins: int = 255
+    rho: float = 0.005
+    min_bin_rows: int = 200
+    cache_min_rows: int = 64
+    refit_fraction: float = 0.25
+    random_state: int = 0
+
+
+def _root_seed(random_state: int, tree: int) -> np.uint64:
+    raw = hashlib.blake2b(f"forest-root:{random_state}:{tree}".encode(), digest_size=8).digest()
+    return np.uint64(int.from_bytes(raw, "little"))
+
+
+def _arrays(rows: int, d: int, k: int, K_: int, nodes: int, slots: int, perm: int, trees: int):
+    return K.Arrays(
+        codes=np.zeros((rows, d), np.uint8),
+        y=np.zeros(rows, np.int32),
+        feat=np.full(nodes, -1, np.int32),
+        thr=np.zeros(nodes, np.int32),
+        left=np.full(nodes, -1, np.int32),
+        right=np.full(nodes, -1, np.int32),
+        n=np.zeros(nodes, np.int32),
+        counts=np.zeros((nodes, k), np.int32),
+        slot=np.full(nodes, -1, np.int32),
+        choice=np.full(nodes, -1, np.int32),
+        lstart=np.full(nodes, -1, np.int64),
+        hash=np.zeros((nodes, 2), np.uint64),
+        cfeat=np.zeros((slots, K_), np.int32),
+        cthr=np.zeros((slots, K_), np.int32),
+        cleft=np.zeros((slots, K_, k), np.int32),
+        ncand=np.zeros(slots, np.int32),
+        perm=np.zeros(perm, np.int32),
+        top=np.zeros(6, np.int64),
+        roots=np.zeros(trees, np.int32),
+        seeds=np.zeros(trees, np.uint64),
+        nbins=np.zeros(d, np.int32),
+        params=np.zeros(5, np.int64),
+    )
+
+
+def _resized(A: K.Arrays, *, rows=None, nodes=None, slots=None, perm=None) -> K.Arrays:
+    """A copy of A with the named arrays grown (contents kept, the rest shared)."""
+    sizes = {"rows": rows, "nodes": nodes, "slots": slots, "perm": perm}
+    groups = {
+        "rows": ("codes", "y"),
+        "nodes": ("feat", "thr", "left", "right", "n", "counts", "slot", "choice", "lstart"),
+        "slots": ("cfeat", "cthr", "cleft", "ncand"),
+        "perm": ("perm",),
+    }
+    groups["nodes"] += ("hash",)
+    fields = A._asdict()
+    for group, size in sizes.items():
+        if size is None:
+            continue
+        for name in groups[group]:
+            old = fields[name]
+            new = np.zeros((size, *old.shape[1:]), old.dtype)
+            new[: old.shape[0]] = old
+            fields[name] = new
+    return K.Arrays(**fields)
+
+
+class ExactForest:
+    """Extremely randomized trees on a D°-fixed grid, split by Gini gain over all-row class
+    counts, with exact forget and insert. Rows are addressed by normalized ids (and their
+    canonical bytes, :func:`forgetting.schema.membership.id_bytes`); labels are class indices
+    0..k-1. Validation is the caller's (the estimator's)."""
+
+    def __init__(self, config: ForestConfig, key: bytes, n_features: int, n_classes: int):
+        self.config = config
+        self._key = key
+        self.d = n_features
+        self.k = n_classes
+        self._prefix = b"".join(
+            [
+                STATE_FORMAT,
+                json.dumps(asdict(config), sort_keys=True).encode(),
+                f"{key_fingerprint(key)}:{n_features}:{n_classes}".encode(),
+            ]
+        )
+
+    # -- rows ------------------------------------------------------------------------------
+    @property
+    def n_rows(self) -> int:
+        return len(self._pos)
+
+    def ids(self) -> list:
+        return [self._ids[p] for p in sorted(self._pos.values())]
+
+    def unknown_ids(self, id_list: list) -> list:
+        return [i for i in id_list if i not in self._pos]
+
+    def known_ids(self, id_list: list) -> list:
+        return [i for i in id_list if i in self._pos]
+
+    def class_counts(self) -> np.ndarray:
+        return self._class_counts.copy()
+
+    def class_counts_without(self, id_list: list) -> np.ndarray:
+        counts = self.class_counts()
+        gone = np.array([self._pos[i] for i in id_list], dtype=np.int64)
+        return counts - np.bincount(self.A.y[gone], minlength=self.k)
+
+    def rows(self) -> tuple[list, list, np.ndarray, np.ndarray]:
+        """(ids, id bytes, X, y) of the rows held, in storage order."""
+        live = self._live_positions()
+        return (
+            [self._ids[p] for p in live],
+            [self._id_bytes[p] for p in live],
+            self._X[live].copy(),
+            self.A.y[live].astype(np.int64),
+        )
+
+    def _live_positions(self) -> np.ndarray:
+        return np.array(sorted(self._pos.values()), dtype=np.int64)
+
+    @property
+    def effective_rho(self) -> float:
+        """|D°| / rows: the probability that forgetting a random row refits."""
+        return self._n_pool / max(self.n_rows, 1)
+
+    # -- fit -------------------------------------------------------------------------------
+    def fit(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> None:
+        """Build from scratch on rows (X float32, y class indices)."""
+        c = self.config
+        n = X.shape[0]
+        self._ids = list(id_list)
+        self._id_bytes = list(id_raw)
+        self._pos = {row_id: p for p, row_id in enumerate(id_list)}
+        self._free: list[int] = []
+        self._X = np.ascontiguousarray(X, dtype=np.float32)
+        self._draws = draws(self._key, id_raw, 1)[:, 0]
+        rule = MembershipRule(c.rho, c.min_bin_rows)
+        self._threshold = rule.threshold(self._draws)
+        pool = self._draws < self._threshold
+        self.edges = bin_edges(self._X[pool], c.max_bins)
+        nb = n_bins(self.edges)
+        self._edge_table = np.full((self.d, max(1, int(nb.max()) - 1)), np.inf)
+        for f, e in enumerate(self.edges):
+            self._edge_table[f, : e.size] = e
+        self._n_edges = (nb - 1).astype(np.int64)
+        grid = hashlib.sha256()
+        for e in self.edges:
+            grid.update(np.int64(e.size).tobytes())
+            grid.update(e.tobytes())
+        self._grid_digest = grid.digest()
+        self._lo0 = np.zeros(self.d, np.int32)
+        self._hi0 = nb.copy()  # the NaN code is a bin too: thresholds up to nbins - 1
+        K_ = max(1, min(c.n_candidates, 4 * self.d))
+        guess = max(64, c.n_trees * (2 * n // max(c.min_leaf, 1) + 1) // 4)
+        A = _arrays(n, self.d, self.k, K_, guess, max(16, guess // 8), c.n_trees * n + n, c.n_trees)
+        A.codes[:] = encode(self._X, self.edges)
+        A.y[:] = y
+        A.nbins[:] = nb
+        A.params[:] = (self.k, K_, c.min_leaf, c.max_depth, c.cache_min_rows)
+        A.seeds[:] = [_root_seed(c.random_state, t) for t in range(c.n_trees)]
+        rows = np.arange(n, dtype=np.int32)
+        buf = rows.copy()
+        for t in range(c.n_trees):
+            while True:
+                buf[:] = rows
+                root = K.build(A, buf, 0, n, 0, A.seeds[t], self._lo0, self._hi0)
+                if root >= 0:
+                    break
+                A = _resized(A, nodes=2 * A.feat.shape[0], slots=2 * A.ncand.shape[0])
+            A.roots[t] = root
+        self.A = A
+        self._path = np.zeros(int(nb.sum()) + self.d + 2, np.int64)
+        self._class_counts = np.bincount(y, minlength=self.k).astype(np.int64)
+        self._n_pool = int(pool.sum())
+        hashes = row_hashes(id_raw, y, pool, self._X)
+        self._row_sum = hashes.view("<u8").sum(axis=0, dtype=np.uint64)
+
+    # -- forget / insert -------------------------------------------------------------------
+    def forget(self, id_list: list) -> bool:
+        """Remove rows by id (all known). Returns True when the forest was refitted (a D°
+        row was among them, or the batch was large)."""
+        pos = np.array([self._pos[i] for i in id_list], dtype=np.int64)
+        hits_pool = bool(np.any(self._draws[pos] < self._threshold))
+        if hits_pool or len(pos) > self.config.refit_fraction * self.n_rows:
+            gone = set(pos.tolist())
+            keep = np.array([p for p in self._live_positions() if p not in gone], dtype=np.int64)
+            self._refit(keep)
+            return True
+        self._update(pos.astype(np.int32), -1)
+        self._class_counts -= np.bincount(self.A.y[pos], minlength=self.k)
+        hashes = self._row_hashes(pos)
+        self._row_sum -= hashes.sum(axis=0, dtype=np.uint64)
+        for p in pos.tolist():
+            del self._pos[self._ids[p]]
+            self._ids[p] = None
+            self._id_bytes[p] = None
+            self._free.append(p)
+        self._maybe_compact()
+        return False
+
+    def insert(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> bool:
+        """Add rows (ids all new). Returns True when the forest was refitted (a new row
+        joined D°)."""
+        new_draws = draws(self._key, id_raw, 1)[:, 0]
+        threshold = self._threshold
+        if threshold != self.config.rho:  # D° holds its minimum of rows: recount
+            rule = MembershipRule(self.config.rho, self.config.min_bin_rows)
+            live = self._live_positions()
+            threshold = rule.threshold(np.concatenate([self._draws[live], new_draws]))
+        if np.any(new_draws < threshold):
+            ids, raw, X_old, y_old = self.rows()
+            self.fit(
+                ids + list(id_list),
+                raw + list(id_raw),
+                np.vstack([X_old, X]),
+                np.concatenate([y_old, y]),
+            )
+            return True
+        pos = self._allocate(len(id_list))
+        for p, row_id, raw in zip(pos.tolist(), id_list, id_raw, strict=True):
+            self._ids[p], self._id_bytes[p] = row_id, raw
+            self._pos[row_id] = p
+        self._X[pos] = X
+        self._draws[pos] = new_draws
+        self.A.codes[pos] = self._encode(X)
+        self.A.y[pos] = y
+        self._update(pos.astype(np.int32), 1)
+        self._class_counts += np.bincount(self.A.y[pos], minlength=self.k)
+        self._row_sum += self._row_hashes(pos).sum(axis=0, dtype=np.uint64)
+        self._maybe_compact()
+        return False
+
+    def _allocate(self, m: int) -> np.ndarray:
+        take = min(m, len(self._free))
+        pos = [self._free.pop() for _ in range(take)]
+        cap = self._X.shape[0]
+        extra = m - take
+        if extra:
+            size = max(2 * cap, cap + extra)
+            X = np.zeros((size, self.d), np.float32)
+            X[:cap] = self._X
+            self._X = X
+            dr = np.ones(size, np.float64)
+            dr[:cap] = self._draws
+            self._draws = dr
+            self._ids += [None] * (size - cap)
+            self._id_bytes += [None] * (size - cap)
+            self.A = _resized(self.A, rows=size)
+            pos += list(range(cap, cap + extra))
+            self._free += list(range(size - 1, cap + extra - 1, -1))
+        return np.array(pos, dtype=np.int64)
+
+    def _update(self, pos: np.ndarray, sgn: int) -> None:
+        buf = np.empty(self.n_rows + len(pos) + 1, np.int32)
+        start = 0
+        while True:
+            stop = K.update_rows(
+                self.A,
+                pos,
+                sgn,
+                start // self.config.n_trees,
+                start % self.config.n_trees,
+                self._lo0,
+                self._hi0,
+                buf,
+                self._path,
+            )
+            if stop < 0:
+                return
+            start = stop
+            A = self.A
+            self.A = _resized(
+                A,
+                nodes=2 * A.feat.shape[0] + 2 * self.n_rows,
+                slots=2 * A.ncand.shape[0] + 16,
+                perm=2 * A.perm.shape[0] + 2 * self.n_rows,
+            )
+
+    def _maybe_compact(self) -> None:
+        A = self.A
+        live_nodes = A.top[0] - A.top[3]
+        if A.top[3] <= max(live_nodes, 1024) and A.top[5] <= max(A.top[2] - A.top[5], 1024):
+            return
+        B = _arrays(
+            A.codes.shape[0],
+            self.d,
+            self.k,
+            A.cfeat.shape[1],
+            int(1.5 * live_nodes) + 64,
+            int(1.5 * (A.top[1] - A.top[4])) + 16,
+            int(1.5 * (A.top[2] - A.top[5])) + 64,
+            A.roots.shape[0],
+        )
+        B = B._replace(codes=A.codes, y=A.y, seeds=A.seeds, nbins=A.nbins, params=A.params)
+        K.compact(A, B)
+        self.A = B
+
+    def _refit(self, keep: np.ndarray) -> None:
+        self.fit(
+            [self._ids[p] for p in keep],
+            [self._id_bytes[p] for p in keep],
+            self._X[keep],
+            self.A.y[keep].astype(np.int64),
+        )
+
+    def _row_hashes(self, pos: np.ndarray) -> np.ndarray:
+        pool = self._draws[pos] < self._threshold
+        raw = [self._id_bytes[p] for p in pos.tolist()]
+        return row_hashes(raw, self.A.y[pos].astype(np.int64), pool, self._X[pos]).view("<u8")
+
+    # -- serving ---------------------------------------------------------------------------
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        return K.predict(self.A, self._encode(X))
+
+    def _encode(self, X: np.ndarray) -> np.ndarray:
+        return K.encode(X, self._edge_table, self._n_edges)
+
+    def state_digest(self) -> str:
+        """SHA-256 over the configuration, key fingerprint, grid, every tree's Merkle hash
+        (structure and counts) and the multiset hash of the rows held."""
+        h = hashlib.sha256(self._prefix)
+        h.update(self._grid_digest)
+        h.update(self.A.hash[self.A.roots].tobytes())
+        h.update(self._row_sum.tobytes())
+        return h.hexdigest()
+
+    def structure(self, tree: int) -> np.ndarray:
+        """Tree ``tree`` in preorder: (feature, threshold, rows, class counts) per node."""
+        A = self.A
+        out = np.empty((A.top[0] + 1) * (3 + self.k), np.int64)
+        return out[: K.serialize(A, tree, out)].copy()
+
+    def nbytes(self) -> int:
+        """Bytes held by the rows and the trees (arrays' capacity)."""
+        arrays = sum(a.nbytes for a in self.A if isinstance(a, np.ndarray))
+        return int(arrays + self._X.nbytes + self._draws.nbytes)

@@ -1,0 +1,321 @@
+"""ExactForestClassifier: the scikit-learn surface of :class:`~forgetting.forest.ExactForest`.
+
+Guarantee: after ``fit(D)`` and ``forget(R)`` (or ``insert``), ``predict_proba`` and
+``state_digest()`` are bit for bit those of ``fit`` on the rows held, with the same
+parameters and key. Everything is validated before any state changes, so a bad request
+raises one clear error and leaves the model as it was. Ids, keys and receipts follow the
+QSS estimators (:mod:`forgetting.ids`, :mod:`forgetting.schema.membership`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Hashable, Sequence
+from datetime import UTC, datetime
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+
+from ..ids import listing, normalize_ids
+from ..receipts import Receipt
+from ..schema.membership import derive_key, id_bytes, receipt_hashes
+from .core import ExactForest, ForestConfig
+
+
+class ExactForestClassifier(ClassifierMixin, BaseEstimator):
+    """Extremely randomized trees with exact forget and insert.
+
+    Each of ``n_estimators`` trees draws ``max_features`` random (feature, bin threshold)
+    candidates per node from the node's feasible bin range (fixed by its ancestors, so no
+    row proposes them) and splits on the one with the largest Gini gain over the integer
+    class counts of all its rows, down to ``min_samples_leaf`` rows, pure nodes or
+    ``max_depth``. The bin grid (``max_bins`` per feature, NaN its own bin) comes from D°,
+    the rows whose keyed id hash is below ``rho`` (at least ``min_bin_rows`` rows): forgetting
+    a D° row refits. ``cache_min_rows`` sets which nodes cache candidate counts (a speed
+    knob only: results do not depend on it).
+    """
+
+    _parameter_constraints: dict = {
+        "n_estimators": [Interval(Integral, 1, None, closed="left")],
+        "max_features": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(Real, 0.0, 1.0, closed="right"),
+            StrOptions({"sqrt", "log2"}),
+        ],
+        "min_samples_leaf": [Interval(Integral, 1, None, closed="left")],
+        "max_depth": [Interval(Integral, 1, None, closed="left"), None],
+        "max_bins": [Interval(Integral, 2, 255, closed="both")],
+        "rho": [Interval(Real, 0.0, 1.0, closed="right")],
+        "min_bin_rows": [Interval(Integral, 0, None, closed="left")],
+        "cache_min_rows": [Interval(Integral, 1, None, closed="left")],
+        "random_state": [Interval(Integral, 0, 2**63 - 1, closed="both")],
+        "secret_key": [bytes, str, None],
+    }
+
+    def __init__(
+        self,
+        *,
+        n_estimators: int = 30,
+        max_features: int | float | str = "sqrt",
+        min_samples_leaf: int = 1,
+        max_depth: int | None = None,
+        max_bins: int = 255,
+        rho: float = 0.005,
+        min_bin_rows: int = 200,
+        cache_min_rows: int = 64,
+        random_state: int = 0,
+        secret_key: bytes | str | None = None,
+    ):
+        self.n_estimators = n_estimators
+        self.max_features = max_features
+        self.min_samples_leaf = min_samples_leaf
+        self.max_depth = max_depth
+        self.max_bins = max_bins
+        self.rho = rho
+        self.min_bin_rows = min_bin_rows
+        self.cache_min_rows = cache_min_rows
+        self.random_state = random_state
+        self.secret_key = secret_key
+
+    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
+        """The usual repr with ``secret_key`` masked (on a copy)."""
+        if self.secret_key is None:
+            return super().__repr__(N_CHAR_MAX)
+        masked = copy.copy(self)
+        masked.secret_key = "***"
+        return BaseEstimator.__repr__(masked, N_CHAR_MAX)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        tags.input_tags.sparse = False
+        tags.non_deterministic = False
+        return tags
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return "forest_" in self.__dict__
+
+    # -- validation ------------------------------------------------------------------------
+    def _config(self, d: int) -> ForestConfig:
+        mf = self.max_features
+        if mf == "sqrt":
+            K = math.ceil(math.sqrt(d))
+        elif mf == "log2":
+            K = max(1, math.ceil(math.log2(d))) if d > 1 else 1
+        elif isinstance(mf, Integral):
+            K = int(mf)
+        else:
+            K = max(1, math.ceil(float(mf) * d))
+        return ForestConfig(
+            n_trees=int(self.n_estimators),
+            n_candidates=K,
+            min_leaf=int(self.min_samples_leaf),
+            max_depth=-1 if self.max_depth is None else int(self.max_depth),
+            max_bins=int(self.max_bins),
+            rho=float(self.rho),
+            min_bin_rows=int(self.min_bin_rows),
+            cache_min_rows=int(self.cache_min_rows),
+            random_state=int(self.random_state),
+        )
+
+    def _validate_X(self, X: Any, *, reset: bool) -> np.ndarray:
+        """Dense float32 features; NaN is a missing value (its own bin), infinity is refused."""
+        X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
+        X32 = X.astype(np.float32)
+        if np.isinf(X32).any():
+            raise ValueError("X has values beyond float32 range; NaN marks a missing value")
+        return np.ascontiguousarray(X32)
+
+    def _check_X(self, X: Any) -> np.ndarray:
+        """Features for a fitted model: a plain float ndarray of the fitted width takes a
+        direct path (scikit-learn's checks are most of a one-row prediction); anything else
+        goes through :meth:`_validate_X` and gets its messages."""
+        if (
+            type(X) is np.ndarray
+            and X.ndim == 2
+            and X.dtype in (np.float32, np.float64)
+            and X.shape[0] >= 1
+            and X.shape[1] == self.n_features_in_
+            and "feature_names_in_" not in self.__dict__
+        ):
+            X32 = X.astype(np.float32)
+            if not np.isinf(X32).any():
+                return X32
+        return self._validate_X(X, reset=False)
+
+    def _check_y(self, y: Any, n: int) -> np.ndarray:
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        y = column_or_1d(y, warn=True)
+        if len(y) != n:
+            raise ValueError(
+                f"Found input variables with inconsistent numbers of samples: [{n}, {len(y)}]"
+            )
+        check_classification_targets(y)
+        return y
+
+    @staticmethod
+    def _check_ids(ids: Any, n: int | None, *, allow_range: bool = False):
+        if ids is None and not allow_range:
+            raise ValueError("ids are required")
+        id_list = normalize_ids(ids, n)
+        if not id_list:
+            raise ValueError("no ids given")
+        return id_list, [id_bytes(i) for i in id_list]
+
+    def _check_fitted(self) -> None:
+        if "forest_" not in self.__dict__:
+            check_is_fitted(self)
+
+    # -- fit -------------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None):
+        """Fit on rows ``X`` (NaN = missing) with labels ``y`` and unique ``ids`` (default
+        ``range(n)``). On any error the previous fit stays."""
+        self._validate_params()
+        saved = {k: v for k, v in vars(self).items() if k.endswith("_")}
+        try:
+            X32 = self._validate_X(X, reset=True)
+            y = self._check_y(y, X32.shape[0])
+            classes = np.unique(y)
+            if classes.size < 2:
+                raise ValueError(
+                    f"need at least 2 classes, got 1 class ({classes.tolist()}): a classifier "
+                    "cannot be fitted on one class"
+                )
+            id_list, id_raw = self._check_ids(ids, X32.shape[0], allow_range=True)
+            self._fit_indices(X32, np.searchsorted(classes, y), classes, id_list, id_raw)
+        except BaseException:
+            for k in [k for k in vars(self) if k.endswith("_")]:
+                delattr(self, k)
+            for k, v in saved.items():
+                setattr(self, k, v)
+            raise
+        return self
+
+    def _fit_indices(self, X32, targets, classes, id_list, id_raw) -> None:
+        key = derive_key(self.secret_key, int(self.random_state))
+        forest = ExactForest(self._config(X32.shape[1]), key, X32.shape[1], classes.size)
+        forest.fit(id_list, id_raw, X32, targets.astype(np.int64))
+        self.classes_ = classes
+        self.forest_ = forest
+        self._key = key
+
+    # -- forget / insert -------------------------------------------------------------------
+    def forget(self, ids: Sequence[Hashable]) -> Receipt:
+        """Forget rows by id; returns a receipt. Unknown ids raise KeyError, duplicates
+        ValueError; forgetting every row of a class refits with the classes that remain
+        (fewer than 2 raise). On any error nothing changes."""
+        self._check_fitted()
+        started = time.perf_counter()
+        id_list, id_raw = self._check_ids(ids, None)
+        forest = self.forest_
+        missing = forest.unknown_ids(id_list)
+        if missing:
+            raise KeyError(
+                f"unknown ids (never inserted, or already forgotten): {listing(missing)}"
+            )
+        remaining = forest.class_counts_without(id_list)
+        if np.count_nonzero(remaining) < 2:
+            raise ValueError(
+                "forgetting these rows would leave fewer than 2 classes; no classifier can be "
+                "fitted on what remains"
+            )
+        if np.any(remaining == 0):
+            self._refit_without(id_list)
+            refit = True
+        else:
+            refit = forest.forget(id_list)
+        return self._receipt("forget", id_raw, refit, started)
+
+    def _refit_without(self, id_list: list) -> None:
+        """Refit on what remains, with the classes that remain."""
+        ids, raw, X, y = self.forest_.rows()
+        gone = set(id_list)
+        keep = np.array([i not in gone for i in ids], dtype=bool)
+        present = np.unique(y[keep])
+        remap = np.full(self.classes_.size, -1, dtype=np.int64)
+        remap[present] = np.arange(present.size)
+        self._fit_indices(
+            X[keep],
+            remap[y[keep]],
+            self.classes_[present],
+            [i for i, k in zip(ids, keep, strict=True) if k],
+            [b for b, k in zip(raw, keep, strict=True) if k],
+        )
+
+    def insert(self, X: Any, y: Any, ids: Sequence[Hashable]) -> Receipt:
+        """Add labeled rows of known classes; the result equals a fit on all rows."""
+        self._check_fitted()
+        started = time.perf_counter()
+        X32 = self._validate_X(X, reset=False)
+        y = self._check_y(y, X32.shape[0])
+        idx = np.searchsorted(self.classes_, y).clip(max=self.classes_.size - 1)
+        unseen = self.classes_[idx] != y
+        if np.any(unseen):
+            raise ValueError(
+                f"unseen labels {np.unique(y[unseen])[:5].tolist()}; known classes are "
+                f"{self.classes_.tolist()} — refit to add a class"
+            )
+        id_list, id_raw = self._check_ids(ids, X32.shape[0])
+        known = self.forest_.known_ids(id_list)
+        if known:
+            raise ValueError(f"ids already present: {listing(known)}; forget them first")
+        refit = self.forest_.insert(id_list, id_raw, X32, idx.astype(np.int64))
+        return self._receipt("insert", id_raw, refit, started)
+
+    def _receipt(self, operation: str, id_raw: list, refit: bool, started: float) -> Receipt:
+        return Receipt(
+            operation=operation,
+            scope="instance",
+            n_rows=len(id_raw),
+            id_hashes=tuple(receipt_hashes(self._key, id_raw)),
+            instances_hit=(0,) if refit else (),
+            rebuild_started=False,
+            state_digest=self.forest_.state_digest(),
+            timestamp=datetime.now(UTC).isoformat(timespec="microseconds"),
+            seconds=time.perf_counter() - started,
+            effective_rho=self.forest_.effective_rho,
+        )
+
+    # -- serving ---------------------------------------------------------------------------
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Mean over trees of each leaf's class frequencies (a float function of counts)."""
+        self._check_fitted()
+        return self.forest_.predict_proba(self._check_X(X))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The most probable class (ties: the first in ``classes_``)."""
+        self._check_fitted()
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def state_digest(self) -> str:
+        """SHA-256 (hex) of the configuration, grid, trees and rows held."""
+        self._check_fitted()
+        return self.forest_.state_digest()
+
+    @property
+    def n_rows_(self) -> int:
+        """Rows currently held."""
+        self._check_fitted()
+        return self.forest_.n_rows
+
+    @property
+    def ids_(self) -> list:
+        """Ids of the rows held, in storage order."""
+        self._check_fitted()
+        return self.forest_.ids()
+
+    @property
+    def effective_rho_(self) -> float:
+        """The probability that forgetting a random row hits D° (and refits)."""
+        self._check_fitted()
+        return self.forest_.effective_rho

@@ -1,0 +1,27 @@
+"""scikit-learn's estimator checks for ExactForestClassifier, and its object protocols."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from forgetting.forest import ExactForestClassifier
+
+
+@parametrize_with_checks([ExactForestClassifier(n_estimators=5)])
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+def test_pickle_round_trip_forgets_the_same():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 5))
+    y = (X[:, 0] > 0).astype(int)
+    model = ExactForestClassifier(n_estimators=5, min_bin_rows=50).fit(X, y)
+    twin = pickle.loads(pickle.dumps(model))
+    assert np.array_equal(model.predict_proba(X), twin.predict_proba(X))
+    assert model.state_digest() == twin.state_digest()
+    assert model.forget([3, 4]).state_digest == twin.forget([3, 4]).state_digest
+    assert np.array_equal(model.predict_proba(X), twin.predict_proba(X))
