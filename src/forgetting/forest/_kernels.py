@@ -80,28 +80,22 @@ def _below(r, m):
 
 
 @_jit
-def draw_candidates(seed, lo, hi, K, cf, ct):
+def draw_candidates(seed, lo, hi, K, cf, ct, feas):
     """K candidates (feature, threshold) from the node's feasible code ranges lo..hi: a
     feature uniformly among those with hi > lo, a threshold uniformly in [lo, hi - 1].
-    Returns how many were drawn (0 when no feature can be split)."""
+    Returns how many were drawn (0 when no feature can be split). ``feas`` is scratch of
+    length d."""
     d = lo.shape[0]
     nfeas = 0
     for f in range(d):
         if hi[f] > lo[f]:
+            feas[nfeas] = f
             nfeas += 1
     if nfeas == 0:
         return 0
     for j in range(K):
         r = _mix(seed + np.uint64(j + 1) * _GOLD)
-        pick = _below(r, nfeas)
-        f = 0
-        seen = -1
-        for g in range(d):
-            if hi[g] > lo[g]:
-                seen += 1
-                if seen == pick:
-                    f = g
-                    break
+        f = feas[_below(r, nfeas)]
         r2 = _mix(r ^ _LANE)
         cf[j] = f
         ct[j] = lo[f] + _below(r2, hi[f] - lo[f])
@@ -209,6 +203,7 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
     root = -1
     lo = np.empty(d, np.int32)
     hi = np.empty(d, np.int32)
+    feas = np.empty(d, np.int32)
     while sp > 0:
         sp -= 1
         na, nb, dep, sd = st_a[sp], st_b[sp], st_depth[sp], st_seed[sp]
@@ -239,7 +234,7 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
         best = -1
         ncand = 0
         if not _stops(pmax, m, dep, min_leaf, max_depth):
-            ncand = draw_candidates(sd, lo, hi, K, cf, ct)
+            ncand = draw_candidates(sd, lo, hi, K, cf, ct, feas)
             L[:] = 0
             for i in range(na, nb):
                 r = buf[i]
