@@ -12,6 +12,7 @@ import torch
 
 from forgetting import ModelFileError, MUNKEYClassifier
 from forgetting.munkey import AGGREGATIONS, KeyMemory
+from forgetting.munkey.classifier import auto_patch
 from forgetting_lab.datasets import load_dataset
 
 TINY = dict(
@@ -201,6 +202,25 @@ def test_parameter_and_label_errors(data):
         MUNKEYClassifier(**TINY).fit(X, np.zeros(len(y), dtype=int))
     with pytest.raises(ValueError, match="duplicate"):
         MUNKEYClassifier(**TINY).fit(X, y, [0] * len(y))
+
+
+@pytest.mark.parametrize("side,patch", [(8, 2), (28, 7), (32, 8), (30, 6), (7, 1), (224, 56)])
+def test_auto_patch_is_the_largest_divisor_giving_a_4x4_grid(side, patch):
+    assert auto_patch(side) == patch and side % patch == 0 and side // patch >= min(side, 4)
+
+
+def test_default_patch_adapts_to_the_image_and_survives_save_load(tmp_path, data):
+    X, y, Xt, _ = data  # 8×8 digits: the old fixed default (7) refused them
+    tiny = {k: v for k, v in TINY.items() if k != "patch"}
+    model = MUNKEYClassifier(**tiny, random_state=3).fit(X, y)
+    assert model.patch == "auto" and model.patch_ == 2
+    model.save(tmp_path / "m.munkey")
+    loaded = MUNKEYClassifier.load(tmp_path / "m.munkey")
+    assert loaded.patch_ == 2 and np.array_equal(loaded.predict_proba(Xt), model.predict_proba(Xt))
+    with pytest.raises(ValueError, match="patch=3 must divide the image side 8"):
+        MUNKEYClassifier(**{**tiny, "patch": 3}).fit(X, y)
+    with pytest.raises(ValueError, match='positive int or "auto"'):
+        MUNKEYClassifier(**{**tiny, "patch": "big"}).fit(X, y)
 
 
 def test_key_memory_delete_is_swap_with_last():

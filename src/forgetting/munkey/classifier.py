@@ -126,6 +126,12 @@ def check_images(X: Any, shape: tuple[int, ...] | None = None) -> np.ndarray:
     return np.ascontiguousarray(X)
 
 
+def auto_patch(side: int) -> int:
+    """The largest divisor of ``side`` that is at most ``side // 4`` (1 for sides under 8):
+    at least a 4×4 grid of patch tokens, each patch as large as that allows."""
+    return max(p for p in range(1, max(1, side // 4) + 1) if side % p == 0)
+
+
 def default_encoder(height: int, width: int):
     """The package's frozen HOG + pooled-pixel encoder, sized for ``height × width`` images."""
     from ..encoders import HOGEncoder
@@ -140,9 +146,14 @@ class MUNKEYClassifier(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    width, depth, heads, patch : int
-        Backbone shape (paper: ViT-Tiny/16, width 192, depth 12; here 64/3/4 with 7-pixel
-        patches for 28×28 images — see docs/munkey.md).
+    width, depth, heads : int
+        Backbone shape (paper: ViT-Tiny/16, width 192, depth 12; here 64/3/4 — see
+        docs/munkey.md).
+    patch : int or "auto"
+        Side of the square patches; it must divide the image side. ``"auto"`` takes the
+        largest divisor of the side that is at most a quarter of it, so an image becomes at
+        least 4×4 patch tokens: 7 for 28×28 (16 tokens), 2 for 8×8, 8 for 32×32. The choice
+        is kept in ``patch_``.
     exemplar_dim : int
         Width of each row's exemplar v_i (paper: 128).
     epochs, batch_size, lr, weight_decay : training schedule
@@ -175,7 +186,7 @@ class MUNKEYClassifier(ClassifierMixin, BaseEstimator):
         width: int = 64,
         depth: int = 3,
         heads: int = 4,
-        patch: int = 7,
+        patch: int | str = "auto",
         exemplar_dim: int = 128,
         epochs: int = 15,
         batch_size: int = 128,
@@ -229,7 +240,11 @@ class MUNKEYClassifier(ClassifierMixin, BaseEstimator):
 
     # -- validation ----------------------------------------------------------------------
     def _check_params(self) -> None:
-        ints = ("width", "depth", "heads", "patch", "exemplar_dim", "epochs", "batch_size")
+        ints = ("width", "depth", "heads", "exemplar_dim", "epochs", "batch_size")
+        if self.patch != "auto" and not (
+            isinstance(self.patch, int | np.integer) and self.patch >= 1
+        ):
+            raise ValueError(f'patch must be a positive int or "auto", got {self.patch!r}')
         for name in (*ints, "retrieval_k", "k", "n_threads"):
             value = getattr(self, name)
             if not (isinstance(value, int | np.integer) and value >= 1):
@@ -303,13 +318,20 @@ class MUNKEYClassifier(ClassifierMixin, BaseEstimator):
         """Train backbone, adapter and one exemplar per row; store (key, exemplar) per id.
 
         ``X``: images ``(n, H, W)`` or ``(n, H, W, C)`` with values in [0, 1], H = W divisible
-        by ``patch``. ``ids`` default to ``range(n)``. On any validation error nothing changes.
+        by ``patch`` (``"auto"`` picks one: :func:`auto_patch`). ``ids`` default to
+        ``range(n)``. On any validation error nothing changes.
         """
         self._check_params()
         images = check_images(X)
         n, h, w, c = images.shape
-        if h != w or h % self.patch:
-            raise ValueError(f"images must be square with sides divisible by patch={self.patch}")
+        if h != w:
+            raise ValueError(f"images must be square, got {h}×{w}")
+        patch = auto_patch(h) if self.patch == "auto" else int(self.patch)
+        if h % patch:
+            raise ValueError(
+                f"patch={patch} must divide the image side {h}: pass a divisor of {h} or "
+                'patch="auto"'
+            )
         if self.width % self.heads:
             raise ValueError(f"heads={self.heads} must divide width={self.width}")
         y = np.asarray(y)
@@ -327,7 +349,7 @@ class MUNKEYClassifier(ClassifierMixin, BaseEstimator):
         config = ViTConfig(
             image_size=h,
             channels=c,
-            patch=int(self.patch),
+            patch=patch,
             width=int(self.width),
             depth=int(self.depth),
             heads=int(self.heads),
@@ -341,6 +363,7 @@ class MUNKEYClassifier(ClassifierMixin, BaseEstimator):
             exemplars = torch.nn.Parameter(init)
             tensor, labels = self._to_tensor(images), torch.as_tensor(targets)
             self._train(net, exemplars, tensor, labels, keys, gen)
+        self.patch_ = patch
         self.fit_seconds_ = time.perf_counter() - started
         self.fit_cpu_seconds_ = time.process_time() - cpu  # robust to other jobs' load
         net.eval()

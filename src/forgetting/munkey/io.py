@@ -176,6 +176,7 @@ def load_munkey(cls, path, encoder, secret_key, allow_version_mismatch: bool):
     model.memory_ = memory
     model.classes_ = np.asarray(classes["values"], dtype=dtype)
     model.image_shape_ = tuple(manifest["image_shape"])
+    model.patch_ = int(net.config.patch)
     model.tombstones_ = set(manifest["tombstones"])
     model.n_features_in_ = int(np.prod(model.image_shape_))
     return model
