@@ -218,3 +218,41 @@ def test_ids_from_csv_reads_the_first_column():
     assert ids_from_csv(b"\xef\xbb\xbfID,x\na,1\n\n b ,2\n") == ["a", "b"]
     with pytest.raises(ValueError, match="UTF-8"):
         ids_from_csv(b"\xff\xfe")
+
+
+def test_the_log_pages_and_the_last_rebuild_is_read_incrementally(console, monkeypatch):
+    from forgetting.service import console as console_module
+
+    model, client, ids = console
+    monkeypatch.setattr(console_module, "PAGE", 2)
+    csrf = sign_in(client)
+    for i in range(3):
+        forget_through_console(client, csrf, [ids[30 + i]])
+    first = client.get("/console/log").text
+    assert first.count("<td>forget</td>") == 2 and 'id="next"' in first
+    cursor = re.search(r'id="next" href="/console/log\?cursor=(\d+)"', first).group(1)
+    second = client.get("/console/log", params={"cursor": cursor}).text
+    assert second.count("<td>forget</td>") == 1 and 'id="next"' not in second
+    rebuilt = [r for r in model.iter_receipts() if r["rebuild_started"]]
+    health = client.get("/console/health").text
+    expected = rebuilt[-1]["timestamp"] if rebuilt else "none"
+    assert f"<td>{expected}</td>" in health
+
+
+def test_a_deletion_larger_than_max_batch_is_refused(tmp_path):
+    X, y = classification_data()
+    ids = user_ids(len(y))
+    model = DurableModel.create(str(tmp_path / "m.db"), QSSClassifier(**FAST), X, y, ids)
+    try:
+        client = TestClient(create_app(model, ServiceConfig(tokens=(TOKEN,), max_batch=2)))
+        csrf = sign_in(client)
+        r = client.post(
+            "/console/forget/confirm",
+            data={"csrf": csrf},
+            files={"file": ("ids.csv", "\n".join(ids[:3]), "text/csv")},
+        )
+        assert r.status_code == 422 and "max_batch" in r.text
+        r = client.post("/console/forget", data={"csrf": csrf, "ids": ids[:3]})
+        assert r.status_code == 422 and model.stats()["n_rows"] == len(ids)
+    finally:
+        model.close()

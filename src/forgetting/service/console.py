@@ -59,8 +59,6 @@ SESSION_IDLE = 8 * 3600
 MAX_SESSIONS = 512
 #: Rows per page of the request log.
 PAGE = 50
-#: The most ids one deletion from the console may name.
-MAX_IDS = 10_000
 #: Where the console's stylesheet is served.
 CSS_PATH = "/console/assets/console.css"
 
@@ -184,6 +182,7 @@ def add_console(
     templates = _templates()
     sessions = Sessions()
     verify_job = VerifyJob(model)
+    last_rebuild = LastRebuild(model)
     css = resources.files(__package__).joinpath("static", "console.css").read_bytes()
 
     def secure(request: Request) -> bool:
@@ -406,8 +405,11 @@ def add_console(
                 ids += ids_from_csv(await file.read())
             if not ids:
                 raise ValueError("give an id, or a CSV file of ids (one a line)")
-            if len(ids) > MAX_IDS:
-                raise ValueError(f"{len(ids)} ids: at most {MAX_IDS} at once; split the file")
+            if len(ids) > config.max_batch:
+                raise ValueError(
+                    f"{len(ids)} ids: at most {config.max_batch} at once (the service's "
+                    "max_batch); split the file"
+                )
             if id_type not in ("auto", "str", "int"):
                 raise ValueError("id type: auto, str or int")
             for raw in ids:
@@ -429,7 +431,7 @@ def add_console(
         if not csrf_ok(session, csrf):
             return refused(request, session)
         try:
-            if not ids or len(ids) > MAX_IDS:
+            if not ids or len(ids) > config.max_batch:
                 raise ValueError("nothing to forget: start again from the deletion form")
             ids = list(ids)
             parsed = [parse_id(v, id_type) for v in ids]
@@ -479,7 +481,8 @@ def add_console(
             total=len(instances),
             rho=rho,
             privacy=privacy,
-            last_rebuild=_last_rebuild(model),
+            last_rebuild=last_rebuild(),
+            refresh=bool(stats.get("pending_rebuilds")) or verify_job.running,
             verify=verify_job,
         )
 
@@ -498,14 +501,29 @@ def add_console(
         return Response(css, media_type="text/css; charset=utf-8")
 
 
-def _last_rebuild(model: ServableModel) -> str | None:
+class LastRebuild:
     """The time of the latest receipt that started a rebuild (the store records no other
-    rebuild time), or None."""
-    latest = None
-    try:
-        for receipt in model.iter_receipts(ReceiptFilter(operation="forget")):
-            if receipt.get("rebuild_started"):
-                latest = receipt.get("timestamp")
-    except (StoreCorrupt, RecursionError):
-        return None
-    return latest
+    rebuild time), read incrementally: each call reads only the receipts appended since."""
+
+    def __init__(self, model: ServableModel):
+        self._model = model
+        self._lock = threading.Lock()
+        self._cursor = 0
+        self._latest: str | None = None
+
+    def __call__(self) -> str | None:
+        keep = ReceiptFilter(operation="forget")
+        with self._lock:
+            try:
+                while True:
+                    items, after = self._model.receipts(keep, after=self._cursor, limit=1000)
+                    for receipt in items:
+                        self._cursor = max(self._cursor, int(receipt["seq"]))
+                        if receipt.get("rebuild_started"):
+                            self._latest = receipt.get("timestamp")
+                    if after is None:
+                        break
+                    self._cursor = max(self._cursor, after)
+            except (StoreCorrupt, RecursionError):
+                pass  # the log page says so; health still answers
+            return self._latest
