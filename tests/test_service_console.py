@@ -117,6 +117,8 @@ def test_health_shows_instances_and_verify_runs_in_the_background(console):
     csrf = sign_in(client)
     page = client.get("/console/health").text
     assert "3 of 3 instances valid" in page and "sqlite" in page and "Not run yet" in page
+    size = model.stats()["store_bytes"]
+    assert size > 0 and f"{size:,} bytes" in page
     assert client.post("/console/verify", data={"csrf": csrf}).status_code == 200
     deadline = time.monotonic() + 60
     while "OK: the refit matches" not in (page := client.get("/console/health").text):
@@ -254,5 +256,25 @@ def test_a_deletion_larger_than_max_batch_is_refused(tmp_path):
         assert r.status_code == 422 and "max_batch" in r.text
         r = client.post("/console/forget", data={"csrf": csrf, "ids": ids[:3]})
         assert r.status_code == 422 and model.stats()["n_rows"] == len(ids)
+    finally:
+        model.close()
+
+
+def test_health_shows_the_dp_budget_spent(tmp_path):
+    X, y = classification_data()
+    ids = user_ids(len(y))
+    params = dict(
+        mode="dp", epsilon=2.0, delta=1e-5, secret_key=b"a secret of at least sixteen bytes"
+    )
+    model = DurableModel.create(
+        str(tmp_path / "m.db"), QSSClassifier(**{**FAST, **params}), X, y, ids
+    )
+    try:
+        model.predict(X[:2])
+        client = TestClient(create_app(model, ServiceConfig(tokens=(TOKEN,))))
+        sign_in(client)
+        page = client.get("/console/health").text
+        composed = model.estimator.privacy_.composed_epsilon
+        assert f"composed ε = {composed:.3f}" in page and "dp" in page
     finally:
         model.close()

@@ -153,7 +153,7 @@ def _now() -> str:
 def _templates() -> Jinja2Templates:
     folder = Path(str(resources.files(__package__).joinpath("templates")))
     templates = Jinja2Templates(directory=folder)
-    # Jinja2Templates turns autoescaping on for .html; say so, whatever the default.
+    # every template autoescaped, whatever its name: ids and CSV cells are text
     templates.env.autoescape = True
     return templates
 
@@ -231,8 +231,7 @@ def add_console(
         return hmac.compare_digest(session.csrf.encode(), presented.encode("utf-8", "replace"))
 
     def refused(request: Request, session: Session | None) -> HTMLResponse:
-        if session is None:
-            _, session = sessions.new()
+        session = session or Session()  # rendered only, not kept
         return page(
             request,
             "error.html",
