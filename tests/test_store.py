@@ -890,3 +890,14 @@ def test_a_forget_that_fails_after_changing_memory_restores_the_group_from_the_s
     assert model.estimator.n_rows_ == len(ids) - 1
     assert model.verify()["ok"]
     model.close()
+
+
+def test_stats_report_the_store_s_size(db):
+    X, y = classification_data()
+    ids = user_ids(len(y))
+    with DurableModel.create(db, QSSClassifier(**FAST), X, y, ids) as model:
+        before = model.stats()["store_bytes"]
+        assert isinstance(before, int) and before > X.nbytes // 2
+        more = np.random.default_rng(0).normal(size=(2000, X.shape[1]))
+        model.insert(more, np.resize(y, 2000), [f"n-{i}" for i in range(2000)])
+        assert model.stats()["store_bytes"] > before

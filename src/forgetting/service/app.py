@@ -5,7 +5,8 @@ endpoints), :mod:`.middleware` (what is refused before a body is read), :mod:`.a
 tokens), :mod:`.batcher` (micro-batching of predictions), :mod:`.recovery` (503 and reload
 after a store error), :mod:`.errors` (failures as HTTP answers), :mod:`.convert` (JSON in and
 out), :mod:`.receipt_log` (receipts by raw id, listing, export), :mod:`.docs` (``/docs``
-from bundled assets), :mod:`.tokens` (weak tokens refused). How ``forgetting serve`` runs
+from bundled assets), :mod:`.tokens` (weak tokens refused), :mod:`.console` (the
+operator's web console at ``/``). How ``forgetting serve`` runs
 the app under uvicorn (connections bounded under the open-file limit, slow clients closed,
 repeated log lines collapsed) is :mod:`.server`'s.
 
@@ -21,6 +22,7 @@ Decided here, at start-up, and why:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator
@@ -34,11 +36,12 @@ from .. import __version__
 from ..store.errors import StoreError
 from .batcher import PredictBatcher
 from .config import ConfigError, ServiceConfig
+from .console import add_console
 from .convert import labels_from_proba
 from .docs import add_docs
 from .errors import invalid_request, store_error_handler
 from .middleware import RequestGate
-from .model import ServableModel, key_is_derived
+from .model import ServableModel, groups_writes, key_is_derived
 from .recovery import Recovery
 from .routes import Access, build_router
 
@@ -119,6 +122,8 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
     app.state.predict_batcher = batcher
 
     app.include_router(build_router(model, config, access, batcher, recovery, mutation_lock))
+    write_lock = contextlib.nullcontext() if groups_writes(model) else mutation_lock
+    add_console(app, model, config, recovery, write_lock)
     docs = add_docs(app) | {app.openapi_url}
     app.add_middleware(
         RequestGate,

@@ -257,6 +257,8 @@ class DurableModel:
 
     def stats(self) -> dict:
         self._require_available()
+        with self._lock:  # the store's connection, like every read of it
+            size = self._store.size_bytes()
         est = self.estimator
         engine = est.engine_
         with engine.locked():
@@ -279,6 +281,7 @@ class DurableModel:
                 "read_only": self.read_only,
                 "backend": self._store.dialect.name,
                 "store_format": self._store.format,
+                "store_bytes": size,
             }
 
     def _instance_stats(self, r: int) -> dict[str, Any]:

@@ -439,6 +439,23 @@ class SQLStore(Connection):
                 )
         return problems
 
+    def size_bytes(self) -> int:
+        """The bytes the store's database takes: SQLite's pages (the main file, without a
+        WAL not yet checkpointed), or PostgreSQL's tables with their indexes and TOAST."""
+
+        def size(cur) -> int:
+            if self.dialect is SQLITE:
+                pages = self.execute(cur, "PRAGMA page_count").fetchone()[0]
+                page = self.execute(cur, "PRAGMA page_size").fetchone()[0]
+                return int(pages) * int(page)
+            total = 0
+            for table in (*TABLES, *self._contrib_tables(cur)):
+                query = "SELECT COALESCE(pg_total_relation_size(to_regclass(?)), 0)"
+                total += int(self.execute(cur, query, (table,)).fetchone()[0])
+            return total
+
+        return int(self.read(size, "reading the store's size"))
+
     def count(self, table: str) -> int:
         if table not in TABLES and not is_contrib_table(table):
             raise ValueError(f"unknown table {table!r}")
