@@ -128,7 +128,16 @@ def test_the_lab_lives_beside_the_library():
 
 
 LAYERS = (
-    ("_rowwise", "_parallel", "_sklearn_pandas", "labels", "ids", "receipts", "snapshots"),
+    (
+        "_rowwise",
+        "_parallel",
+        "_sklearn_pandas",
+        "_masked_repr",
+        "labels",
+        "ids",
+        "receipts",
+        "snapshots",
+    ),
     ("content",),
     ("schema", "encoders", "privacy"),
     ("instance", "rows"),

@@ -9,7 +9,6 @@ QSS estimators (:mod:`forgetting.ids`, :mod:`forgetting.schema.membership`).
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Hashable, Sequence
@@ -23,13 +22,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
+from .._masked_repr import MaskedKeyRepr
 from ..ids import listing, normalize_ids
 from ..receipts import Receipt
 from ..schema.membership import derive_key, id_bytes, receipt_hashes
 from .core import ExactForest, ForestConfig
 
 
-class ExactForestClassifier(ClassifierMixin, BaseEstimator):
+class ExactForestClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
     """Extremely randomized trees with exact forget and insert.
 
     Each of ``n_estimators`` trees draws ``max_features`` random (feature, bin threshold)
@@ -83,14 +83,6 @@ class ExactForestClassifier(ClassifierMixin, BaseEstimator):
         self.cache_min_rows = cache_min_rows
         self.random_state = random_state
         self.secret_key = secret_key
-
-    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
-        """The usual repr with ``secret_key`` masked (on a copy)."""
-        if self.secret_key is None:
-            return super().__repr__(N_CHAR_MAX)
-        masked = copy.copy(self)
-        masked.secret_key = "***"
-        return BaseEstimator.__repr__(masked, N_CHAR_MAX)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

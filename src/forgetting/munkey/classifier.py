@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
+from .._masked_repr import MaskedKeyRepr
 from ..ids import listing
 from ..schema.membership import canonical_id, derive_key, id_bytes, receipt_hash
 from .backbone import TinyViT, ViTConfig
@@ -141,7 +142,7 @@ def default_encoder(height: int, width: int):
     return HOGEncoder(image_shape=(height, width), pixels_per_cell=cell, pool=pool)
 
 
-class MUNKEYClassifier(ClassifierMixin, BaseEstimator):
+class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
     """Unlearning-by-design image classifier: ViT + exemplar token + deletable key memory.
 
     Parameters
@@ -226,17 +227,6 @@ class MUNKEYClassifier(ClassifierMixin, BaseEstimator):
         self.n_threads = n_threads
         self.secret_key = secret_key
         self.progress = progress
-
-    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
-        """The usual repr, with ``secret_key`` masked."""
-        key = self.secret_key
-        if key is None:
-            return super().__repr__(N_CHAR_MAX)
-        try:
-            self.secret_key = "***"
-            return super().__repr__(N_CHAR_MAX)
-        finally:
-            self.secret_key = key
 
     # -- validation ----------------------------------------------------------------------
     def _check_params(self) -> None:
