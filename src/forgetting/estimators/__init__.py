@@ -17,7 +17,6 @@ unlabeled) but its input keeps shaping the codebook; erasing inputs needs
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Hashable, Sequence
 from numbers import Integral
@@ -29,6 +28,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
+from .._masked_repr import MaskedKeyRepr
 from ..distributed import fit_distributed, is_distributed_input
 from ..engine import EngineConfig, QSSEngine
 from ..ids import listing, normalize_ids
@@ -69,7 +69,7 @@ class RowSource(Protocol):
         ``ids`` and the encoded ``targets``."""
 
 
-class _QSSBase(RawTables, BaseEstimator):
+class _QSSBase(MaskedKeyRepr, RawTables, BaseEstimator):
     """Shared parameters, validation and the forget/insert/persistence surface."""
 
     _task: str
@@ -120,17 +120,6 @@ class _QSSBase(RawTables, BaseEstimator):
         self.epsilon = epsilon
         self.delta = delta
         self.clip = clip
-
-    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
-        """The usual repr, with ``secret_key`` masked: the key must never reach a log.
-
-        The mask goes on a shallow copy, so a concurrent ``fit`` never sees it.
-        """
-        if self.secret_key is None:
-            return super().__repr__(N_CHAR_MAX)
-        masked = copy.copy(self)
-        masked.secret_key = "***"
-        return BaseEstimator.__repr__(masked, N_CHAR_MAX)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -252,6 +241,23 @@ class _QSSBase(RawTables, BaseEstimator):
             source.build(engine, id_list, targets)
             self._install_engine(engine)
             return self
+
+        return self._fit_atomically(run)
+
+    def _fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None):
+        """``fit`` for both tasks: a dask input goes to the cluster, a raw table through the
+        encoding, an array straight to the engine; all or nothing (``_fit_atomically``)."""
+        if is_distributed_input(X):
+            return fit_distributed(self, X, y, ids)
+        self._check_params()
+
+        def run():
+            if wants_encoding(X):
+                return self._fit_frame(X, y, ids)
+            self.__dict__.pop("table_", None)
+            X_valid = self._validate_X(X, reset=True)
+            targets, n_outputs = self._fit_targets(y, X_valid.shape[0])
+            return self._fit_engine(ids, X_valid, targets, n_outputs)
 
         return self._fit_atomically(run)
 
@@ -631,19 +637,7 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         DataFrame ``X`` is fitted on the active dask.distributed client (bit for bit the
         in-memory fit; ``pip install "forgetting[distributed]"``, docs/distributed.md).
         """
-        if is_distributed_input(X):
-            return fit_distributed(self, X, y, ids)
-        self._check_params()
-
-        def run():
-            if wants_encoding(X):
-                return self._fit_frame(X, y, ids)
-            self.__dict__.pop("table_", None)
-            X_valid = self._validate_X(X, reset=True)
-            targets, n_outputs = self._fit_targets(y, X_valid.shape[0])
-            return self._fit_engine(ids, X_valid, targets, n_outputs)
-
-        return self._fit_atomically(run)
+        return self._fit(X, y, ids)
 
     def _fit_targets(self, y: Any, n: int) -> tuple[np.ndarray, int]:
         """``fit``'s labels as class indices (UNLABELED = none) and the number of classes;
@@ -801,19 +795,7 @@ class QSSRegressor(RegressorMixin, _QSSBase):
     def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None) -> QSSRegressor:
         """Fit on rows ``X`` with targets ``y`` (NaN = unlabeled, label mode) and ``ids``;
         a dask ``X`` is fitted on the active dask.distributed client (see QSSClassifier.fit)."""
-        if is_distributed_input(X):
-            return fit_distributed(self, X, y, ids)
-        self._check_params()
-
-        def run():
-            if wants_encoding(X):
-                return self._fit_frame(X, y, ids)
-            self.__dict__.pop("table_", None)
-            X_valid = self._validate_X(X, reset=True)
-            targets, n_outputs = self._fit_targets(y, X_valid.shape[0])
-            return self._fit_engine(ids, X_valid, targets, n_outputs)
-
-        return self._fit_atomically(run)
+        return self._fit(X, y, ids)
 
     def _fit_targets(self, y: Any, n: int) -> tuple[np.ndarray, int]:
         """``fit``'s targets (NaN = unlabeled, label mode) and the number of outputs (1)."""
