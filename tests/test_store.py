@@ -28,6 +28,7 @@ from conftest import (
 )
 
 from forgetting import QSSClassifier, QSSRegressor
+from forgetting.receipts import Receipt
 from forgetting.store import DurableModel
 from forgetting.store.errors import StoreError
 
@@ -738,7 +739,7 @@ def test_concurrent_forgets_share_one_commit_and_each_gets_its_own_answer(db, mo
     assert held.commits == 2  # the first request's, then one for all that queued behind it
     assert isinstance(results["unknown"], KeyError)
     for name, n in (("first", 1), ("c", 2), ("hit", 1)):
-        assert isinstance(results[name], dict) and results[name]["n_rows"] == n, name
+        assert isinstance(results[name], Receipt) and results[name]["n_rows"] == n, name
     assert results["hit"]["instances_hit"]
     twice = [results["b"], results["again"]]
     assert sorted(bool(r.get("already_forgotten")) for r in twice) == [False, True]

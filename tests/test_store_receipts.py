@@ -130,3 +130,46 @@ def test_label_mode_forgotten_rows_are_held_but_forgotten(db):
         assert found["status"] == "forgotten" and found["receipts"][-1]["scope"] == "label"
         assert model.receipts(ReceiptFilter(scope="label"))[0][0]["seq"] == 1
         assert model.receipts(ReceiptFilter(scope="instance"))[0] == []
+
+
+# -- one Receipt type ----------------------------------------------------------------------
+
+
+def test_the_store_returns_the_estimators_receipt_type(store):
+    """DurableModel.forget/insert return a Receipt like the estimator's; a retried deletion
+    returns the stored receipt marked already_forgotten; the dict shape is what is stored."""
+    from forgetting.receipts import Receipt
+
+    model, X, y, ids = store
+    first = model.forget([ids[3]])
+    assert isinstance(first, Receipt) and first.operation == "forget" and first.n_rows == 1
+    assert not first.already_forgotten and "already_forgotten" not in first.to_dict()
+    again = model.forget([ids[3]])
+    assert isinstance(again, Receipt) and again.already_forgotten
+    assert again.id_hashes == first.id_hashes and again["id_hashes"] == list(first.id_hashes)
+    partly = model.forget([ids[3], ids[4]])
+    assert partly.n_rows == 1 and partly.already_forgotten_ids == 1
+    inserted = model.insert(X[:1], y[:1], ["brand-new"])
+    assert isinstance(inserted, Receipt) and inserted.operation == "insert"
+    assert Receipt.from_dict(inserted.to_dict()) == inserted
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda d: {**d, "n_rows": "many"}, "n_rows"),
+        (lambda d: {k: v for k, v in d.items() if k != "state_digest"}, "state_digest"),
+        (lambda d: {**d, "id_hashes": [1, 2]}, "id_hashes"),
+        (lambda d: {**d, "rebuild_started": 1}, "rebuild_started"),
+        (lambda d: {**d, "extra": 0}, "extra"),
+        (lambda d: [d], "object"),
+    ],
+)
+def test_a_receipt_read_back_is_checked_field_by_field(change, match):
+    from forgetting.receipts import Receipt
+
+    X, y = classification_data()
+    receipt = QSSClassifier(**FAST).fit(X, y).forget([5]).to_dict()
+    assert Receipt.from_dict(receipt).to_dict() == receipt
+    with pytest.raises(ValueError, match=match):
+        Receipt.from_dict(change(receipt))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,12 @@ class Receipt:
     the codebook). ``effective_rho`` is the D°-hit probability per instance after the call.
     ``state_digest`` is the model's digest right after the call; while a
     background rebuild is pending it differs from a refit's until the rebuild lands.
+
+    The estimator, the durable store (:class:`~forgetting.store.DurableModel`) and the CLI
+    all return this type; the service sends :meth:`to_dict`. A retried deletion answered by
+    the store carries ``already_forgotten`` (every id was gone: this is the stored receipt)
+    or ``already_forgotten_ids`` (how many of the ids were gone before). A receipt also reads
+    like the dict the store keeps (``receipt["state_digest"]``, ``receipt.get(...)``).
     """
 
     operation: str
@@ -31,7 +38,74 @@ class Receipt:
     effective_rho: float = 0.0
     """Mean over instances of |D°_r| / labeled rows after the call: the probability that
     forgetting one more random row hits an instance's D° (ρ, or more on small data)."""
+    already_forgotten: bool = False
+    already_forgotten_ids: int = 0
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict (tuples become lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        """A JSON-ready dict (tuples become lists); the two retry fields only when set, so
+        a stored receipt keeps the shape it always had."""
+        out = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        for name in _RETRY_FIELDS:
+            if not out[name]:
+                del out[name]
+        return out
+
+    @classmethod
+    def from_dict(cls, value: Any) -> Receipt:
+        """The receipt a dict of :meth:`to_dict`'s shape describes (a stored one, read back).
+
+        Every field must be there with its type (the optional ones may be left out); other
+        keys are refused. A ValueError names the first field that is wrong."""
+        if not isinstance(value, dict):
+            raise ValueError(f"a receipt is a JSON object, not a {type(value).__name__}")
+        unknown = sorted(set(value) - set(_FIELD_TYPES))
+        if unknown:
+            raise ValueError(f"field {unknown[0]!r} is not a receipt field")
+        kwargs = {}
+        for name, kind in _FIELD_TYPES.items():
+            if name not in value:
+                if name in _OPTIONAL:
+                    continue
+                raise ValueError(f"field {name!r} is missing")
+            item = value[name]
+            if isinstance(kind, tuple):  # (tuple, element type)
+                element = kind[1]
+                if not isinstance(item, list | tuple) or not all(
+                    isinstance(v, element) and not isinstance(v, bool) for v in item
+                ):
+                    raise ValueError(f"field {name!r} must be a list of {element.__name__}")
+                item = tuple(item)
+            elif kind is float:
+                if isinstance(item, bool) or not isinstance(item, int | float):
+                    raise ValueError(f"field {name!r} must be a number")
+            elif kind is int:
+                if isinstance(item, bool) or not isinstance(item, int):
+                    raise ValueError(f"field {name!r} must be an integer")
+            elif not isinstance(item, kind):
+                raise ValueError(f"field {name!r} must be a {kind.__name__}")
+            kwargs[name] = item
+        return cls(**kwargs)
+
+    # -- reads like the stored dict -------------------------------------------------------
+    def keys(self) -> list[str]:
+        """The keys of :meth:`to_dict`."""
+        return list(self.to_dict())
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.keys():
+            raise KeyError(key)
+        return self.to_dict()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+
+_RETRY_FIELDS = ("already_forgotten", "already_forgotten_ids")
+_OPTIONAL = frozenset(("effective_rho", *_RETRY_FIELDS))
+_TYPES: dict = {"tuple[str, ...]": (tuple, str), "tuple[int, ...]": (tuple, int)}
+_TYPES.update({"str": str, "int": int})
+_TYPES.update({"bool": bool, "float": float})
+_FIELD_TYPES = {f.name: _TYPES[str(f.type)] for f in fields(Receipt)}

@@ -169,7 +169,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
     with open_store(args, read_only=False) as model:
         receipt = model.forget(ids, erase_inputs=args.erase_inputs)
         settle(model, args.no_wait)
-    report_receipt(receipt, args.json)
+    report_receipt(receipt.to_dict(), args.json)
     return 0
 
 
@@ -182,7 +182,7 @@ def cmd_insert(args: argparse.Namespace) -> int:
         tables.check_rows(table, ids=ids, labels=y, features=X)
         receipt = model.insert(X, y, ids)
         settle(model, args.no_wait)
-    report_receipt(receipt, args.json)
+    report_receipt(receipt.to_dict(), args.json)
     return 0
 
 

@@ -440,7 +440,7 @@ def add_console(
             with write_lock:
                 recovery.require_available()
                 reply = model.forget(parsed)
-            receipt = stored_receipt(reply)
+            receipt = stored_receipt(reply.to_dict())
         except StoreError:
             raise  # the app's handler answers 503 and starts the reload
         except KeyError as err:

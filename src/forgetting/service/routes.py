@@ -232,10 +232,9 @@ def _add_writes(router: APIRouter, routes: _Routes) -> None:
         except (ValueError, TypeError) as err:
             raise unprocessable(error_message(err)) from None
         try:  # a retry answers with the stored receipt, which may be damaged
-            return stored_receipt(reply)
+            return stored_receipt(reply.to_dict())
         except DamagedReceipt as err:
-            hashes = reply.get("id_hashes") if isinstance(reply, dict) else None
-            shown = hashes[0] if isinstance(hashes, list) and hashes else "of these ids"
+            shown = reply.id_hashes[0] if reply.id_hashes else "of these ids"
             raise damaged_receipt(str(shown)[:128], err) from None
 
     @router.post(
@@ -270,7 +269,7 @@ def _add_writes(router: APIRouter, routes: _Routes) -> None:
         try:
             with write_lock:
                 recovery.require_available()
-                return model.insert(X, y, list(body.ids))
+                return model.insert(X, y, list(body.ids)).to_dict()
         except StoreError:
             raise
         except (ValueError, TypeError, KeyError) as err:

@@ -41,12 +41,13 @@ import numpy as np
 
 from ..engine import RebuildError
 from ..estimators import restore_estimator
+from ..receipts import Receipt
 from ..schema.membership import canonical_id
 from ..snapshots import EngineSnapshot
 from .connection import describe
 from .create import create_store
 from .decode import Loaded, code_layout, model_snapshot, read_model, read_rows
-from .errors import StoreError
+from .errors import ReceiptCorrupt, StoreError
 from .mirror import Mirror
 from .persister import Persister
 from .receipt_log import STATUSES, ReceiptFilter, id_status
@@ -350,8 +351,9 @@ class DurableModel:
         }
 
     # -- writes --------------------------------------------------------------------------
-    def forget(self, ids: Sequence[Hashable], *, erase_inputs: bool = False) -> dict:
-        """Forget rows durably; returns the receipt once the deletion is committed.
+    def forget(self, ids: Sequence[Hashable], *, erase_inputs: bool = False) -> Receipt:
+        """Forget rows durably; returns the :class:`~forgetting.receipts.Receipt` once the
+        deletion is committed.
 
         Ids already forgotten (with a forget receipt in the store; in label mode also rows
         whose label is already gone) make the call idempotent: if no requested id is still
@@ -366,12 +368,13 @@ class DurableModel:
         transaction fails, every request in it raises and memory is restored from the
         store, as for a single request.
         """
-        return self._writes.submit(WriteRequest("forget", (ids, erase_inputs)), self._commit)
+        reply = self._writes.submit(WriteRequest("forget", (ids, erase_inputs)), self._commit)
+        return _receipt(reply)
 
-    def insert(self, X, y, ids) -> dict:
+    def insert(self, X, y, ids) -> Receipt:
         """Insert labeled rows durably; returns the receipt once committed. Concurrent
         inserts and forgets are committed together, in the order they came (:meth:`forget`)."""
-        return self._writes.submit(WriteRequest("insert", (X, y, ids)), self._commit)
+        return _receipt(self._writes.submit(WriteRequest("insert", (X, y, ids)), self._commit))
 
     def _commit(self) -> None:
         """Take the next group of queued writes and commit it, under this model's lock; every
@@ -477,3 +480,12 @@ class DurableModel:
             self.reload()
         except BaseException:  # noqa: BLE001 - the service keeps calling reload()
             pass
+
+
+def _receipt(reply: dict) -> Receipt:
+    """The write's reply as a Receipt; a retried deletion's reply is the stored receipt,
+    which the store may hold damaged (:class:`ReceiptCorrupt`, one line)."""
+    try:
+        return Receipt.from_dict(reply)
+    except ValueError as err:
+        raise ReceiptCorrupt(f"the stored receipt of these ids is damaged ({err})") from None
