@@ -139,7 +139,6 @@ def test_repr_masks_the_key_without_touching_the_estimator():
         {"rho": 0.0},
         {"n_centroids": 3},
         {"mode": "dp-ish"},
-        {"random_state": None},
         {"alpha": float("inf")},
     ],
 )

@@ -35,7 +35,7 @@ PARAMETER_CONSTRAINTS: dict = {
     "base_model": [StrOptions({"auto"}), HasMethods(["fit", "predict"])],
     "lda": [StrOptions({"auto"}), "boolean"],
     "rebuild": [StrOptions({"background", "sync"})],
-    "random_state": [Interval(Integral, None, None, closed="neither")],
+    "random_state": [None, Interval(Integral, None, None, closed="neither")],
     "secret_key": [None, bytes, str],
     "encoder": "no_validation",  # checked in check_params: None or a learned encoder
     "epsilon": [None, Interval(Real, 0.0, None, closed="neither")],

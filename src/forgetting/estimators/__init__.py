@@ -17,6 +17,7 @@ unlabeled) but its input keeps shaping the codebook; erasing inputs needs
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Hashable, Sequence
 from numbers import Integral
@@ -94,7 +95,7 @@ class _QSSBase(MaskedKeyRepr, RawTables, BaseEstimator):
         base_model: Any = "auto",
         lda: bool | str = "auto",
         rebuild: str = "background",
-        random_state: int = 0,
+        random_state: int | None = 0,
         secret_key: bytes | str | None = None,
         encoder: Any = None,
         epsilon: float | None = None,
@@ -193,7 +194,24 @@ class _QSSBase(MaskedKeyRepr, RawTables, BaseEstimator):
 
     def _config(self, n_outputs: int) -> EngineConfig:
         """Resolve the parameters once into the configuration the engine and schemas own."""
-        return engine_config(self.get_params(deep=False), self._task, n_outputs)
+        params = {**self.get_params(deep=False), "random_state": self._seed()}
+        return engine_config(params, self._task, n_outputs)
+
+    def _draw_seed(self) -> None:
+        """At fit: ``random_state_`` is ``random_state``, or with ``random_state=None`` a seed
+        drawn now and kept (saved with the model), so the fitted model stays a function of
+        its rows and stored configuration; forgets and rebuilds reuse it."""
+        seed = self.random_state
+        self.random_state_ = secrets.randbelow(2**31 - 1) if seed is None else int(seed)
+
+    def _seed(self) -> int:
+        """The seed of the fitted model (``random_state_``), else ``random_state``'s."""
+        seed = self.__dict__.get("random_state_")
+        if seed is None:
+            if self.random_state is None:
+                raise ValueError("random_state=None draws its seed at fit; fit the model first")
+            seed = self.random_state
+        return int(seed)
 
     # -- the unlearning surface ----------------------------------------------------------
     def _fit_engine(self, ids, X, targets, n_outputs: int):
@@ -204,7 +222,7 @@ class _QSSBase(MaskedKeyRepr, RawTables, BaseEstimator):
         return self
 
     def _new_engine(self, n_outputs: int, n_features: int, dtype: np.dtype) -> QSSEngine:
-        key = derive_key(self.secret_key, int(self.random_state))
+        key = derive_key(self.secret_key, self._seed())
         return QSSEngine(self._config(n_outputs), key, n_features, dtype)
 
     def _install_engine(self, engine: QSSEngine) -> None:
@@ -226,6 +244,7 @@ class _QSSBase(MaskedKeyRepr, RawTables, BaseEstimator):
         self._check_params()
 
         def run():
+            self._draw_seed()
             n, d = source.shape()
             targets, n_outputs = self._fit_targets(source.labels(), n)
             id_values = source.ids()
@@ -252,6 +271,7 @@ class _QSSBase(MaskedKeyRepr, RawTables, BaseEstimator):
         self._check_params()
 
         def run():
+            self._draw_seed()
             if wants_encoding(X):
                 return self._fit_frame(X, y, ids)
             self.__dict__.pop("table_", None)
@@ -304,6 +324,37 @@ class _QSSBase(MaskedKeyRepr, RawTables, BaseEstimator):
 
     def _forget_checked(self, id_list, id_raw, erase_inputs: bool) -> Receipt:
         return self.engine_.forget(id_list, id_raw, erase_inputs)
+
+    @staticmethod
+    def _refuse_fit_params(fit_params: dict) -> None:
+        """``fit`` takes no weights: every statistic is a sum over rows that a forget
+        subtracts one row at a time, and exactness is checked against a fit on the set of
+        rows left. A weighted row would need its weight in every sum, D° draw and refit; to
+        weight a row, give it copies under distinct ids (a forget names each copy)."""
+        if "sample_weight" in fit_params:
+            if fit_params["sample_weight"] is None:
+                fit_params = {k: v for k, v in fit_params.items() if k != "sample_weight"}
+            else:
+                raise ValueError(
+                    "sample_weight is not supported: QSS statistics are unweighted sums over "
+                    "rows; repeat a row under distinct ids to weight it (docs/design.md)"
+                )
+        if fit_params:
+            raise TypeError(f"fit() got unexpected keyword arguments {sorted(fit_params)}")
+
+    def _partial_fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None):
+        """The first call fits; later ones insert. Without ``ids`` the rows get the next
+        integers after the largest integer id held (``fit``'s default is ``range(n)``), so
+        chunks given without ids number their rows as one fit on all of them would."""
+        if not self.__sklearn_is_fitted__():
+            return self.fit(X, y, ids)
+        if ids is None:
+            n = self._check_X(X).shape[0]
+            held = [i for i in self.ids_ if isinstance(i, int)]
+            start = max(held) + 1 if held else 0
+            ids = range(start, start + n)
+        self.insert(X, y, ids)
+        return self
 
     def insert(self, X: Any, y: Any, ids: Sequence[Hashable]) -> Receipt:
         """Add labeled rows to the content (online learning); returns a receipt.
@@ -474,12 +525,20 @@ class _QSSBase(MaskedKeyRepr, RawTables, BaseEstimator):
             estimator._check_params()
         except (ValueError, TypeError) as err:
             raise SnapshotError(f"params: {err}") from None
-        key = derive_key(secret_key, int(estimator.random_state))
+        rows = getattr(snapshot.engine, "rows", None)
+        fitted = cls._checked_fitted(snapshot.fitted, rows)
+        seed = fitted.get("random_state_", estimator.random_state)
+        if seed is None or (estimator.random_state is not None and seed != estimator.random_state):
+            raise SnapshotError(
+                f"fitted: random_state_ {seed!r:.40} does not fit random_state "
+                f"{estimator.random_state!r:.40}"
+            )
+        key = derive_key(secret_key, int(seed))
         if key_fingerprint(key) != snapshot.key_fingerprint:
             raise ValueError("secret_key does not match the key this model was fitted with")
-        rows = getattr(snapshot.engine, "rows", None)
-        for name, value in cls._checked_fitted(snapshot.fitted, rows).items():
+        for name, value in fitted.items():
             setattr(estimator, name, value)
+        estimator.random_state_ = int(seed)
         n_outputs = len(estimator.classes_) if hasattr(estimator, "classes_") else 1
         config = estimator._config(n_outputs)
         estimator.engine_ = QSSEngine.from_snapshot(config, key, snapshot.engine)
@@ -502,7 +561,8 @@ class _QSSBase(MaskedKeyRepr, RawTables, BaseEstimator):
         rows' width; ``classes_``, a classifier's sorted unique labels;
         ``feature_names_in_``, one string per feature), never anything else (an attribute
         from a file must not shadow a method)."""
-        allowed = {"n_features_in_", "feature_names_in_", "table_"} | set(cls._fitted_required)
+        allowed = {"n_features_in_", "feature_names_in_", "table_", "random_state_"}
+        allowed |= set(cls._fitted_required)
         if not isinstance(fitted, dict) or not set(cls._fitted_required) <= set(fitted):
             raise SnapshotError(f"fitted: expected {sorted(allowed)}")
         unknown = [str(name)[:40] for name in fitted if name not in allowed]
@@ -526,6 +586,9 @@ class _QSSBase(MaskedKeyRepr, RawTables, BaseEstimator):
             raise SnapshotError("fitted: feature_names_in_ is not one string per feature")
         if "classes_" in fitted:
             _check_classes(fitted["classes_"])
+        seed = fitted.get("random_state_", 0)
+        if isinstance(seed, bool | np.bool_) or not isinstance(seed, Integral):
+            raise SnapshotError(f"fitted: random_state_ {seed!r:.40} is not an integer")
         return fitted
 
 
@@ -592,8 +655,11 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         Append an LDA projection (fitted on D°) to the normalized features.
     rebuild : {"background", "sync"}
         Whether D° hits rebuild in a background thread or before ``forget`` returns.
-    random_state : int
+    random_state : int or None
         Seeds and (unless ``secret_key`` is set) the membership key: a reproducible model.
+        None draws a seed at each ``fit`` and keeps it in ``random_state_`` (saved with the
+        model): forgets, rebuilds and reloads use it, so ``forget`` still equals a fit
+        without the rows *with* ``random_state=model.random_state_``.
     secret_key : bytes, str or None
         Key of the keyed hash that decides D°; set it in production so nobody can aim
         deletions at D°. Never shown in ``repr``, never written to files unless asked.
@@ -629,15 +695,45 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
     _task = "classification"
     _fitted_required = ("n_features_in_", "classes_")
 
-    def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None) -> QSSClassifier:
+    def fit(
+        self, X: Any, y: Any, ids: Sequence[Hashable] | None = None, **fit_params: Any
+    ) -> QSSClassifier:
         """Fit on rows ``X`` with labels ``y`` and unique ``ids`` (default ``range(n)``).
 
         In label mode, ``y == -1`` marks unlabeled rows (scikit-learn's semi-supervised
         convention, numeric labels only): they shape the codebook only. A dask array or
         DataFrame ``X`` is fitted on the active dask.distributed client (bit for bit the
         in-memory fit; ``pip install "forgetting[distributed]"``, docs/distributed.md).
+        ``sample_weight`` is refused (:meth:`_refuse_fit_params` says why).
         """
+        self._refuse_fit_params(fit_params)
         return self._fit(X, y, ids)
+
+    def partial_fit(
+        self,
+        X: Any,
+        y: Any,
+        ids: Sequence[Hashable] | None = None,
+        classes: Any = None,
+    ) -> QSSClassifier:
+        """scikit-learn's spelling of :meth:`insert`: the first call fits (``classes``, if
+        given, must be exactly the labels of its rows: the classes are fixed then, as
+        scikit-learn fixes them at the first ``partial_fit``); later calls insert the rows
+        under new ``ids`` (default: the integers after the largest integer id held) and
+        return the estimator (:meth:`insert` returns the receipt)."""
+        if classes is not None:
+            wanted = np.unique(np.asarray(classes))
+            if "classes_" in self.__dict__:
+                known = self.classes_
+            else:
+                known = np.unique(self._check_y(y, len(y)))
+            if not np.array_equal(wanted, known):
+                raise ValueError(
+                    f"classes {wanted.tolist()[:20]} differ from the model's "
+                    f"{known.tolist()[:20]}: the first partial_fit must hold a row of every "
+                    "class, and later calls cannot add one (refit to add a class)"
+                )
+        return self._partial_fit(X, y, ids)
 
     def _fit_targets(self, y: Any, n: int) -> tuple[np.ndarray, int]:
         """``fit``'s labels as class indices (UNLABELED = none) and the number of classes;
@@ -792,10 +888,20 @@ class QSSRegressor(RegressorMixin, _QSSBase):
 
     _task = "regression"
 
-    def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None) -> QSSRegressor:
+    def fit(
+        self, X: Any, y: Any, ids: Sequence[Hashable] | None = None, **fit_params: Any
+    ) -> QSSRegressor:
         """Fit on rows ``X`` with targets ``y`` (NaN = unlabeled, label mode) and ``ids``;
-        a dask ``X`` is fitted on the active dask.distributed client (see QSSClassifier.fit)."""
+        a dask ``X`` is fitted on the active dask.distributed client (see QSSClassifier.fit).
+        ``sample_weight`` is refused (:meth:`_refuse_fit_params` says why)."""
+        self._refuse_fit_params(fit_params)
         return self._fit(X, y, ids)
+
+    def partial_fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None) -> QSSRegressor:
+        """scikit-learn's spelling of :meth:`insert`: the first call fits, later calls insert
+        the rows under new ``ids`` (default: the integers after the largest integer id held)
+        and return the estimator."""
+        return self._partial_fit(X, y, ids)
 
     def _fit_targets(self, y: Any, n: int) -> tuple[np.ndarray, int]:
         """``fit``'s targets (NaN = unlabeled, label mode) and the number of outputs (1)."""

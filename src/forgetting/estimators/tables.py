@@ -38,7 +38,7 @@ class RawTables:
         table, layout = FrameEncoding.read_new(X)
         targets, n_outputs = self._fit_targets(y, table.n_rows)
         id_list = normalize_ids(ids, table.n_rows)
-        key = derive_key(self.secret_key, int(self.random_state))
+        key = derive_key(self.secret_key, self._seed())
         frame, encoded = FrameEncoding.fit(
             table, layout, self._row_labels(y), id_list, key, float(self.rho)
         )

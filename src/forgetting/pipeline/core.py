@@ -204,6 +204,12 @@ class ForgettingPipeline(_BaseComposition):
     def _pipeline_key(est: Any) -> bytes:
         """The key of the pipeline's D° draw: derived from the estimator's membership key (so
         it is secret when that is) and separate from every instance's draw."""
+        if est.random_state is None:
+            raise ValueError(
+                "a ForgettingPipeline keys its D° draw by its estimator's random_state: give "
+                "the estimator an integer random_state (None draws a seed only for a bare "
+                "estimator)"
+            )
         key = derive_key(est.secret_key, int(est.random_state))
         return hashlib.blake2b(b"forgetting-pipeline-schema", key=key, digest_size=32).digest()
 
