@@ -744,11 +744,13 @@ def test_bench_runs_the_named_module_and_offers_only_existing_ones(capsys, plugi
     code, _, err = run(capsys, "bench", "brokenbench")
     assert code == 1 and "pip install not_installed_pkg_xyz" in _one_error_line(err)
     assert cli_module.available_benchmarks() == ["paper", "fakebench", "brokenbench"]
-    with pytest.raises(SystemExit):
-        main(["bench", "--help"])
-    out = capsys.readouterr().out
-    assert "A fake benchmark for the CLI tests." in out and "absentbench" not in out
-    assert "Without NAME" in out and "--datasets" in out  # the paper benchmark's options
+    for argv in (["bench"], ["bench", "--help"]):  # a menu with durations; nothing runs
+        code, out, _ = run(capsys, *argv)
+        assert code == 0 and "A fake benchmark for the CLI tests." in out
+        assert "absentbench" not in out and "paper" in out
+        assert "takes: 33-60 min" in out and sys.modules["fakebench"].CALLS == [["--n", "5"]]
+    code, _, err = run(capsys, "bench", "--datasets", "digits")
+    assert code == 2 and "name a benchmark" in _one_error_line(err)
 
 
 def test_audit_configures_and_runs_only_the_chosen_module(capsys, plugins):

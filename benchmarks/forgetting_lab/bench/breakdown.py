@@ -41,6 +41,9 @@ from .core import SECRET_KEY, clustered_data
 from .costs import schema_rank
 from .report import write_results
 
+EXPECTED_DURATION = "not recorded"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 COLUMNS = ["step", "inside", "calls_per_deletion", "ms_per_deletion", "share_of_t_fast"]
 
 STEPS: list[tuple[str, object, str, str]] = [

@@ -35,6 +35,9 @@ from forgetting_lab.datasets import load_dataset
 from .costs import array_bytes, expected_cost, forget_and_predict, rebuild_rate, schema_rank
 from .report import write_results
 
+EXPECTED_DURATION = "not recorded"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 DELETION_COLUMNS = [
     "n", "rho", "p", "q_rebuild", "forget_p50_ms", "t_fast_p50_ms", "t_fast_p99_ms",
     "predict_1row_ms", "d0_hits", "d0_forget_predict_ms", "t_rebuild_s", "expected_ms",

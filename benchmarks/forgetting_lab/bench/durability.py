@@ -57,6 +57,9 @@ from forgetting_lab.durableun.methods import METHODS, UnlearnConfig
 
 from .report import write_results
 
+EXPECTED_DURATION = "about 12 min on 2 cores (results/durability.md)"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 DEFAULT_METHODS = ",".join((*METHODS, "SAF-fp32stop"))
 DEFAULT_ALPHAS = "0,0.25,0.5,1,1.5,2,3,4,6,8,12,16"
 METHOD_LR = 1e-4

@@ -32,6 +32,9 @@ from .paper.models import make_qss, make_sisa, model_scores, timed_fit
 from .paper.stages import in_any_schema
 from .report import write_results
 
+EXPECTED_DURATION = "not recorded"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 HEADS = ("ridge", "shared-ridge", "newton")
 """The heads compared by default."""
 CHOICES = (*HEADS, "shared-rf", "none")

@@ -26,6 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+EXPECTED_DURATION = "about 29 min on 2 cores (results/munkey.md)"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 DEFAULT_OUT = Path("benchmarks/results")
 BASELINES = ("finetune", "neggrad_plus", "amnesiac", "scrub", "ssd")
 LABELS = {

@@ -57,6 +57,9 @@ from forgetting.schema.preprocess import fit_preprocessor
 from forgetting.schema.selection import choose_lda
 from forgetting_lab.datasets import load_dataset
 
+EXPECTED_DURATION = "about 16 min on 2 cores (results/partitions.md)"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 DEFAULT_DATASETS = "digits,mnist,fashion_mnist,adult,sentiment,letter"
 DEFAULT_ROWS = "mnist=20000,fashion_mnist=20000,adult=20000,sentiment=4000"
 """Train rows used per dataset (a seeded subsample of the train split; the rest unused): the

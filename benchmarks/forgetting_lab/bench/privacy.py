@@ -36,6 +36,9 @@ from forgetting_lab.audits.lira import AuditData, audit_model, load_audit_data, 
 
 from .report import write_results
 
+EXPECTED_DURATION = "about 19 min on 2 cores (results/privacy.md)"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 NAME = "privacy"
 DEFAULT_LIRA_DATASETS = "adult=1000+2000,mnist=500+1000"
 """NAME=POOL+BACKGROUND: audited rows (each shadow trains on half) and rows every model gets."""

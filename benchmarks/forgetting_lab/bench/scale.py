@@ -35,6 +35,9 @@ from tqdm import tqdm
 
 from .report import write_results
 
+EXPECTED_DURATION = "not recorded"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 COLUMNS = [
     "workers", "n", "d", "k", "p", "fit_s", "fit_rows_per_s", "rows_per_s_per_worker",
     "instance_rows_per_s_per_worker", "faiss_rows_per_s", "vs_faiss", "peak_rss_coordinator_gb",

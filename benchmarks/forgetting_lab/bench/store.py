@@ -48,6 +48,9 @@ from .core import SECRET_KEY, clustered_data
 from .costs import schema_rank
 from .report import write_results
 
+EXPECTED_DURATION = "not recorded"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 COLUMNS = [
     "n", "backend", "format", "create_s", "forget_predict_p50_ms", "forget_predict_p99_ms",
     "d0_hits", "d0_forget_ms", "d0_forget_predict_ms", "d0_landed_s", "predict_max_ms", "store_mb",

@@ -39,6 +39,9 @@ from forgetting.schema.selection import choose_n_centroids, choose_n_levels
 from .core import clustered_data
 from .report import write_results
 
+EXPECTED_DURATION = "not recorded"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 COLUMNS = [
     "n", "d", "p", "partition", "hash_backend", "fit_s", "fit_rows_per_s",
     "fit_instance_rows_per_s", "faiss_rows_per_s", "fit_vs_faiss", "faiss_raw_rows_per_s",

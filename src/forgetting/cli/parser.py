@@ -533,7 +533,7 @@ def _add_plugins(sub) -> None:
     sub.add_parser(
         "bench",
         help=f"run a benchmark: forgetting bench NAME [OPTIONS] ({benches}); without NAME, "
-        "the paper benchmark (`forgetting bench --help` lists them)",
+        "list them with how long each takes",
         add_help=False,
     )
     audits = ", ".join(available_audits()) or "none in this installation"

@@ -60,16 +60,37 @@ def _module_exists(name: str) -> bool:
         return False
 
 
-def _summary(name: str) -> str:
-    """The first line of a module's docstring, read from its source without importing it
-    (importing would pull in the module's heavy dependencies just to print a menu)."""
+def _module_ast(name: str) -> ast.Module | None:
+    """A module's syntax tree, read from its source without importing it (importing would
+    pull in the module's heavy dependencies just to print a menu)."""
     spec = importlib.util.find_spec(name)
     try:
         source = Path(spec.origin).read_text(encoding="utf-8")  # type: ignore[union-attr,arg-type]
-        doc = ast.get_docstring(ast.parse(source)) or ""
+        return ast.parse(source)
     except (OSError, SyntaxError, TypeError, ValueError):
-        doc = ""
+        return None
+
+
+def _summary(name: str) -> str:
+    """The first line of a module's docstring (:func:`_module_ast`)."""
+    tree = _module_ast(name)
+    doc = (ast.get_docstring(tree) or "") if tree is not None else ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def _duration(name: str) -> str:
+    """A benchmark module's ``EXPECTED_DURATION`` string (how long a run at its defaults
+    took), read from its source; "" when it declares none."""
+    tree = _module_ast(name)
+    for node in tree.body if tree is not None else ():
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "EXPECTED_DURATION" for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            return node.value.value
+    return ""
 
 
 def available_benchmarks() -> list[str]:
@@ -102,32 +123,37 @@ def _bench_menu(names: list[str]) -> str:
         return "  (none in this installation: pip install forgetting-lab, see benchmarks/)"
     registry = _registry("BENCHMARKS")
     width = max(len(name) for name in names)
-    return "\n".join(f"  {name.ljust(width)}  {_summary(registry[name])}" for name in names)
+    lines = []
+    for name in names:
+        lines.append(f"  {name.ljust(width)}  {_summary(registry[name])}")
+        duration = _duration(registry[name])
+        if duration:
+            lines.append(f"  {' ' * width}  takes: {duration}")
+    return "\n".join(lines)
 
 
 def run_bench(argv: list[str]) -> int:
-    """``forgetting bench [NAME] [ARGS...]``: the ``main(ARGS)`` of NAME's module; without a
-    NAME (nothing, or options first) the paper benchmark."""
+    """``forgetting bench NAME [ARGS...]``: the ``main(ARGS)`` of NAME's module. Without a
+    NAME (nothing, or ``--help``) it lists the benchmarks and how long each took, and starts
+    none: most run for many minutes."""
     names = available_benchmarks()
-    if argv and not argv[0].startswith("-"):
-        name, rest = argv[0], argv[1:]
-        if name not in names:
-            known = ", ".join(names) or "none"
-            listed = name in _registry("BENCHMARKS")
-            state = "is not available in this installation" if listed else "unknown"
-            raise usage(f"benchmark {name!r}: {state}; available: {known}")
-    else:
-        name, rest = "paper", argv
-        if any(a in ("-h", "--help") for a in rest):
-            print(
-                "usage: forgetting bench [NAME] [OPTIONS]\n\nRun `forgetting bench NAME "
-                "--help` for a benchmark's options. Benchmarks in this installation:\n"
-                + _bench_menu(names)
-                + "\n\nWithout NAME, `forgetting bench` runs the paper benchmark "
-                "(`forgetting bench paper`); its options follow.\n"
-            )
-        if "paper" not in names:
-            raise usage("the paper benchmark is not available; name one: " + ", ".join(names))
+    if not argv or argv[0] in ("-h", "--help"):
+        print(
+            "usage: forgetting bench NAME [OPTIONS]\n\nBenchmarks in this installation "
+            "(durations: a run at the defaults on 2 cores, from benchmarks/results):\n"
+            + _bench_menu(names)
+            + "\n\nRun `forgetting bench NAME --help` for a benchmark's options and quick "
+            "settings; results go to benchmarks/results/ unless --out says otherwise.\n"
+        )
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name.startswith("-"):
+        raise usage(f"name a benchmark before its options ({argv[0]!r}): forgetting bench NAME")
+    if name not in names:
+        known = ", ".join(names) or "none"
+        listed = name in _registry("BENCHMARKS")
+        state = "is not available in this installation" if listed else "unknown"
+        raise usage(f"benchmark {name!r}: {state}; available: {known}")
     entry = _entry(_import_command(_registry("BENCHMARKS")[name]), "main")
     return int(entry(rest) or 0)
 

@@ -41,6 +41,9 @@ from forgetting_lab.bench.report import markdown_table
 
 from .common import Settings
 
+EXPECTED_DURATION = "about 45 min on 2 cores for all analyses (results/analyses.md)"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 INDEX_COLUMNS = ["analysis", "tables", "figure", "seconds", "date", "command"]
 
 ANALYSES = ("instability", "scheduling", "variance", "retention", "memory", "sensitivity")

@@ -70,6 +70,9 @@ from .tables import (
     write_tables,
 )
 
+EXPECTED_DURATION = "33-60 min on 2 cores (results/paper.md)"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 __all__ = [
     "ACCURACY_COLUMNS", "ALL_MODELS", "ANCHOR_COLUMNS", "DELETION_COLUMNS", "EXACT_COLUMNS",
     "LGBM_SUFFIX", "MODELS",
