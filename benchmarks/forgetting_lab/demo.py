@@ -19,6 +19,18 @@ from forgetting import QSSClassifier
 from .datasets import load_dataset
 
 
+class _Steps:
+    """Numbered progress lines ("[2/4] fitting ..."), flushed at once: each step that takes
+    seconds says so before it starts."""
+
+    def __init__(self, total: int):
+        self.total, self.done = total, 0
+
+    def __call__(self, what: str) -> None:
+        self.done += 1
+        print(f"[{self.done}/{self.total}] {what} ...", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m forgetting_lab.demo",
@@ -31,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="exact", choices=["exact", "label"])
     args = parser.parse_args(argv)
 
+    step = _Steps(4)
+    step(f"loading {args.dataset}")
     data = load_dataset(args.dataset)
     X, y = data.X_train, data.y_train
     rho = args.rho if args.rho is not None else (0.005 if len(y) >= 20_000 else 0.05)
@@ -41,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{data.n_classes} classes; mode={args.mode}, rho={rho}"
     )
 
+    step(f"fitting QSSClassifier on {len(y)} rows (seconds)")
     started = time.perf_counter()
     model = QSSClassifier(**params).fit(X, y, ids)
     fit_seconds = time.perf_counter() - started
@@ -52,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     # re-materialization the deletion left (design.md §5.9).
     fast, forget_only, rebuilds = [], [], []
     probe = data.X_test[:1]
+    step(f"forgetting {len(victims)} rows one at a time, a prediction after each")
     for victim in tqdm(victims, desc="forget", unit="row"):
         started = time.perf_counter()
         receipt = model.forget([victim])
@@ -65,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     model.wait_for_rebuilds()
     drain = time.perf_counter() - started
+    step("refitting from scratch without those rows, to compare bit for bit (seconds)")
 
     gone = set(victims)
     keep = [i for i, row_id in enumerate(ids) if row_id not in gone]

@@ -93,26 +93,44 @@ def _exercise(model, X, y) -> None:
     model.predict(X[:50])
 
 
-def run() -> dict[str, tuple[int, int]]:
-    """The workloads, in this process (see the module docstring: a process of its own)."""
+def run(progress=None) -> dict[str, tuple[int, int]]:
+    """The workloads, in this process (see the module docstring: a process of its own).
+    ``progress(step, total, name, seconds)`` is called as each workload starts (seconds
+    None) and ends."""
     kernels.use("numba", hashing="numba")
     from .content.tables import flat_content as tables_module
     from .estimators import QSSClassifier, QSSRegressor
 
     X, y = _mixture()
     common = dict(n_instances=3, rebuild="sync", random_state=0, secret_key=b"warm-up" * 4)
-    _exercise(QSSClassifier(**common), X, y)
-    _exercise(QSSClassifier(mode="label", **common), X, y)
-    _exercise(QSSClassifier(n_levels=2, n_centroids=16, **common), X, y)
     Xr = X.astype(np.float64)
     yr = Xr[:, 0] * 2.0 - Xr[:, 1] + np.sin(3.0 * Xr[:, 2])
-    _exercise(QSSRegressor(**common), Xr, yr)
-    factor = tables_module.TABLES_GAIN_FACTOR
-    tables_module.TABLES_GAIN_FACTOR = 50.0  # the tables serve: the gain filter's kernels run
-    try:
-        _exercise(QSSClassifier(**common), X, y)
-    finally:
-        tables_module.TABLES_GAIN_FACTOR = factor
+
+    def tables_serve() -> None:
+        factor = tables_module.TABLES_GAIN_FACTOR
+        tables_module.TABLES_GAIN_FACTOR = 50.0  # the tables serve: the gain filter's kernels
+        try:
+            _exercise(QSSClassifier(**common), X, y)
+        finally:
+            tables_module.TABLES_GAIN_FACTOR = factor
+
+    workloads = [
+        ("exact classifier", lambda: _exercise(QSSClassifier(**common), X, y)),
+        ("label mode", lambda: _exercise(QSSClassifier(mode="label", **common), X, y)),
+        (
+            "RQ codebook",
+            lambda: _exercise(QSSClassifier(n_levels=2, n_centroids=16, **common), X, y),
+        ),
+        ("regressor", lambda: _exercise(QSSRegressor(**common), Xr, yr)),
+        ("tables serving, gain filter", tables_serve),
+    ]
+    for step, (name, workload) in enumerate(workloads, 1):
+        if progress is not None:
+            progress(step, len(workloads), name, None)
+        started = time.perf_counter()
+        workload()
+        if progress is not None:
+            progress(step, len(workloads), name, time.perf_counter() - started)
     return kernel_stats()
 
 
@@ -168,7 +186,21 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.warmup
     if args.exit_with is not None:
         exit_with(args.exit_with)
     started = time.perf_counter()
-    stats = run()
+
+    def progress(step: int, total: int, name: str, seconds: float | None) -> None:
+        if seconds is None:
+            print(f"  warm-up {step}/{total}: {name} ...", end="", file=sys.stderr, flush=True)
+        else:
+            print(f" {seconds:.1f} s", file=sys.stderr, flush=True)
+
+    if not args.quiet:
+        print(
+            "Compiling the kernels into numba's cache (once per machine; about a minute on "
+            "2 cores the first time, seconds after):",
+            file=sys.stderr,
+            flush=True,
+        )
+    stats = run(None if args.quiet else progress)
     seconds = time.perf_counter() - started
     if not args.quiet:
         compiled = sum(m for _, m in stats.values())
