@@ -10,7 +10,7 @@ CACHE ?= $(HOME)/.cache/forgetting
 CORE := $(VENV)/.core-installed
 FULL := $(VENV)/.full-installed
 
-.PHONY: setup setup-full demo test test-fast print-fast-tests lint bench loadtest clean
+.PHONY: setup setup-full demo test test-fast print-fast-tests lint docs bench loadtest clean
 
 # The library, and the lab beside it (benchmarks/: datasets, benchmarks, the demo) with MNIST.
 $(CORE): pyproject.toml benchmarks/pyproject.toml constraints/tested.txt
@@ -66,8 +66,13 @@ print-fast-tests:
 	@echo $(FAST_TESTS)
 
 lint: $(FULL)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks docs/_hooks.py
+	$(VENV)/bin/ruff format --check src tests benchmarks docs/_hooks.py
+
+# The documentation site (mkdocs.yml) in site/: strict, so a broken link or docstring fails.
+docs: $(CORE)
+	$(PIP) -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 bench: $(FULL)
 	$(PY) -m forgetting_lab.bench.core
@@ -77,4 +82,4 @@ loadtest: $(FULL)
 	$(PY) -m forgetting_lab.loadtest
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis site

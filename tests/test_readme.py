@@ -45,3 +45,20 @@ def test_every_results_file_and_doc_the_readme_names_exists():
     assert any(p.startswith("docs/") for p in paths)
     missing = [p for p in paths if not (ROOT / p).exists()]
     assert not missing, f"README.md names files that do not exist: {missing}"
+
+
+def test_the_getting_started_page_runs_as_written(tmp_path):
+    """docs/getting-started.md's Python blocks, in order, in one fresh process in an empty
+    folder (the store's file lands there)."""
+    text = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+    assert len(blocks) >= 3, "the page lost its examples"
+    done = subprocess.run(
+        [sys.executable, "-c", "\n".join(blocks)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "True" in done.stdout  # verify() ok, and the retried forget is already_forgotten
