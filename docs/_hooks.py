@@ -33,7 +33,7 @@ def on_files(files, config):
     files.append(File.generated(config, "lab/README.md", abs_src_path=str(LAB / "README.md")))
     results = LAB / "results"
     for path in sorted(results.rglob("*")):
-        if path.suffix in (".md", ".png"):
+        if path.suffix in (".md", ".png", ".toml"):
             uri = f"lab/results/{path.relative_to(results).as_posix()}"
             files.append(File.generated(config, uri, abs_src_path=str(path)))
     return files

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from forgetting import __version__
+from forgetting.estimators import defaults_fingerprint
+
 
 def markdown_table(rows: list[dict], columns: list[str]) -> str:
     def fmt(v):
@@ -58,6 +61,9 @@ def write_results(
         f"Python {platform.python_version()}; "
         f"1-min load average when written {os.getloadavg()[0]:.2f} "
         "(other jobs slow absolute times; ratios within a run are the point)",
+        f"Library: forgetting {__version__}; shipped defaults fingerprint "
+        f"{defaults_fingerprint()} (forgetting.estimators.defaults_fingerprint: a QSS "
+        "model built with the defaults here is the one the library ships while it matches)",
         "",
     ]
     body = []

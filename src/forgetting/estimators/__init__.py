@@ -968,3 +968,37 @@ def restore_estimator(snapshot: ModelSnapshot, *, secret_key: bytes | str | None
     if snapshot.estimator not in classes:
         raise ValueError(f"unknown estimator {snapshot.estimator!r} in snapshot")
     return classes[snapshot.estimator].from_snapshot(snapshot, secret_key=secret_key)
+
+
+def defaults_fingerprint() -> str:
+    """12 hex digits naming the shipped defaults: both estimators' default parameters, what
+    ``partition="auto"`` and ``head="auto"`` resolve to for each task, the head-vs-tables
+    factor and the library version.
+
+    Why: a benchmark's figures describe the model it measured. Results files record this
+    fingerprint (the lab's ``write_results``), so a figure quoted from a file written before
+    a default changed is detected (tests/test_results_staleness.py) rather than silently
+    describing a model no longer shipped.
+    """
+    import hashlib
+    import json
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ..content.tables.flat_content import TABLES_GAIN_FACTOR
+    from ..parameters import resolve_head
+
+    try:
+        release = version("forgetting")
+    except PackageNotFoundError:  # a source tree on sys.path, not installed
+        release = "unknown"
+    described = {"version": release, "tables_gain_factor": TABLES_GAIN_FACTOR}
+    for cls in (QSSClassifier, QSSRegressor):
+        params = cls().get_params(deep=False)
+        task = cls._task
+        described[cls.__name__] = {
+            **{k: repr(v) for k, v in sorted(params.items())},
+            "partition_resolved": resolve_partition(params),
+            "head_resolved": repr(resolve_head(params, task)),
+        }
+    blob = json.dumps(described, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
