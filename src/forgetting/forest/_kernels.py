@@ -5,6 +5,9 @@ Determinism: candidates come from a counter-based generator seeded by the node's
 the root (never by build order); gains are float functions of integer class counts computed
 in one fixed order; ties go to the lowest candidate index. So a subtree built from a set of
 rows is the same whoever builds it — a fit, or a rebuild after a forget or insert.
+Regression (``params[5] = 1``) keeps two channels per node, the row count and the sum of the
+rows' quantized targets q, and splits by the squared-error gain S_L²/n_L + S_R²/n_R − S²/n of
+those integers.
 """
 
 from __future__ import annotations
@@ -18,13 +21,13 @@ Arrays = namedtuple(
     "Arrays",
     [
         "codes",  # (rows, d) uint8 bin codes of every stored row
-        "y",  # (rows,) int32 class index
+        "y",  # (rows,) int32 class index, or a regression row's quantized target q
         "feat",  # (nodes,) int32 split feature, -1 for a leaf
         "thr",  # (nodes,) int32 split code: code <= thr goes left
         "left",
         "right",  # (nodes,) int32 children
         "n",  # (nodes,) int32 rows in the node
-        "counts",  # (nodes, k) int32 class counts
+        "counts",  # (nodes, k) int32 class counts; regression: (rows, sum of q)
         "slot",  # (nodes,) int32 candidate-cache slot or -1
         "choice",  # (nodes,) int32 chosen candidate index (cached nodes)
         "lstart",  # (nodes,) int64 first row of a leaf in perm
@@ -38,7 +41,7 @@ Arrays = namedtuple(
         "roots",  # (trees,) int32
         "seeds",  # (trees,) uint64 root seeds
         "nbins",  # (d,) int32 finite bins per feature (NaN code = nbins)
-        "params",  # (5,) int64: k, K, min_leaf, max_depth (-1 none), cache_min
+        "params",  # (6,) int64: k, K, min_leaf, max_depth (-1 none), cache_min, regression
     ],
 )
 
@@ -142,6 +145,64 @@ def best_candidate(P, n, L, ncand, min_leaf, yc, s, goes_left):
 
 
 @_jit
+def best_candidate_mse(P, n, L, ncand, min_leaf, q, s, goes_left):
+    """:func:`best_candidate` for regression: channels (rows, sum of q); the gain is the
+    squared-error reduction S_L²/n_L + S_R²/n_R − S²/n. With s != 0 the counts are read as if
+    one row of target q were added (s = 1) or removed (s = -1)."""
+    total = np.int64(P[1]) + s * q
+    base = (total * total) / n
+    best = -1
+    best_gain = 1e-12 * n
+    for j in range(ncand):
+        nl = np.int64(L[j, 0])
+        sl = np.int64(L[j, 1])
+        if s != 0 and goes_left[j]:
+            nl += s
+            sl += s * q
+        nr = n - nl
+        if nl < min_leaf or nr < min_leaf:
+            continue
+        sr = total - sl
+        gain = (sl * sl) / nl + (sr * sr) / nr - base
+        if gain > best_gain:
+            best_gain = gain
+            best = j
+    return best
+
+
+@_jit
+def _best(A, P, n, L, ncand, min_leaf, r, s, goes_left):
+    """The split rule of the forest's task for row r's change s (0: none)."""
+    if A.params[5] == 1:
+        return best_candidate_mse(P, n, L, ncand, min_leaf, np.int64(A.y[r]), s, goes_left)
+    return best_candidate(P, n, L, ncand, min_leaf, A.y[r], s, goes_left)
+
+
+@_jit
+def _add_row(M, i, A, r, sgn):
+    """Add (sgn = 1) or remove (-1) row r's channels to row i of the count matrix M."""
+    if A.params[5] == 1:
+        M[i, 0] += sgn
+        M[i, 1] += sgn * A.y[r]
+    else:
+        M[i, A.y[r]] += sgn
+
+
+@_jit
+def _counts_max(A, v, r, sgn):
+    """The largest class count of node v after row r's change (the purity stop rule); -1 for
+    regression, which stops only when no candidate has a positive gain."""
+    if A.params[5] == 1:
+        return -1
+    pmax = 0
+    yc = A.y[r]
+    for c in range(A.params[0]):
+        pc = A.counts[v, c] + (sgn if c == yc else 0)
+        pmax = max(pmax, pc)
+    return pmax
+
+
+@_jit
 def _stops(counts_max, n, depth, min_leaf, max_depth):
     """The count-only stop rules: too few rows to split, pure, or at max_depth."""
     return n < 2 * min_leaf or counts_max == n or (max_depth >= 0 and depth >= max_depth)
@@ -196,6 +257,8 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
     st_hi[0] = hi0
     sp = 1
     P = np.zeros(k, np.int64)
+    P2 = np.zeros((1, k), np.int64)
+    regression = A.params[5] == 1
     cf = np.empty(K, np.int32)
     ct = np.empty(K, np.int32)
     L = np.zeros((K, k), np.int64)
@@ -223,12 +286,16 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
         m = nb - na
         P[:] = 0
         for i in range(na, nb):
-            P[A.y[buf[i]]] += 1
+            _add_row(P2, 0, A, buf[i], 1)
         A.n[v] = m
         pmax = 0
         for c in range(k):
+            P[c] = P2[0, c]
+            P2[0, c] = 0
             A.counts[v, c] = P[c]
             pmax = max(pmax, P[c])
+        if regression:
+            pmax = -1
         A.slot[v] = -1
         A.choice[v] = -1
         best = -1
@@ -238,11 +305,13 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
             L[:] = 0
             for i in range(na, nb):
                 r = buf[i]
-                yc = A.y[r]
                 for j in range(ncand):
                     if A.codes[r, cf[j]] <= ct[j]:
-                        L[j, yc] += 1
-            best = best_candidate(P, m, L, ncand, min_leaf, 0, 0, no_left)
+                        _add_row(L, j, A, r, 1)
+            if regression:
+                best = best_candidate_mse(P, m, L, ncand, min_leaf, 0, 0, no_left)
+            else:
+                best = best_candidate(P, m, L, ncand, min_leaf, 0, 0, no_left)
         if (best >= 0 or ncand > 0) and m >= cache_min:
             # cache the candidates of big nodes: internal ones, and leaves no candidate could
             # split (a forget or insert re-evaluates them from these counts, not the rows)
@@ -397,15 +466,16 @@ def _goes_left(A, s, r, goes):
 
 
 @_jit
-def _cache_row(A, v, r, yc, sgn, goes):
-    """Add (sgn = 1) or remove (-1) row r of class yc in node v's candidate cache, if any."""
+def _cache_row(A, v, r, sgn, goes):
+    """Add (sgn = 1) or remove (-1) row r in node v's candidate cache, if any."""
     s = A.slot[v]
     if s < 0:
         return
     _goes_left(A, s, r, goes)
+    cleft = A.cleft[s]
     for j in range(A.ncand[s]):
         if goes[j]:
-            A.cleft[s, j, yc] += sgn
+            _add_row(cleft, j, A, r, sgn)
 
 
 @_jit
@@ -414,8 +484,7 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
     each cached node on its path; rebuild the first subtree whose choice (or leaf-ness)
     changes, or whose node keeps no cache, from its rows. Returns 0, or FAIL with tree t
     untouched when an array is full."""
-    k, K, min_leaf, max_depth = A.params[0], A.params[1], A.params[2], A.params[3]
-    yc = A.y[r]
+    K, min_leaf, max_depth = A.params[1], A.params[2], A.params[3]
     lo = lo0.copy()
     hi = hi0.copy()
     goes = np.zeros(K, np.bool_)
@@ -425,28 +494,21 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
     action = _REBUILD
     while True:
         n_after = A.n[v] + sgn
-        pmax = 0
-        for c in range(k):
-            pc = A.counts[v, c] + (sgn if c == yc else 0)
-            pmax = max(pmax, pc)
-        stops = _stops(pmax, n_after, depth, min_leaf, max_depth)
+        stops = _stops(_counts_max(A, v, r, sgn), n_after, depth, min_leaf, max_depth)
         s = A.slot[v]
         if A.feat[v] < 0:
             keep = stops
             if not stops and s >= 0:
                 _goes_left(A, s, r, goes)
                 n_c = A.ncand[s]
-                keep = (
-                    best_candidate(A.counts[v], n_after, A.cleft[s], n_c, min_leaf, yc, sgn, goes)
-                    < 0
-                )
+                keep = _best(A, A.counts[v], n_after, A.cleft[s], n_c, min_leaf, r, sgn, goes) < 0
             action = (_REMOVE if sgn < 0 else _APPEND) if keep else _REBUILD
             break
         if s < 0 or stops:
             action = _REBUILD
             break
         _goes_left(A, s, r, goes)
-        best = best_candidate(A.counts[v], n_after, A.cleft[s], A.ncand[s], min_leaf, yc, sgn, goes)
+        best = _best(A, A.counts[v], n_after, A.cleft[s], A.ncand[s], min_leaf, r, sgn, goes)
         if best != A.choice[v]:
             action = _REBUILD
             break
@@ -484,9 +546,9 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
         A.top[5] += m
         A.lstart[v] = start
         A.n[v] += 1
-        A.counts[v, yc] += 1
+        _add_row(A.counts, v, A, r, 1)
         _leaf_hash(A, v)
-        _cache_row(A, v, r, yc, 1, goes)
+        _cache_row(A, v, r, 1, goes)
     else:
         base, m = A.lstart[v], A.n[v]
         for i in range(base, base + m):
@@ -494,16 +556,16 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
                 A.perm[i] = A.perm[base + m - 1]
                 break
         A.n[v] -= 1
-        A.counts[v, yc] -= 1
+        _add_row(A.counts, v, A, r, -1)
         A.top[5] += 1
         _leaf_hash(A, v)
-        _cache_row(A, v, r, yc, -1, goes)
+        _cache_row(A, v, r, -1, goes)
     # the ancestors keep their choice: update their counts and caches, link, rehash
     for i in range(depth):
         u = path[i]
         A.n[u] += sgn
-        A.counts[u, yc] += sgn
-        _cache_row(A, u, r, yc, sgn, goes)
+        _add_row(A.counts, u, A, r, sgn)
+        _cache_row(A, u, r, sgn, goes)
     if depth == 0:
         A.roots[t] = new
     else:
@@ -533,9 +595,22 @@ def update_rows(A, rows, sgn, start_row, start_tree, lo0, hi0, buf, path):
 @_jit
 def predict(A, codes):
     """Mean over trees of each leaf's class distribution counts / n (trees summed in
-    order)."""
+    order); regression: of each leaf's mean quantized target, one column."""
     k = A.params[0]
     T = A.roots.shape[0]
+    if A.params[5] == 1:
+        mean = np.zeros((codes.shape[0], 1), np.float64)
+        for i in range(codes.shape[0]):
+            for t in range(T):
+                v = A.roots[t]
+                while A.feat[v] >= 0:
+                    if codes[i, A.feat[v]] <= A.thr[v]:
+                        v = A.left[v]
+                    else:
+                        v = A.right[v]
+                mean[i, 0] += A.counts[v, 1] / A.n[v]
+            mean[i, 0] /= T
+        return mean
     out = np.zeros((codes.shape[0], k), np.float64)
     for i in range(codes.shape[0]):
         for t in range(T):

@@ -22,6 +22,11 @@ from . import _kernels as K
 from .binning import bin_edges, encode, n_bins
 
 STATE_FORMAT = b"forgetting-forest-1"
+TARGET_LEVELS = 1024
+"""Regression: targets are quantized to this many levels on a grid fixed by D° (its range,
+widened by half of it on each side; values beyond are clipped), so every node's sum of q
+fits int32 up to :data:`MAX_REGRESSION_ROWS` rows."""
+MAX_REGRESSION_ROWS = (2**31 - 1) // (TARGET_LEVELS - 1)
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ def _arrays(rows: int, d: int, k: int, K_: int, nodes: int, slots: int, perm: in
         roots=np.zeros(trees, np.int32),
         seeds=np.zeros(trees, np.uint64),
         nbins=np.zeros(d, np.int32),
-        params=np.zeros(5, np.int64),
+        params=np.zeros(6, np.int64),
     )
 
 
@@ -96,15 +101,17 @@ def _resized(A: K.Arrays, *, rows=None, nodes=None, slots=None, perm=None) -> K.
 
 class ExactForest:
     """Extremely randomized trees on a D°-fixed grid, split by Gini gain over all-row class
-    counts, with exact forget and insert. Rows are addressed by normalized ids (and their
+    counts (or, for regression, by squared-error gain over all-row sums of quantized
+    targets), with exact forget and insert. Rows are addressed by normalized ids (and their
     canonical bytes, :func:`forgetting.schema.membership.id_bytes`); labels are class indices
-    0..k-1. Validation is the caller's (the estimator's)."""
+    0..k-1, or float targets with ``n_classes=None``. Validation is the caller's."""
 
-    def __init__(self, config: ForestConfig, key: bytes, n_features: int, n_classes: int):
+    def __init__(self, config: ForestConfig, key: bytes, n_features: int, n_classes: int | None):
         self.config = config
         self._key = key
         self.d = n_features
-        self.k = n_classes
+        self.regression = n_classes is None
+        self.k = 2 if self.regression else n_classes
         self._prefix = b"".join(
             [
                 STATE_FORMAT,
@@ -127,6 +134,18 @@ class ExactForest:
     def known_ids(self, id_list: list) -> list:
         return [i for i in id_list if i in self._pos]
 
+    def _targets_of(self, pos: np.ndarray) -> np.ndarray:
+        """The stored targets of rows at ``pos``: float targets (regression) or class
+        indices."""
+        if self.regression:
+            return self._targets[pos].copy()
+        return self.A.y[pos].astype(np.int64)
+
+    def _quantize(self, y: np.ndarray) -> np.ndarray:
+        """Regression targets on the D° grid: levels 0..TARGET_LEVELS - 1 (clipped)."""
+        q = np.rint((np.asarray(y, np.float64) - self._y_lo) / self._y_step)
+        return np.clip(q, 0, TARGET_LEVELS - 1).astype(np.int32)
+
     def class_counts(self) -> np.ndarray:
         return self._class_counts.copy()
 
@@ -142,7 +161,7 @@ class ExactForest:
             [self._ids[p] for p in live],
             [self._id_bytes[p] for p in live],
             self._X[live].copy(),
-            self.A.y[live].astype(np.int64),
+            self._targets_of(live),
         )
 
     def _live_positions(self) -> np.ndarray:
@@ -155,9 +174,13 @@ class ExactForest:
 
     # -- fit -------------------------------------------------------------------------------
     def fit(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> None:
-        """Build from scratch on rows (X float32, y class indices)."""
+        """Build from scratch on rows (X float32, y class indices or float targets)."""
         c = self.config
         n = X.shape[0]
+        if self.regression and n > MAX_REGRESSION_ROWS:
+            raise ValueError(
+                f"a regression forest holds at most {MAX_REGRESSION_ROWS} rows, got {n}"
+            )
         self._ids = list(id_list)
         self._id_bytes = list(id_raw)
         self._pos = {row_id: p for p, row_id in enumerate(id_list)}
@@ -174,19 +197,27 @@ class ExactForest:
             self._edge_table[f, : e.size] = e
         self._n_edges = (nb - 1).astype(np.int64)
         grid = hashlib.sha256()
+        if self.regression:
+            y = np.asarray(y, np.float64)
+            self._targets = y.copy()
+            lo, hi = float(y[pool].min()), float(y[pool].max())
+            width = hi - lo if hi > lo else 1.0
+            self._y_lo = lo - 0.5 * width
+            self._y_step = 2.0 * width / (TARGET_LEVELS - 1)
+            grid.update(np.array([self._y_lo, self._y_step]).tobytes())
         for e in self.edges:
             grid.update(np.int64(e.size).tobytes())
             grid.update(e.tobytes())
         self._grid_digest = grid.digest()
         self._lo0 = np.zeros(self.d, np.int32)
         self._hi0 = nb.copy()  # the NaN code is a bin too: thresholds up to nbins - 1
-        K_ = max(1, min(c.n_candidates, 4 * self.d))
+        K_ = max(1, min(c.n_candidates, 16 * self.d))
         guess = max(64, c.n_trees * (2 * n // max(c.min_leaf, 1) + 1) // 4)
         A = _arrays(n, self.d, self.k, K_, guess, max(16, guess // 8), c.n_trees * n + n, c.n_trees)
         A.codes[:] = encode(self._X, self.edges)
-        A.y[:] = y
+        A.y[:] = self._quantize(y) if self.regression else y
         A.nbins[:] = nb
-        A.params[:] = (self.k, K_, c.min_leaf, c.max_depth, c.cache_min_rows)
+        A.params[:] = (self.k, K_, c.min_leaf, c.max_depth, c.cache_min_rows, self.regression)
         A.seeds[:] = [_root_seed(c.random_state, t) for t in range(c.n_trees)]
         rows = np.arange(n, dtype=np.int32)
         buf = rows.copy()
@@ -200,9 +231,10 @@ class ExactForest:
             A.roots[t] = root
         self.A = A
         self._path = np.zeros(int(nb.sum()) + self.d + 2, np.int64)
-        self._class_counts = np.bincount(y, minlength=self.k).astype(np.int64)
+        if not self.regression:
+            self._class_counts = np.bincount(y, minlength=self.k).astype(np.int64)
         self._n_pool = int(pool.sum())
-        hashes = row_hashes(id_raw, y, pool, self._X)
+        hashes = row_hashes(id_raw, self._targets_of(np.arange(n)), pool, self._X)
         self._row_sum = hashes.view("<u8").sum(axis=0, dtype=np.uint64)
 
     # -- forget / insert -------------------------------------------------------------------
@@ -217,7 +249,8 @@ class ExactForest:
             self._refit(keep)
             return True
         self._update(pos.astype(np.int32), -1)
-        self._class_counts -= np.bincount(self.A.y[pos], minlength=self.k)
+        if not self.regression:
+            self._class_counts -= np.bincount(self.A.y[pos], minlength=self.k)
         hashes = self._row_hashes(pos)
         self._row_sum -= hashes.sum(axis=0, dtype=np.uint64)
         for p in pos.tolist():
@@ -253,9 +286,14 @@ class ExactForest:
         self._X[pos] = X
         self._draws[pos] = new_draws
         self.A.codes[pos] = self._encode(X)
-        self.A.y[pos] = y
+        if self.regression:
+            self._targets[pos] = y
+            self.A.y[pos] = self._quantize(y)
+        else:
+            self.A.y[pos] = y
         self._update(pos.astype(np.int32), 1)
-        self._class_counts += np.bincount(self.A.y[pos], minlength=self.k)
+        if not self.regression:
+            self._class_counts += np.bincount(self.A.y[pos], minlength=self.k)
         self._row_sum += self._row_hashes(pos).sum(axis=0, dtype=np.uint64)
         self._maybe_compact()
         return False
@@ -273,6 +311,10 @@ class ExactForest:
             dr = np.ones(size, np.float64)
             dr[:cap] = self._draws
             self._draws = dr
+            if self.regression:
+                targets = np.zeros(size, np.float64)
+                targets[:cap] = self._targets
+                self._targets = targets
             self._ids += [None] * (size - cap)
             self._id_bytes += [None] * (size - cap)
             self.A = _resized(self.A, rows=size)
@@ -330,17 +372,21 @@ class ExactForest:
             [self._ids[p] for p in keep],
             [self._id_bytes[p] for p in keep],
             self._X[keep],
-            self.A.y[keep].astype(np.int64),
+            self._targets_of(keep),
         )
 
     def _row_hashes(self, pos: np.ndarray) -> np.ndarray:
         pool = self._draws[pos] < self._threshold
         raw = [self._id_bytes[p] for p in pos.tolist()]
-        return row_hashes(raw, self.A.y[pos].astype(np.int64), pool, self._X[pos]).view("<u8")
+        return row_hashes(raw, self._targets_of(pos), pool, self._X[pos]).view("<u8")
 
     # -- serving ---------------------------------------------------------------------------
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return K.predict(self.A, self._encode(X))
+
+    def predict_values(self, X: np.ndarray) -> np.ndarray:
+        """Regression: the mean over trees of each leaf's mean target, on the D° grid."""
+        return self._y_lo + self._y_step * K.predict(self.A, self._encode(X))[:, 0]
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         return K.encode(X, self._edge_table, self._n_edges)

@@ -17,7 +17,7 @@ from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
@@ -29,18 +29,9 @@ from ..schema.membership import derive_key, id_bytes, receipt_hashes
 from .core import ExactForest, ForestConfig
 
 
-class ExactForestClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
-    """Extremely randomized trees with exact forget and insert.
-
-    Each of ``n_estimators`` trees draws ``max_features`` random (feature, bin threshold)
-    candidates per node from the node's feasible bin range (fixed by its ancestors, so no
-    row proposes them) and splits on the one with the largest Gini gain over the integer
-    class counts of all its rows, down to ``min_samples_leaf`` rows, pure nodes or
-    ``max_depth``. The bin grid (``max_bins`` per feature, NaN its own bin) comes from D°,
-    the rows whose keyed id hash is below ``rho`` (at least ``min_bin_rows`` rows): forgetting
-    a D° row refits. ``cache_min_rows`` sets which nodes cache candidate counts (a speed
-    knob only: results do not depend on it).
-    """
+class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
+    """Parameters, validation, receipts and the read-only surface both exact forests share
+    (the parameters are documented on :class:`ExactForestClassifier`)."""
 
     _parameter_constraints: dict = {
         "n_estimators": [Interval(Integral, 1, None, closed="left")],
@@ -118,12 +109,49 @@ class ExactForestClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
         )
 
     def _validate_X(self, X: Any, *, reset: bool) -> np.ndarray:
-        """Dense float32 features; NaN is a missing value (its own bin), infinity is refused."""
+        """Dense float32 features; NaN is a missing value (its own bin), infinity is refused.
+        A DataFrame's pandas ``category`` columns become their codes (:meth:`_category_codes`)."""
+        X = self._category_codes(X, reset=reset)
         X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
         X32 = X.astype(np.float32)
         if np.isinf(X32).any():
             raise ValueError("X has values beyond float32 range; NaN marks a missing value")
         return np.ascontiguousarray(X32)
+
+    def _category_codes(self, X: Any, *, reset: bool) -> Any:
+        """A DataFrame's ``category`` columns as float codes in the order of their dtype's
+        declared categories, kept at fit in ``categories_`` (column name → categories), as
+        HistGradientBoosting's ``categorical_features="from_dtype"`` reads them. The codes
+        depend on the dtype only, never on which rows are present, so forget stays exact.
+        A missing value, or a category the fit's dtype did not declare, is missing (NaN)."""
+        dtypes = getattr(X, "dtypes", None)
+        if dtypes is None:
+            if reset:
+                self.__dict__.pop("categories_", None)
+            return X
+        columns = [c for c, t in zip(X.columns, dtypes, strict=True) if str(t) == "category"]
+        if reset:
+            self.categories_ = {c: list(X[c].cat.categories) for c in columns}
+        known = self.__dict__.get("categories_", {})
+        if not known and not columns:
+            return X
+        import pandas as pd
+
+        out = X.copy()
+        for c, categories in known.items():
+            if c not in out.columns:
+                continue  # validate_data names the missing column
+            values = out[c].astype(object).to_numpy()
+            codes = pd.Index(categories).get_indexer(values).astype(np.float64)
+            codes[codes < 0] = np.nan
+            out[c] = codes
+        for c in columns:
+            if c not in known:
+                raise ValueError(
+                    f"column {c!r} is categorical here but was not at fit; pass the columns "
+                    "with the dtypes the model was fitted with"
+                )
+        return out
 
     def _check_X(self, X: Any) -> np.ndarray:
         """Features for a fitted model: a plain float ndarray of the fitted width takes a
@@ -142,19 +170,6 @@ class ExactForestClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
                 return X32
         return self._validate_X(X, reset=False)
 
-    def _check_y(self, y: Any, n: int) -> np.ndarray:
-        if y is None:
-            raise ValueError(
-                f"{type(self).__name__} requires y to be passed, but the target y is None"
-            )
-        y = column_or_1d(y, warn=True)
-        if len(y) != n:
-            raise ValueError(
-                f"Found input variables with inconsistent numbers of samples: [{n}, {len(y)}]"
-            )
-        check_classification_targets(y)
-        return y
-
     @staticmethod
     def _check_ids(ids: Any, n: int | None, *, allow_range: bool = False):
         if ids is None and not allow_range:
@@ -168,38 +183,121 @@ class ExactForestClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
         if "forest_" not in self.__dict__:
             check_is_fitted(self)
 
-    # -- fit -------------------------------------------------------------------------------
-    def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None):
-        """Fit on rows ``X`` (NaN = missing) with labels ``y`` and unique ``ids`` (default
-        ``range(n)``). On any error the previous fit stays."""
+    def _fit_atomically(self, fit) -> None:
+        """Validate the parameters and run ``fit``; on any error every fitted attribute is
+        put back as it was."""
         self._validate_params()
         saved = {k: v for k, v in vars(self).items() if k.endswith("_")}
         try:
-            X32 = self._validate_X(X, reset=True)
-            y = self._check_y(y, X32.shape[0])
-            classes = np.unique(y)
-            if classes.size < 2:
-                raise ValueError(
-                    f"need at least 2 classes, got 1 class ({classes.tolist()}): a classifier "
-                    "cannot be fitted on one class"
-                )
-            id_list, id_raw = self._check_ids(ids, X32.shape[0], allow_range=True)
-            self._fit_indices(X32, np.searchsorted(classes, y), classes, id_list, id_raw)
+            fit()
         except BaseException:
             for k in [k for k in vars(self) if k.endswith("_")]:
                 delattr(self, k)
             for k, v in saved.items():
                 setattr(self, k, v)
             raise
+
+    def _new_forest(self, d: int, n_classes: int | None) -> ExactForest:
+        key = derive_key(self.secret_key, int(self.random_state))
+        self._key = key
+        return ExactForest(self._config(d), key, d, n_classes)
+
+    def _unknown_ids_refused(self, id_list: list) -> None:
+        missing = self.forest_.unknown_ids(id_list)
+        if missing:
+            raise KeyError(
+                f"unknown ids (never inserted, or already forgotten): {listing(missing)}"
+            )
+
+    def _receipt(self, operation: str, id_raw: list, refit: bool, started: float) -> Receipt:
+        return Receipt(
+            operation=operation,
+            scope="instance",
+            n_rows=len(id_raw),
+            id_hashes=tuple(receipt_hashes(self._key, id_raw)),
+            instances_hit=(0,) if refit else (),
+            rebuild_started=False,
+            state_digest=self.forest_.state_digest(),
+            timestamp=datetime.now(UTC).isoformat(timespec="microseconds"),
+            seconds=time.perf_counter() - started,
+            effective_rho=self.forest_.effective_rho,
+        )
+
+    def state_digest(self) -> str:
+        """SHA-256 (hex) of the configuration, grid, trees and rows held."""
+        self._check_fitted()
+        return self.forest_.state_digest()
+
+    @property
+    def n_rows_(self) -> int:
+        """Rows currently held."""
+        self._check_fitted()
+        return self.forest_.n_rows
+
+    @property
+    def ids_(self) -> list:
+        """Ids of the rows held, in storage order."""
+        self._check_fitted()
+        return self.forest_.ids()
+
+    @property
+    def effective_rho_(self) -> float:
+        """The probability that forgetting a random row hits D° (and refits)."""
+        self._check_fitted()
+        return self.forest_.effective_rho
+
+
+class ExactForestClassifier(ClassifierMixin, _ExactForestBase):
+    """Extremely randomized trees with exact forget and insert.
+
+    Each of ``n_estimators`` trees draws ``max_features`` random (feature, bin threshold)
+    candidates per node from the node's feasible bin range (fixed by its ancestors, so no
+    row proposes them) and splits on the one with the largest Gini gain over the integer
+    class counts of all its rows, down to ``min_samples_leaf`` rows, pure nodes or
+    ``max_depth``. The bin grid (``max_bins`` per feature, NaN its own bin) comes from D°,
+    the rows whose keyed id hash is below ``rho`` (at least ``min_bin_rows`` rows): forgetting
+    a D° row refits. ``cache_min_rows`` sets which nodes cache candidate counts (a speed
+    knob only: results do not depend on it).
+    """
+
+    def _check_y(self, y: Any, n: int) -> np.ndarray:
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        y = column_or_1d(y, warn=True)
+        if len(y) != n:
+            raise ValueError(
+                f"Found input variables with inconsistent numbers of samples: [{n}, {len(y)}]"
+            )
+        check_classification_targets(y)
+        return y
+
+    # -- fit -------------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None):
+        """Fit on rows ``X`` (NaN = missing) with labels ``y`` and unique ``ids`` (default
+        ``range(n)``). On any error the previous fit stays."""
+
+        def fit():
+            X32 = self._validate_X(X, reset=True)
+            labels = self._check_y(y, X32.shape[0])
+            classes = np.unique(labels)
+            if classes.size < 2:
+                raise ValueError(
+                    f"need at least 2 classes, got 1 class ({classes.tolist()}): a classifier "
+                    "cannot be fitted on one class"
+                )
+            id_list, id_raw = self._check_ids(ids, X32.shape[0], allow_range=True)
+            self._fit_indices(X32, np.searchsorted(classes, labels), classes, id_list, id_raw)
+
+        self._fit_atomically(fit)
         return self
 
     def _fit_indices(self, X32, targets, classes, id_list, id_raw) -> None:
-        key = derive_key(self.secret_key, int(self.random_state))
-        forest = ExactForest(self._config(X32.shape[1]), key, X32.shape[1], classes.size)
+        forest = self._new_forest(X32.shape[1], classes.size)
         forest.fit(id_list, id_raw, X32, targets.astype(np.int64))
         self.classes_ = classes
         self.forest_ = forest
-        self._key = key
 
     # -- forget / insert -------------------------------------------------------------------
     def forget(self, ids: Sequence[Hashable]) -> Receipt:
@@ -210,11 +308,7 @@ class ExactForestClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
         started = time.perf_counter()
         id_list, id_raw = self._check_ids(ids, None)
         forest = self.forest_
-        missing = forest.unknown_ids(id_list)
-        if missing:
-            raise KeyError(
-                f"unknown ids (never inserted, or already forgotten): {listing(missing)}"
-            )
+        self._unknown_ids_refused(id_list)
         remaining = forest.class_counts_without(id_list)
         if np.count_nonzero(remaining) < 2:
             raise ValueError(
@@ -264,20 +358,6 @@ class ExactForestClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
         refit = self.forest_.insert(id_list, id_raw, X32, idx.astype(np.int64))
         return self._receipt("insert", id_raw, refit, started)
 
-    def _receipt(self, operation: str, id_raw: list, refit: bool, started: float) -> Receipt:
-        return Receipt(
-            operation=operation,
-            scope="instance",
-            n_rows=len(id_raw),
-            id_hashes=tuple(receipt_hashes(self._key, id_raw)),
-            instances_hit=(0,) if refit else (),
-            rebuild_started=False,
-            state_digest=self.forest_.state_digest(),
-            timestamp=datetime.now(UTC).isoformat(timespec="microseconds"),
-            seconds=time.perf_counter() - started,
-            effective_rho=self.forest_.effective_rho,
-        )
-
     # -- serving ---------------------------------------------------------------------------
     def predict_proba(self, X: Any) -> np.ndarray:
         """Mean over trees of each leaf's class frequencies (a float function of counts)."""
@@ -289,25 +369,81 @@ class ExactForestClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
         self._check_fitted()
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
-    def state_digest(self) -> str:
-        """SHA-256 (hex) of the configuration, grid, trees and rows held."""
-        self._check_fitted()
-        return self.forest_.state_digest()
 
-    @property
-    def n_rows_(self) -> int:
-        """Rows currently held."""
-        self._check_fitted()
-        return self.forest_.n_rows
+class ExactForestRegressor(RegressorMixin, _ExactForestBase):
+    """Extremely randomized regression trees with exact forget and insert.
 
-    @property
-    def ids_(self) -> list:
-        """Ids of the rows held, in storage order."""
-        self._check_fitted()
-        return self.forest_.ids()
+    As :class:`ExactForestClassifier` (the same parameters, grid, candidates and D°), but
+    each node keeps two integers — its row count and the sum of its rows' targets quantized
+    on a 1,024-level grid fixed by D° — and splits by the squared-error gain computed from
+    them; a leaf predicts its rows' mean target on that grid, and the forest the mean over
+    trees. Forgetting a D° row refits (the grid moves with D°).
+    """
 
-    @property
-    def effective_rho_(self) -> float:
-        """The probability that forgetting a random row hits D° (and refits)."""
+    def _check_targets(self, y: Any, n: int) -> np.ndarray:
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        y = column_or_1d(y, warn=True)
+        if len(y) != n:
+            raise ValueError(
+                f"Found input variables with inconsistent numbers of samples: [{n}, {len(y)}]"
+            )
+        try:
+            targets = np.asarray(y, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError("regression targets must be numbers") from None
+        if not np.all(np.isfinite(targets)):
+            raise ValueError("y contains NaN or infinity; every target must be finite")
+        return targets
+
+    # -- fit -------------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None):
+        """Fit on rows ``X`` (NaN = missing) with finite targets ``y`` and unique ``ids``
+        (default ``range(n)``). On any error the previous fit stays."""
+
+        def fit():
+            X32 = self._validate_X(X, reset=True)
+            targets = self._check_targets(y, X32.shape[0])
+            if targets.size < 2:
+                raise ValueError(f"got n_samples={targets.size}; a regressor needs at least 2")
+            id_list, id_raw = self._check_ids(ids, X32.shape[0], allow_range=True)
+            forest = self._new_forest(X32.shape[1], None)
+            forest.fit(id_list, id_raw, X32, targets)
+            self.forest_ = forest
+
+        self._fit_atomically(fit)
+        return self
+
+    # -- forget / insert -------------------------------------------------------------------
+    def forget(self, ids: Sequence[Hashable]) -> Receipt:
+        """Forget rows by id; returns a receipt. Unknown ids raise KeyError, duplicates
+        ValueError, leaving fewer than 2 rows ValueError; on any error nothing changes."""
         self._check_fitted()
-        return self.forest_.effective_rho
+        started = time.perf_counter()
+        id_list, id_raw = self._check_ids(ids, None)
+        self._unknown_ids_refused(id_list)
+        if self.forest_.n_rows - len(id_list) < 2:
+            raise ValueError("forgetting these rows would leave fewer than 2; refit instead")
+        refit = self.forest_.forget(id_list)
+        return self._receipt("forget", id_raw, refit, started)
+
+    def insert(self, X: Any, y: Any, ids: Sequence[Hashable]) -> Receipt:
+        """Add rows with finite targets; the result equals a fit on all rows."""
+        self._check_fitted()
+        started = time.perf_counter()
+        X32 = self._validate_X(X, reset=False)
+        targets = self._check_targets(y, X32.shape[0])
+        id_list, id_raw = self._check_ids(ids, X32.shape[0])
+        known = self.forest_.known_ids(id_list)
+        if known:
+            raise ValueError(f"ids already present: {listing(known)}; forget them first")
+        refit = self.forest_.insert(id_list, id_raw, X32, targets)
+        return self._receipt("insert", id_raw, refit, started)
+
+    # -- serving ---------------------------------------------------------------------------
+    def predict(self, X: Any) -> np.ndarray:
+        """Mean over trees of each leaf's mean target (a float function of integer sums)."""
+        self._check_fitted()
+        return self.forest_.predict_values(self._check_X(X))
