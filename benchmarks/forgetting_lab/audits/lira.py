@@ -23,7 +23,13 @@ from typing import Any
 
 import numpy as np
 
-MODELS = ("qss-e", "qss-l", "qss-dp", "sisa", "retrain")
+MODELS = (
+    "qss-e", "qss-e-ridge", "qss-e-tables", "qss-l", "qss-dp", "sisa", "retrain", "retrain-hgb",
+)  # fmt: skip
+"""qss-e: the shipped default; qss-e-ridge / qss-e-tables: exact mode with the other head
+("shared-ridge") or none (tables only); retrain: one logistic regression (g's family);
+retrain-hgb: one HistGradientBoostingClassifier, the model a user would otherwise deploy."""
+_HEADS = {"qss-e-ridge": "shared-ridge", "qss-e-tables": "none"}
 SISA_SHARDS = 5
 DP_SECRET_PREFIX = "lira-audit-secret-"
 """QSS-DP needs a secret key; the audit uses a fixed per-seed one (the attacker never sees
@@ -103,11 +109,13 @@ def make_factory(
     """
     if model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
-    if model in ("qss-e", "qss-l", "qss-dp"):
+    if model.startswith("qss-"):
         from forgetting import QSSClassifier
 
-        mode = {"qss-e": "exact", "qss-l": "label", "qss-dp": "dp"}[model]
+        mode = {"qss-l": "label", "qss-dp": "dp"}.get(model, "exact")
         params: dict[str, Any] = {"mode": mode, "rho": rho, "random_state": seed}
+        if model in _HEADS:
+            params["head"] = _HEADS[model]
         params["rebuild"] = "sync"
         if model == "qss-dp":
             if epsilon is None:
@@ -124,6 +132,12 @@ def make_factory(
 
     if model == "sisa":
         return lambda: SISAClassifier(n_shards=SISA_SHARDS, random_state=seed)
+    if model == "retrain-hgb":
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        return lambda: RetrainClassifier(
+            estimator=HistGradientBoostingClassifier(random_state=seed), random_state=seed
+        )
     return lambda: RetrainClassifier(random_state=seed)
 
 

@@ -69,7 +69,7 @@ def timed_fit(model, X, y):
     return model, time.perf_counter() - started
 
 
-def choose(Xtr, ytr, seed, grid_rows):
+def choose(Xtr, ytr, seed, grid_rows, leaves=LEAVES, candidates=CANDIDATES, trees=TREES):
     """The (leaf, features, trees) with the lowest validation RMSE."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(ytr))
@@ -84,10 +84,10 @@ def choose(Xtr, ytr, seed, grid_rows):
         print(f"  leaf {leaf}, features {features}, trees {trees}: val {value:.4f}", flush=True)
         return value
 
-    pairs = {(leaf, f): score(leaf, f, TREES[0]) for leaf in LEAVES for f in CANDIDATES}
+    pairs = {(leaf, f): score(leaf, f, trees[0]) for leaf in leaves for f in candidates}
     leaf, features = min(pairs, key=pairs.get)
-    by_trees = {TREES[0]: pairs[(leaf, features)]}
-    by_trees.update({t: score(leaf, features, t) for t in TREES[1:]})
+    by_trees = {trees[0]: pairs[(leaf, features)]}
+    by_trees.update({t: score(leaf, features, t) for t in trees[1:]})
     return leaf, features, min(by_trees, key=by_trees.get)
 
 
@@ -109,7 +109,7 @@ def forget_and_compare(model, Xtr, ytr, Xte, n_forgets, seed, chosen):
         hits += len(receipt.instances_hit) > 0
     keep = sorted(set(ids) - set(victims))
     started = time.perf_counter()
-    refit = forest(*chosen).fit(Xtr.iloc[keep], ytr[keep], ids=keep)
+    refit = forest(*chosen, seed).fit(Xtr.iloc[keep], ytr[keep], ids=keep)
     refit_s = time.perf_counter() - started
     ms = 1e3 * np.array(waited)
     return {
@@ -135,7 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--name", default="forest-regression")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 1,500 rows, a 2-point grid, 5 trees"
+    )
     args = parser.parse_args(argv)
+    grid = {}
+    if args.quick:
+        args.max_train, args.max_test, args.forgets = 1500, 300, 6
+        grid = dict(leaves=(3,), candidates=(9, 36), trees=(5,))
 
     from sklearn.ensemble import HistGradientBoostingRegressor
 
@@ -144,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     Xtr, ytr, Xte, yte, _, note = load_table("diamonds", args.max_train, args.max_test)
     print(f"diamonds: {note}", flush=True)
     grid_rows: list[dict] = []
-    chosen = choose(Xtr, ytr, args.seed, grid_rows)
+    chosen = choose(Xtr, ytr, args.seed, grid_rows, **grid)
     print(f"chosen on validation: leaf, features, trees = {chosen}", flush=True)
     hgb, hgb_s = timed_fit(
         HistGradientBoostingRegressor(categorical_features="from_dtype", random_state=args.seed),

@@ -42,7 +42,7 @@ EXPECTED_DURATION = "about 19 min on 2 cores (results/privacy.md)"
 NAME = "privacy"
 DEFAULT_LIRA_DATASETS = "adult=1000+2000,mnist=500+1000"
 """NAME=POOL+BACKGROUND: audited rows (each shadow trains on half) and rows every model gets."""
-DEFAULT_MODELS = "qss-e,qss-l,sisa,retrain"
+DEFAULT_MODELS = "qss-e,qss-e-ridge,qss-e-tables,qss-l,sisa,retrain,retrain-hgb"
 DEFAULT_DP_EPSILONS = "1,8"
 DEFAULT_ACC_DATASETS = "adult,mnist=10000,sentiment=6000"
 EPSILONS = "0.1,0.5,1,2,4,8,inf"
@@ -218,6 +218,30 @@ def accuracy_stage(args: argparse.Namespace) -> list[dict]:
                 }
             )
     return rows
+
+
+def leakage_figure(attacks: list[dict], path: Path, command: str) -> None:
+    """LiRA AUC (online, with its bootstrap interval) against test accuracy, one panel per
+    dataset: what each model leaks for what it gets right."""
+    from forgetting.audit.lira import pyplot, save_figure
+
+    plt = pyplot()
+    rows = [r for r in attacks if r["attack"] == "online"]
+    names = list(dict.fromkeys(r["dataset"] for r in rows))
+    fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 4.2), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        for r in (r for r in rows if r["dataset"] == name):
+            low, high = (float(v) for v in r["AUC 95% CI"].strip("[]").split(","))
+            ax.errorbar(
+                r["test accuracy"], r["AUC"], yerr=[[r["AUC"] - low], [high - r["AUC"]]],
+                marker="o", capsize=3, label=r["model"],
+            )  # fmt: skip
+        ax.axhline(0.5, color="grey", linestyle=":", linewidth=0.9)
+        ax.set_xlabel("test accuracy")
+        ax.set_ylabel("LiRA AUC, online (95 % CI)")
+        ax.set_title(f"{name}: membership leakage against accuracy", fontsize=10)
+        ax.legend(fontsize=7)
+    save_figure(fig, path, command)
 
 
 def accuracy_figure(rows: list[dict], path: Path, command: str) -> None:
@@ -396,6 +420,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     limits = threadpool_limits(limits=1) if args.threads_one else None
     if not args.skip_lira:
         attacks, audits = lira_stage(args, dp, figures, command)
+        path = out_dir / f"{args.name}-auc-vs-accuracy.png"
+        leakage_figure(attacks, path, command)
+        figures["AUC vs accuracy"] = path.name
         tables["LiRA membership inference"] = (attacks, ATTACK_COLUMNS + ["seconds"])
         tables["Unlearning audit: forgotten rows vs rows never seen"] = (audits, AUDIT_COLUMNS)
         checkpoint()
