@@ -163,10 +163,12 @@ def test_cli_forwards_bench(capsys):
     from forgetting.cli import main as cli_main
 
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["bench", "--help"])
+        cli_main(["bench", "paper", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert "forgetting bench" in out and "--datasets" in out and "--quick" in out
+    assert "--datasets" in out and "--quick" in out  # the paper benchmark's own options
+    assert cli_main(["bench"]) == 0  # no name: the menu, nothing runs
+    assert "forgetting bench NAME" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("features, width", [("hog", 520), ("pixels", 784)])

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from forgetting.receipts import Receipt
 from forgetting.service import ConfigError, ServiceConfig, create_app
 from forgetting.service import recovery as recovery_module
 from forgetting.service.app import max_body_bytes
@@ -97,12 +98,12 @@ class FakeModel:
             raise KeyError(f"unknown ids: {unknown}")
         self.rows -= set(ids)
         self.receipts[HASH] = make_receipt("forget", len(ids))
-        return self.receipts[HASH]
+        return Receipt.from_dict(self.receipts[HASH])  # as DurableModel.forget returns
 
     def insert(self, X, y, ids):
         self._mutate()
         self.rows |= set(ids)
-        return make_receipt("insert", len(ids))
+        return Receipt.from_dict(make_receipt("insert", len(ids)))
 
     def receipt(self, id_hash):
         return self.receipts.get(id_hash)

@@ -150,7 +150,6 @@ def test_refit_failure_keeps_the_previous_model(fitted):
         dict(alpha=-1.0),
         dict(alpha=np.nan),
         dict(rebuild="later"),
-        dict(random_state=None),
         dict(lda="yes"),
     ],
 )
