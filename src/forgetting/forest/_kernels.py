@@ -593,6 +593,18 @@ def update_rows(A, rows, sgn, start_row, start_tree, lo0, hi0, buf, path):
 
 
 @_jit
+def _leaf_of(A, t, code_row):
+    """The leaf of tree t that a row with these bin codes falls in."""
+    v = A.roots[t]
+    while A.feat[v] >= 0:
+        if code_row[A.feat[v]] <= A.thr[v]:
+            v = A.left[v]
+        else:
+            v = A.right[v]
+    return v
+
+
+@_jit
 def predict(A, codes):
     """Mean over trees of each leaf's class distribution counts / n (trees summed in
     order); regression: of each leaf's mean quantized target, one column."""
@@ -602,24 +614,14 @@ def predict(A, codes):
         mean = np.zeros((codes.shape[0], 1), np.float64)
         for i in range(codes.shape[0]):
             for t in range(T):
-                v = A.roots[t]
-                while A.feat[v] >= 0:
-                    if codes[i, A.feat[v]] <= A.thr[v]:
-                        v = A.left[v]
-                    else:
-                        v = A.right[v]
+                v = _leaf_of(A, t, codes[i])
                 mean[i, 0] += A.counts[v, 1] / A.n[v]
             mean[i, 0] /= T
         return mean
     out = np.zeros((codes.shape[0], k), np.float64)
     for i in range(codes.shape[0]):
         for t in range(T):
-            v = A.roots[t]
-            while A.feat[v] >= 0:
-                if codes[i, A.feat[v]] <= A.thr[v]:
-                    v = A.left[v]
-                else:
-                    v = A.right[v]
+            v = _leaf_of(A, t, codes[i])
             inv = A.n[v]
             for c in range(k):
                 out[i, c] += A.counts[v, c] / inv

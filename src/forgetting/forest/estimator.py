@@ -183,6 +183,19 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
         if "forest_" not in self.__dict__:
             check_is_fitted(self)
 
+    def _column(self, y: Any, n: int) -> np.ndarray:
+        """``y`` as one column of ``n`` values, with scikit-learn's messages."""
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        y = column_or_1d(y, warn=True)
+        if len(y) != n:
+            raise ValueError(
+                f"Found input variables with inconsistent numbers of samples: [{n}, {len(y)}]"
+            )
+        return y
+
     def _fit_atomically(self, fit) -> None:
         """Validate the parameters and run ``fit``; on any error every fitted attribute is
         put back as it was."""
@@ -261,15 +274,7 @@ class ExactForestClassifier(ClassifierMixin, _ExactForestBase):
     """
 
     def _check_y(self, y: Any, n: int) -> np.ndarray:
-        if y is None:
-            raise ValueError(
-                f"{type(self).__name__} requires y to be passed, but the target y is None"
-            )
-        y = column_or_1d(y, warn=True)
-        if len(y) != n:
-            raise ValueError(
-                f"Found input variables with inconsistent numbers of samples: [{n}, {len(y)}]"
-            )
+        y = self._column(y, n)
         check_classification_targets(y)
         return y
 
@@ -381,15 +386,7 @@ class ExactForestRegressor(RegressorMixin, _ExactForestBase):
     """
 
     def _check_targets(self, y: Any, n: int) -> np.ndarray:
-        if y is None:
-            raise ValueError(
-                f"{type(self).__name__} requires y to be passed, but the target y is None"
-            )
-        y = column_or_1d(y, warn=True)
-        if len(y) != n:
-            raise ValueError(
-                f"Found input variables with inconsistent numbers of samples: [{n}, {len(y)}]"
-            )
+        y = self._column(y, n)
         try:
             targets = np.asarray(y, dtype=np.float64)
         except (TypeError, ValueError):
