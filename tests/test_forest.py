@@ -33,8 +33,8 @@ def _assert_same(a, b, X):
 
 
 def _outside_pool(model, ids):
-    forest = model.forest_
-    return [i for i in ids if forest._draws[forest._pos[i]] >= forest._threshold]
+    pool = set(model.pool_ids_)
+    return [i for i in ids if i not in pool]
 
 
 PARAMS = dict(n_estimators=6, max_features=3, min_bin_rows=60, cache_min_rows=16)
@@ -55,8 +55,7 @@ def test_random_deletions_equal_a_refit():
 def test_deleting_a_pool_row_refits_to_the_same_bits():
     X, y = _data()
     model = ExactForestClassifier(**PARAMS).fit(X, y)
-    forest = model.forest_
-    pool = [i for i in range(len(y)) if forest._draws[i] < forest._threshold]
+    pool = model.pool_ids_
     gone = pool[:2] + [i for i in range(10) if i not in pool][:2]
     receipt = model.forget(gone)
     assert receipt.instances_hit == (0,)

@@ -39,8 +39,8 @@ def _assert_same(a, b, X):
 
 
 def _outside_pool(model, ids):
-    forest = model.forest_
-    return [i for i in ids if forest._draws[forest._pos[i]] >= forest._threshold]
+    pool = set(model.pool_ids_)
+    return [i for i in ids if i not in pool]
 
 
 @parametrize_with_checks([ExactForestRegressor(n_estimators=5)])
@@ -63,8 +63,8 @@ def test_random_deletions_and_pool_hits_equal_a_refit():
     victims = _outside_pool(model, rng.permutation(len(y)).tolist())[:60]
     for chunk in np.array_split(np.array(victims), 12):
         assert model.forget(chunk.tolist()).instances_hit == ()
-    forest = model.forest_
-    pool = [i for i in model.ids_ if forest._draws[forest._pos[i]] < forest._threshold]
+    pool = model.pool_ids_
+    assert len(pool) >= PARAMS["min_bin_rows"] and set(pool) <= set(model.ids_)
     assert model.forget(pool[:2]).instances_hit == (0,)  # D° moves the grid: a refit
     gone = set(victims) | set(pool[:2])
     _assert_same(model, _refit(model, X, y, sorted(set(range(len(y))) - gone)), X)

@@ -172,7 +172,8 @@ def tradeoff(name: str, configs: list[tuple[int, int, int]], seed: int, n_forget
         rng = np.random.default_rng(seed)
         ids = model.ids_
         order = rng.permutation(len(ids))
-        victims = [ids[i] for i in order if forest._draws[forest._pos[ids[i]]] >= forest._threshold]
+        pool = set(model.pool_ids_)
+        victims = [ids[i] for i in order if ids[i] not in pool]
         x = np.ascontiguousarray(X[val_idx[:1]])
         wall, cpu = [], []
         for v in victims[:n_forgets]:

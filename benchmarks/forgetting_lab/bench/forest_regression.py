@@ -7,8 +7,9 @@ pandas ``category`` columns), target log price:
 
 1. carve a validation split (:data:`VALIDATION_FRACTION`, seeded) from the *training* rows,
    fit :class:`~forgetting.forest.ExactForestRegressor` on the rest for each point of the grid
-   (``min_samples_leaf`` × ``max_features``, then ``n_estimators`` with the best pair) and keep
-   the lowest validation RMSE — the test rows are never read to choose;
+   (``min_samples_leaf`` × ``max_features``, then ``min_bin_rows`` — how many D° rows fix the
+   bin edges — with the best pair, then ``n_estimators``) and keep the lowest validation RMSE
+   — the test rows are never read to choose;
 2. refit the chosen forest on every training row and score it on the test rows, beside a
    full-data ``HistGradientBoostingRegressor(categorical_features="from_dtype")`` and today's
    ``QSSRegressor`` default on the same raw DataFrame, all fitted in this run;
@@ -30,16 +31,21 @@ import numpy as np
 from .pipeline_tables import load_table
 from .report import write_results
 
-EXPECTED_DURATION = "about 10 min on 2 cores"
+EXPECTED_DURATION = "about 15 min on 2 cores"
 """How long a run at the defaults took (`forgetting bench` lists it)."""
 
 VALIDATION_FRACTION = 0.2
 LEAVES = (1, 3, 5)
 CANDIDATES = ("sqrt", 9, 36, 64)
 TREES = (30, 60, 120)
+BIN_ROWS = (200, 500, 1000, 2000)
+"""D° sizes tried (``min_bin_rows``): more D° rows give finer bin edges, and make a forget
+hit D° (a refit) more often — the share is reported beside the choice."""
 SECRET_KEY = b"forest-regression-benchmark-key!"
 
-GRID_COLUMNS = ["min_samples_leaf", "max_features", "n_estimators", "val_rmse", "fit_s"]
+GRID_COLUMNS = [
+    "min_samples_leaf", "max_features", "min_bin_rows", "n_estimators", "val_rmse", "fit_s",
+]  # fmt: skip
 QUALITY_COLUMNS = ["model", "test_rmse", "vs_HGB", "fit_s", "MB"]
 FORGET_COLUMNS = [
     "forgets", "D° hits", "p50_ms", "p90_ms", "max_ms", "refit_s", "same_predictions",
@@ -51,13 +57,14 @@ def rmse(pred, y) -> float:
     return float(np.sqrt(np.mean((np.asarray(pred) - y) ** 2)))
 
 
-def forest(leaf, features, trees, seed):
+def forest(leaf, features, bin_rows, trees, seed):
     from forgetting.forest import ExactForestRegressor
 
     return ExactForestRegressor(
         n_estimators=trees,
         max_features=features,
         min_samples_leaf=leaf,
+        min_bin_rows=bin_rows,
         random_state=seed,
         secret_key=SECRET_KEY,
     )
@@ -69,32 +76,41 @@ def timed_fit(model, X, y):
     return model, time.perf_counter() - started
 
 
-def choose(Xtr, ytr, seed, grid_rows, leaves=LEAVES, candidates=CANDIDATES, trees=TREES):
-    """The (leaf, features, trees) with the lowest validation RMSE."""
+def choose(
+    Xtr, ytr, seed, grid_rows, leaves=LEAVES, candidates=CANDIDATES, bin_rows=BIN_ROWS,
+    trees=TREES,
+):  # fmt: skip
+    """The (leaf, features, bin rows, trees) with the lowest validation RMSE, each stage at
+    the best of the ones before."""
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(ytr))
     cut = int(VALIDATION_FRACTION * len(ytr))
     val, fit = order[:cut], order[cut:]
     Xf, yf, Xv, yv = Xtr.iloc[fit], ytr[fit], Xtr.iloc[val], ytr[val]
 
-    def score(leaf, features, trees):
-        model, secs = timed_fit(forest(leaf, features, trees, seed), Xf, yf)
+    def score(leaf, features, rows, trees):
+        model, secs = timed_fit(forest(leaf, features, rows, trees, seed), Xf, yf)
         value = rmse(model.predict(Xv), yv)
-        grid_rows.append(dict(zip(GRID_COLUMNS, (leaf, features, trees, value, secs), strict=True)))
-        print(f"  leaf {leaf}, features {features}, trees {trees}: val {value:.4f}", flush=True)
+        point = (leaf, features, rows, trees, value, secs)
+        grid_rows.append(dict(zip(GRID_COLUMNS, point, strict=True)))
+        where = dict(zip(GRID_COLUMNS[:4], point[:4], strict=True))
+        print(f"  {where}: val {value:.4f}", flush=True)
         return value
 
-    pairs = {(leaf, f): score(leaf, f, trees[0]) for leaf in leaves for f in candidates}
+    first = bin_rows[0]
+    pairs = {(leaf, f): score(leaf, f, first, trees[0]) for leaf in leaves for f in candidates}
     leaf, features = min(pairs, key=pairs.get)
-    by_trees = {trees[0]: pairs[(leaf, features)]}
-    by_trees.update({t: score(leaf, features, t) for t in trees[1:]})
-    return leaf, features, min(by_trees, key=by_trees.get)
+    by_rows = {first: pairs[(leaf, features)]}
+    by_rows.update({r: score(leaf, features, r, trees[0]) for r in bin_rows[1:]})
+    rows = min(by_rows, key=by_rows.get)
+    by_trees = {trees[0]: by_rows[rows]}
+    by_trees.update({t: score(leaf, features, rows, t) for t in trees[1:]})
+    return leaf, features, rows, min(by_trees, key=by_trees.get)
 
 
 def forget_and_compare(model, Xtr, ytr, Xte, n_forgets, seed, chosen):
-    forest_ = model.forest_
     ids = list(range(len(ytr)))
-    pool = [i for i in ids if forest_._draws[forest_._pos[i]] < forest_._threshold]
+    pool = model.pool_ids_
     rng = np.random.default_rng(seed + 1)
     rest = [i for i in rng.permutation(len(ytr)).tolist() if i not in set(pool)]
     victims = rest[: n_forgets - 2] + rng.choice(pool, 2, replace=False).tolist()
@@ -142,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     grid = {}
     if args.quick:
         args.max_train, args.max_test, args.forgets = 1500, 300, 6
-        grid = dict(leaves=(3,), candidates=(9, 36), trees=(5,))
+        grid = dict(leaves=(3,), candidates=(9, 36), bin_rows=(200, 400), trees=(5,))
 
     from sklearn.ensemble import HistGradientBoostingRegressor
 
@@ -152,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"diamonds: {note}", flush=True)
     grid_rows: list[dict] = []
     chosen = choose(Xtr, ytr, args.seed, grid_rows, **grid)
-    print(f"chosen on validation: leaf, features, trees = {chosen}", flush=True)
+    print(f"chosen on validation: leaf, features, bin rows, trees = {chosen}", flush=True)
     hgb, hgb_s = timed_fit(
         HistGradientBoostingRegressor(categorical_features="from_dtype", random_state=args.seed),
         Xtr,
@@ -173,12 +189,14 @@ def main(argv: list[str] | None = None) -> int:
                             fit_s=secs, MB=mb))  # fmt: skip
         print(f"{label}: test RMSE {value:.4f} (HGB {base:.4f})", flush=True)
     forgets = [forget_and_compare(model, Xtr, ytr, Xte, args.forgets, args.seed, chosen)]
-    leaf, features, trees = chosen
+    leaf, features, bin_rows, trees = chosen
+    share = len(model.pool_ids_) / len(ytr)
     notes = (
         f"diamonds: {note}; target log price. Chosen on the validation split "
         f"({VALIDATION_FRACTION:.0%} of the training rows): min_samples_leaf {leaf}, "
-        f"max_features {features}, n_estimators {trees}; other parameters at their defaults "
-        "(ρ 0.005 with at least 200 D° rows for the bin and target grids, 255 bins). "
+        f"max_features {features}, min_bin_rows {bin_rows} (D° holds {share:.1%} of the "
+        f"training rows: that share of random one-row forgets refits the forest), "
+        f"n_estimators {trees}; other parameters at their defaults (ρ 0.005, 255 bins). "
         "The category columns enter as the codes of their dtype's declared categories. "
         "Forget rows: random ones plus two of D° (each refits the forest); the latency is a "
         "forget and a one-row prediction after it. MB: the forest's arrays and rows."

@@ -128,6 +128,11 @@ class ExactForest:
     def ids(self) -> list:
         return [self._ids[p] for p in sorted(self._pos.values())]
 
+    def pool_ids(self) -> list:
+        """Ids of the D° rows, in storage order."""
+        live = sorted(self._pos.values())
+        return [self._ids[p] for p in live if self._draws[p] < self._threshold]
+
     def unknown_ids(self, id_list: list) -> list:
         return [i for i in id_list if i not in self._pos]
 

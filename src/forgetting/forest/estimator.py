@@ -254,6 +254,12 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
         return self.forest_.ids()
 
     @property
+    def pool_ids_(self) -> list:
+        """Ids of the D° rows (the rows that fix the bin grid): forgetting one refits."""
+        self._check_fitted()
+        return self.forest_.pool_ids()
+
+    @property
     def effective_rho_(self) -> float:
         """The probability that forgetting a random row hits D° (and refits)."""
         self._check_fitted()

@@ -43,6 +43,7 @@ def create_store(
 ) -> tuple[SQLStore, Loaded]:
     """Fit ``estimator`` and write a new store at ``location``; returns the open store (its
     writer lock held) and the fitted model's bookkeeping (:meth:`DurableModel.create`)."""
+    check_storable(estimator, X)
     location = str(location)
     if is_postgres(location):
         store = SQLStore(location, create=True)
@@ -95,6 +96,28 @@ def create_store(
             old.release()
         creating.release()
     return store, _fresh(estimator, info)
+
+
+def check_storable(estimator, X) -> None:
+    """Refuse, before anything is fitted or locked, what a store cannot keep: an estimator
+    other than the QSS ones (a store holds their rows, schemas and contributions), and a raw
+    DataFrame (categories or missing values). A table model's raw rows would have to be
+    stored row by row so that a forget deletes them; the store keeps the encoded rows only,
+    so such a store could neither be reopened nor forget the raw values."""
+    from ..estimators import QSSClassifier, QSSRegressor
+    from ..preprocessing.frames import wants_encoding
+
+    if not isinstance(estimator, QSSClassifier | QSSRegressor):
+        raise TypeError(
+            f"a store holds a QSSClassifier or QSSRegressor, not {type(estimator).__name__}; "
+            "save other models to a file with their save()"
+        )
+    if wants_encoding(X):
+        raise ValueError(
+            "a store does not keep a model fitted on a raw DataFrame (categories or missing "
+            "values) yet: keep such a model in a file with save() (again after each change), "
+            "or store a numeric table whose encoding uses no statistics of the rows"
+        )
 
 
 def _check_unchanged(path: Path, real: Path, old: StoreLock | None) -> None:
