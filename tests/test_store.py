@@ -621,20 +621,11 @@ def test_feature_names_default_to_the_dataframe_columns(sqlite_db):
         assert model.feature_names == [f"x{j}" for j in range(5)]
 
 
-def test_a_raw_table_or_another_estimator_is_refused_before_anything_is_written(tmp_path):
-    """A model fitted on a raw DataFrame keeps its raw rows beside the encoded ones; a store
-    holds only the encoded rows, so it could neither be reopened nor erase a forgotten row's
-    raw values: refused in one line, before fitting, and no file is left."""
-    pd = pytest.importorskip("pandas")
+def test_another_estimator_is_refused_before_anything_is_written(tmp_path):
     from forgetting.forest import ExactForestClassifier
 
     X, y = classification_data(d=5)
-    frame = pd.DataFrame(X, columns=list("abcde"))
-    frame["colour"] = np.where(y == y[0], "red", "blue")
-    frame.loc[:5, "a"] = np.nan
     path = tmp_path / "model.db"
-    with pytest.raises(ValueError, match="raw DataFrame .* save\\(\\)"):
-        DurableModel.create(str(path), QSSClassifier(**FAST), frame, y)
     with pytest.raises(TypeError, match="not ExactForestClassifier"):
         DurableModel.create(str(path), ExactForestClassifier(n_estimators=2), X, y)
     assert not path.exists()

@@ -17,6 +17,7 @@ unlabeled) but its input keeps shaping the codebook; erasing inputs needs
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from collections.abc import Hashable, Sequence
@@ -541,9 +542,15 @@ class _QSSBase(MaskedKeyRepr, RawTables, BaseEstimator):
         estimator.random_state_ = int(seed)
         n_outputs = len(estimator.classes_) if hasattr(estimator, "classes_") else 1
         config = estimator._config(n_outputs)
-        estimator.engine_ = QSSEngine.from_snapshot(config, key, snapshot.engine)
+        engine_snapshot = snapshot.engine
         if "table_" in snapshot.fitted:
-            estimator.table_ = estimator._restored_table(snapshot.fitted["table_"], rows, key)
+            estimator.table_, encoded = estimator._restored_table(
+                snapshot.fitted["table_"], rows, key
+            )
+            if rows.X is None:  # a store keeps the raw rows only: the encoding is refitted
+                rows = dataclasses.replace(rows, X=encoded)
+                engine_snapshot = dataclasses.replace(engine_snapshot, rows=rows)
+        estimator.engine_ = QSSEngine.from_snapshot(config, key, engine_snapshot)
         return estimator
 
     @classmethod

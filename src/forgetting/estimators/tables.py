@@ -105,9 +105,10 @@ class RawTables:
         h.update(engine_digest.encode())
         return h.hexdigest()
 
-    def _restored_table(self, stored: Any, rows: Any, key: bytes) -> FrameEncoding:
-        """A table model's encoding, refitted from the raw rows a snapshot holds and checked
-        against the rows the engine holds: they must be its encoding, bit for bit."""
+    def _restored_table(self, stored: Any, rows: Any, key: bytes) -> tuple[FrameEncoding, Any]:
+        """A table model's encoding, refitted from the raw rows a snapshot holds, and the
+        encoded rows (float32). Where the snapshot holds encoded rows too (a model file) they
+        must be that encoding, bit for bit; a store keeps the raw rows only (``rows.X`` None)."""
         if not isinstance(stored, dict) or set(stored) != {"names", "kinds", "columns"}:
             raise SnapshotError("fitted: table_ is not a stored table")
         targets = rows.targets
@@ -123,10 +124,10 @@ class RawTables:
             raise SnapshotError(f"fitted: {err}") from None
         if list(self.feature_names_in_) != list(frame.layout.names):
             raise SnapshotError("fitted: feature_names_in_ is not the table's columns")
-        X = np.asarray(encoded, dtype=np.float32)
-        if X.shape != rows.X.shape or not np.array_equal(X, rows.X):
+        X = _float32(encoded)
+        if rows.X is not None and (X.shape != rows.X.shape or not np.array_equal(X, rows.X)):
             raise SnapshotError("fitted: the rows held are not the encoding of the stored table")
-        return frame
+        return frame, X
 
 
 def _float32(X: np.ndarray) -> np.ndarray:

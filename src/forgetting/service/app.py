@@ -41,7 +41,7 @@ from .convert import labels_from_proba
 from .docs import add_docs
 from .errors import invalid_request, store_error_handler
 from .middleware import RequestGate
-from .model import ServableModel, groups_writes, key_is_derived
+from .model import ServableModel, as_model_input, groups_writes, key_is_derived
 from .recovery import Recovery
 from .routes import Access, build_router
 
@@ -114,9 +114,10 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
 
     def predict_rows(X: np.ndarray) -> tuple:
         if not classification:
-            return np.asarray(model.predict(X)), None
-        proba = np.asarray(model.predict_proba(X))
-        return labels_from_proba(proba, model.classes, lambda rows: model.predict(X[rows])), proba
+            return np.asarray(model.predict(as_model_input(model, X))), None
+        proba = np.asarray(model.predict_proba(as_model_input(model, X)))
+        ties = lambda rows: model.predict(as_model_input(model, X[rows]))  # noqa: E731
+        return labels_from_proba(proba, model.classes, ties), proba
 
     batcher = PredictBatcher(predict_rows, max_rows=max(config.max_batch, 1024))
     app.state.predict_batcher = batcher

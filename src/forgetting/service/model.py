@@ -72,3 +72,19 @@ def feature_names(model: ServableModel) -> list[str] | None:
     if names is None:
         names = getattr(getattr(model, "estimator", None), "feature_names_in_", None)
     return None if names is None else [str(n) for n in names]
+
+
+def takes_tables(model: ServableModel) -> bool:
+    """Whether the model was fitted on a raw table: its rows may hold strings (categories)
+    and null (missing values), sent as a DataFrame in the fitted column order."""
+    return getattr(getattr(model, "estimator", None), "table_", None) is not None
+
+
+def as_model_input(model: ServableModel, X: np.ndarray):
+    """Checked rows as the model takes them: a table model's object rows as a DataFrame with
+    the fitted column names (pandas reads each column's kind), other rows as they are."""
+    if X.dtype != object:
+        return X
+    import pandas as pd
+
+    return pd.DataFrame(X, columns=feature_names(model))

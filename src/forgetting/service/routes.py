@@ -43,7 +43,7 @@ from .convert import (
     stored_receipt,
 )
 from .errors import damaged_receipt, error_message, unprocessable
-from .model import ServableModel, feature_names, groups_writes
+from .model import ServableModel, as_model_input, feature_names, groups_writes, takes_tables
 from .receipt_log import add_receipt_log
 from .recovery import Recovery
 from .schemas import (
@@ -177,10 +177,10 @@ def _add_predict(router: APIRouter, routes: _Routes) -> None:
         column name). Reflects every forget and insert acknowledged before this request."""
         if body.rows is not None:
             check_batch(len(body.rows), "rows", config.max_batch)
-            X = check_records(body.rows, feature_names(model))
+            X = check_records(body.rows, feature_names(model), takes_tables(model))
         else:
             check_batch(len(body.X), "rows", config.max_batch)
-            X = check_matrix(body.X, model.n_features)
+            X = check_matrix(body.X, model.n_features, takes_tables(model))
         try:
             labels, proba = batcher(X)
         except StoreError:
@@ -256,7 +256,7 @@ def _add_writes(router: APIRouter, routes: _Routes) -> None:
                 f"X has {n} rows, y has {len(body.y)} labels and ids has {len(body.ids)} "
                 "entries; they must match"
             )
-        X = check_matrix(body.X, model.n_features)
+        X = check_matrix(body.X, model.n_features, takes_tables(model))
         y: Any = list(body.y)
         if classification:
             check_labels(y, model.classes)
@@ -269,7 +269,7 @@ def _add_writes(router: APIRouter, routes: _Routes) -> None:
         try:
             with write_lock:
                 recovery.require_available()
-                return model.insert(X, y, list(body.ids)).to_dict()
+                return model.insert(as_model_input(model, X), y, list(body.ids)).to_dict()
         except StoreError:
             raise
         except (ValueError, TypeError, KeyError) as err:

@@ -22,6 +22,10 @@ from pydantic import (
 
 #: A finite number. Strict: ``"1.5"`` or ``true`` are type errors, not silently converted.
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+#: A row's value: a finite number; for a model fitted on a raw table (categories or missing
+#: values) also a string (a category) or null (a missing value). A model of numeric rows
+#: refuses strings and null by position (service.convert).
+Value = Number | Annotated[str, StringConstraints(strict=True, max_length=1024)] | None
 #: A row id: an integer or a non-empty string, the caller's own stable key, kept as sent.
 RowId = StrictInt | Annotated[str, StringConstraints(strict=True, min_length=1, max_length=512)]
 #: A label: a class (integer or string, of the classifier's class type: ``1.0`` is not the
@@ -33,11 +37,12 @@ class PredictRequest(BaseModel):
     """Rows to predict, one of: ``X``, a list of rows, each a list of ``n_features`` finite
     numbers in the model's column order; or ``rows``, named records (``{"column": value}``)
     matched by name against the columns the model was fitted on, every column given and no
-    other."""
+    other. A model fitted on a raw table also takes strings (categories) and null (missing
+    values)."""
 
     model_config = ConfigDict(extra="forbid")
-    X: list[list[Number]] | None = Field(default=None, min_length=1, examples=[[[0.1, -1.2, 0.5]]])
-    rows: list[dict[str, Number]] | None = Field(
+    X: list[list[Value]] | None = Field(default=None, min_length=1, examples=[[[0.1, -1.2, 0.5]]])
+    rows: list[dict[str, Value]] | None = Field(
         default=None, min_length=1, examples=[[{"age": 41.0, "income": 52000.0}]]
     )
 
@@ -67,10 +72,11 @@ class ForgetRequest(BaseModel):
 
 
 class InsertRequest(BaseModel):
-    """Labeled rows to learn: ``X`` (rows), ``y`` (one label per row), new unique ``ids``."""
+    """Labeled rows to learn: ``X`` (rows, in the model's column order; strings and null only
+    for a model fitted on a raw table), ``y`` (one label per row), new unique ``ids``."""
 
     model_config = ConfigDict(extra="forbid")
-    X: list[list[Number]] = Field(min_length=1)
+    X: list[list[Value]] = Field(min_length=1)
     y: list[Label] = Field(min_length=1)
     ids: list[RowId] = Field(min_length=1)
 

@@ -24,7 +24,7 @@ from ..io.model_format import dumps
 from ..persistence import library_versions
 from .connection import is_postgres
 from .decode import Loaded
-from .encode import KEY_KIND, META_KIND, PRIVACY_KIND, SCHEMA_KIND, records
+from .encode import KEY_KIND, META_KIND, PRIVACY_KIND, SCHEMA_KIND, records, stored_fitted
 from .errors import StoreBusy
 from .locks import PathLock, StoreLock, check_location, resolved
 from .sql import SQLStore
@@ -43,7 +43,7 @@ def create_store(
 ) -> tuple[SQLStore, Loaded]:
     """Fit ``estimator`` and write a new store at ``location``; returns the open store (its
     writer lock held) and the fitted model's bookkeeping (:meth:`DurableModel.create`)."""
-    check_storable(estimator, X)
+    check_storable(estimator)
     location = str(location)
     if is_postgres(location):
         store = SQLStore(location, create=True)
@@ -98,25 +98,15 @@ def create_store(
     return store, _fresh(estimator, info)
 
 
-def check_storable(estimator, X) -> None:
-    """Refuse, before anything is fitted or locked, what a store cannot keep: an estimator
-    other than the QSS ones (a store holds their rows, schemas and contributions), and a raw
-    DataFrame (categories or missing values). A table model's raw rows would have to be
-    stored row by row so that a forget deletes them; the store keeps the encoded rows only,
-    so such a store could neither be reopened nor forget the raw values."""
+def check_storable(estimator) -> None:
+    """Refuse, before anything is fitted or locked, an estimator other than the QSS ones: a
+    store holds their rows, schemas and contributions."""
     from ..estimators import QSSClassifier, QSSRegressor
-    from ..preprocessing.frames import wants_encoding
 
     if not isinstance(estimator, QSSClassifier | QSSRegressor):
         raise TypeError(
             f"a store holds a QSSClassifier or QSSRegressor, not {type(estimator).__name__}; "
             "save other models to a file with their save()"
-        )
-    if wants_encoding(X):
-        raise ValueError(
-            "a store does not keep a model fitted on a raw DataFrame (categories or missing "
-            "values) yet: keep such a model in a file with save() (again after each change), "
-            "or store a numeric table whose encoding uses no statistics of the rows"
         )
 
 
@@ -159,10 +149,11 @@ def _write_new(store: SQLStore, estimator, feature_names, store_key: bool) -> di
                 f"{len(feature_names)} feature names for "
                 f"{snapshot.fitted['n_features_in_']} features"
             )
+    fitted, raw = stored_fitted(snapshot.fitted)
     info = {
         "estimator": snapshot.estimator,
         "params": snapshot.params,
-        "fitted": snapshot.fitted,
+        "fitted": fitted,
         "key_fingerprint": snapshot.key_fingerprint,
         "key_derived": snapshot.key_derived,
         "feature_names": feature_names,
@@ -176,7 +167,7 @@ def _write_new(store: SQLStore, estimator, feature_names, store_key: bool) -> di
     p = len(snapshot.engine.instances)
     with store.transaction("writing the new store") as cur:
         store.create_tables(cur, meta, p)
-        store.insert_rows(cur, records(snapshot.engine, 0, range(p)))
+        store.insert_rows(cur, records(snapshot.engine, 0, range(p), raw))
         for r, inst in enumerate(snapshot.engine.instances):
             store.set_schema(cur, r, None if inst is None else dumps(inst.schema, SCHEMA_KIND))
     return info

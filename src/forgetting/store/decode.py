@@ -8,6 +8,8 @@ instance whose schema or any contribution is missing is rebuilt on restore.
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,8 @@ from ..estimators import restore_estimator
 from ..io.model_format import ModelFileError, loads
 from ..labels import UNLABELED, is_labeled
 from ..persistence import version_mismatch
+from ..preprocessing.table import NUM, TEXT
+from ..schema import Schema
 from ..schema.membership import derive_key, key_fingerprint
 from ..snapshots import (
     EngineSnapshot,
@@ -55,7 +59,13 @@ class Loaded:
     """What :func:`read_model` reads from a store: the estimator and the persisted bookkeeping."""
 
     def __init__(
-        self, estimator, info: dict, persisted: list, next_seq: int, rows: RowsSnapshot | None
+        self,
+        estimator,
+        info: dict,
+        persisted: list,
+        next_seq: int,
+        rows: RowsSnapshot | None,
+        columns: list[np.ndarray] | None = None,
     ):
         self.estimator = estimator
         self.info = info
@@ -63,14 +73,23 @@ class Loaded:
         self.next_seq = next_seq
         self.rows = rows
         """The stored rows the estimator was restored from (None after a fresh fit)."""
+        self.columns = columns
+        """A table model's raw columns read with ``rows`` (None otherwise)."""
 
 
-def model_snapshot(info: dict, engine: EngineSnapshot) -> ModelSnapshot:
-    """The model a store's meta ``info`` describes, over ``engine`` (its rows and instances)."""
+def model_snapshot(
+    info: dict, engine: EngineSnapshot, columns: list[np.ndarray] | None = None
+) -> ModelSnapshot:
+    """The model a store's meta ``info`` describes, over ``engine`` (its rows and instances);
+    a table model's raw ``columns`` (read from the rows by :func:`read_rows`) join the
+    table's names and kinds."""
+    fitted = info["fitted"]
+    if columns is not None:
+        fitted = {**fitted, "table_": {**fitted["table_"], "columns": columns}}
     return ModelSnapshot(
         estimator=info["estimator"],
         params=info["params"],
-        fitted=info["fitted"],
+        fitted=fitted,
         key_fingerprint=info["key_fingerprint"],
         key_derived=info["key_derived"],
         engine=engine,
@@ -108,10 +127,10 @@ def read_model(store: SQLStore, secret_key: bytes | str | None) -> Loaded:
         except (ModelFileError, ValueError) as err:
             raise _corrupt(loc, "table meta", err) from None
     info = {**info, "privacy": privacy}
-    rows = read_rows(loc, info, records)
+    rows, columns = read_rows(loc, info, records)
     n_outputs = len(info["fitted"]["classes_"]) if "classes_" in info["fitted"] else 1
     instances = _read_instances(loc, bodies, records, rows, n_outputs, store.format == FORMAT_V2)
-    snapshot = model_snapshot(info, EngineSnapshot(rows, instances, privacy))
+    snapshot = model_snapshot(info, EngineSnapshot(rows, instances, privacy), columns)
     try:
         estimator = restore_estimator(snapshot, secret_key=secret_key)
     except SnapshotError as err:
@@ -122,7 +141,7 @@ def read_model(store: SQLStore, secret_key: bytes | str | None) -> Loaded:
     engine = estimator.engine_
     persisted = [s if engine.schema_of(r) is s else None for r, s in enumerate(persisted)]
     next_seq = max((int(rec[1]) for rec in records), default=-1) + 1
-    return Loaded(estimator, info, persisted, next_seq, rows)
+    return Loaded(estimator, info, persisted, next_seq, rows, columns)
 
 
 def _check_info(info: Any, n_instances: int) -> None:
@@ -184,18 +203,29 @@ def _check_key(location: str, info: dict, secret_key: bytes | str | None) -> Non
         )
 
 
-def read_rows(loc: str, info: dict, records: list[tuple]) -> RowsSnapshot:
-    """The store's rows as a snapshot, each field checked (one error line per defect)."""
+def read_rows(
+    loc: str, info: dict, records: list[tuple]
+) -> tuple[RowsSnapshot, list[np.ndarray] | None]:
+    """The store's rows as a snapshot, each field checked (one error line per defect), and a
+    table model's raw columns (its rows' features are then None: the estimator encodes the
+    columns on restore)."""
     fitted = info["fitted"]
     d = fitted["n_features_in_"]
     k = len(fitted["classes_"]) if "classes_" in fitted else None
+    try:
+        kinds = _table_kinds(fitted, d)
+    except ValueError as err:
+        raise _corrupt(loc, "table meta", err) from None
     ids, X_parts, targets, in_pool = [], [], [], []
+    values: list[list] = []
     for rec in records:
         seq = rec[1]
         try:
             ids.append(_decode_id(bytes(rec[0])))
             raw = bytes(rec[2])
-            if len(raw) != 4 * d:
+            if kinds is not None:
+                values.append(_raw_row(raw, kinds))
+            elif len(raw) != 4 * d:
                 raise ValueError(f"{len(raw)} feature bytes, expected {4 * d}")
             X_parts.append(raw)
             target = rec[3]
@@ -213,13 +243,75 @@ def read_rows(loc: str, info: dict, records: list[tuple]) -> RowsSnapshot:
             in_pool.append(bool(rec[4]))
         except (ValueError, TypeError, UnicodeDecodeError, IndexError) as err:
             raise _corrupt(loc, f"table rows, row seq {seq}", err) from None
-    X = np.frombuffer(b"".join(X_parts), dtype="<f4").reshape(len(records), d).astype(np.float32)
-    if not np.all(np.isfinite(X)):
-        raise _corrupt(loc, "table rows", "features hold NaN or infinity")
+    X, columns = None, None
+    if kinds is None:
+        X = np.frombuffer(b"".join(X_parts), dtype="<f4").reshape(len(records), d)
+        X = X.astype(np.float32)
+        if not np.all(np.isfinite(X)):
+            raise _corrupt(loc, "table rows", "features hold NaN or infinity")
+    else:
+        columns = _raw_columns(values, kinds)
     if len(set(ids)) != len(ids):
         raise _corrupt(loc, "table rows", "duplicate ids")
     target_array = np.array(targets, dtype=np.int64 if k is not None else np.float64)
-    return RowsSnapshot(ids=ids, X=X, targets=target_array, in_pool=np.array(in_pool, dtype=bool))
+    rows = RowsSnapshot(ids=ids, X=X, targets=target_array, in_pool=np.array(in_pool, dtype=bool))
+    return rows, columns
+
+
+def _table_kinds(fitted: dict, d: int) -> list[str] | None:
+    """A table model's column kinds from its model entry (None for a model of numeric rows);
+    ValueError unless they are d kinds the raw-table path knows."""
+    table = fitted.get("table_")
+    if table is None:
+        return None
+    if not (
+        isinstance(table, dict)
+        and set(table) == {"names", "kinds"}
+        and isinstance(table["kinds"], list)
+        and len(table["kinds"]) == d
+        and all(kind in (NUM, TEXT) for kind in table["kinds"])
+    ):
+        raise ValueError("the model entry's table_ is not a table's names and kinds")
+    return table["kinds"]
+
+
+def _raw_row(raw: bytes, kinds: list[str]) -> list:
+    """One stored raw row (encode.raw_rows: a JSON array), each value checked against its
+    column's kind: a finite number or null, a string or null."""
+    try:
+        row = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise ValueError(f"raw row is not JSON: {type(err).__name__}") from None
+    if not isinstance(row, list) or len(row) != len(kinds):
+        raise ValueError(f"raw row is not an array of {len(kinds)} values")
+    for j, (value, kind) in enumerate(zip(row, kinds, strict=True)):
+        if value is None:
+            continue
+        if kind == NUM:
+            if type(value) not in (int, float) or not math.isfinite(value):
+                raise ValueError(f"raw row value {j} is not a finite number")
+        elif type(value) is not str:
+            raise ValueError(f"raw row value {j} is not text")
+    return row
+
+
+def _no_constant(name: str):
+    raise ValueError(f"raw row holds {name}")
+
+
+def _raw_columns(values: list[list], kinds: list[str]) -> list[np.ndarray]:
+    """Rows of checked raw values as the table's columns (float64 with NaN, or object)."""
+    columns = []
+    for j, kind in enumerate(kinds):
+        if kind == NUM:
+            columns.append(
+                np.array([np.nan if r[j] is None else float(r[j]) for r in values], np.float64)
+            )
+        else:
+            column = np.empty(len(values), dtype=object)
+            column[:] = [r[j] for r in values]
+            columns.append(column)
+    return columns
 
 
 def _read_instances(
@@ -232,7 +324,9 @@ def _read_instances(
 ) -> list:
     """Each instance's schema and the labeled rows' contributions; an instance whose schema
     or any contribution is missing is rebuilt on restore (None). ``v2``: a v2 store read
-    as it is (contributions in columns of ``rows``), for error messages."""
+    as it is (contributions in columns of ``rows``), for error messages. A table model's
+    schemas read encoded rows, known only once the estimator refits the encoding: the engine
+    checks them then, on restore (engine.validation)."""
     labeled = is_labeled(rows.targets)
     out: list[InstanceSnapshot | None] = []
     for r, body in enumerate(bodies):
@@ -241,7 +335,10 @@ def _read_instances(
             continue
         try:
             schema = loads(body, SCHEMA_KIND, f"schema of instance {r}")
-            check_schema(schema, rows.X.shape[1], n_outputs)
+            if rows.X is not None:
+                check_schema(schema, rows.X.shape[1], n_outputs)
+            elif not isinstance(schema, Schema):  # a table model: the engine checks it
+                raise ValueError(f"expected a schema, found {type(schema).__name__}")
         except Exception as err:  # noqa: BLE001 - any defect of decoded data is the store's
             raise _corrupt(loc, f"table schemas, instance {r}", err) from None
         blobs = [rec[5 + r] for rec, lab in zip(records, labeled, strict=True) if lab]

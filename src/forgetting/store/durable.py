@@ -331,12 +331,12 @@ class DurableModel:
             digest = self.state_digest()
             info = self._mirror.info
             if self._store.read_only:
-                rows = loaded.rows
+                rows, columns = loaded.rows, loaded.columns
             else:  # we are the only writer, and hold our lock: the rows match memory
-                rows = read_rows(self._store.location, info, self._store.load_rows())
+                rows, columns = read_rows(self._store.location, info, self._store.load_rows())
             privacy = self.estimator.engine_.snapshot(ids=[], instances=[]).privacy
             instances = [None] * self.estimator.n_instances  # every instance rebuilt: a refit
-            snapshot = model_snapshot(info, EngineSnapshot(rows, instances, privacy))
+            snapshot = model_snapshot(info, EngineSnapshot(rows, instances, privacy), columns)
             fresh = restore_estimator(snapshot, secret_key=self.estimator.secret_key)
             fresh.wait_for_rebuilds()
             refit = fresh.state_digest()

@@ -21,7 +21,7 @@ from ..io.model_format import dumps
 from ..labels import is_labeled
 from ..schema.membership import id_bytes
 from .decode import Loaded
-from .encode import META_KIND, PRIVACY_KIND, SCHEMA_KIND, blob, records
+from .encode import META_KIND, PRIVACY_KIND, SCHEMA_KIND, blob, raw_rows, records, stored_fitted
 from .sql import SQLStore
 
 
@@ -126,16 +126,18 @@ class Mirror:
         return changed
 
     def rewrite(self, cur) -> dict[int, Any]:
-        """The estimator refitted itself (a class vanished): replace rows, schemas and the
-        fitted attributes in the same transaction; returns the schemas to :meth:`record`."""
+        """The estimator refitted itself (a class vanished, or a table model's encoding
+        moved): replace rows, schemas and the fitted attributes in the same transaction;
+        returns the schemas to :meth:`record`."""
         est = self.estimator
         store = self.store
         snapshot = est.snapshot()
-        info = {**self.info, "fitted": snapshot.fitted}
+        fitted, raw = stored_fitted(snapshot.fitted)
+        info = {**self.info, "fitted": fitted}
         store.delete_all_rows(cur)
         store.set_meta(cur, "model", dumps(info, META_KIND))
         p = est.n_instances
-        store.insert_rows(cur, records(snapshot.engine, self.next_seq, range(p)))
+        store.insert_rows(cur, records(snapshot.engine, self.next_seq, range(p), raw))
         updates = {}
         for r, inst in enumerate(snapshot.engine.instances):
             schema = None if inst is None else inst.schema
@@ -145,3 +147,8 @@ class Mirror:
         self.next_seq += len(snapshot.engine.rows.ids)
         self._hook_engine()  # the refit made a new engine
         return updates
+
+    def raw_rows_of(self, ids: list) -> list[bytes] | None:
+        """A table model's raw rows ``ids`` as the store keeps them (None for numeric rows)."""
+        table = getattr(self.estimator, "table_", None)
+        return None if table is None else raw_rows(table.stored(ids)["columns"])

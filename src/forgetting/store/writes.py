@@ -251,7 +251,7 @@ class GroupCommit:
         with engine.locked():
             current = mirror.current_instances()
             snap = engine.snapshot(ids=new_ids, instances=current)
-        rows = records(snap, mirror.next_seq, current)
+        rows = records(snap, mirror.next_seq, current, mirror.raw_rows_of(new_ids))
         mirror.next_seq += len(new_ids)  # a failed commit reloads it from the store
         return receipt, rows, receipt
 
@@ -270,7 +270,7 @@ class GroupCommit:
         try:
             with est.engine_.locked(), store.transaction(doing) as cur:
                 if est.engine_ is not engine_before:
-                    updates = mirror.rewrite(cur)  # a class vanished: the estimator refitted
+                    updates = mirror.rewrite(cur)  # the estimator refitted (mirror.rewrite)
                 else:
                     for request, receipt, rows, _reply in applied:
                         if request.kind == "insert":
