@@ -28,6 +28,7 @@ def _refit(model, X, y, keep_ids):
 def _assert_same(a, b, X):
     assert np.array_equal(a.predict_proba(X), b.predict_proba(X))
     assert a.state_digest() == b.state_digest()
+    assert a.structure_digest() == b.structure_digest()
     for t in range(a.n_estimators):
         assert np.array_equal(a.forest_.structure(t), b.forest_.structure(t))
 
@@ -230,11 +231,11 @@ def fitted():
 
 
 def _unchanged(model, X, call, exc, match):
-    digest = model.state_digest()
+    digest = model.structure_digest()
     proba = model.predict_proba(X)
     with pytest.raises(exc, match=match):
         call()
-    assert model.state_digest() == digest
+    assert model.structure_digest() == digest
     assert np.array_equal(model.predict_proba(X), proba)
 
 
@@ -285,3 +286,39 @@ def test_an_insert_that_joins_the_pool_refits_to_the_same_bits():
     assert model.insert(X[[outsider]], y[[outsider]], [outsider]).instances_hit == ()
     assert model.insert(X[[member]], y[[member]], [member]).instances_hit == (0,)
     _assert_same(model, _refit(model, X, y, list(range(450)) + [outsider, member]), X)
+
+
+def test_stale_subtrees_rebuilt_when_read_give_the_refits_bits():
+    """A change leaves the subtree whose choice moved as its rows (a stale node); a one-row
+    prediction rebuilds only the stale nodes on its paths, a structure digest or a pickle all.
+    Every read between changes, and the end state, equal a fit on the rows held."""
+    import pickle
+
+    X, y = _data(n=800)
+    model = ExactForestClassifier(**PARAMS).fit(X, y)
+    rng = np.random.default_rng(3)
+    victims = _outside_pool(model, rng.permutation(len(y)).tolist())[:120]
+    seen_stale = partial = False
+    for i, v in enumerate(victims):
+        model.forget([v])
+        seen_stale |= model.forest_.n_stale > 0
+        if i % 3 == 0:
+            model.predict_proba(X[i : i + 1])
+            partial |= model.forest_.n_stale > 0  # others stay stale
+        if i % 40 == 39:  # one-row reads against a refit, before anything rebuilds them all
+            ref = _refit(model, X, y, sorted(set(range(len(y))) - set(victims[: i + 1])))
+            for j in range(0, 800, 97):
+                assert np.array_equal(
+                    model.predict_proba(X[j : j + 1]), ref.predict_proba(X[j : j + 1])
+                )
+    assert seen_stale and partial
+    assert model.forest_.n_stale > 0
+    copy = pickle.loads(pickle.dumps(model))
+    assert copy.forest_.n_stale == 0
+    new = [int(i) for i in victims[:30]]
+    model.insert(X[new], y[new], ids=new)  # rows come back, some into stale subtrees
+    keep = sorted(set(range(len(y))) - set(victims[30:]))
+    _assert_same(model, _refit(model, X, y, keep), X)
+    assert model.forest_.n_stale == 0
+    keep = sorted(set(range(len(y))) - set(victims))
+    _assert_same(copy, _refit(model, X, y, keep), X)

@@ -34,6 +34,7 @@ def _refit(model, X, y, keep_ids):
 def _assert_same(a, b, X):
     assert np.array_equal(a.predict(X), b.predict(X))
     assert a.state_digest() == b.state_digest()
+    assert a.structure_digest() == b.structure_digest()
     for t in range(a.n_estimators):
         assert np.array_equal(a.forest_.structure(t), b.forest_.structure(t))
 
@@ -173,6 +174,7 @@ def test_a_dataframe_with_categories_fits_and_forgets_exactly():
     refit = ExactForestRegressor(**PARAMS).fit(frame.iloc[keep], y[keep], keep)
     assert np.array_equal(model.predict(frame), refit.predict(frame))
     assert model.state_digest() == refit.state_digest()
+    assert model.structure_digest() == refit.structure_digest()
     unseen = frame.head(3).assign(kind=pd.Categorical(["zzz"] * 3))
     missing = frame.head(3).assign(kind=pd.Categorical([None] * 3, categories=["c", "a", "b"]))
     assert np.array_equal(model.predict(unseen), model.predict(missing))  # unseen = missing
@@ -183,7 +185,7 @@ def test_a_dataframe_with_categories_fits_and_forgets_exactly():
 def test_bad_requests_change_nothing():
     X, y = _data(n=300)
     model = ExactForestRegressor(**PARAMS).fit(X, y)
-    digest = model.state_digest()
+    digest = model.structure_digest()
     with pytest.raises(KeyError, match="unknown ids"):
         model.forget([10_000])
     with pytest.raises(ValueError, match="already present"):
@@ -192,7 +194,7 @@ def test_bad_requests_change_nothing():
         model.insert(X[:1], [np.nan], ["new"])
     with pytest.raises(ValueError, match="fewer than 2"):
         model.forget(list(range(299)))
-    assert model.state_digest() == digest
+    assert model.structure_digest() == digest
     with pytest.raises(ValueError, match="finite"):
         ExactForestRegressor().fit(X, np.full(len(y), np.inf))
 

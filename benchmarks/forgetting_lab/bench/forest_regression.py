@@ -136,7 +136,7 @@ def forget_and_compare(model, Xtr, ytr, Xte, n_forgets, seed, chosen):
         "max_ms": float(ms.max()),
         "refit_s": refit_s,
         "same_predictions": bool(np.array_equal(model.predict(Xte), refit.predict(Xte))),
-        "same_digest": model.state_digest() == refit.state_digest(),
+        "same_digest": model.structure_digest() == refit.structure_digest(),
     }
 
 

@@ -22,7 +22,7 @@ Arrays = namedtuple(
     [
         "codes",  # (rows, d) uint8 bin codes of every stored row
         "y",  # (rows,) int32 class index, or a regression row's quantized target q
-        "feat",  # (nodes,) int32 split feature, -1 for a leaf
+        "feat",  # (nodes,) int32 split feature, -1 for a leaf, STALE for a subtree to rebuild
         "thr",  # (nodes,) int32 split code: code <= thr goes left
         "left",
         "right",  # (nodes,) int32 children
@@ -37,7 +37,7 @@ Arrays = namedtuple(
         "cleft",  # (slots, K, k) int32 class counts going left
         "ncand",  # (slots,) int32 candidates drawn
         "perm",  # (perm,) int32 rows of the leaves
-        "top",  # (6,) int64: nodes used, slots used, perm used, dead nodes, slots, perm
+        "top",  # (8,) int64: nodes, slots, perm used; dead nodes, slots, perm; stale nodes; 0
         "roots",  # (trees,) int32
         "seeds",  # (trees,) uint64 root seeds
         "nbins",  # (d,) int32 finite bins per feature (NaN code = nbins)
@@ -58,6 +58,13 @@ _LANE = np.uint64(0x632BE59BD9B4E019)
 _REMOVE, _APPEND, _REBUILD = 0, 1, 2
 FAIL = -1
 """A kernel's answer when an array is full: nothing was changed; grow and call again."""
+STALE = -2
+"""``feat`` of a stale node: a subtree whose choice changed, kept as its rows alone (a leaf's
+perm range and counts) until something reads it. Rebuilding it then, from the rows it holds
+then, gives what rebuilding it at each change would have: a subtree is a function of its
+rows, depth, seed and feasible ranges (module docstring). So a forget or insert costs a walk
+and a copy of the subtree's rows; the build is paid by the first prediction that reaches
+the node, or by whatever reads the whole structure (``flush_tree``)."""
 
 _jit = numba.njit(cache=True, nogil=True)
 
@@ -447,6 +454,8 @@ def _kill(A, v):
         sp -= 1
         u = stack[sp]
         A.top[3] += 1
+        if A.feat[u] == STALE:
+            A.top[6] -= 1
         if A.slot[u] >= 0:
             A.top[4] += 1
         if A.feat[u] < 0:
@@ -481,8 +490,9 @@ def _cache_row(A, v, r, sgn, goes):
 @_jit
 def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
     """Add (sgn = 1) or remove (sgn = -1) stored row r in tree t: re-evaluate the choice at
-    each cached node on its path; rebuild the first subtree whose choice (or leaf-ness)
-    changes, or whose node keeps no cache, from its rows. Returns 0, or FAIL with tree t
+    each cached node on its path; the first subtree whose choice (or leaf-ness) changes, or
+    whose node keeps no cache, becomes a STALE node holding its rows (rebuilt when read); a
+    stale node on the path just drops or gains the row. Returns 0, or FAIL with tree t
     untouched when an array is full."""
     K, min_leaf, max_depth = A.params[1], A.params[2], A.params[3]
     lo = lo0.copy()
@@ -493,6 +503,9 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
     seed = A.seeds[t]
     action = _REBUILD
     while True:
+        if A.feat[v] == STALE:  # rows only, rebuilt when read: drop or add the row
+            action = _REMOVE if sgn < 0 else _APPEND
+            break
         n_after = A.n[v] + sgn
         stops = _stops(_counts_max(A, v, r, sgn), n_after, depth, min_leaf, max_depth)
         s = A.slot[v]
@@ -526,14 +539,9 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
     # the change at v first: it is the step that may fail for want of room
     new = v
     if action == _REBUILD:
-        m = _collect(A, v, buf, r if sgn < 0 else -1)
-        if sgn > 0:
-            buf[m] = r
-            m += 1
-        new = build(A, buf, 0, m, depth, seed, lo, hi)
+        new = _mark_stale(A, v, r, sgn, buf)
         if new < 0:
             return FAIL
-        _kill(A, v)
     elif action == _APPEND:
         m = A.n[v]
         if A.top[2] + m + 1 > A.perm.shape[0]:
@@ -589,6 +597,175 @@ def update_rows(A, rows, sgn, start_row, start_tree, lo0, hi0, buf, path):
         for t in range(start_tree if i == start_row else 0, T):
             if update_tree(A, t, rows[i], sgn, lo0, hi0, buf, path) < 0:
                 return i * T + t
+    return -1
+
+
+@_jit
+def _mark_stale(A, v, r, sgn, buf):
+    """Replace the subtree at v by a new STALE node holding its rows, row r dropped (sgn =
+    -1) or added (1): a perm range and counts, as a leaf keeps them. Returns the new node, or
+    FAIL (nothing changed) when the node or perm array is full."""
+    if A.top[0] + 1 > A.feat.shape[0] or A.top[2] + A.n[v] + 1 > A.perm.shape[0]:
+        return FAIL
+    m = _collect(A, v, buf, r if sgn < 0 else -1)
+    if sgn > 0:
+        buf[m] = r
+        m += 1
+    new = A.top[0]
+    A.top[0] += 1
+    A.feat[new] = STALE
+    A.thr[new] = 0
+    A.left[new] = -1
+    A.right[new] = -1
+    A.slot[new] = -1
+    A.choice[new] = -1
+    A.n[new] = m
+    for c in range(A.counts.shape[1]):
+        A.counts[new, c] = A.counts[v, c]
+    _add_row(A.counts, new, A, r, sgn)
+    A.hash[new, 0] = 0
+    A.hash[new, 1] = 0
+    start = A.top[2]
+    A.lstart[new] = start
+    for i in range(m):
+        A.perm[start + i] = buf[i]
+    A.top[2] += m
+    _kill(A, v)
+    A.top[6] += 1
+    return new
+
+
+@_jit
+def _rebuild_stale(A, v, depth, seed, lo, hi, buf):
+    """Build stale node v's subtree from the rows it holds (FAIL when an array is full:
+    nothing committed); v becomes dead. Returns the new subtree's root."""
+    m = A.n[v]
+    for i in range(m):
+        buf[i] = A.perm[A.lstart[v] + i]
+    new = build(A, buf, 0, m, depth, seed, lo, hi)
+    if new < 0:
+        return FAIL
+    _kill(A, v)
+    return new
+
+
+@_jit
+def flush_tree(A, t, lo0, hi0, buf):
+    """Rebuild every stale node of tree t, then recompute the tree's hashes bottom-up.
+    Returns 0, or FAIL when an array is full (the nodes rebuilt so far stay rebuilt: call
+    again after growing)."""
+    d = lo0.shape[0]
+    cap = 64
+    st_v = np.empty(cap, np.int64)
+    st_parent = np.empty(cap, np.int64)
+    st_side = np.empty(cap, np.int64)
+    st_depth = np.empty(cap, np.int64)
+    st_seed = np.empty(cap, np.uint64)
+    st_lo = np.empty((cap, d), np.int32)
+    st_hi = np.empty((cap, d), np.int32)
+    st_v[0], st_parent[0], st_side[0], st_depth[0], st_seed[0] = A.roots[t], -1, 0, 0, A.seeds[t]
+    st_lo[0] = lo0
+    st_hi[0] = hi0
+    sp = 1
+    order = np.empty(64, np.int64)
+    n_order = 0
+    while sp > 0:
+        sp -= 1
+        v, parent, side = st_v[sp], st_parent[sp], st_side[sp]
+        if A.feat[v] == STALE:
+            new = _rebuild_stale(A, v, st_depth[sp], st_seed[sp], st_lo[sp], st_hi[sp], buf)
+            if new < 0:
+                return FAIL
+            if parent < 0:
+                A.roots[t] = new
+            elif side == 0:
+                A.left[parent] = new
+            else:
+                A.right[parent] = new
+            v = new
+        if n_order >= order.shape[0]:
+            order = _grow(order, 2 * order.shape[0])
+        order[n_order] = v
+        n_order += 1
+        f = A.feat[v]
+        if f < 0:
+            continue
+        if sp + 2 > cap:
+            cap *= 2
+            st_v = _grow(st_v, cap)
+            st_parent = _grow(st_parent, cap)
+            st_side = _grow(st_side, cap)
+            st_depth = _grow(st_depth, cap)
+            st_seed = _grow(st_seed, cap)
+            st_lo = _grow2(st_lo, cap)
+            st_hi = _grow2(st_hi, cap)
+        here = sp  # the popped entry's ranges are still in slot ``sp``: copy before reuse
+        for side_ in (1, 0):
+            st_lo[sp + 1 - side_] = st_lo[here]
+            st_hi[sp + 1 - side_] = st_hi[here]
+        depth, seed, th = st_depth[here], st_seed[here], A.thr[v]
+        for side_ in (1, 0):
+            j = sp + 1 - side_
+            st_v[j] = A.right[v] if side_ == 1 else A.left[v]
+            st_parent[j], st_side[j], st_depth[j] = v, side_, depth + 1
+            st_seed[j] = child_seed(seed, side_)
+            if side_ == 0:
+                st_hi[j, f] = th
+            else:
+                st_lo[j, f] = th + 1
+        sp += 2
+    # every internal node after its children: reverse preorder
+    for i in range(n_order - 1, -1, -1):
+        if A.feat[order[i]] >= 0:
+            _node_hash(A, order[i])
+    return 0
+
+
+@_jit
+def flush_rows(A, codes, start_row, lo0, hi0, buf, path):
+    """Rebuild the stale nodes on the paths of rows with these bin codes (what a prediction
+    of them reads), rows[start_row:] in every tree, rehashing each rebuilt node's ancestors.
+    Returns -1 when done, else the index i * trees + t of the (row, tree) that found an
+    array full: grow, and call again from there."""
+    T = A.roots.shape[0]
+    lo = lo0.copy()
+    hi = hi0.copy()
+    for i in range(start_row, codes.shape[0]):
+        for t in range(T):
+            lo[:] = lo0
+            hi[:] = hi0
+            v = A.roots[t]
+            depth = 0
+            seed = A.seeds[t]
+            while True:
+                if A.feat[v] == STALE:
+                    new = _rebuild_stale(A, v, depth, seed, lo, hi, buf)
+                    if new < 0:
+                        return i * T + t
+                    if depth == 0:
+                        A.roots[t] = new
+                    else:
+                        u = path[depth - 1]
+                        if codes[i, A.feat[u]] <= A.thr[u]:
+                            A.left[u] = new
+                        else:
+                            A.right[u] = new
+                    for j in range(depth - 1, -1, -1):
+                        _node_hash(A, path[j])
+                    v = new
+                f = A.feat[v]
+                if f < 0:
+                    break
+                path[depth] = v
+                if codes[i, f] <= A.thr[v]:
+                    hi[f] = A.thr[v]
+                    v = A.left[v]
+                    seed = child_seed(seed, 0)
+                else:
+                    lo[f] = A.thr[v] + 1
+                    v = A.right[v]
+                    seed = child_seed(seed, 1)
+                depth += 1
     return -1
 
 
@@ -715,6 +892,7 @@ def compact(A, B):
                 sp += 2
     B.top[0], B.top[1], B.top[2] = nb, ns, npm
     B.top[3] = B.top[4] = B.top[5] = 0
+    B.top[6] = A.top[6]
 
 
 @_jit

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -22,6 +23,9 @@ from . import _kernels as K
 from .binning import bin_edges, encode, n_bins
 
 STATE_FORMAT = b"forgetting-forest-1"
+FLUSH_PATH_ROWS = 64
+"""A prediction of at most this many rows rebuilds only the stale subtrees on its rows'
+paths; a larger one rebuilds them all first."""
 TARGET_LEVELS = 1024
 """Regression: targets are quantized to this many levels on a grid fixed by D° (its range,
 widened by half of it on each side; values beyond are clipped), so every node's sum of q
@@ -69,7 +73,7 @@ def _arrays(rows: int, d: int, k: int, K_: int, nodes: int, slots: int, perm: in
         cleft=np.zeros((slots, K_, k), np.int32),
         ncand=np.zeros(slots, np.int32),
         perm=np.zeros(perm, np.int32),
-        top=np.zeros(6, np.int64),
+        top=np.zeros(8, np.int64),
         roots=np.zeros(trees, np.int32),
         seeds=np.zeros(trees, np.uint64),
         nbins=np.zeros(d, np.int32),
@@ -112,6 +116,7 @@ class ExactForest:
         self.d = n_features
         self.regression = n_classes is None
         self.k = 2 if self.regression else n_classes
+        self._lock = threading.RLock()
         self._prefix = b"".join(
             [
                 STATE_FORMAT,
@@ -246,6 +251,10 @@ class ExactForest:
     def forget(self, id_list: list) -> bool:
         """Remove rows by id (all known). Returns True when the forest was refitted (a D°
         row was among them, or the batch was large)."""
+        with self._lock:
+            return self._forget(id_list)
+
+    def _forget(self, id_list: list) -> bool:
         pos = np.array([self._pos[i] for i in id_list], dtype=np.int64)
         hits_pool = bool(np.any(self._draws[pos] < self._threshold))
         if hits_pool or len(pos) > self.config.refit_fraction * self.n_rows:
@@ -269,6 +278,10 @@ class ExactForest:
     def insert(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> bool:
         """Add rows (ids all new). Returns True when the forest was refitted (a new row
         joined D°)."""
+        with self._lock:
+            return self._insert(id_list, id_raw, X, y)
+
+    def _insert(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> bool:
         new_draws = draws(self._key, id_raw, 1)[:, 0]
         threshold = self._threshold
         if threshold != self.config.rho:  # D° holds its minimum of rows: recount
@@ -327,6 +340,58 @@ class ExactForest:
             self._free += list(range(size - 1, cap + extra - 1, -1))
         return np.array(pos, dtype=np.int64)
 
+    # -- stale subtrees ---------------------------------------------------------------------
+    @property
+    def n_stale(self) -> int:
+        """Subtrees a change left to rebuild when read (kernels.STALE)."""
+        return int(self.A.top[6])
+
+    def flush(self) -> None:
+        """Rebuild every stale subtree (before the whole structure is read: digest,
+        serialization, pickling, a large prediction)."""
+        if self.A.top[6] == 0:
+            return
+        buf = np.empty(self.n_rows + 1, np.int32)
+        for t in range(self.config.n_trees):
+            while K.flush_tree(self.A, t, self._lo0, self._hi0, buf) < 0:
+                self._grow_for_builds()
+
+    def _flush_paths(self, codes: np.ndarray) -> None:
+        """Rebuild the stale subtrees a prediction of these rows reads: those on their paths
+        (all of them for a large batch, where that is about as cheap)."""
+        if self.A.top[6] == 0:
+            return
+        if len(codes) > FLUSH_PATH_ROWS:
+            self.flush()
+            return
+        buf = np.empty(self.n_rows + 1, np.int32)
+        start = 0
+        while True:
+            stop = K.flush_rows(self.A, codes, start, self._lo0, self._hi0, buf, self._path)
+            if stop < 0:
+                return
+            start = stop // self.config.n_trees
+            self._grow_for_builds()
+
+    def _grow_for_builds(self) -> None:
+        A = self.A
+        self.A = _resized(
+            A,
+            nodes=2 * A.feat.shape[0] + 2 * self.n_rows,
+            slots=2 * A.ncand.shape[0] + 16,
+            perm=2 * A.perm.shape[0] + 2 * self.n_rows,
+        )
+
+    def __getstate__(self) -> dict:
+        """Pickled with every stale subtree rebuilt, without the lock."""
+        with self._lock:
+            self.flush()
+            return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     def _update(self, pos: np.ndarray, sgn: int) -> None:
         buf = np.empty(self.n_rows + len(pos) + 1, np.int32)
         start = 0
@@ -345,13 +410,7 @@ class ExactForest:
             if stop < 0:
                 return
             start = stop
-            A = self.A
-            self.A = _resized(
-                A,
-                nodes=2 * A.feat.shape[0] + 2 * self.n_rows,
-                slots=2 * A.ncand.shape[0] + 16,
-                perm=2 * A.perm.shape[0] + 2 * self.n_rows,
-            )
+            self._grow_for_builds()
 
     def _maybe_compact(self) -> None:
         A = self.A
@@ -387,26 +446,49 @@ class ExactForest:
 
     # -- serving ---------------------------------------------------------------------------
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        return K.predict(self.A, self._encode(X))
+        return self._predict(self._encode(X))
 
     def predict_values(self, X: np.ndarray) -> np.ndarray:
         """Regression: the mean over trees of each leaf's mean target, on the D° grid."""
-        return self._y_lo + self._y_step * K.predict(self.A, self._encode(X))[:, 0]
+        return self._y_lo + self._y_step * self._predict(self._encode(X))[:, 0]
+
+    def _predict(self, codes: np.ndarray) -> np.ndarray:
+        """The rows' leaves read, the stale subtrees on their paths rebuilt first (under the
+        lock: a prediction may build, so two at once must not)."""
+        with self._lock:
+            self._flush_paths(codes)
+            return K.predict(self.A, codes)
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         return K.encode(X, self._edge_table, self._n_edges)
 
     def state_digest(self) -> str:
-        """SHA-256 over the configuration, key fingerprint, grid, every tree's Merkle hash
-        (structure and counts) and the multiset hash of the rows held."""
+        """SHA-256 over what the forest is a function of: the configuration, key
+        fingerprint, grid and the multiset hash of the rows held (a fit on the same rows has
+        the same digest). Cheap: no stale subtree is rebuilt for it. What the trees are, bit
+        for bit, is :meth:`structure_digest`."""
         h = hashlib.sha256(self._prefix)
+        h.update(b"state")
         h.update(self._grid_digest)
-        h.update(self.A.hash[self.A.roots].tobytes())
         h.update(self._row_sum.tobytes())
         return h.hexdigest()
 
+    def structure_digest(self) -> str:
+        """SHA-256 over the configuration, key fingerprint, grid, every tree's Merkle hash
+        (structure and counts, every stale subtree rebuilt first) and the rows' multiset
+        hash: equal to a refit's exactly when the trees are the refit's."""
+        with self._lock:
+            self.flush()
+            h = hashlib.sha256(self._prefix)
+            h.update(self._grid_digest)
+            h.update(self.A.hash[self.A.roots].tobytes())
+            h.update(self._row_sum.tobytes())
+            return h.hexdigest()
+
     def structure(self, tree: int) -> np.ndarray:
         """Tree ``tree`` in preorder: (feature, threshold, rows, class counts) per node."""
+        with self._lock:
+            self.flush()
         A = self.A
         out = np.empty((A.top[0] + 1) * (3 + self.k), np.int64)
         return out[: K.serialize(A, tree, out)].copy()

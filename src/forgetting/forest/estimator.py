@@ -1,10 +1,11 @@
 """ExactForestClassifier: the scikit-learn surface of :class:`~forgetting.forest.ExactForest`.
 
-Guarantee: after ``fit(D)`` and ``forget(R)`` (or ``insert``), ``predict_proba`` and
-``state_digest()`` are bit for bit those of ``fit`` on the rows held, with the same
-parameters and key. Everything is validated before any state changes, so a bad request
-raises one clear error and leaves the model as it was. Ids, keys and receipts follow the
-QSS estimators (:mod:`forgetting.ids`, :mod:`forgetting.schema.membership`).
+Guarantee: after ``fit(D)`` and ``forget(R)`` (or ``insert``), ``predict_proba``,
+``state_digest()`` and ``structure_digest()`` are bit for bit those of ``fit`` on the rows
+held, with the same parameters and key. Everything is validated before any state changes,
+so a bad request raises one clear error and leaves the model as it was. Ids, keys and
+receipts follow the QSS estimators (:mod:`forgetting.ids`,
+:mod:`forgetting.schema.membership`).
 """
 
 from __future__ import annotations
@@ -237,9 +238,17 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
         )
 
     def state_digest(self) -> str:
-        """SHA-256 (hex) of the configuration, grid, trees and rows held."""
+        """SHA-256 (hex) of what the forest is a function of: the configuration, key, grid
+        and rows held (receipts carry it; computing it rebuilds nothing)."""
         self._check_fitted()
         return self.forest_.state_digest()
+
+    def structure_digest(self) -> str:
+        """SHA-256 (hex) of the trees themselves — every node's split and counts — with the
+        configuration, grid and rows: compare it with a refit's to check a forget was
+        exact. It rebuilds the subtrees a change left stale (docs/forest.md)."""
+        self._check_fitted()
+        return self.forest_.structure_digest()
 
     @property
     def n_rows_(self) -> int:
