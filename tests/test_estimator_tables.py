@@ -50,7 +50,7 @@ def refit(cls, df, y, ids, **params):
 def assert_same(model, other, X):
     model.wait_for_rebuilds()
     assert model.state_digest() == other.state_digest()
-    out = model.predict_proba if hasattr(model, "predict_proba") else model.predict
+    out = model.predict_proba if hasattr(other, "predict_proba") else model.predict
     ref = other.predict_proba if hasattr(other, "predict_proba") else other.predict
     assert np.array_equal(out(X), ref(X))
 

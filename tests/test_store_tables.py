@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from test_estimator_tables import assert_same as _assert_same
 from test_estimator_tables import raw_table
 
 from forgetting import QSSClassifier, QSSRegressor
@@ -29,14 +30,6 @@ def _refit(cls, df, y, ids):
     keep = sorted(ids)
     labels = pd.Series(list(y), index=df.index).loc[keep].to_numpy()
     return cls(rebuild="sync").fit(df.loc[keep], labels, ids=keep)
-
-
-def _assert_same(store, other, X):
-    store.wait_for_rebuilds()
-    assert store.state_digest() == other.state_digest()
-    out = store.predict_proba if hasattr(other, "predict_proba") else store.predict
-    ref = other.predict_proba if hasattr(other, "predict_proba") else other.predict
-    assert np.array_equal(out(X), ref(X))
 
 
 @pytest.mark.parametrize("cls", [QSSClassifier, QSSRegressor])
