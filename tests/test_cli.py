@@ -811,3 +811,55 @@ def test_a_store_error_that_already_says_retry_says_it_once():
     assert code == 1 and str(message).count("retry") == 1
     message, _ = _failure("forget", StoreError("disk I/O error"), "")
     assert str(message).endswith("the change was not acknowledged; retry later")
+
+
+def test_a_raw_table_round_trips_through_the_cli(tmp_path, capsys):
+    """fit --raw-table keeps a CSV's categories and empty cells; predict, insert (a new
+    category), forget and verify read each column as fitted, and the stored model equals a
+    fit of the estimator on the same DataFrame; a non-number in a numeric column is one
+    error line naming it."""
+    pd = pytest.importorskip("pandas")
+    from forgetting.store import DurableModel
+
+    rng = np.random.default_rng(0)
+    n = 300
+    ages = [("" if rng.random() < 0.05 else f"{v:.1f}") for v in rng.normal(40, 10, n)]
+    cities = rng.choice(["Oslo", "Rome", "Paris"], n).tolist()
+    labels = [
+        int((a != "" and float(a) > 40) or c == "Oslo") for a, c in zip(ages, cities, strict=True)
+    ]
+    data = tmp_path / "people.csv"
+    with open(data, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "age", "city", "label"])
+        writer.writerows(zip(range(n), ages, cities, labels, strict=True))
+    store = tmp_path / "m.db"
+    code, out, err = run(
+        capsys, "fit", "--data", data, "--store", store, "--raw-table", "--random-state", "0",
+        *FAST_ARGS,
+    )  # fmt: skip
+    assert code == 0, err
+    new = tmp_path / "new.csv"
+    new.write_text("id,age,city,label\n5000,33.0,Bergen,1\n")
+    assert run(capsys, "insert", "--data", new, "--store", store)[0] == 0
+    assert run(capsys, "forget", "--ids", "3,4", "--store", store)[0] == 0
+    code, out, _ = run(capsys, "predict", "--data", data, "--store", store)
+    assert code == 0 and out.count("\n") == n + 1
+    assert run(capsys, "verify", "--store", store)[0] == 0
+    frame = pd.DataFrame(
+        {
+            "age": [float(a) if a else np.nan for a in ages] + [33.0],
+            "city": [*cities, "Bergen"],
+        },
+        index=[*range(n), 5000],
+    )
+    keep = [i for i in frame.index if i not in (3, 4)]
+    y = np.array([*labels, 1])[[i for i, r in enumerate(frame.index) if r in set(keep)]]
+    ref = QSSClassifier(**{**FAST, "random_state": 0}).fit(frame.loc[keep], y, ids=keep)
+    with DurableModel.open(str(store), read_only=True) as model:
+        assert model.state_digest() == ref.state_digest()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,age,city\n1,abc,Rome\n")
+    code, _, err = run(capsys, "predict", "--data", bad, "--store", store)
+    assert code != 0 and "line 2, column 'age': 'abc' is not a finite number" in err
+    assert err.count("\n") == 1

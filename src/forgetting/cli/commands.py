@@ -61,6 +61,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if not is_dsn(args.store) and Path(args.store).exists() and not args.overwrite:
         raise usage(f"{args.store!r} exists: pass --overwrite to replace it, or another --store")
     dataset = tables.is_dataset(args.data)
+    if dataset and args.raw_table:
+        raise usage("--raw-table reads one CSV or Parquet file in memory, not a dataset directory")
     if not dataset and (args.scheduler or args.workers):
         raise usage(
             "--scheduler and --workers fit a Parquet dataset directory on dask; "

@@ -107,9 +107,25 @@ def file_rows(args: argparse.Namespace) -> FitRows:
     table = tables.read_table(args.data, max_bytes=args.max_data_size)
     ids = tables.id_column(table, args.id_col, id_type=args.id_type)
     y = tables.label_column(table, args.label_col, task=args.task)
+    if getattr(args, "raw_table", False):
+        return _raw_rows(args, table, ids, y)
     features = fit_features(args, table)
     tables.check_rows(table, ids=ids, labels=y, features=features.matrix)
     return FitRows(features.matrix, y, ids, features.names, features.columns, features.skipped)
+
+
+def _raw_rows(args: argparse.Namespace, table: tables.Table, ids: list, y: np.ndarray) -> FitRows:
+    """``fit --raw-table``: the feature columns as a DataFrame of numbers and categories with
+    missing values, which the estimator encodes exactly (docs/pipelines.md)."""
+    if args.text_col:
+        raise usage("give --raw-table or --text-col, not both")
+    exclude = {id_col(args, table), label_col(args, table)}
+    names = feature_cols(args) or [
+        n for n in table.names if n not in exclude and not n.startswith("__")
+    ]
+    frame = tables.raw_frame(table, names)
+    tables.check_rows(table, ids=ids, labels=y, features=frame.to_numpy())
+    return FitRows(frame, y, ids, names, names)
 
 
 def require_dask(data: str) -> None:
@@ -243,8 +259,19 @@ def cluster_failures() -> Iterator[None]:
 
 
 def model_features(args: argparse.Namespace, table: tables.Table, model: Any) -> np.ndarray:
-    """The features of ``table`` for a stored model: its recorded columns, matched by name."""
+    """The features of ``table`` for a stored model: its recorded columns, matched by name
+    (a DataFrame of numbers and categories for a model fitted on a raw table)."""
     recorded = model.feature_names
+    encoding = getattr(model.estimator, "table_", None)
+    if encoding is not None:  # fitted with --raw-table: each column of its fitted kind
+        if args.text_col:
+            raise usage("this model was fitted on a raw table: leave --text-col out")
+        missing = [n for n in recorded if n not in table.columns]
+        if missing:
+            raise usage(
+                f"{args.data} lacks the column(s) the model was fitted on: {', '.join(missing)}"
+            )
+        return tables.raw_frame(table, recorded, encoding.layout.kinds)
     if (
         args.text_col
         and recorded is not None

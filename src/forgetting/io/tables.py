@@ -88,6 +88,7 @@ from .table_columns import (
     match_features,
     matrix_names,
     numeric_column,
+    raw_frame,
     select_features,
     text_column,
 )
@@ -138,6 +139,7 @@ __all__ = [
     "parse_id",
     "parse_ids",
     "parse_size",
+    "raw_frame",
     "read_dataset",
     "read_file",
     "read_id_lines",
