@@ -120,9 +120,10 @@ def _raw_rows(args: argparse.Namespace, table: tables.Table, ids: list, y: np.nd
     if args.text_col:
         raise usage("give --raw-table or --text-col, not both")
     exclude = {id_col(args, table), label_col(args, table)}
-    names = feature_cols(args) or [
-        n for n in table.names if n not in exclude and not n.startswith("__")
-    ]
+    # fit's column rule, keeping the text columns: they are categories here
+    names, _ = tables.choose_features(
+        table.path, table.names, lambda _: False, feature_cols(args), exclude
+    )
     frame = tables.raw_frame(table, names)
     tables.check_rows(table, ids=ids, labels=y, features=frame.to_numpy())
     return FitRows(frame, y, ids, names, names)
@@ -266,11 +267,6 @@ def model_features(args: argparse.Namespace, table: tables.Table, model: Any) ->
     if encoding is not None:  # fitted with --raw-table: each column of its fitted kind
         if args.text_col:
             raise usage("this model was fitted on a raw table: leave --text-col out")
-        missing = [n for n in recorded if n not in table.columns]
-        if missing:
-            raise usage(
-                f"{args.data} lacks the column(s) the model was fitted on: {', '.join(missing)}"
-            )
         return tables.raw_frame(table, recorded, encoding.layout.kinds)
     if (
         args.text_col

@@ -283,7 +283,7 @@ def raw_frame(table: Table, names: Sequence[str], kinds: Sequence[str] | None = 
 
     data = {}
     for j, name in enumerate(names):
-        values = table.column(name, "--feature-cols")
+        values = table.column(name, "--feature-cols" if kinds is None else None)
         cells = list(values) if table.kind == "csv" else np.asarray(values).tolist()
         empty = [c is None or c == "" or (isinstance(c, float) and math.isnan(c)) for c in cells]
         kind = kinds[j] if kinds is not None else None

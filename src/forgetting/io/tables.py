@@ -84,6 +84,7 @@ from .parquet_dataset import (
 )
 from .table_columns import (
     Embedder,
+    choose_features,
     embedding_names,
     match_features,
     matrix_names,
@@ -123,6 +124,7 @@ __all__ = [
     "TableError",
     "TableUsageError",
     "check_rows",
+    "choose_features",
     "dataset_feature_array",
     "dataset_features",
     "embedding_names",
