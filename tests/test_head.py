@@ -502,7 +502,7 @@ def test_shared_ridge_heads_hold_one_gram_and_factor_it_once_per_change(served, 
         assert len(inputs) == per_change, head  # the leaving rows' head features
         monkeypatch.setattr(Instance, "head_inputs", real_head_inputs)
         calls.clear()
-        model.predict(X[:5])
+        model.predict_proba(X[:5])  # exact outputs (labels alone may skip the solve: §5.15)
         # the leaving rows' Gram terms (pending until the solve reads the sums): once, or per
         # head; and the factorization
         assert len(grams) == per_change, head

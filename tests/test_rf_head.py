@@ -261,7 +261,7 @@ def test_one_gram_for_every_instance_factored_once_per_change(served, monkeypatc
     monkeypatch.setattr(Instance, "head_inputs", lambda s, X: inputs.append(1) or real_inputs(s, X))
     model.forget(outside_all_schemas(model)[:2])
     assert len(inputs) == 1  # the leaving rows' ψ: once
-    model.predict(X[:5])
+    model.predict_proba(X[:5])  # exact outputs (labels alone may skip the solve: §5.15)
     assert len(grams) == 1  # their Gram terms (pending until the solve reads the sums): once
     assert len(systems) == 1  # one factorization for the three heads
     heads = [inst.head for inst in model.engine_.instances]
@@ -280,7 +280,7 @@ def test_one_gram_for_every_instance_factored_once_per_change(served, monkeypatc
     )
     grams.clear(), systems.clear()
     model.forget(outside_all_schemas(model)[:1])
-    model.predict(X[:5])
+    model.predict_proba(X[:5])
     assert len(grams) == 1 and len(systems) == 1 and compared == []
     assert all(h.gram is heads[0].gram for h in heads)
 

@@ -867,9 +867,23 @@ class QSSClassifier(ClassifierMixin, _QSSBase):
         return out / total
 
     def predict(self, X: Any) -> np.ndarray:
-        """The class with the largest output (ties: the first class in ``classes_``)."""
-        out = self._outputs(X)
-        return self.classes_[np.argmax(out, axis=1)]
+        """The class with the largest output (ties: the first class in ``classes_``).
+
+        The labels alone: after a change, an exact head that serves need not be solved when
+        its tracked weights make every row's winner certain (QSSEngine.certified_labels —
+        the same labels, bit for bit); :meth:`predict_proba` always takes the exact route."""
+        if "table_" in self.__dict__:
+            with self.table_.lock:
+                labels = self._labels(self._check_X(X))
+        else:
+            labels = self._labels(self._check_X(X))
+        return self.classes_[labels]
+
+    def _labels(self, X: np.ndarray) -> np.ndarray:
+        labels = self.engine_.certified_labels(X)
+        if labels is None:
+            labels = np.argmax(self.engine_.predict_outputs(X), axis=1)
+        return labels
 
 
 class QSSRegressor(RegressorMixin, _QSSBase):

@@ -194,3 +194,76 @@ def fold_scores(X, Q, B, lam):
     for j in range(m):
         gains[j], scales[j] = _column_score(X, Q, B, lam, j)
     return gains, scales
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def bounded_columns(W, tolerance, bits, radius, step) -> None:
+    """content.heads.certified.BoundedWeights.around in one pass over W (D, k): per column
+    the radius (tolerance + D·2^-52)·‖W_c‖₂ and the coarsest grid step 2^-e_c. Strict
+    order (no fast-math): these are bounds, each within a few ulps of the numpy path's, which
+    the bounds' room (certified._ROUNDING_ROOM, _BINADE_MARGIN) covers."""
+    D, k = W.shape
+    room = tolerance + D * 2.0**-52
+    for c in range(k):
+        squares = 0.0
+        peak = 0.0
+        for i in range(D):
+            w = W[i, c]
+            squares += w * w
+            peak = max(peak, abs(w))
+        r = room * np.sqrt(squares)
+        radius[c] = r
+        high = max((peak + r) * (1.0 + 1e-9), 1e-300)
+        e = min(bits - np.ceil(np.log2(high)) - 1.0, bits - 1.0)
+        step[c] = np.exp2(-e)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def bounded_outputs(v, W, radius, step, g, logistic, floor, room, out, near) -> None:
+    """content.heads.certified.BoundedWeights.served (``logistic`` False: g + v·W̃ and the
+    bounds) or BoundedLogits.served (True: softmax(log max(g, floor) + v·W̃) and
+    certified.logit_radius) for rows ``v`` (n, D), in one pass per row; ``room`` is the
+    bounds' rounding room."""
+    n, D = v.shape
+    k = W.shape[1]
+    unit = 2.0**-14
+    u = 2.0**-53
+    relative = (2 * k + 16) * u
+    s = np.empty(k)
+    b = np.empty(k)
+    for i in range(n):
+        l2 = 0.0
+        l1 = 0.0
+        for j in range(D):
+            x = v[i, j]
+            l2 += x * x
+            l1 += abs(x)
+        l2 = np.sqrt(l2)
+        for c in range(k):
+            t = 0.0
+            for j in range(D):
+                t += v[i, j] * W[j, c]
+            s[c] = t * unit
+            b[c] = (l2 * radius[c] + l1 * (0.5 * step[c])) * unit * room
+        if not logistic:
+            for c in range(k):
+                out[i, c] = g[i, c] + s[c]
+                near[i, c] = b[c]
+            continue
+        top = -np.inf
+        peak = 0.0
+        for c in range(k):
+            s[c] += np.log(max(g[i, c], floor))  # z_c
+            top = max(top, s[c])
+            peak = max(peak, abs(s[c]) + b[c])
+        widest = 0.0
+        for c in range(k):
+            widest = max(widest, b[c] + 4.0 * u * (abs(s[c]) + b[c] + peak))
+        total = 0.0
+        for c in range(k):
+            out[i, c] = np.exp(s[c] - top)
+            total += out[i, c]
+        factor = (np.expm1(2.0 * widest) * (1.0 + relative) + relative) * room
+        for c in range(k):
+            out[i, c] /= total
+            near[i, c] = out[i, c] * factor

@@ -137,6 +137,12 @@ class GainFilter:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.largest_drift = 0.0
+        """The largest relative difference per column seen between the tracked solution and
+        an exact solve of the same sums (:meth:`_audit`)."""
+        self.distrusted = False
+        """Set when a difference exceeded a tenth of the weights' tolerance: from then on
+        :meth:`served_estimate` answers None (certified labels take the exact route)."""
         self._reset()
 
     def _reset(self) -> None:
@@ -157,13 +163,23 @@ class GainFilter:
 
     # -- from the exact route ---------------------------------------------------------------
     def rebase(
-        self, heads, slots, factor, X: np.ndarray, B: np.ndarray, G0: np.ndarray, lam: float
+        self,
+        heads,
+        slots,
+        factor,
+        X: np.ndarray,
+        B: np.ndarray,
+        G0: np.ndarray,
+        lam: float,
+        tolerance: float = np.inf,
     ) -> None:
         """An exact stacked solve of every serving head (``heads``, in ``slots``; an absent
         slot's columns are zero and stay so) just produced X = A⁻¹B, B = [H | H_0], with
-        Cholesky ``factor`` of A; tracking starts from it (A⁻¹ and Q computed lazily, only when a
-        change comes and no head was served)."""
+        Cholesky ``factor`` of A; tracking starts from it (A⁻¹ and Q computed lazily, when an
+        estimate is first asked). ``tolerance``: the tracked weights' relative tolerance
+        (content.heads.certified.weight_tolerance), what :meth:`_audit` holds them to."""
         with self._lock:
+            self._audit(heads, X, tolerance)
             self._reset()
             self._base = (factor, X, B, G0, lam)
             self._heads = [weakref.ref(h) for h in heads]
@@ -171,6 +187,33 @@ class GainFilter:
             self._changes = [h.changes for h in heads]
             self._served = [None] * len(heads)
             self._residuals = [[] for _ in heads]
+
+    def _audit(self, heads, X: np.ndarray, tolerance: float) -> None:
+        """Compare the tracked solution with an exact solve of the same sums — when the
+        tracked state is current for exactly these heads' sums (every logged change applied,
+        none since) — and keep the largest relative difference per column
+        (:attr:`largest_drift`); past a tenth of the weights' ``tolerance`` certified labels
+        stop for good
+        (:attr:`distrusted`): the estimate they rest on did not hold here."""
+        if (
+            self._state is None
+            or self._log
+            or len(heads) != len(self._heads)
+            or any(ref() is not h for ref, h in zip(self._heads, heads, strict=True))
+            or self._changes != [h.changes for h in heads]
+        ):
+            return
+        tracked = self._state[2]
+        if tracked.shape != X.shape:
+            return
+        norms = np.linalg.norm(X, axis=0)
+        used = norms > 0.0
+        if not np.any(used):
+            return
+        drift = float(np.max(np.linalg.norm(tracked - X, axis=0)[used] / norms[used]))
+        self.largest_drift = max(self.largest_drift, drift)
+        if not drift <= tolerance / 10.0:
+            self.distrusted = True
 
     def decided(self, head, served: bool) -> None:
         """The exact route chose for ``head``: the filter engages only once every slot's last
@@ -184,6 +227,12 @@ class GainFilter:
         """Whether the filter tracks a solution and no slot's head was served."""
         with self._lock:
             return self._ready()
+
+    def behind(self) -> bool:
+        """Whether logged changes wait to be applied to the tracked solution (the next
+        estimate runs the row updates: a compiled pass over A⁻¹ and G_0 per row)."""
+        with self._lock:
+            return self._tracking() and bool(self._log)
 
     def invalidate(self) -> None:
         with self._lock:
@@ -199,8 +248,11 @@ class GainFilter:
             if self._base is None:
                 return
             slot = self._slot_of(head)
-            if slot is None or len(v) > LOG_ROWS or not self._ready():
+            if slot is None or len(v) > LOG_ROWS or not self._tracking():
                 self._reset()
+                return
+            if self._rows + self._logged_rows + len(v) > REFRESH_ROWS:
+                self._reset()  # past what an estimate vouches for: keep no log that grows
                 return
             if self._changes[slot] + len(self._residuals[slot]) + 1 != head.changes:
                 self._reset()  # a change this filter did not see
@@ -235,7 +287,26 @@ class GainFilter:
         gain, scale = estimate
         return gain + TOLERANCE * scale < threshold
 
-    def estimate(self, head, lam) -> tuple[float, float] | None:
+    def served_estimate(self, head, lam) -> tuple[float, float, np.ndarray] | None:
+        """:meth:`estimate` for a head that may be served, with the head's tracked weights
+        W̃ (its k columns of X = A⁻¹[H | H_0], a copy): what the certified prediction
+        (forgetting.engine.core.QSSEngine.certified_labels) serves in place of the exact
+        route's W, within :func:`weight_tolerance` of it. Builds the tracked state (A⁻¹ from
+        the factor: O(D³), once per exact solve) when the filter has none, which
+        :meth:`estimate` leaves to the tables-only case; None when the filter cannot vouch
+        for its state."""
+        with self._lock:
+            if self.distrusted:
+                return None
+            estimate = self._estimate(head, lam, served=True)
+            if estimate is None or self._state is None:
+                return None
+            X = self._state[2]
+            k = head.cross.shape[-1]
+            slot = self._slots[self._slot_of(head)]  # type: ignore[index]
+            return estimate[0], estimate[1], np.array(X[:, slot * k : (slot + 1) * k])
+
+    def estimate(self, head, lam, served: bool = False) -> tuple[float, float] | None:
         """The tracked gain of ``head`` and the scale Σ|terms| its error is relative to, or
         None when the filter cannot vouch for its tracked state (see the class docstring).
 
@@ -247,40 +318,45 @@ class GainFilter:
         this filter's lock and takes the head's flush lock (LinearHead.penalty): the one
         nesting of the two, and no head holds its flush lock while it calls the filter."""
         with self._lock:
-            slot = self._slot_of(head)
-            if slot is None or not self._ready():
+            return self._estimate(head, lam, served)
+
+    def _estimate(self, head, lam, served: bool) -> tuple[float, float] | None:
+        """:meth:`estimate`, under the filter's lock; ``served``: also while a slot's head is
+        served (:meth:`served_estimate`)."""
+        slot = self._slot_of(head)
+        if slot is None or not (self._tracking() if served else self._ready()):
+            return None
+        if not callable(lam) and lam != self._base[-1]:  # type: ignore[index]
+            return None
+        logged = len(self._log)
+        for r, ref in enumerate(self._heads):
+            h = ref()
+            if len(self._residuals[r]) != logged:
+                return None  # some instance did not get every change (rebuilding)
+            if h is None or h.changes != self._changes[r] + logged:
                 return None
-            if not callable(lam) and lam != self._base[-1]:  # type: ignore[index]
+        # rows applied and logged since the base: what the tracked state is known by
+        since_base = self._rows + self._logged_rows
+        if since_base > REFRESH_ROWS:
+            return None
+        if callable(lam):
+            if self._penalty is None or self._penalty[0] != since_base:
+                self._penalty = (since_base, lam())
+            if self._penalty[1] != self._base[-1]:  # type: ignore[index]
                 return None
-            logged = len(self._log)
-            for r, ref in enumerate(self._heads):
-                h = ref()
-                if len(self._residuals[r]) != logged:
-                    return None  # some instance did not get every change (rebuilding)
-                if h is None or h.changes != self._changes[r] + logged:
-                    return None
-            # rows applied and logged since the base: what the tracked state is known by
-            since_base = self._rows + self._logged_rows
-            if since_base > REFRESH_ROWS:
-                return None
-            if callable(lam):
-                if self._penalty is None or self._penalty[0] != since_base:
-                    self._penalty = (since_base, lam())
-                if self._penalty[1] != self._base[-1]:  # type: ignore[index]
-                    return None
-            if self._log or self._gains is None:
-                self._gains = self._apply()
-                self._slot_gains = []
-            if not self._slot_gains:  # each slot's sums once per state (p heads ask)
-                # every slot's k columns summed in one reduction per array (the same
-                # pairwise sums over k contiguous entries as slot by slot, in 2 numpy calls
-                # instead of 2p)
-                gains, scales = self._gains
-                k = head.cross.shape[-1]
-                by_slot = (gains.reshape(-1, k).sum(axis=1), scales.reshape(-1, k).sum(axis=1))
-                g, a = by_slot[0].tolist(), by_slot[1].tolist()
-                self._slot_gains = [(g[s], a[s]) for s in self._slots]
-            return self._slot_gains[slot]
+        if self._log or self._gains is None:
+            self._gains = self._apply()
+            self._slot_gains = []
+        if not self._slot_gains:  # each slot's sums once per state (p heads ask)
+            # every slot's k columns summed in one reduction per array (the same
+            # pairwise sums over k contiguous entries as slot by slot, in 2 numpy calls
+            # instead of 2p)
+            gains, scales = self._gains
+            k = head.cross.shape[-1]
+            by_slot = (gains.reshape(-1, k).sum(axis=1), scales.reshape(-1, k).sum(axis=1))
+            g, a = by_slot[0].tolist(), by_slot[1].tolist()
+            self._slot_gains = [(g[s], a[s]) for s in self._slots]
+        return self._slot_gains[slot]
 
     def _slot_of(self, head) -> int | None:
         for r, ref in enumerate(self._heads):
@@ -289,7 +365,14 @@ class GainFilter:
         return None
 
     def _ready(self) -> bool:
-        return self._base is not None and self._served.count(False) == len(self._served)
+        """Whether the filter may decide "not served": it tracks a solution and every slot's
+        last exact choice was the tables."""
+        return self._tracking() and self._served.count(False) == len(self._served)
+
+    def _tracking(self) -> bool:
+        """Whether a solution is tracked (changes are logged against it): after an exact
+        stacked solve of every slot, until a change it cannot follow."""
+        return self._base is not None
 
     def _apply(self) -> tuple[np.ndarray, np.ndarray]:
         """Bring the tracked solution up to date with the logged rows (Sherman–Morrison per

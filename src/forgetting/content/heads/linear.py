@@ -30,6 +30,7 @@ import numpy as np
 from ..accumulators import MAX_ROWS
 from ..kernels import HEAD_KERNELS
 from . import gram as _gram
+from .certified import UNSURE, BoundedWeights, weight_tolerance
 from .fixed_point import (
     FEATURE_BITS,
     TARGET_LIMIT_BITS,
@@ -38,6 +39,7 @@ from .fixed_point import (
     fold_grams,
     head_targets,
 )
+from .gain_filter import TOLERANCE
 from .gram import GramCache, GramSystem, add_pending, penalty_of_diagonal
 from .solve import head_gain, solve_ridge, solve_stacked
 
@@ -344,6 +346,31 @@ class LinearHead:
         if filtered:
             cache.gains.decided(self, weights is not None)  # type: ignore[union-attr]
         return weights
+
+    def certified_over(self, threshold: float):
+        """What :meth:`served_over` would serve, known without the exact solve where the gain
+        filter is certain (content.heads.certified): None (the tables serve), or
+        :class:`~.certified.BoundedWeights` around the filter's tracked weights — or
+        :data:`~.certified.UNSURE`: the head is already solved (:meth:`served_over` is then
+        cheap and exact), not in a slot, served by another rule (a Newton step), or the
+        filter cannot vouch for its state or for the choice."""
+        cache = self._gram_cache
+        if cache is None or self._slot is None or self._solved is not None:
+            return UNSURE
+        estimate = cache.gains.served_estimate(self, self.penalty)
+        if estimate is None:
+            return UNSURE
+        gain, scale, W = estimate
+        if gain + TOLERANCE * scale < threshold:
+            return None
+        if gain - TOLERANCE * scale > threshold:
+            return self._certified(W, weight_tolerance(W.shape[0]))
+        return UNSURE
+
+    def _certified(self, W: np.ndarray, tolerance: float):
+        """What serves the tracked weights W̃ in place of :meth:`_served`'s (a certified
+        label's weights, within ``tolerance`` · ‖W̃_c‖ of the exact ones), or UNSURE."""
+        return BoundedWeights.around(W, tolerance)
 
     def solution(
         self, serve_if: Callable[[float], bool] | None = None

@@ -22,6 +22,7 @@ from scipy.linalg.lapack import spotrs as _SPOTRS
 from ..._rowwise import SERVE_BLOCK_ROWS, one_blas_thread, rowwise
 from ..accumulators import CLASSIFICATION_SCALE_BITS
 from ..kernels import HEAD_KERNELS
+from .certified import UNSURE, BoundedWeights
 from .fixed_point import FEATURE_BITS, TARGET_LIMIT_BITS, FixedWeights, exact_weighted_grams
 from .linear import LinearHead
 
@@ -202,6 +203,10 @@ class NewtonHead(LinearHead):
             raise np.linalg.LinAlgError(f"Newton head: class {c} not positive definite")
         return factor, False
 
+    def _certified(self, W: np.ndarray, tolerance: float):
+        # served from k systems of its own, which the gain filter does not track
+        return UNSURE
+
     def equals(self, other: LinearHead) -> bool:
         return (
             isinstance(other, NewtonHead)
@@ -238,6 +243,21 @@ class NewtonWeights:
     def correction(self, features: np.ndarray, g: np.ndarray) -> np.ndarray:
         """outputs − g: the correction added to g where a caller serves g + correction."""
         return self.outputs(features, g) - g
+
+
+@dataclass(frozen=True)
+class BoundedLogits:
+    """A logistic step from g's logits whose δ is a :class:`~.certified.BoundedWeights`:
+    a :class:`LogitRidgeHead`'s tracked weights scaled by its per-class step as the exact
+    route scales W (what a certified label is served with: content.heads.certified)."""
+
+    logits: BoundedWeights
+
+    def served(self, features: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(probabilities, bounds): softmax(log g + δ̃ᵀv) for head ``features`` and g's outputs,
+        and per entry a bound on its distance from what NewtonWeights serves with the exact
+        δ (:func:`~.certified.logit_radius`)."""
+        return self.logits.served(features, g, logistic=True, floor=PROB_FLOOR)
 
 
 def _softmax_step(shift: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -319,10 +339,17 @@ class LogitRidgeHead(LinearHead):
         )
 
     def _served(self, W: np.ndarray) -> NewtonWeights:
-        k = W.shape[1]
+        return NewtonWeights(FixedWeights.of(W * self._step(W.shape[1])))
+
+    def _certified(self, W: np.ndarray, tolerance: float) -> BoundedLogits:
+        # W̃ scaled as _served scales W: the same step, so the radius scales with it (the
+        # product's rounding is within BoundedWeights' D·2^-52 room)
+        return BoundedLogits(BoundedWeights.around(W * self._step(W.shape[1]), tolerance))
+
+    def _step(self, k: int) -> np.ndarray:
+        """Per class, what W is multiplied by to serve: c₀ (k − 1)/k / a_c."""
         n = float(self.n_rows)
         mean_curvature = (
             self.weights.astype(np.float64) * 2.0**-WEIGHT_BITS + BOUND_ROWS / 4.0
         ) / n
-        step = LOGIT_STEP * newton_step(k) / mean_curvature
-        return NewtonWeights(FixedWeights.of(W * step))
+        return LOGIT_STEP * newton_step(k) / mean_curvature

@@ -15,6 +15,7 @@ import numpy as np
 from scipy.linalg.lapack import dpotrs as _POTRS
 
 from ..._rowwise import one_blas_thread
+from .certified import weight_tolerance
 from .gram import GramCache, GramSystem, SharedHead
 
 
@@ -155,4 +156,5 @@ def _solve_group(system: GramSystem, members: list[SharedHead], cache: GramCache
     if cache is not None and cache.complete(members):
         slots = [h.slot[0] for h in members]  # type: ignore[index]
         B = np.concatenate([H, H0], axis=1)
-        cache.gains.rebase(members, slots, system.factor, X, B, system.G0, system.lam)
+        tolerance = weight_tolerance(X.shape[0])
+        cache.gains.rebase(members, slots, system.factor, X, B, system.G0, system.lam, tolerance)

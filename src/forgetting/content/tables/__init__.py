@@ -9,7 +9,13 @@ numpy definitions' bits.
 """
 
 from .flat import FlatTables
-from .flat_content import FlatContent, build_flat_content
+from .flat_content import FlatContent, build_flat_content, certified_flat_content
 from .units import SHRINKAGE_GRID
 
-__all__ = ["SHRINKAGE_GRID", "FlatContent", "FlatTables", "build_flat_content"]
+__all__ = [
+    "SHRINKAGE_GRID",
+    "FlatContent",
+    "FlatTables",
+    "build_flat_content",
+    "certified_flat_content",
+]

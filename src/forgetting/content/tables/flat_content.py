@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..heads import FixedWeights, LinearHead, NewtonWeights, head_features
+from ..heads.certified import UNSURE, BoundedWeights
+from ..heads.newton import BoundedLogits
 from .flat import FlatTables
 
 TABLES_GAIN_FACTOR = 0.65
@@ -73,6 +75,24 @@ class FlatContent:
         if isinstance(self.head, NewtonWeights):
             return self.head.outputs(head_features(Z, np.float64), g)
         return g + self.correction(codes, Z)
+
+
+def certified_flat_content(
+    tables: FlatTables, alpha: float | str, shrinkage: float | str, head: LinearHead
+) -> tuple[FlatContent | None, BoundedWeights | BoundedLogits | None] | None:
+    """:func:`build_flat_content` with "auto" (α, λ) and a ridge head in a slot, without the
+    head's exact solve where the gain filter is certain of the choice (LinearHead.
+    certified_over): (the content, None) when the tables serve — that content is exact — or
+    (None, the tracked weights with their bound) when the head serves; None when unsure."""
+    if not (alpha == "auto" and shrinkage == "auto"):
+        return None
+    a, lam, gain = tables.best(alpha, shrinkage)
+    choice = head.certified_over(TABLES_GAIN_FACTOR * max(gain, 0.0))
+    if choice is UNSURE:
+        return None
+    if choice is None:
+        return FlatContent(tables, a, lam), None
+    return None, choice
 
 
 def build_flat_content(
