@@ -14,6 +14,46 @@ def test_forest_benchmark_on_credit(tmp_path):
     assert (tmp_path / "forest-accuracy.csv").exists()
 
 
+class _StandIn:
+    """A stand-in for DaRE-RF's ``dare.Forest`` (not installable in CI): the API the
+    benchmark uses, over scikit-learn's extra trees; deletes are recorded, not applied."""
+
+    def __init__(self, n_estimators, max_depth, k, topd, random_state):
+        from sklearn.ensemble import ExtraTreesClassifier
+
+        assert topd == 0 and k in (5, 25)
+        self.model = ExtraTreesClassifier(n_estimators, max_depth=max_depth, random_state=0)
+        self.deleted = []
+
+    def fit(self, X, y):
+        assert X.dtype == "float32" and y.dtype == "int32"
+        self.model.fit(X, y)
+
+    def predict_proba(self, X):
+        return self.model.predict_proba(X)
+
+    def delete(self, i):
+        assert isinstance(i, int) and i not in self.deleted
+        self.deleted.append(i)
+
+
+def test_the_forest_benchmark_times_dare_on_binary_sets_when_it_imports(tmp_path, monkeypatch):
+    """With a ``dare`` module importable (here a stand-in), the binary set gets a DaRE-RF row:
+    chosen on validation over its grid, scored, timed on the same victims as ours."""
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "dare", types.SimpleNamespace(Forest=_StandIn))
+    argv = ["--datasets", "credit", "--forgets", "12", "--out", str(tmp_path)]
+    argv += ["--leaves", "5", "--factors", "1", "--trees", "5"]
+    assert forest.main(argv) == 0
+    text = (tmp_path / "forest.md").read_text()
+    assert "DaRE-RF, the exact-deletion peer" in text and "jjbrophy47/dare_rf" in text
+    peer = (tmp_path / "forest-dare_rf_the_exact_deletion_peer_on_the_binary_sets.csv").read_text()
+    header, row = peer.splitlines()[:2]
+    assert header.startswith("dataset,n_estimators,max_depth,k") and row.startswith("credit,5,")
+
+
 def test_the_regression_forest_benchmark_runs_quick(tmp_path):
     """forgetting_lab.bench.forest_regression --quick: every table written, forget = refit."""
     from conftest import source_missing

@@ -14,7 +14,10 @@ features and splits, :func:`forgetting_lab.bench.paper.data.load_data`):
    same run;
 3. time one-row forgets of random victims, each with the ``predict_proba`` of one test row
    after it (what a user waits for, SPEC §5.9); a victim in D° refits the forest and is
-   counted apart.
+   counted apart;
+4. on binary sets, where it is importable (``--no-dare`` leaves it out), DaRE-RF — the
+   exact-deletion random forest — chosen on the same validation split, scored on the test
+   split and timed on the same victims (:mod:`forgetting_lab.baselines.dare`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..baselines import dare
 from .paper.data import load_data, parse_mapping
 from .report import write_results
 
@@ -51,6 +55,11 @@ LATENCY_COLUMNS = [
     "refit s (D° hit)", "effective rho",
 ]  # fmt: skip
 GRID_COLUMNS = ["dataset", "min_samples_leaf", "max_features", "n_estimators", "val", "fit_s"]
+DARE_COLUMNS = [
+    "dataset", "n_estimators", "max_depth", "k", "val DaRE", "DaRE", "fit_s DaRE", "forgets",
+    "DaRE p50 ms", "DaRE p90 ms", "DaRE p99 ms", "forest p50 ms", "forest p90 ms",
+    "forest p99 ms",
+]  # fmt: skip
 
 
 def _split(y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -115,13 +124,16 @@ def _grid_row(data, leaf, features, trees, scores, secs) -> dict:
     }
 
 
+def victim_positions(n: int, n_forgets: int, seed: int) -> np.ndarray:
+    """The training rows (positions) whose one-row forgets are timed: random, seeded."""
+    rng = np.random.default_rng(seed)
+    return rng.choice(n, size=min(n_forgets, n // 4), replace=False)
+
+
 def latency(model, data, n_forgets: int, seed: int) -> dict:
     """One-row forgets of random victims, each timed with the next one-row predict_proba."""
-    rng = np.random.default_rng(seed)
     ids = model.ids_
-    victims = [
-        ids[i] for i in rng.choice(len(ids), size=min(n_forgets, len(ids) // 4), replace=False)
-    ]
+    victims = [ids[i] for i in victim_positions(len(ids), n_forgets, seed)]
     x = np.ascontiguousarray(data.X_test[:1])
     model.predict_proba(x)
     fast, hits, cpu_ms = [], [], []
@@ -200,7 +212,15 @@ def tradeoff(name: str, configs: list[tuple[int, int, int]], seed: int, n_forget
     return rows
 
 
-def run_dataset(name: str, n_train: int | None, seed: int, grid_rows, n_forgets: int, grid):
+def run_dataset(
+    name: str,
+    n_train: int | None,
+    seed: int,
+    grid_rows,
+    n_forgets: int,
+    grid,
+    with_dare: bool = False,
+):
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     from forgetting import QSSClassifier
@@ -238,7 +258,41 @@ def run_dataset(name: str, n_train: int | None, seed: int, grid_rows, n_forgets:
     print(row, flush=True)
     lat = latency(forest, data, n_forgets, seed)
     print(lat, flush=True)
-    return row, lat
+    peer = None
+    if with_dare and data.n_classes == 2:
+        peer = dare_peer(data, params["trees"], seed, n_forgets, lat)
+    return row, lat, peer
+
+
+def dare_peer(data, trees: int, seed: int, n_forgets: int, ours: dict) -> dict:
+    """DaRE-RF on the same data: chosen on the same validation split (its paper's grid, our
+    forest's tree count), fitted on the training split, scored on the test split, and timed
+    on the same victims (each delete with a one-row predict_proba) — beside our forest's
+    latency row ``ours``."""
+    X, y = data.X_train, data.y_train
+    fit_idx, val_idx = _split(y, seed)
+    params, val, _ = dare.choose(X, y, fit_idx, val_idx, trees, seed)
+    model, secs = dare.fit(X, y, params["max_depth"], params["k"], trees, seed)
+    test = dare.accuracy(model, data.X_test, data.y_test)
+    ms = dare.latency(model, victim_positions(len(y), n_forgets, seed), data.X_test[:1])
+    row = {
+        "dataset": data.key,
+        "n_estimators": trees,
+        "max_depth": params["max_depth"],
+        "k": params["k"],
+        "val DaRE": round(val, 4),
+        "DaRE": round(test, 4),
+        "fit_s DaRE": round(secs, 2),
+        "forgets": len(ms),
+        "DaRE p50 ms": round(float(np.percentile(ms, 50)), 3),
+        "DaRE p90 ms": round(float(np.percentile(ms, 90)), 3),
+        "DaRE p99 ms": round(float(np.percentile(ms, 99)), 3),
+        "forest p50 ms": ours["p50 ms"],
+        "forest p90 ms": ours["p90 ms"],
+        "forest p99 ms": ours["p99 ms"],
+    }
+    print(row, flush=True)
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: validation accuracy vs forget cost, e.g. letter=30:4:1,120:16:1 "
         "(trees:candidates:leaf; datasets separated by ';')",
     )
+    parser.add_argument(
+        "--no-dare", action="store_true", help="leave DaRE-RF out even where it is importable"
+    )
     args = parser.parse_args(argv)
     command = "python -m forgetting_lab.bench.forest " + shlex.join(argv or sys.argv[1:])
     if args.tradeoff:
@@ -275,25 +332,41 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("leaves", "factors", "trees")
     }
     n_train = parse_mapping(args.n_train)
-    rows, lats, grid_rows = [], [], []
+    with_dare = not args.no_dare and dare.available()
+    if not args.no_dare and not with_dare:
+        print("DaRE-RF is not importable here: its rows are left out (see baselines/dare.py)")
+    rows, lats, peers, grid_rows = [], [], [], []
     for name in args.datasets.split(","):
-        row, lat = run_dataset(name, n_train.get(name), args.seed, grid_rows, args.forgets, grid)
+        row, lat, peer = run_dataset(
+            name, n_train.get(name), args.seed, grid_rows, args.forgets, grid, with_dare
+        )
         rows.append(row)
         lats.append(lat)
-    write_results(
-        args.out,
-        args.name,
-        command,
-        {
-            "Accuracy: test split, forest chosen on validation, anchors fitted in the same run": (
-                rows,
-                ACCURACY_COLUMNS,
-            ),
-            "Forget + first predict: one-row forgets of random victims": (lats, LATENCY_COLUMNS),
-            "Validation grid: training split only": (grid_rows, GRID_COLUMNS),
-        },
-        notes=args.why,
-    )
+        if peer is not None:
+            peers.append(peer)
+    tables = {
+        "Accuracy: test split, forest chosen on validation, anchors fitted in the same run": (
+            rows,
+            ACCURACY_COLUMNS,
+        ),
+        "Forget + first predict: one-row forgets of random victims": (lats, LATENCY_COLUMNS),
+    }
+    if peers:
+        tables["DaRE-RF, the exact-deletion peer, on the binary sets: same run, same victims"] = (
+            peers,
+            DARE_COLUMNS,
+        )
+    tables["Validation grid: training split only"] = (grid_rows, GRID_COLUMNS)
+    notes = args.why
+    if peers:
+        notes += (
+            " DaRE-RF: built from jjbrophy47/dare_rf (commit bd9e730; its PyPI sdists do not "
+            "build), topd = 0 (exact G-DaRE), max_depth and k chosen on the same validation "
+            f"split over {dare.GRID}, as many trees as our forest chose; its latency is a "
+            "delete and a one-row predict_proba, on the same victims as ours (D° hits "
+            "included in ours)."
+        )
+    write_results(args.out, args.name, command, tables, notes=notes.strip())
     return 0
 
 
