@@ -14,27 +14,11 @@ from forgetting.content.heads import FixedWeights, NewtonWeights, head_features
 from forgetting.content.heads import certified as certified_module
 from forgetting.content.heads.certified import BoundedWeights, weight_tolerance
 from forgetting.content.heads.newton import BoundedLogits
+from forgetting_lab.bench.head_latency import CertifiedCounter as Spy
 from forgetting_lab.bench.head_latency import synthetic
 from forgetting_lab.bench.paper.stages import in_any_schema
 
 PARAMS = dict(rebuild="sync", random_state=0)
-
-
-class Spy:
-    """Wraps an engine's certified_labels: counts the calls that returned labels."""
-
-    def __init__(self, engine, enabled=True):
-        self.method, self.enabled = engine.certified_labels, enabled
-        self.calls = self.certified = 0
-        engine.certified_labels = self
-
-    def __call__(self, X):
-        self.calls += 1
-        if not self.enabled:
-            return None
-        labels = self.method(X)
-        self.certified += labels is not None
-        return labels
 
 
 @pytest.fixture(scope="module")

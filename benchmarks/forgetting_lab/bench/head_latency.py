@@ -52,10 +52,11 @@ def synthetic(n: int, n_test: int, d: int, k: int, seed: int):
     return X[:n], y[:n], X[n:], y[n:]
 
 
-class _Counted:
-    """Counts the calls of an engine's ``certified_labels`` that returned labels."""
+class CertifiedCounter:
+    """Wraps an engine's ``certified_labels`` (``enabled`` False: always the exact route) and
+    counts its calls and those that returned labels."""
 
-    def __init__(self, engine, enabled: bool):
+    def __init__(self, engine, enabled: bool = True):
         self.engine, self.method = engine, engine.certified_labels
         self.enabled, self.calls, self.certified = enabled, 0, 0
         engine.certified_labels = self
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{route}: fit {time.perf_counter() - started:.1f} s, "
               f"corrections {model.corrections_}", flush=True)  # fmt: skip
         models[route] = model
-        counters[route] = _Counted(model.engine_, enabled)
+        counters[route] = CertifiedCounter(model.engine_, enabled)
     first = next(iter(models.values()))
     corrections = "/".join(c or "-" for c in first.corrections_)
     outside = ids[~in_any_schema(first)[: len(ids)]]
