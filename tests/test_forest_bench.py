@@ -12,6 +12,11 @@ def test_forest_benchmark_on_credit(tmp_path):
     text = (tmp_path / "forest.md").read_text()
     assert "Validation grid" in text and "| credit |" in text
     assert (tmp_path / "forest-accuracy.csv").exists()
+    # the batch step: 5 % of the rows outside D° in one forget, equal to a refit
+    assert "Batch forget: ids outside D° in one call" in text
+    batch = next(tmp_path.glob("forest-batch_forget*.csv")).read_text().splitlines()
+    header, row = batch[0].split(","), batch[1].split(",")
+    assert row[header.index("= refit")] == "True" and int(row[header.index("batch")]) > 100
 
 
 class _StandIn:

@@ -15,7 +15,11 @@ features and splits, :func:`forgetting_lab.bench.paper.data.load_data`):
 3. time one-row forgets of random victims, each with the ``predict_proba`` of one test row
    after it (what a user waits for, SPEC §5.9); a victim in D° refits the forest and is
    counted apart;
-4. on binary sets, where it is importable (``--no-dare`` leaves it out), DaRE-RF — the
+4. forget a batch of ids outside D° (5 % of the rows, at most ``--batch``) in one call,
+   timed with the one-row ``predict_proba`` after it, the next one, and the rebuild of all
+   that is still stale; checked against a refit without them (structure digests); then a
+   random batch of the same size (D° rows among it: a refit);
+5. on binary sets, where it is importable (``--no-dare`` leaves it out), DaRE-RF — the
    exact-deletion random forest — chosen on the same validation split, scored on the test
    split and timed on the same victims (:mod:`forgetting_lab.baselines.dare`).
 """
@@ -43,6 +47,10 @@ FEATURE_FACTORS = (1, 2, 4)
 TREES = (30, 60, 120)
 """``n_estimators`` tried with the best leaf size and candidate count."""
 N_FORGETS = 200
+BATCH_FRACTION = 0.05
+"""A batch forget takes this share of the training rows ..."""
+MAX_BATCH = 20_000
+"""... and at most this many (``--batch``; the QSS core's batch measure uses 20,000)."""
 
 ACCURACY_COLUMNS = [
     "dataset", "k", "n_train", "d", "forest", "HGB", "QSS-E", "gap to HGB (pp)",
@@ -53,6 +61,10 @@ LATENCY_COLUMNS = [
     "dataset", "n", "forgets", "D° hits", "p50 ms", "p90 ms", "p99 ms", "max ms", "CPU p50 ms",
     "CPU p90 ms",
     "refit s (D° hit)", "effective rho",
+]  # fmt: skip
+BATCH_COLUMNS = [
+    "dataset", "n", "batch", "forget s", "first predict s", "rows/s", "next predict ms",
+    "rest rebuilt s", "refit s", "= refit", "random batch D° rows", "random batch s",
 ]  # fmt: skip
 GRID_COLUMNS = ["dataset", "min_samples_leaf", "max_features", "n_estimators", "val", "fit_s"]
 DARE_COLUMNS = [
@@ -163,6 +175,59 @@ def latency(model, data, n_forgets: int, seed: int) -> dict:
     }
 
 
+def batch(model, data, size: int, seed: int) -> dict:
+    """One ``forget`` of ``size`` random ids outside D° with the one-row ``predict_proba``
+    after it (what the next caller waits for: it builds the stale nodes on its paths), the
+    next one-row prediction, and the rebuild of everything still stale; the result's
+    structure digest against a refit without the batch. Then a random batch of the same size
+    (D° rows among it: the forest is refitted) with its first prediction."""
+    from forgetting.forest import ExactForestClassifier
+
+    rng = np.random.default_rng(seed + 1)
+    pool = set(model.pool_ids_)
+    ids = model.ids_
+    outside = [i for i in ids if i not in pool]
+    victims = [outside[i] for i in sorted(rng.choice(len(outside), size, replace=False))]
+    x = np.ascontiguousarray(data.X_test[:2])
+    started = time.perf_counter()
+    model.forget(victims)
+    forgot = time.perf_counter()
+    model.predict_proba(x[:1])
+    first = time.perf_counter()
+    model.predict_proba(x[1:])
+    second = time.perf_counter()
+    model.forest_.flush()
+    rebuilt = time.perf_counter() - second
+    gone = set(victims)
+    keep = [i for i in ids if i not in gone]  # ids are the training rows' positions
+    started = time.perf_counter()
+    refit = ExactForestClassifier(**model.get_params())
+    refit.fit(data.X_train[keep], data.y_train[keep], keep)
+    refit_s = time.perf_counter() - started
+    exact = refit.structure_digest() == model.structure_digest()
+    remaining = model.ids_
+    drawn = [remaining[i] for i in sorted(rng.choice(len(remaining), size, replace=False))]
+    hits = len(set(drawn) & set(model.pool_ids_))
+    began = time.perf_counter()
+    model.forget(drawn)
+    model.predict_proba(x[:1])
+    random_s = time.perf_counter() - began
+    return {
+        "dataset": data.key,
+        "n": len(ids),
+        "batch": size,
+        "forget s": round(forgot - started, 3),
+        "first predict s": round(first - forgot, 3),
+        "rows/s": round(size / (first - started)),
+        "next predict ms": round(1e3 * (second - first), 2),
+        "rest rebuilt s": round(rebuilt, 2),
+        "refit s": round(refit_s, 2),
+        "= refit": exact,
+        "random batch D° rows": hits,
+        "random batch s": round(random_s, 2),
+    }
+
+
 TRADEOFF_COLUMNS = [
     "dataset", "n_estimators", "max_features", "min_samples_leaf", "val", "fit_s", "forest MB",
     "CPU p50 ms", "CPU p90 ms", "p50 ms", "p90 ms",
@@ -220,6 +285,7 @@ def run_dataset(
     n_forgets: int,
     grid,
     with_dare: bool = False,
+    max_batch: int = MAX_BATCH,
 ):
     from sklearn.ensemble import HistGradientBoostingClassifier
 
@@ -258,10 +324,13 @@ def run_dataset(
     print(row, flush=True)
     lat = latency(forest, data, n_forgets, seed)
     print(lat, flush=True)
+    size = min(max_batch, int(BATCH_FRACTION * len(forest.ids_)))
+    bat = batch(forest, data, size, seed) if size > 1 else None
+    print(bat, flush=True)
     peer = None
     if with_dare and data.n_classes == 2:
         peer = dare_peer(data, params["trees"], seed, n_forgets, lat)
-    return row, lat, peer
+    return row, lat, bat, peer
 
 
 def dare_peer(data, trees: int, seed: int, n_forgets: int, ours: dict) -> dict:
@@ -316,6 +385,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-dare", action="store_true", help="leave DaRE-RF out even where it is importable"
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=MAX_BATCH,
+        help=f"largest batch forget timed (default {MAX_BATCH:,}; 0 leaves the step out)",
+    )
     args = parser.parse_args(argv)
     command = "python -m forgetting_lab.bench.forest " + shlex.join(argv or sys.argv[1:])
     if args.tradeoff:
@@ -335,13 +410,16 @@ def main(argv: list[str] | None = None) -> int:
     with_dare = not args.no_dare and dare.available()
     if not args.no_dare and not with_dare:
         print("DaRE-RF is not importable here: its rows are left out (see baselines/dare.py)")
-    rows, lats, peers, grid_rows = [], [], [], []
+    rows, lats, batches, peers, grid_rows = [], [], [], [], []
     for name in args.datasets.split(","):
-        row, lat, peer = run_dataset(
-            name, n_train.get(name), args.seed, grid_rows, args.forgets, grid, with_dare
-        )
+        row, lat, bat, peer = run_dataset(
+            name, n_train.get(name), args.seed, grid_rows, args.forgets, grid, with_dare,
+            args.batch,
+        )  # fmt: skip
         rows.append(row)
         lats.append(lat)
+        if bat is not None:
+            batches.append(bat)
         if peer is not None:
             peers.append(peer)
     tables = {
@@ -351,6 +429,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "Forget + first predict: one-row forgets of random victims": (lats, LATENCY_COLUMNS),
     }
+    if batches:
+        tables["Batch forget: ids outside D° in one call, then the first predict"] = (
+            batches,
+            BATCH_COLUMNS,
+        )
     if peers:
         tables["DaRE-RF, the exact-deletion peer, on the binary sets: same run, same victims"] = (
             peers,

@@ -235,10 +235,12 @@ def _node_hash(A, v):
 
 
 @_jit
-def build(A, buf, a, b, depth, seed, lo0, hi0):
+def build(A, buf, a, b, depth, seed, lo0, hi0, expand=False):
     """Build the subtree of rows buf[a:b] (reordered in place) at a node of this depth, seed
     and feasible ranges, exactly as a fit builds it. Returns its root, or FAIL when the node,
-    slot or perm arrays are full (then nothing is committed)."""
+    slot or perm arrays are full (then nothing is committed). With ``expand`` only the root
+    is built: its children are STALE nodes holding their rows (what a prediction that reads
+    one path needs; the rest is built when read)."""
     k, K, min_leaf, max_depth, cache_min = (
         A.params[0],
         A.params[1],
@@ -271,6 +273,7 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
     L = np.zeros((K, k), np.int64)
     no_left = np.zeros(K, np.bool_)
     root = -1
+    new_stale = 0
     lo = np.empty(d, np.int32)
     hi = np.empty(d, np.int32)
     feas = np.empty(d, np.int32)
@@ -360,6 +363,31 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
                 buf[i] = buf[e]
                 buf[e] = tmp
                 e -= 1
+        if expand and v == root:
+            if n_nodes + 2 > A.feat.shape[0] or n_perm + m > A.perm.shape[0]:
+                return FAIL
+            for side_, ca, cb in ((0, na, i), (1, i, nb)):
+                c = n_nodes
+                n_nodes += 1
+                if side_ == 0:
+                    A.left[v] = c
+                else:
+                    A.right[v] = c
+                A.feat[c] = STALE
+                A.thr[c] = 0
+                A.left[c] = -1
+                A.right[c] = -1
+                A.slot[c] = -1
+                A.choice[c] = -1
+                A.n[c] = cb - ca
+                A.counts[c, :] = 0
+                A.lstart[c] = n_perm
+                for j in range(ca, cb):
+                    _add_row(A.counts, c, A, buf[j], 1)
+                    A.perm[n_perm] = buf[j]
+                    n_perm += 1
+            new_stale += 2
+            continue
         if sp + 2 > cap:
             cap *= 2
             st_a = _grow(st_a, cap)
@@ -384,11 +412,15 @@ def build(A, buf, a, b, depth, seed, lo0, hi0):
             sp += 1
     # hashes bottom-up: children are numbered after their parent
     for v in range(n_nodes - 1, first - 1, -1):
-        if A.feat[v] < 0:
+        if A.feat[v] == STALE:
+            A.hash[v, 0] = 0
+            A.hash[v, 1] = 0
+        elif A.feat[v] < 0:
             _leaf_hash(A, v)
         else:
             _node_hash(A, v)
     A.top[0], A.top[1], A.top[2] = n_nodes, n_slots, n_perm
+    A.top[6] += new_stale
     return root
 
 
@@ -601,6 +633,253 @@ def update_rows(A, rows, sgn, start_row, start_tree, lo0, hi0, buf, path):
 
 
 @_jit
+def _collect_unmarked(A, v, buf, mark):
+    """Rows of the leaves under node v into buf, all but the marked ones; returns how many."""
+    m = 0
+    stack = np.empty(64, np.int64)
+    stack[0] = v
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        u = stack[sp]
+        if A.feat[u] < 0:
+            for i in range(A.lstart[u], A.lstart[u] + A.n[u]):
+                r = A.perm[i]
+                if mark[r] == 0:
+                    buf[m] = r
+                    m += 1
+        else:
+            if sp + 2 > stack.shape[0]:
+                stack = _grow(stack, 2 * stack.shape[0])
+            stack[sp] = A.right[u]
+            stack[sp + 1] = A.left[u]
+            sp += 2
+    return m
+
+
+@_jit
+def _change_rows(A, v, work, a, b, sgn, old_n, mark):
+    """The leaf or stale node v (whose counts already hold the change) drops the marked rows
+    (sgn = -1: compacted in place) or gains work[a:b] (1: copied to a new perm range after
+    its old_n rows)."""
+    base = A.lstart[v]
+    if sgn < 0:
+        w = base
+        for i in range(base, base + old_n):
+            r = A.perm[i]
+            if mark[r] == 0:
+                A.perm[w] = r
+                w += 1
+        A.top[5] += old_n - (w - base)
+        return
+    start = A.top[2]
+    for i in range(old_n):
+        A.perm[start + i] = A.perm[base + i]
+    for i in range(a, b):
+        A.perm[start + old_n + i - a] = work[i]
+    A.top[2] += old_n + b - a
+    A.top[5] += old_n
+    A.lstart[v] = start
+
+
+@_jit
+def _stale_batch(A, v, work, a, b, sgn, mark, buf):
+    """Replace the subtree at v (its counts already changed) by a STALE node holding its
+    rows after the change: without the marked rows (sgn = -1), or with work[a:b] (1)."""
+    m = _collect_unmarked(A, v, buf, mark)
+    if sgn > 0:
+        for i in range(a, b):
+            buf[m] = work[i]
+            m += 1
+    new = A.top[0]
+    A.top[0] += 1
+    A.feat[new] = STALE
+    A.thr[new] = 0
+    A.left[new] = -1
+    A.right[new] = -1
+    A.slot[new] = -1
+    A.choice[new] = -1
+    A.n[new] = m
+    for c in range(A.counts.shape[1]):
+        A.counts[new, c] = A.counts[v, c]
+    A.hash[new, 0] = 0
+    A.hash[new, 1] = 0
+    start = A.top[2]
+    A.lstart[new] = start
+    for i in range(m):
+        A.perm[start + i] = buf[i]
+    A.top[2] += m
+    _kill(A, v)
+    A.top[6] += 1
+    return new
+
+
+@_jit
+def _cache_rows(A, s, work, a, b, sgn):
+    """Add (sgn = 1) or remove (-1) rows work[a:b] in candidate-cache slot s (the batch's
+    inner loop: one compare and one add per row and candidate, no branch)."""
+    cf, ct, cleft, nc = A.cfeat[s], A.cthr[s], A.cleft[s], A.ncand[s]
+    if A.params[5] == 1:
+        for i in range(a, b):
+            r = work[i]
+            q = sgn * A.y[r]
+            for j in range(nc):
+                left = np.int32(A.codes[r, cf[j]] <= ct[j])
+                cleft[j, 0] += sgn * left
+                cleft[j, 1] += q * left
+        return
+    for i in range(a, b):
+        r = work[i]
+        yr = A.y[r]
+        for j in range(nc):
+            cleft[j, yr] += sgn * np.int32(A.codes[r, cf[j]] <= ct[j])
+
+
+_KEEP_STALE, _KEEP_LEAF, _MAKE_STALE, _REHASH = 0, 1, 2, 3
+"""Actions of a batch plan (:func:`plan_batch_tree`): a stale node drops or gains rows; a kept
+leaf drops or gains rows; a subtree becomes one stale node; a kept internal node is rehashed."""
+
+
+@_jit
+def plan_batch_tree(A, t, rows, sgn, work):
+    """The first half of removing (sgn = -1) or adding (1) the stored rows ``rows`` in tree t
+    at once, top-down: every node on their paths takes all their counts (and its candidate
+    cache the rows' left counts), then re-evaluates its choice once. A node whose final rows
+    choose as before (leaf-ness included) is kept and its children visited; one whose choice
+    differs, or that keeps no cache, is planned to become one STALE node holding its final
+    rows. Equal to :func:`update_tree` row after row: a kept node is what its final rows
+    choose (the choice is a function of its counts), a stale one is rebuilt from its final
+    rows when read. Touches only tree t's nodes (trees may be planned in parallel) and
+    reorders ``work`` (the rows, grouped by node). Returns (actions, count), rows
+    ``(kind, node, parent, side, a, b, old_n)`` in preorder for :func:`apply_batch_tree`."""
+    B = rows.shape[0]
+    min_leaf, max_depth = A.params[2], A.params[3]
+    goes = np.zeros(A.params[1], np.bool_)
+    for i in range(B):
+        work[i] = rows[i]
+    acts = np.empty((64, 7), np.int64)
+    n_acts = 0
+    cap = 64
+    st_v = np.empty(cap, np.int64)
+    st_parent = np.empty(cap, np.int64)
+    st_side = np.empty(cap, np.int64)
+    st_depth = np.empty(cap, np.int64)
+    st_a = np.empty(cap, np.int64)
+    st_b = np.empty(cap, np.int64)
+    st_v[0], st_parent[0], st_side[0], st_depth[0], st_a[0], st_b[0] = A.roots[t], -1, 0, 0, 0, B
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        v, parent, side = st_v[sp], st_parent[sp], st_side[sp]
+        depth, a, b = st_depth[sp], st_a[sp], st_b[sp]
+        old_n = A.n[v]
+        A.n[v] += sgn * (b - a)
+        for i in range(a, b):
+            _add_row(A.counts, v, A, work[i], sgn)
+        if A.feat[v] == STALE:
+            kind = _KEEP_STALE
+        else:
+            s = A.slot[v]
+            if s >= 0:
+                _cache_rows(A, s, work, a, b, sgn)
+            r0 = work[a]
+            n_v = A.n[v]
+            stops = _stops(_counts_max(A, v, r0, 0), n_v, depth, min_leaf, max_depth)
+            if A.feat[v] < 0:
+                keep = stops
+                if not stops and s >= 0:
+                    keep = (
+                        _best(A, A.counts[v], n_v, A.cleft[s], A.ncand[s], min_leaf, r0, 0, goes)
+                        < 0
+                    )
+                kind = _KEEP_LEAF if keep else _MAKE_STALE
+            else:
+                keep = s >= 0 and not stops
+                if keep:
+                    best = _best(A, A.counts[v], n_v, A.cleft[s], A.ncand[s], min_leaf, r0, 0, goes)
+                    keep = best == A.choice[v]
+                kind = _REHASH if keep else _MAKE_STALE
+        if kind == _MAKE_STALE:
+            A.n[v] = old_n  # the subtree's leaves are read (and counted dead) as they are
+        if n_acts >= acts.shape[0]:
+            acts = _grow2(acts, 2 * acts.shape[0])
+        acts[n_acts, 0], acts[n_acts, 1], acts[n_acts, 2] = kind, v, parent
+        acts[n_acts, 3], acts[n_acts, 4], acts[n_acts, 5], acts[n_acts, 6] = side, a, b, old_n
+        n_acts += 1
+        if kind != _REHASH:
+            continue
+        f, th = A.feat[v], A.thr[v]
+        i, e = a, b - 1
+        while i <= e:
+            if A.codes[work[i], f] <= th:
+                i += 1
+            else:
+                tmp = work[i]
+                work[i] = work[e]
+                work[e] = tmp
+                e -= 1
+        if sp + 2 > cap:
+            cap *= 2
+            st_v = _grow(st_v, cap)
+            st_parent = _grow(st_parent, cap)
+            st_side = _grow(st_side, cap)
+            st_depth = _grow(st_depth, cap)
+            st_a = _grow(st_a, cap)
+            st_b = _grow(st_b, cap)
+        for side_, ca, cb in ((1, i, b), (0, a, i)):
+            if cb > ca:
+                st_v[sp] = A.right[v] if side_ == 1 else A.left[v]
+                st_parent[sp], st_side[sp], st_depth[sp] = v, side_, depth + 1
+                st_a[sp], st_b[sp] = ca, cb
+                sp += 1
+    return acts, n_acts
+
+
+@_jit
+def batch_needs(acts, n_acts):
+    """(nodes, perm entries) that carrying out a plan may take: a node per new stale node,
+    and the rows it copies (at most the node's rows and the batch's there)."""
+    n_stale = 0
+    rows_needed = 0
+    for i in range(n_acts):
+        if acts[i, 0] == _MAKE_STALE:
+            n_stale += 1
+        if acts[i, 0] != _REHASH:
+            rows_needed += acts[i, 6] + acts[i, 5] - acts[i, 4]
+    return n_stale, rows_needed
+
+
+@_jit
+def apply_batch_tree(A, t, sgn, work, acts, n_acts, mark, buf):
+    """The second half (serial: it allocates): carry out tree t's plan — rows dropped
+    (``mark`` flags them) or added (work[a:b]) at stale nodes and kept leaves, stale nodes
+    made and linked, kept nodes rehashed bottom-up. Returns 0, or FAIL with nothing done
+    when the arrays may not hold it (grow, and call again)."""
+    n_stale, rows_needed = batch_needs(acts, n_acts)
+    if A.top[0] + n_stale > A.feat.shape[0] or A.top[2] + rows_needed > A.perm.shape[0]:
+        return FAIL
+    for i in range(n_acts):
+        kind, v, parent, side = acts[i, 0], acts[i, 1], acts[i, 2], acts[i, 3]
+        a, b, old_n = acts[i, 4], acts[i, 5], acts[i, 6]
+        if kind == _KEEP_STALE or kind == _KEEP_LEAF:
+            _change_rows(A, v, work, a, b, sgn, old_n, mark)
+            if kind == _KEEP_LEAF:
+                _leaf_hash(A, v)
+        elif kind == _MAKE_STALE:
+            new = _stale_batch(A, v, work, a, b, sgn, mark, buf)
+            if parent < 0:
+                A.roots[t] = new
+            elif side == 0:
+                A.left[parent] = new
+            else:
+                A.right[parent] = new
+    for i in range(n_acts - 1, -1, -1):
+        if acts[i, 0] == _REHASH:
+            _node_hash(A, acts[i, 1])
+    return 0
+
+
+@_jit
 def _mark_stale(A, v, r, sgn, buf):
     """Replace the subtree at v by a new STALE node holding its rows, row r dropped (sgn =
     -1) or added (1): a perm range and counts, as a leaf keeps them. Returns the new node, or
@@ -636,13 +915,13 @@ def _mark_stale(A, v, r, sgn, buf):
 
 
 @_jit
-def _rebuild_stale(A, v, depth, seed, lo, hi, buf):
+def _rebuild_stale(A, v, depth, seed, lo, hi, buf, expand):
     """Build stale node v's subtree from the rows it holds (FAIL when an array is full:
     nothing committed); v becomes dead. Returns the new subtree's root."""
     m = A.n[v]
     for i in range(m):
         buf[i] = A.perm[A.lstart[v] + i]
-    new = build(A, buf, 0, m, depth, seed, lo, hi)
+    new = build(A, buf, 0, m, depth, seed, lo, hi, expand)
     if new < 0:
         return FAIL
     _kill(A, v)
@@ -673,7 +952,7 @@ def flush_tree(A, t, lo0, hi0, buf):
         sp -= 1
         v, parent, side = st_v[sp], st_parent[sp], st_side[sp]
         if A.feat[v] == STALE:
-            new = _rebuild_stale(A, v, st_depth[sp], st_seed[sp], st_lo[sp], st_hi[sp], buf)
+            new = _rebuild_stale(A, v, st_depth[sp], st_seed[sp], st_lo[sp], st_hi[sp], buf, False)
             if new < 0:
                 return FAIL
             if parent < 0:
@@ -723,8 +1002,10 @@ def flush_tree(A, t, lo0, hi0, buf):
 
 @_jit
 def flush_rows(A, codes, start_row, lo0, hi0, buf, path):
-    """Rebuild the stale nodes on the paths of rows with these bin codes (what a prediction
-    of them reads), rows[start_row:] in every tree, rehashing each rebuilt node's ancestors.
+    """Build the stale nodes on the paths of rows with these bin codes (what a prediction
+    of them reads), rows[start_row:] in every tree, one node at a time (``build(expand=True)``:
+    a stale node becomes its split over two stale children, so a path costs its nodes' rows,
+    not whole subtrees), rehashing each rebuilt node's ancestors.
     Returns -1 when done, else the index i * trees + t of the (row, tree) that found an
     array full: grow, and call again from there."""
     T = A.roots.shape[0]
@@ -739,7 +1020,7 @@ def flush_rows(A, codes, start_row, lo0, hi0, buf, path):
             seed = A.seeds[t]
             while True:
                 if A.feat[v] == STALE:
-                    new = _rebuild_stale(A, v, depth, seed, lo, hi, buf)
+                    new = _rebuild_stale(A, v, depth, seed, lo, hi, buf, True)
                     if new < 0:
                         return i * T + t
                     if depth == 0:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .._parallel import PARALLEL_ROWS, map_instances, worker_count
 from ..rows.hashing import row_hashes
 from ..schema.membership import MembershipRule, draws, key_fingerprint
 from . import _kernels as K
@@ -394,6 +395,9 @@ class ExactForest:
 
     def _update(self, pos: np.ndarray, sgn: int) -> None:
         buf = np.empty(self.n_rows + len(pos) + 1, np.int32)
+        if len(pos) > 1:
+            self._update_batch(pos, sgn, buf)
+            return
         start = 0
         while True:
             stop = K.update_rows(
@@ -411,6 +415,46 @@ class ExactForest:
                 return
             start = stop
             self._grow_for_builds()
+
+    def _update_batch(self, pos: np.ndarray, sgn: int, buf: np.ndarray) -> None:
+        """All rows at once (each node on their paths re-evaluated once for the batch, not once
+        per row): every tree planned — counts, caches and choices, the bulk of the work, on the
+        machine's cores for a large batch — then each plan carried out in tree order."""
+        trees = self.config.n_trees
+        work = np.empty((trees, len(pos)), np.int32)
+
+        def plan(chunk: range) -> list:
+            return [K.plan_batch_tree(self.A, t, pos, sgn, work[t]) for t in chunk]
+
+        parts = worker_count() + 1 if len(pos) >= PARALLEL_ROWS else 1
+        chunks = [range(i, trees, parts) for i in range(min(parts, trees))]
+        plans: list = [None] * trees
+        for chunk, done in zip(chunks, map_instances(plan, chunks), strict=True):
+            for t, p in zip(chunk, done, strict=True):
+                plans[t] = p
+        needs = np.array([K.batch_needs(acts, n_acts) for acts, n_acts in plans]).sum(axis=0)
+        self._reserve(int(needs[0]), int(needs[1]))
+        mark = np.zeros(self.A.codes.shape[0], np.uint8)
+        if sgn < 0:
+            mark[pos] = 1
+        for t, (acts, n_acts) in enumerate(plans):
+            if K.apply_batch_tree(self.A, t, sgn, work[t], acts, n_acts, mark, buf) < 0:
+                raise AssertionError("a batch plan outgrew the room reserved for it")
+
+    def _reserve(self, nodes: int, perm: int) -> None:
+        """Room for this many more nodes and perm entries, each array grown by at least a
+        quarter when it grows (grown arrays are copies: growing by what is needed alone
+        would copy them at every batch)."""
+        A = self.A
+        grow = {}
+        for name, cap, used, need in (
+            ("nodes", A.feat.shape[0], A.top[0], nodes),
+            ("perm", A.perm.shape[0], A.top[2], perm),
+        ):
+            if used + need > cap:
+                grow[name] = max(int(used + need), cap + cap // 4)
+        if grow:
+            self.A = _resized(A, **grow)
 
     def _maybe_compact(self) -> None:
         A = self.A
