@@ -17,6 +17,7 @@ def test_forest_benchmark_on_credit(tmp_path):
     batch = next(tmp_path.glob("forest-batch_forget*.csv")).read_text().splitlines()
     header, row = batch[0].split(","), batch[1].split(",")
     assert row[header.index("= refit")] == "True" and int(row[header.index("batch")]) > 100
+    assert 0 < float(row[header.index("forget s")]) < float(row[header.index("refit s")]) * 10
 
 
 class _StandIn:

@@ -200,10 +200,10 @@ def batch(model, data, size: int, seed: int) -> dict:
     rebuilt = time.perf_counter() - second
     gone = set(victims)
     keep = [i for i in ids if i not in gone]  # ids are the training rows' positions
-    started = time.perf_counter()
+    refit_started = time.perf_counter()
     refit = ExactForestClassifier(**model.get_params())
     refit.fit(data.X_train[keep], data.y_train[keep], keep)
-    refit_s = time.perf_counter() - started
+    refit_s = time.perf_counter() - refit_started
     exact = refit.structure_digest() == model.structure_digest()
     remaining = model.ids_
     drawn = [remaining[i] for i in sorted(rng.choice(len(remaining), size, replace=False))]
