@@ -67,6 +67,7 @@ and a copy of the subtree's rows; the build is paid by the first prediction that
 the node, or by whatever reads the whole structure (``flush_tree``)."""
 
 _jit = numba.njit(cache=True, nogil=True)
+_NO_MARK = np.zeros(0, np.uint8)
 
 
 @_jit
@@ -452,8 +453,9 @@ def fit_trees(A, rows, lo0, hi0):
 
 
 @_jit
-def _collect(A, v, buf, skip):
-    """Rows of the leaves under node v into buf (all but row ``skip``); returns how many."""
+def _collect(A, v, buf, skip, mark):
+    """Rows of the leaves under node v into buf, all but row ``skip`` and the rows ``mark``
+    flags (an empty ``mark`` flags none); returns how many."""
     m = 0
     stack = np.empty(64, np.int64)
     stack[0] = v
@@ -464,7 +466,7 @@ def _collect(A, v, buf, skip):
         if A.feat[u] < 0:
             for i in range(A.lstart[u], A.lstart[u] + A.n[u]):
                 r = A.perm[i]
-                if r != skip:
+                if r != skip and (mark.shape[0] == 0 or mark[r] == 0):
                     buf[m] = r
                     m += 1
         else:
@@ -633,31 +635,6 @@ def update_rows(A, rows, sgn, start_row, start_tree, lo0, hi0, buf, path):
 
 
 @_jit
-def _collect_unmarked(A, v, buf, mark):
-    """Rows of the leaves under node v into buf, all but the marked ones; returns how many."""
-    m = 0
-    stack = np.empty(64, np.int64)
-    stack[0] = v
-    sp = 1
-    while sp > 0:
-        sp -= 1
-        u = stack[sp]
-        if A.feat[u] < 0:
-            for i in range(A.lstart[u], A.lstart[u] + A.n[u]):
-                r = A.perm[i]
-                if mark[r] == 0:
-                    buf[m] = r
-                    m += 1
-        else:
-            if sp + 2 > stack.shape[0]:
-                stack = _grow(stack, 2 * stack.shape[0])
-            stack[sp] = A.right[u]
-            stack[sp + 1] = A.left[u]
-            sp += 2
-    return m
-
-
-@_jit
 def _change_rows(A, v, work, a, b, sgn, old_n, mark):
     """The leaf or stale node v (whose counts already hold the change) drops the marked rows
     (sgn = -1: compacted in place) or gains work[a:b] (1: copied to a new perm range after
@@ -686,7 +663,7 @@ def _change_rows(A, v, work, a, b, sgn, old_n, mark):
 def _stale_batch(A, v, work, a, b, sgn, mark, buf):
     """Replace the subtree at v (its counts already changed) by a STALE node holding its
     rows after the change: without the marked rows (sgn = -1), or with work[a:b] (1)."""
-    m = _collect_unmarked(A, v, buf, mark)
+    m = _collect(A, v, buf, -1, mark)
     if sgn > 0:
         for i in range(a, b):
             buf[m] = work[i]
@@ -886,7 +863,7 @@ def _mark_stale(A, v, r, sgn, buf):
     FAIL (nothing changed) when the node or perm array is full."""
     if A.top[0] + 1 > A.feat.shape[0] or A.top[2] + A.n[v] + 1 > A.perm.shape[0]:
         return FAIL
-    m = _collect(A, v, buf, r if sgn < 0 else -1)
+    m = _collect(A, v, buf, r if sgn < 0 else -1, _NO_MARK)
     if sgn > 0:
         buf[m] = r
         m += 1
