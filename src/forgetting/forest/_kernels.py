@@ -978,11 +978,14 @@ def flush_tree(A, t, lo0, hi0, buf):
 
 
 @_jit
-def flush_rows(A, codes, start_row, lo0, hi0, buf, path):
+def flush_rows(A, codes, start_row, lo0, hi0, buf, path, budget):
     """Build the stale nodes on the paths of rows with these bin codes (what a prediction
-    of them reads), rows[start_row:] in every tree, one node at a time (``build(expand=True)``:
-    a stale node becomes its split over two stale children, so a path costs its nodes' rows,
-    not whole subtrees), rehashing each rebuilt node's ancestors.
+    of them reads), rows[start_row:] in every tree, rehashing each rebuilt node's ancestors:
+    whole subtrees while the rows rebuilt stay within ``budget``, then one node at a time
+    (``build(expand=True)``: a stale node becomes its split over two stale children, so a
+    path costs its nodes' rows, not whole subtrees). Whole rebuilds leave nothing stale for
+    later forgets to walk into (a stale node drops a row by a scan of its rows); node at a
+    time bounds the wait after a batch that left much of the forest stale.
     Returns -1 when done, else the index i * trees + t of the (row, tree) that found an
     array full: grow, and call again from there."""
     T = A.roots.shape[0]
@@ -997,7 +1000,10 @@ def flush_rows(A, codes, start_row, lo0, hi0, buf, path):
             seed = A.seeds[t]
             while True:
                 if A.feat[v] == STALE:
-                    new = _rebuild_stale(A, v, depth, seed, lo, hi, buf, True)
+                    whole = A.n[v] <= budget
+                    if whole:
+                        budget -= A.n[v]
+                    new = _rebuild_stale(A, v, depth, seed, lo, hi, buf, not whole)
                     if new < 0:
                         return i * T + t
                     if depth == 0:

@@ -27,6 +27,12 @@ STATE_FORMAT = b"forgetting-forest-1"
 FLUSH_PATH_ROWS = 64
 """A prediction of at most this many rows rebuilds only the stale subtrees on its rows'
 paths; a larger one rebuilds them all first."""
+WHOLE_REBUILD_SHARE = 8
+"""A small prediction rebuilds whole stale subtrees on its paths until it has rebuilt
+1/WHOLE_REBUILD_SHARE of the rows (once per tree they hold), then builds the rest of its
+paths one node at a time (kernels.flush_rows): after one-row forgets it rebuilds what they
+flipped, as before; after a batch that left much of the forest stale it waits for its paths
+only."""
 TARGET_LEVELS = 1024
 """Regression: targets are quantized to this many levels on a grid fixed by D° (its range,
 widened by half of it on each side; values beyond are clipped), so every node's sum of q
@@ -359,16 +365,18 @@ class ExactForest:
 
     def _flush_paths(self, codes: np.ndarray) -> None:
         """Rebuild the stale subtrees a prediction of these rows reads: those on their paths
-        (all of them for a large batch, where that is about as cheap)."""
+        (all of them for a large batch, where that is about as cheap; whole subtrees within
+        WHOLE_REBUILD_SHARE's budget, then node by node)."""
         if self.A.top[6] == 0:
             return
         if len(codes) > FLUSH_PATH_ROWS:
             self.flush()
             return
         buf = np.empty(self.n_rows + 1, np.int32)
+        budget = self.n_rows // WHOLE_REBUILD_SHARE
         start = 0
         while True:
-            stop = K.flush_rows(self.A, codes, start, self._lo0, self._hi0, buf, self._path)
+            stop = K.flush_rows(self.A, codes, start, self._lo0, self._hi0, buf, self._path, budget)
             if stop < 0:
                 return
             start = stop // self.config.n_trees
