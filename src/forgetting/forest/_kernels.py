@@ -668,6 +668,13 @@ def _stale_batch(A, v, work, a, b, sgn, mark, buf):
         for i in range(a, b):
             buf[m] = work[i]
             m += 1
+    return _new_stale(A, v, buf, m)
+
+
+@_jit
+def _new_stale(A, v, buf, m):
+    """A new STALE node in place of the subtree at v: v's counts, the m rows buf[:m] in a
+    fresh perm range (a leaf's layout); v's subtree is counted dead. Returns the new node."""
     new = A.top[0]
     A.top[0] += 1
     A.feat[new] = STALE
@@ -867,27 +874,8 @@ def _mark_stale(A, v, r, sgn, buf):
     if sgn > 0:
         buf[m] = r
         m += 1
-    new = A.top[0]
-    A.top[0] += 1
-    A.feat[new] = STALE
-    A.thr[new] = 0
-    A.left[new] = -1
-    A.right[new] = -1
-    A.slot[new] = -1
-    A.choice[new] = -1
-    A.n[new] = m
-    for c in range(A.counts.shape[1]):
-        A.counts[new, c] = A.counts[v, c]
+    new = _new_stale(A, v, buf, m)
     _add_row(A.counts, new, A, r, sgn)
-    A.hash[new, 0] = 0
-    A.hash[new, 1] = 0
-    start = A.top[2]
-    A.lstart[new] = start
-    for i in range(m):
-        A.perm[start + i] = buf[i]
-    A.top[2] += m
-    _kill(A, v)
-    A.top[6] += 1
     return new
 
 
