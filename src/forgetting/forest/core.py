@@ -56,6 +56,19 @@ class ForestConfig:
     random_state: int = 0
 
 
+def fit_bytes(config: ForestConfig, n: int, d: int, k: int) -> int:
+    """Bytes a fit on n rows of d features (k classes; 2 for regression) allocates at least:
+    the arrays :meth:`ExactForest.fit` sizes before its first tree, and the rows. A loader
+    compares it with the memory it may use before fitting from a file."""
+    K_ = max(1, min(config.n_candidates, 16 * d))
+    nodes = max(64, config.n_trees * (2 * n // max(config.min_leaf, 1) + 1) // 4)
+    slots = max(16, nodes // 8)
+    per_node = 7 * 4 + 8 + 16 + 4 * k
+    per_slot = 4 * (2 * K_ + K_ * k + 1)
+    rows = n * (5 * d + 4 + 4 + 8)  # uint8 codes, float32 features, labels, perm, draws
+    return nodes * per_node + slots * per_slot + 4 * config.n_trees * n + rows
+
+
 def _root_seed(random_state: int, tree: int) -> np.uint64:
     raw = hashlib.blake2b(f"forest-root:{random_state}:{tree}".encode(), digest_size=8).digest()
     return np.uint64(int.from_bytes(raw, "little"))

@@ -15,6 +15,7 @@ import time
 from collections.abc import Hashable, Sequence
 from datetime import UTC, datetime
 from numbers import Integral, Real
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -250,6 +251,53 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
         self._check_fitted()
         return self.forest_.structure_digest()
 
+    # -- files ---------------------------------------------------------------------------
+    def save(self, path: str | Path, *, store_key: bool = False) -> None:
+        """Write the model atomically to ``path``: its rows, parameters and fitted
+        attributes (arrays + JSON, checksummed; no pickles). A secret ``secret_key`` is not
+        written unless ``store_key=True``: pass it to :meth:`load` instead."""
+        from .files import save_forest
+
+        save_forest(self, path, store_key=store_key)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        allow_version_mismatch: bool = False,
+        secret_key: bytes | str | None = None,
+    ):
+        """Read a model written by :meth:`save`, growing its forest again from the saved
+        rows (one fit's time; the result's structure digest must be the saved one).
+
+        Raises :class:`~forgetting.io.model_format.ModelFileError` (a ValueError) for a file
+        that is damaged, foreign, edited or written by other library versions (unless
+        ``allow_version_mismatch``: then the forest is a refit under these versions), and
+        ValueError when the model needs a secret key that is missing or wrong.
+        """
+        from .files import load_forest
+
+        return load_forest(cls, path, allow_version_mismatch, secret_key=secret_key)
+
+    def _fitted_state(self) -> dict:
+        """The fitted attributes besides the forest, as plain data (what a file keeps)."""
+        out: dict[str, Any] = {"n_features_in_": int(self.n_features_in_)}
+        if "feature_names_in_" in self.__dict__:
+            out["feature_names_in_"] = [str(c) for c in self.feature_names_in_]
+        if "categories_" in self.__dict__:
+            out["categories_"] = {c: list(v) for c, v in self.categories_.items()}
+        if "classes_" in self.__dict__:
+            out["classes_"] = self.classes_
+        return out
+
+    def _restore(self, fitted: dict, id_list: list, id_raw: list, X32, targets) -> None:
+        """Become the fit on these checked rows with these fitted attributes (a file's)."""
+        for name, value in fitted.items():
+            if name != "classes_":
+                setattr(self, name, value)
+        self._fit_rows(fitted, id_list, id_raw, X32, targets)
+
     @property
     def n_rows_(self) -> int:
         """Rows currently held."""
@@ -312,6 +360,9 @@ class ExactForestClassifier(ClassifierMixin, _ExactForestBase):
 
         self._fit_atomically(fit)
         return self
+
+    def _fit_rows(self, fitted, id_list, id_raw, X32, targets) -> None:
+        self._fit_indices(X32, targets, fitted["classes_"], id_list, id_raw)
 
     def _fit_indices(self, X32, targets, classes, id_list, id_raw) -> None:
         forest = self._new_forest(X32.shape[1], classes.size)
@@ -421,12 +472,15 @@ class ExactForestRegressor(RegressorMixin, _ExactForestBase):
             if targets.size < 2:
                 raise ValueError(f"got n_samples={targets.size}; a regressor needs at least 2")
             id_list, id_raw = self._check_ids(ids, X32.shape[0], allow_range=True)
-            forest = self._new_forest(X32.shape[1], None)
-            forest.fit(id_list, id_raw, X32, targets)
-            self.forest_ = forest
+            self._fit_rows({}, id_list, id_raw, X32, targets)
 
         self._fit_atomically(fit)
         return self
+
+    def _fit_rows(self, fitted, id_list, id_raw, X32, targets) -> None:
+        forest = self._new_forest(X32.shape[1], None)
+        forest.fit(id_list, id_raw, X32, targets)
+        self.forest_ = forest
 
     # -- forget / insert -------------------------------------------------------------------
     def forget(self, ids: Sequence[Hashable]) -> Receipt:
