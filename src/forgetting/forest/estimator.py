@@ -238,6 +238,13 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
             effective_rho=self.forest_.effective_rho,
         )
 
+    def receipt_hash(self, row_id: Hashable) -> str:
+        """The keyed hash receipts carry for ``row_id`` (the id itself never appears in a
+        receipt): look a row's receipts up by it."""
+        self._check_fitted()
+        (row_id,) = normalize_ids([row_id])
+        return receipt_hashes(self._key, [id_bytes(row_id)])[0]
+
     def state_digest(self) -> str:
         """SHA-256 (hex) of what the forest is a function of: the configuration, key, grid
         and rows held (receipts carry it; computing it rebuilds nothing)."""

@@ -41,19 +41,13 @@ def save_forest(estimator: Any, path: str | Path, *, store_key: bool = False) ->
 
     digest = estimator.structure_digest()  # refuses an unfitted model; rebuilds stale nodes
     ids, _, X, y = estimator.forest_.rows()
-    params = estimator.get_params(deep=False)
-    secret = params.pop("secret_key")
     state = {
-        "class": type(estimator).__name__,
+        **saved_state(estimator),
         "libraries": library_versions(),
         "environment": environment(),
-        "params": params,
-        "fitted": estimator._fitted_state(),
-        "key_derived": secret is None,
-        "key_fingerprint": key_fingerprint(derive_key(secret, int(estimator.random_state))),
         "rows": {"ids": ids, "X": X, "y": y},
         "structure_digest": digest,
-        "secret_key": secret if store_key else None,
+        "secret_key": estimator.secret_key if store_key else None,
     }
     atomic_write(path, dumps(state, FILE_KIND))
 
@@ -88,6 +82,21 @@ def load_forest(
         )
     if secret_key is None:
         secret_key = state.get("secret_key")
+    estimator = restore_forest(cls, state, secret_key, what)
+    if estimator.structure_digest() != state.get("structure_digest") and not mismatch:
+        raise ModelFileError(
+            f"{what}: its rows do not grow the forest that was saved (the file was edited, "
+            "or written by another build of the libraries)"
+        )
+    return estimator
+
+
+def restore_forest(cls: type, state: dict, secret_key: Any, what: str) -> Any:
+    """A fitted ``cls`` grown from ``state`` — a mapping with ``params``, ``fitted``,
+    ``key_derived``, ``key_fingerprint`` and ``rows`` (``ids``, ``X``, ``y``) as a forest file
+    holds them — every field checked first (a store restores through it too). Raises
+    :class:`ModelFileError` naming ``what`` and the field, ValueError for a missing or wrong
+    secret key."""
     estimator = _estimator(cls, state, secret_key, what)
     fitted = _fitted(state.get("fitted"), estimator, what)
     ids, X, y = _rows(state.get("rows"), fitted, what)
@@ -101,12 +110,21 @@ def load_forest(
         estimator._restore(fitted, ids, [id_bytes(i) for i in ids], X, y)
     except (ValueError, TypeError, IndexError, KeyError) as err:
         raise ModelFileError(f"{what}: not a consistent forest ({err})") from None
-    if estimator.structure_digest() != state.get("structure_digest") and not mismatch:
-        raise ModelFileError(
-            f"{what}: its rows do not grow the forest that was saved (the file was edited, "
-            "or written by another build of the libraries)"
-        )
     return estimator
+
+
+def saved_state(estimator: Any) -> dict:
+    """What a forest is restored from besides its rows (:func:`restore_forest`): class,
+    parameters without the secret key, fitted attributes, the key's public fingerprint."""
+    params = estimator.get_params(deep=False)
+    secret = params.pop("secret_key")
+    return {
+        "class": type(estimator).__name__,
+        "params": params,
+        "fitted": estimator._fitted_state(),
+        "key_derived": secret is None,
+        "key_fingerprint": key_fingerprint(derive_key(secret, int(estimator.random_state))),
+    }
 
 
 def _estimator(cls: type, state: dict, secret_key: Any, what: str) -> Any:

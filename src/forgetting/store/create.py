@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from ..io.model_format import dumps
 from ..persistence import library_versions
@@ -28,6 +30,8 @@ from .encode import KEY_KIND, META_KIND, PRIVACY_KIND, SCHEMA_KIND, records, sto
 from .errors import StoreBusy
 from .locks import PathLock, StoreLock, check_location, resolved
 from .sql import SQLStore
+
+T = TypeVar("T")
 
 
 def create_store(
@@ -44,16 +48,31 @@ def create_store(
     """Fit ``estimator`` and write a new store at ``location``; returns the open store (its
     writer lock held) and the fitted model's bookkeeping (:meth:`DurableModel.create`)."""
     check_storable(estimator)
+    store, info = create_atomically(
+        location,
+        overwrite,
+        lambda: _fit(estimator, X, y, ids),
+        lambda new: _write_new(new, estimator, feature_names, store_key),
+    )
+    return store, _fresh(estimator, info)
+
+
+def create_atomically(
+    location: str, overwrite: bool, fit: Callable[[], None], write: Callable[[SQLStore], T]
+) -> tuple[SQLStore, T]:
+    """Run ``fit``, then ``write`` (every table, in one transaction) into a new store at
+    ``location``, all or nothing, under the locks the module docstring lists; returns the
+    open store (its writer lock held) and what ``write`` returned."""
     location = str(location)
     if is_postgres(location):
         store = SQLStore(location, create=True)
         try:
-            _fit(estimator, X, y, ids)
-            info = _write_new(store, estimator, feature_names, store_key)
+            fit()
+            written = write(store)
         except BaseException:
             store.close()
             raise
-        return store, _fresh(estimator, info)
+        return store, written
     path = Path(location)
     real = resolved(path)
     if check_location(path, real, allow_links=True) is not None and not overwrite:
@@ -66,11 +85,11 @@ def create_store(
         if check_location(path, real, allow_links=True) is not None:
             old = StoreLock(path, replacing=True)  # a running writer refuses the creation
         _remove_partial_creations(real)
-        _fit(estimator, X, y, ids)
+        fit()
         tmp = real.with_name(f".{real.name}.creating-{os.getpid()}")
         scratch = SQLStore(str(tmp), create=True, lock=False)
         try:
-            info = _write_new(scratch, estimator, feature_names, store_key)
+            written = write(scratch)
             scratch.purge_logs()
         finally:
             scratch.close()
@@ -95,7 +114,7 @@ def create_store(
         if old is not None:
             old.release()
         creating.release()
-    return store, _fresh(estimator, info)
+    return store, written
 
 
 def check_storable(estimator) -> None:
@@ -105,8 +124,9 @@ def check_storable(estimator) -> None:
 
     if not isinstance(estimator, QSSClassifier | QSSRegressor):
         raise TypeError(
-            f"a store holds a QSSClassifier or QSSRegressor, not {type(estimator).__name__}; "
-            "save other models to a file with their save()"
+            f"a DurableModel store holds a QSSClassifier or QSSRegressor, not "
+            f"{type(estimator).__name__}; an exact forest goes to DurableForest.create, other "
+            "models to a file with their save()"
         )
 
 

@@ -31,8 +31,11 @@ from ..snapshots import (
 )
 from .connection import describe
 from .encode import KEY_KIND, META_KIND, PRIVACY_KIND, SCHEMA_KIND
-from .errors import StoreCorrupt
+from .errors import StoreCorrupt, StoreError
 from .sql import FORMAT_V2, SQLStore, contrib_table
+
+FOREST_CLASSES = ("ExactForestClassifier", "ExactForestRegressor")
+"""Estimators whose stores :class:`~forgetting.store.forest.DurableForest` opens."""
 
 
 def _decode_id(key: bytes) -> int | str:
@@ -104,6 +107,11 @@ def read_model(store: SQLStore, secret_key: bytes | str | None) -> Loaded:
         raise _corrupt(loc, "table meta", "the model entry is missing")
     try:
         info = loads(meta["model"], META_KIND, "model entry")
+        if isinstance(info, dict) and info.get("estimator") in FOREST_CLASSES:
+            raise StoreError(
+                f"{describe(loc)} holds an {info['estimator']}: open it with "
+                "forgetting.store.DurableForest"
+            )
         _check_info(info, store.n_instances)
     except (ModelFileError, ValueError, TypeError, KeyError) as err:
         raise _corrupt(loc, "table meta", err) from None

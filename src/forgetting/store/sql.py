@@ -216,7 +216,7 @@ class SQLStore(Connection):
             raise StoreCorrupt(f"{where}: unknown store format {found!r:.60}{hint}")
         try:
             self.n_instances = int(meta["n_instances"])
-            if not 1 <= self.n_instances <= 1024:
+            if not 0 <= self.n_instances <= 1024:  # 0: a forest's store (forest.py)
                 raise ValueError(self.n_instances)
         except (KeyError, ValueError) as err:
             raise StoreCorrupt(f"{where}: table meta has a bad n_instances ({err})") from None
@@ -292,13 +292,13 @@ class SQLStore(Connection):
             cols = ", ".join(f"c{r}" for r in range(self.n_instances))
             query = f"SELECT id_key, seq, features, target, in_pool, {cols} FROM rows ORDER BY seq"
         else:
-            blobs = ", ".join(f"c{r}.blob" for r in range(self.n_instances))
+            blobs = "".join(f", c{r}.blob" for r in range(self.n_instances))
             joins = " ".join(
                 f"LEFT JOIN {contrib_table(r)} c{r} ON c{r}.id_key = rows.id_key"
                 for r in range(self.n_instances)
             )
             query = (
-                "SELECT rows.id_key, rows.seq, rows.features, rows.target, rows.in_pool, "
+                "SELECT rows.id_key, rows.seq, rows.features, rows.target, rows.in_pool"
                 f"{blobs} FROM rows {joins} ORDER BY rows.seq"
             )
         if cur is not None:

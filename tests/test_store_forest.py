@@ -1,0 +1,214 @@
+"""DurableForest: an exact forest whose acknowledged changes are in the store first
+(forgetting.store.forest), on SQLite and PostgreSQL.
+
+After any sequence of forgets and inserts, a reopened store grows the forest that a fit on
+the rows held gives, bit for bit; a failed commit leaves the live model equal to the store;
+crafted rows are one StoreCorrupt line; a forgotten row's bytes leave the SQLite files.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from forgetting.forest import ExactForestClassifier, ExactForestRegressor
+from forgetting.store import DurableForest, DurableModel
+from forgetting.store.errors import StoreBusy, StoreCorrupt, StoreError
+
+
+def _data(n=1200, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5)).astype(np.float32)
+    X[rng.random(X.shape) < 0.05] = np.nan
+    y = (np.nan_to_num(X[:, 0]) + rng.normal(size=n) > 0).astype(int)
+    y[:40] = 2  # a small third class
+    return X, y, [f"user-{i}" for i in range(n)]
+
+
+def _refit_equals(model, X_probe) -> None:
+    """``model`` is what a fit on its own rows gives (predictions and structure)."""
+    ids, _, X, y = model.forest_.rows()
+    labels = model.classes_[y] if hasattr(model, "classes_") else y
+    refit = type(model)(**model.get_params()).fit(X, labels, ids)
+    assert model.structure_digest() == refit.structure_digest()
+    if hasattr(model, "classes_"):
+        assert np.array_equal(model.predict_proba(X_probe), refit.predict_proba(X_probe))
+    else:
+        assert np.array_equal(model.predict(X_probe), refit.predict(X_probe))
+
+
+def test_changes_survive_reopen_and_equal_a_refit(db):
+    X, y, ids = _data()
+    with DurableForest.create(
+        db, ExactForestClassifier(n_estimators=6), X, y, ids, overwrite=True
+    ) as store:
+        pool = store.estimator.pool_ids_
+        store.forget(["user-100", "user-101"])
+        store.forget([pool[0]])  # a D° row: the forest refits
+        store.insert(X[:2] + 1, y[:2], ["new-a", "new-b"])
+        live = store.estimator
+        digest, proba = live.structure_digest(), live.predict_proba(X)
+        assert store.receipts_for("user-100")[-1]["operation"] == "forget"
+        assert store.receipts_for("new-a")[-1]["operation"] == "insert"
+    with DurableForest.open(db) as again:
+        model = again.estimator
+        assert model.structure_digest() == digest
+        assert np.array_equal(model.predict_proba(X), proba)
+        assert "user-100" not in set(model.ids_) and "new-b" in set(model.ids_)
+        _refit_equals(model, X)
+        again.forget(["user-5"])  # the reopened model is live
+        _refit_equals(again.estimator, X)
+
+
+def test_a_vanished_class_rewrites_the_rows(db):
+    X, y, ids = _data()
+    with DurableForest.create(
+        db, ExactForestClassifier(n_estimators=4), X, y, ids, overwrite=True
+    ) as store:
+        store.forget(ids[:40])  # every row of class 2: class indices move
+        assert store.estimator.classes_.tolist() == [0, 1]
+        store.insert(X[:1], [1], ["after"])
+        digest = store.estimator.structure_digest()
+    with DurableForest.open(db) as again:
+        assert again.estimator.classes_.tolist() == [0, 1]
+        assert again.estimator.structure_digest() == digest
+
+
+def test_regressor_store(tmp_path):
+    X, _, ids = _data(800)
+    target = np.nan_to_num(X[:, 1]) * 2.0
+    path = tmp_path / "reg.db"
+    with DurableForest.create(path, ExactForestRegressor(n_estimators=4), X, target, ids) as s:
+        s.forget(ids[:3])
+        pred = s.predict(X)
+    with DurableForest.open(path) as again:
+        assert np.array_equal(again.predict(X), pred)
+        _refit_equals(again.estimator, X)
+
+
+def test_bad_requests_change_nothing(tmp_path):
+    X, y, ids = _data(600)
+    path = tmp_path / "m.db"
+    with DurableForest.create(path, ExactForestClassifier(n_estimators=3), X, y, ids) as s:
+        digest = s.state_digest()
+        with pytest.raises(KeyError, match="unknown ids"):
+            s.forget(["user-1", "nobody"])
+        with pytest.raises(ValueError, match="already present"):
+            s.insert(X[:1], y[:1], ["user-1"])
+        assert s.state_digest() == digest
+    with DurableForest.open(path) as again:
+        assert again.state_digest() == digest
+
+
+def test_a_failed_commit_leaves_the_model_equal_to_the_store(tmp_path, monkeypatch):
+    X, y, ids = _data(600)
+    path = tmp_path / "m.db"
+    with DurableForest.create(path, ExactForestClassifier(n_estimators=3), X, y, ids) as s:
+        digest = s.state_digest()
+
+        def broken(*_args, **_kwargs):
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(type(s._store), "add_receipt", broken)
+        with pytest.raises(StoreError, match="disk I/O error"):
+            s.forget(["user-9"])
+        monkeypatch.undo()
+        assert s.available and s.state_digest() == digest  # grown again from the store
+        assert "user-9" in set(s.estimator.ids_)
+        s.forget(["user-9"])
+    with DurableForest.open(path) as again:
+        assert "user-9" not in set(again.estimator.ids_)
+
+
+def test_locks_read_only_and_the_other_kind_of_store(tmp_path):
+    X, y, ids = _data(500)
+    path = tmp_path / "m.db"
+    with DurableForest.create(path, ExactForestClassifier(n_estimators=3), X, y, ids):
+        with pytest.raises(StoreBusy):
+            DurableForest.open(path)
+        with pytest.raises(StoreError, match="open it with forgetting.store.DurableForest"):
+            DurableModel.open(path, read_only=True)
+    with DurableForest.open(path, read_only=True) as ro:
+        with pytest.raises(StoreError, match="read-only"):
+            ro.forget(["user-1"])
+    with pytest.raises(TypeError, match="DurableForest holds"):
+        DurableForest.create(tmp_path / "x.db", object(), X, y)
+    with pytest.raises(TypeError, match="DurableForest.create"):
+        from forgetting.forest import ExactForestClassifier as Forest
+
+        DurableModel.create(tmp_path / "y.db", Forest(), X, y)
+
+
+def test_a_qss_store_is_refused_by_name(tmp_path):
+    from forgetting import QSSClassifier
+
+    X, y, ids = _data(500)
+    path = tmp_path / "q.db"
+    DurableModel.create(path, QSSClassifier(n_instances=2), np.nan_to_num(X), y, ids).close()
+    with pytest.raises(StoreError, match="holds a QSSClassifier, not an exact forest"):
+        DurableForest.open(path)
+
+
+@pytest.mark.parametrize(
+    ("statement", "needle"),
+    [
+        ("UPDATE rows SET features = X'00' WHERE seq = 3", "feature bytes"),
+        ("UPDATE rows SET target = 7 WHERE seq = 3", "class indices"),
+        ("UPDATE rows SET target = 0.5 WHERE seq = 3", "not an integer"),
+        ("UPDATE rows SET target = NULL WHERE seq = 3", "finite target"),
+        ("UPDATE rows SET id_key = X'7a3a31' WHERE seq = 3", "id type tag"),
+        ("UPDATE rows SET in_pool = 1 WHERE seq = 3", "in_pool"),
+        ("DELETE FROM meta WHERE name = 'model'", "model entry is missing"),
+    ],
+)
+def test_crafted_rows_are_one_store_corrupt_line(tmp_path, statement, needle):
+    X, y, ids = _data(300)
+    path = tmp_path / "m.db"
+    DurableForest.create(path, ExactForestClassifier(n_estimators=2), X, y, ids).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(statement)
+    with pytest.raises(StoreCorrupt, match=needle) as err:
+        DurableForest.open(path)
+    assert "\n" not in str(err.value)
+
+
+def test_forgotten_rows_leave_the_sqlite_files(tmp_path):
+    X, y, ids = _data(400)
+    marker = np.float32(12345.678)
+    X[7, :] = marker
+    path = tmp_path / "m.db"
+    with DurableForest.create(path, ExactForestClassifier(n_estimators=2), X, y, ids) as s:
+        pattern = X[7].astype("<f4").tobytes()
+        s.forget(["user-7"])
+        for suffix in ("", "-wal"):
+            try:
+                data = (tmp_path / f"m.db{suffix}").read_bytes()
+            except FileNotFoundError:
+                continue
+            assert pattern not in data, f"the row's features remain in m.db{suffix}"
+
+
+def test_an_acknowledged_forget_survives_a_kill(tmp_path):
+    X, y, ids = _data(400)
+    path = tmp_path / "m.db"
+    DurableForest.create(path, ExactForestClassifier(n_estimators=2), X, y, ids).close()
+    child = textwrap.dedent(
+        f"""
+        import os
+        from forgetting.store import DurableForest
+        s = DurableForest.open({str(path)!r})
+        s.forget(["user-3"])
+        print("acknowledged", flush=True)
+        os.kill(os.getpid(), 9)
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    assert "acknowledged" in run.stdout and run.returncode == -9, run.stderr
+    with DurableForest.open(path) as again:
+        assert "user-3" not in set(again.estimator.ids_)
+        _refit_equals(again.estimator, X)
