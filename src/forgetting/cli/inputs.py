@@ -340,9 +340,12 @@ def durable_class():
 
 
 def open_store(args: argparse.Namespace, *, read_only: bool):
-    """Open the existing store of ``args.store`` (read-only: no file is created or changed,
-    and no write lock is taken), or say how to create one."""
+    """Open the existing store of ``args.store`` as the model it holds (a QSS model or an
+    exact forest; read-only: no file is created or changed, and no write lock is taken), or
+    say how to create one."""
     location = args.store
     if not is_dsn(location) and not Path(location).is_file():
         raise usage(f"no store at {location!r}: create one with `forgetting fit --store ...`")
-    return durable_class().open(location, read_only=read_only, secret_key=secret_key(args))
+    from ..store.kinds import open_store as open_any
+
+    return open_any(location, read_only=read_only, secret_key=secret_key(args))

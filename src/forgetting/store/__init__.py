@@ -5,5 +5,6 @@ in-memory estimator so that an acknowledged deletion survives any crash; and
 
 from .durable import DurableModel
 from .forest import DurableForest
+from .kinds import open_store
 
-__all__ = ["DurableForest", "DurableModel"]
+__all__ = ["DurableForest", "DurableModel", "open_store"]

@@ -31,7 +31,7 @@ from ..snapshots import (
 )
 from .connection import describe
 from .encode import KEY_KIND, META_KIND, PRIVACY_KIND, SCHEMA_KIND
-from .errors import StoreCorrupt, StoreError
+from .errors import StoreCorrupt, StoreKindError
 from .sql import FORMAT_V2, SQLStore, contrib_table
 
 FOREST_CLASSES = ("ExactForestClassifier", "ExactForestRegressor")
@@ -108,7 +108,7 @@ def read_model(store: SQLStore, secret_key: bytes | str | None) -> Loaded:
     try:
         info = loads(meta["model"], META_KIND, "model entry")
         if isinstance(info, dict) and info.get("estimator") in FOREST_CLASSES:
-            raise StoreError(
+            raise StoreKindError(
                 f"{describe(loc)} holds an {info['estimator']}: open it with "
                 "forgetting.store.DurableForest"
             )

@@ -16,6 +16,11 @@ class StoreBusy(StoreError):
     """Another writer holds the store (a running server, another CLI command, a lock)."""
 
 
+class StoreKindError(StoreError):
+    """The store holds the other kind of model — an exact forest (DurableForest) or a QSS
+    model (DurableModel); :func:`forgetting.store.open_store` opens either."""
+
+
 class StoreCorrupt(StoreError, ValueError):
     """The store's contents are unreadable or fail their integrity checks (tampered?)."""
 

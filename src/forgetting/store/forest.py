@@ -26,23 +26,27 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Hashable, Sequence
+import time
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..forest import ExactForestClassifier, ExactForestRegressor
 from ..forest.files import restore_forest, saved_state
-from ..ids import normalize_ids
+from ..ids import listing, normalize_ids
 from ..io.model_format import ModelFileError, dumps, loads
 from ..persistence import library_versions, version_mismatch
 from ..receipts import Receipt
-from ..schema.membership import id_bytes
+from ..schema.membership import canonical_id, id_bytes
 from .connection import describe
 from .create import create_atomically
 from .decode import FOREST_CLASSES, _decode_id
 from .encode import KEY_KIND, META_KIND
-from .errors import StoreCorrupt, StoreError
+from .errors import ReceiptCorrupt, StoreCorrupt, StoreError, StoreKindError
+from .receipt_log import STATUSES, ReceiptFilter, id_status
+from .receipt_log import every as every_receipt
+from .receipt_log import page as receipt_page
 from .sql import SQLStore
 
 _CLASSES = {cls.__name__: cls for cls in (ExactForestClassifier, ExactForestRegressor)}
@@ -125,6 +129,33 @@ class DurableForest:
     def read_only(self) -> bool:
         return self._store.read_only
 
+    @property
+    def task(self) -> str:
+        return "classification" if hasattr(self.estimator, "classes_") else "regression"
+
+    @property
+    def n_features(self) -> int:
+        return self.estimator.n_features_in_
+
+    @property
+    def classes(self) -> list | None:
+        classes = getattr(self.estimator, "classes_", None)
+        return None if classes is None else classes.tolist()
+
+    @property
+    def feature_names(self) -> list[str] | None:
+        """Column names recorded at fit (None when fitted on a plain array)."""
+        names = getattr(self.estimator, "feature_names_in_", None)
+        return None if names is None else [str(n) for n in names]
+
+    @property
+    def key_is_derived(self) -> bool:
+        """True when the membership key is derived from ``random_state`` (public)."""
+        return self.estimator.secret_key is None
+
+    queued_writes = 0
+    """Writes are committed one at a time under the lock: none is ever queued here."""
+
     def predict(self, X) -> np.ndarray:
         return self.estimator.predict(X)
 
@@ -141,16 +172,116 @@ class DurableForest:
         with self._lock:
             return self._store.receipts_for(id_hash)
 
+    def receipt(self, id_hash: str) -> dict | None:
+        """The latest receipt naming this keyed id hash, or None."""
+        with self._lock:
+            found = self._store.receipts_for(id_hash)
+        return found[-1] if found else None
+
+    def lookup(self, row_id: Hashable) -> dict:
+        """What the store knows of one id: its ``id_hash``, every receipt naming it (oldest
+        first) and ``status`` (a key of :data:`~.receipt_log.STATUSES`). A forest rebuilds
+        nothing in the background, so ``rebuild_pending`` is always False."""
+        with self._lock:
+            model = self.estimator
+            row_id = canonical_id(row_id)
+            id_hash = model.receipt_hash(row_id)
+            receipts = self._store.receipts_for(id_hash)
+            status = id_status(receipts, not model.forest_.unknown_ids([row_id]))
+        return {
+            "id_hash": id_hash,
+            "status": status,
+            "explanation": STATUSES[status],
+            "rebuild_pending": False,
+            "receipts": receipts,
+        }
+
+    def receipts(
+        self, keep: ReceiptFilter | None = None, *, after: int = 0, limit: int = 100
+    ) -> tuple[list[dict], int | None]:
+        """One page of the receipt log, oldest first, and the next page's cursor
+        (:func:`.receipt_log.page`)."""
+        return receipt_page(self._receipts_after, keep or ReceiptFilter(), after, limit)
+
+    def iter_receipts(self, keep: ReceiptFilter | None = None) -> Iterator[dict]:
+        """Every receipt ``keep`` matches, oldest first, a batch at a time (an export)."""
+        return every_receipt(self._receipts_after, keep or ReceiptFilter())
+
+    def _receipts_after(self, after: int, limit: int) -> list[tuple[int, dict]]:
+        with self._lock:
+            return self._store.receipts_after(after, limit)
+
+    def stats(self) -> dict:
+        """What the service's /stats and the console's health page show."""
+        with self._lock:
+            model = self.estimator
+            size = self._store.size_bytes()
+            return {
+                "task": self.task,
+                "mode": "forest",
+                "estimator": type(model).__name__,
+                "n_estimators": model.n_estimators,
+                "n_rows": model.n_rows_,
+                "n_features": self.n_features,
+                "feature_names": self.feature_names,
+                "classes": self.classes,
+                "instances": [],
+                "pending_rebuilds": [],
+                "queued_writes": 0,
+                "rebuilds_run": 0,
+                "mean_rebuild_seconds": None,
+                "effective_rho": model.effective_rho_,
+                "state_digest": model.state_digest(),
+                "key_is_derived": self.key_is_derived,
+                "read_only": self.read_only,
+                "backend": self._store.dialect.name,
+                "store_format": self._store.format,
+                "store_bytes": size,
+            }
+
+    def verify(self) -> dict:
+        """Grow a forest from the stored rows alone and compare its structure digest with
+        the live one's (``ok`` when equal). Read-only opens compare against one consistent
+        read of the store, adopted as a reload (another process may write meanwhile)."""
+        started = time.perf_counter()
+        with self._lock:
+            if self._store.read_only:
+                self.reload()
+            live = self.estimator.structure_digest()
+            fresh, _ = _read(self._store, self._secret())
+            refit = fresh.structure_digest()
+            return {
+                "ok": refit == live,
+                "state_digest": live,
+                "refit_digest": refit,
+                "problems": [],
+                "n_rows": fresh.n_rows_,
+                "seconds": time.perf_counter() - started,
+            }
+
+    def wait_for_rebuilds(self, timeout: float | None = None) -> None:
+        """Nothing to wait for: a forest rebuilds what a change flips when it is read."""
+
     # -- changes -------------------------------------------------------------------------
-    def forget(self, ids: Sequence[Hashable]) -> Receipt:
+    def forget(self, ids: Sequence[Hashable], *, erase_inputs: bool = False) -> Receipt:
         """Forget rows by id; returns after the removal and its receipt are committed (and,
-        for SQLite, the log's old images of the rows purged). Unknown ids raise KeyError,
-        and nothing changes."""
+        for SQLite, the log's old images of the rows purged). A forest always removes the
+        whole row (``erase_inputs`` is accepted for the service's sake and changes nothing).
+
+        Ids forgotten earlier (a forget receipt names them) make the call idempotent: when
+        none of the ids is left to forget, the stored receipt is returned with
+        ``already_forgotten=True``; otherwise the reply counts them in
+        ``already_forgotten_ids``. Ids never held raise KeyError, and nothing changes."""
         with self._lock:
             self._require_writable()
             model = self._model
             classes = getattr(model, "classes_", None)
             id_list = normalize_ids(ids)
+            unknown = model.forest_.unknown_ids(id_list)
+            earlier = self._earlier_forgets(unknown)
+            if unknown and len(earlier) == len(id_list):
+                return _receipt({**earlier[-1], "already_forgotten": True})
+            id_list = [i for i in id_list if i not in set(unknown)] if earlier else id_list
             receipt = model.forget(id_list)
             keys = [id_bytes(i) for i in id_list]
 
@@ -167,7 +298,23 @@ class DurableForest:
             if rewrite:
                 self._next_seq = model.n_rows_
             self._store.purge_logs()
+            if earlier:
+                return _receipt({**receipt.to_dict(), "already_forgotten_ids": len(earlier)})
             return receipt
+
+    def _earlier_forgets(self, unknown: list) -> list[dict]:
+        """The latest receipts of those of ``unknown`` whose latest receipt is a forget; an
+        id without one raises KeyError (never held), so nothing changes."""
+        earlier, never = [], []
+        for row_id in unknown:
+            found = self._store.receipts_for(self._model.receipt_hash(row_id))
+            if found and found[-1].get("operation") == "forget":
+                earlier.append(found[-1])
+            else:
+                never.append(row_id)
+        if never:
+            raise KeyError(f"unknown ids (never inserted, or already forgotten): {listing(never)}")
+        return earlier
 
     def insert(self, X, y, ids: Sequence[Hashable]) -> Receipt:
         """Add labeled rows; returns after they and their receipt are committed."""
@@ -296,7 +443,7 @@ def _read(store: SQLStore, secret_key: bytes | str | None) -> tuple[Any, int]:
         raise _corrupt(loc, "table meta", "the model entry is missing")
     name = info.get("estimator")
     if name not in FOREST_CLASSES:
-        raise StoreError(
+        raise StoreKindError(
             f"{loc} holds a {str(name)[:40]}, not an exact forest: open it with "
             "forgetting.store.DurableModel"
         )
@@ -348,6 +495,14 @@ def _rows(loc: str, records: list[tuple], width: int, classifier: bool):
         except (ValueError, TypeError, UnicodeDecodeError, OverflowError) as err:
             raise _corrupt(loc, where, err) from None
     return ids, X, y, next_seq
+
+
+def _receipt(reply: dict) -> Receipt:
+    """A stored receipt (with the retry fields) as a Receipt; damaged: ReceiptCorrupt."""
+    try:
+        return Receipt.from_dict(reply)
+    except ValueError as err:
+        raise ReceiptCorrupt(f"the stored receipt of these ids is damaged ({err})") from None
 
 
 def _corrupt(loc: str, where: str, problem: Any) -> StoreCorrupt:
