@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 import pytest
 
 from forgetting.cli import build_parser
-from forgetting.cli.estimator import DEFAULTS, ESTIMATOR_OPTIONS
+from forgetting.cli.estimator import DEFAULTS, ESTIMATOR_OPTIONS, FOREST_DEFAULTS, options_of
 
 #: Loaded only by a model family or a caller that needs them, never by the library's import.
 NEVER_ON_IMPORT = ("pandas", "torch", "matplotlib")
@@ -172,3 +172,9 @@ def test_help_defaults_are_the_estimators_own():
     for task, estimator in (("classification", QSSClassifier), ("regression", QSSRegressor)):
         params = estimator().get_params()
         assert DEFAULTS[task] == {name: params[name] for name in ESTIMATOR_OPTIONS}, task
+    from forgetting.forest import ExactForestClassifier, ExactForestRegressor
+
+    for forest in (ExactForestClassifier, ExactForestRegressor):
+        params = forest().get_params()
+        assert FOREST_DEFAULTS == {name: params[name] for name in FOREST_DEFAULTS}, forest
+        assert set(FOREST_DEFAULTS) == set(options_of("forest"))

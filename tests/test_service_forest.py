@@ -137,3 +137,29 @@ def test_the_cli_works_on_a_forest_store(tmp_path, capsys):
     assert code == 0 and "OK" in out
     code, out, _ = _run(capsys, "forget", "--store", store, "--ids", "u3", "--json")
     assert code == 0 and json.loads(out)["already_forgotten"] is True
+
+
+def test_fit_model_forest_from_the_command_line(tmp_path, capsys):
+    X, y, ids = _data(300)
+    data = tmp_path / "train.csv"
+    with open(data, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "label", *[f"f{j}" for j in range(X.shape[1])]])
+        for i, label, row in zip(ids, y.tolist(), X.tolist(), strict=True):
+            writer.writerow([i, label, *map(repr, row)])
+    store = tmp_path / "forest.db"
+    argv = ["fit", "--data", data, "--store", store, "--model", "forest"]
+    code, out, err = _run(capsys, *argv, "--n-estimators", 5, "--random-state", 2)
+    assert code == 0, err
+    assert "5 trees" in out
+    with open_store(str(store), read_only=True) as model:
+        assert isinstance(model, DurableForest) and model.feature_names == ["f0", "f1", "f2", "f3"]
+        refit = ExactForestClassifier(**PARAMS).fit(X.astype(np.float64), y, ids)
+        assert model.state_digest() == refit.state_digest()
+    code, _, err = _run(capsys, *argv, "--overwrite", "--mode", "label")
+    assert code == 2 and "--mode applies to --model qss only" in err
+    code, _, err = _run(capsys, "fit", "--data", data, "--store", store, "--n-estimators", 3)
+    assert code == 2 and "--n-estimators applies to --model forest only" in err
+    with pytest.raises(SystemExit) as exit_:
+        main([str(a) for a in (*argv, "--overwrite", "--max-features", "1.5")])
+    assert exit_.value.code == 2 and "fraction in (0, 1]" in capsys.readouterr().err

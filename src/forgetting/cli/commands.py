@@ -21,7 +21,7 @@ import numpy as np
 
 from ..io import tables
 from .errors import is_dsn, redact, usage
-from .estimator import ESTIMATOR_OPTIONS, estimator_class
+from .estimator import ESTIMATOR_OPTIONS, FOREST_OPTIONS, estimator_class, options_of
 from .inputs import (
     cluster_failures,
     dask_cluster,
@@ -51,8 +51,14 @@ def derived_key_warning(random_state: Any) -> str:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    estimator_cls = estimator_class(args.task)
-    params = {name: getattr(args, name) for name in ESTIMATOR_OPTIONS if hasattr(args, name)}
+    model_kind = getattr(args, "model", "qss")
+    estimator_cls = estimator_class(args.task, model_kind)
+    allowed = options_of(model_kind)
+    for name in (*ESTIMATOR_OPTIONS, *FOREST_OPTIONS):
+        if hasattr(args, name) and name not in allowed:
+            other = "forest" if model_kind == "qss" else "qss"
+            raise usage(f"--{name.replace('_', '-')} applies to --model {other} only")
+    params = {name: getattr(args, name) for name in allowed if hasattr(args, name)}
     key = read_secret_key(args)
     if key is not None:
         params["secret_key"] = key
@@ -67,6 +73,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise usage(
             "--scheduler and --workers fit a Parquet dataset directory on dask; "
             f"{args.data!r} is one file, fitted in memory: leave them out"
+        )
+    if model_kind == "forest" and (dataset or args.raw_table):
+        raise usage(
+            "--model forest fits one CSV, Parquet or NPZ file of numeric feature columns in "
+            "memory: leave --raw-table out and give a file, not a dataset directory"
         )
     rows = dataset_rows(args) if dataset else file_rows(args)
     if rows.skipped:
@@ -96,7 +107,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
             bar = stack.enter_context(progress(None, desc="fitting", unit="chunk"))
             stack.enter_context(fit_progress(bar))
         started = time.perf_counter()
-        store = durable_class().create(
+        store = durable_class(model_kind).create(
             args.store,
             estimator,
             rows.X,
@@ -108,9 +119,14 @@ def cmd_fit(args: argparse.Namespace) -> int:
         )
         with store as model:
             stats = model.stats()
+    made = (
+        f"{stats.get('n_estimators')} trees"
+        if model_kind == "forest"
+        else f"{len(stats.get('instances', []))} instances"
+    )
     print(
-        f"wrote {redact(args.store)}: {stats.get('n_rows')} rows, "
-        f"{len(stats.get('instances', []))} instances, in {time.perf_counter() - started:.2f} s"
+        f"wrote {redact(args.store)}: {stats.get('n_rows')} rows, {made}, "
+        f"in {time.perf_counter() - started:.2f} s"
     )
     print(f"feature columns: {','.join(rows.columns)}")
     print(f"state digest: {stats.get('state_digest')}")

@@ -41,11 +41,41 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def estimator_class(task: str):
-    """QSSClassifier for ``classification``, QSSRegressor otherwise."""
+#: ``fit --model``: the QSS estimators, or the exact forests (:mod:`forgetting.forest`).
+MODELS = ("qss", "forest")
+
+#: The parameters ``fit --model forest`` exposes as options besides :data:`SHARED_OPTIONS`.
+FOREST_OPTIONS = ("n_estimators", "max_features", "min_samples_leaf")
+
+#: Options both models take.
+SHARED_OPTIONS = ("rho", "random_state")
+
+#: ``get_params()`` of a default ExactForestClassifier and ExactForestRegressor (equal),
+#: restricted to the forest's options (tests/test_import_cost.py checks it).
+FOREST_DEFAULTS: dict[str, Any] = {
+    "n_estimators": 30,
+    "max_features": "sqrt",
+    "min_samples_leaf": 1,
+    "rho": 0.005,
+    "random_state": 0,
+}
+
+
+def estimator_class(task: str, model: str = "qss"):
+    """QSSClassifier for ``classification``, QSSRegressor otherwise; with ``model="forest"``
+    ExactForestClassifier or ExactForestRegressor."""
+    if model == "forest":
+        from ..forest import ExactForestClassifier, ExactForestRegressor
+
+        return ExactForestClassifier if task == "classification" else ExactForestRegressor
     from ..estimators import QSSClassifier, QSSRegressor
 
     return QSSClassifier if task == "classification" else QSSRegressor
+
+
+def options_of(model: str) -> tuple[str, ...]:
+    """The estimator options ``fit --model model`` passes on (the others are refused)."""
+    return ESTIMATOR_OPTIONS if model == "qss" else (*FOREST_OPTIONS, *SHARED_OPTIONS)
 
 
 def estimator_defaults() -> dict[str, str]:

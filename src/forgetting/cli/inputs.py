@@ -331,9 +331,14 @@ def secret_key(args: argparse.Namespace) -> bytes | None:
     return key
 
 
-def durable_class():
-    """The class every store command creates or opens:
-    :class:`forgetting.store.durable.DurableModel`."""
+def durable_class(model: str = "qss"):
+    """The class ``fit`` creates a store with: :class:`forgetting.store.durable.DurableModel`,
+    or :class:`forgetting.store.forest.DurableForest` for ``--model forest`` (the other
+    commands open either through :func:`open_store`)."""
+    if model == "forest":
+        from ..store.forest import DurableForest
+
+        return DurableForest
     from ..store.durable import DurableModel
 
     return DurableModel

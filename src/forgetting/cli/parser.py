@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 from typing import Any
 
 from ..io.table_types import DEFAULT_MAX_TABLE_BYTES, ID_TYPES, format_size, parse_size
-from .estimator import estimator_defaults
+from .estimator import FOREST_DEFAULTS, MODELS, estimator_defaults
 from .plugins import available_audits, available_benchmarks
 
 
@@ -51,6 +52,25 @@ def _port(text: str) -> int:
     value = _positive_int(text)
     if value > 65535:
         raise argparse.ArgumentTypeError(f"{value} is not a port number")
+    return value
+
+
+def _max_features(text: str) -> int | float | str:
+    """``--max-features``: sqrt, log2, a positive count, or a fraction in (0, 1]."""
+    if text in ("sqrt", "log2"):
+        return text
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give sqrt, log2, a positive count or a fraction in (0, 1]"
+        )
     return value
 
 
@@ -185,7 +205,7 @@ def _add_estimator_options(fit: Any) -> None:
         "--mode",
         choices=("exact", "label"),
         default=keep,
-        help="exact: forget erases rows exactly; label: forget erases labels exactly, inputs "
+        help="QSS: exact: forget erases rows exactly; label: forget erases labels exactly, inputs "
         f"still shaped the codebook (more accurate). Default {defaults['mode']}",
     )
     est.add_argument(
@@ -199,26 +219,56 @@ def _add_estimator_options(fit: Any) -> None:
         "--n-instances",
         type=_positive_int,
         default=keep,
-        help="redundant instances p: requests block only if all p rebuild. "
+        help="QSS: redundant instances p: requests block only if all p rebuild. "
         f"Default {defaults['n_instances']}",
     )
     est.add_argument(
         "--n-levels",
         type=_positive_int,
         default=keep,
-        help=f"codebook levels. Default {defaults['n_levels']}",
+        help=f"QSS: codebook levels. Default {defaults['n_levels']}",
     )
     est.add_argument(
         "--n-centroids",
         type=_positive_int,
         default=keep,
-        help=f"centroids per level, a power of 2. Default {defaults['n_centroids']}",
+        help=f"QSS: centroids per level, a power of 2. Default {defaults['n_centroids']}",
     )
     est.add_argument(
         "--rebuild",
         choices=("background", "sync"),
         default=keep,
-        help=f"rebuild in the background or before forget returns. Default {defaults['rebuild']}",
+        help="QSS: rebuild in the background or before forget returns. "
+        f"Default {defaults['rebuild']}",
+    )
+    est.add_argument(
+        "--model",
+        choices=MODELS,
+        default="qss",
+        help="qss: QSSClassifier / QSSRegressor (the default); forest: ExactForestClassifier "
+        "/ ExactForestRegressor, extremely randomized trees with exact forget — closer to a "
+        "retrained gradient-boosting model on tables (docs/forest.md); a forget of one of its "
+        "D° rows refits it. The options below marked QSS or forest apply to that model only",
+    )
+    forest = FOREST_DEFAULTS
+    est.add_argument(
+        "--n-estimators",
+        type=_positive_int,
+        default=keep,
+        help=f"forest: trees. Default {forest['n_estimators']}",
+    )
+    est.add_argument(
+        "--max-features",
+        type=_max_features,
+        default=keep,
+        help="forest: candidate splits per node — a count, a fraction of the features, sqrt "
+        f"or log2. Default {forest['max_features']}",
+    )
+    est.add_argument(
+        "--min-samples-leaf",
+        type=_positive_int,
+        default=keep,
+        help=f"forest: rows a leaf holds at least. Default {forest['min_samples_leaf']}",
     )
     est.add_argument(
         "--random-state",
@@ -249,11 +299,12 @@ def _add_fit(sub: Any) -> None:
         "fit",
         help="fit a model on a data file and write a new store",
         description="Fit a QSS classifier or regressor on a CSV, Parquet or NPZ file (in "
-        "memory) or a Parquet dataset directory (on a dask cluster) and write it to a new "
-        "store, recording the names of the feature columns (predict and insert "
-        "select them by name). Every row needs a stable id (--id-col): forget addresses rows "
-        "by it. Estimator options left out take the estimator's own defaults (shown below). "
-        "Without --secret-key-file a warning says what a derived key exposes.",
+        "memory) or a Parquet dataset directory (on a dask cluster) — or, with --model "
+        "forest, an exact forest on one file — and write it to a new store, recording the "
+        "names of the feature columns (predict and insert select them by name). Every row "
+        "needs a stable id (--id-col): forget addresses rows by it. Estimator options left "
+        "out take the estimator's own defaults (shown below). Without --secret-key-file a "
+        "warning says what a derived key exposes.",
     )
     _add_columns(
         fit,

@@ -55,10 +55,11 @@ _CLASSES = {cls.__name__: cls for cls in (ExactForestClassifier, ExactForestRegr
 class DurableForest:
     """An exact forest mirrored in a store (SQLite file path or PostgreSQL DSN)."""
 
-    def __init__(self, store: SQLStore, estimator, next_seq: int):
+    def __init__(self, store: SQLStore, estimator, next_seq: int, names: list[str] | None):
         self._store = store
         self._model = estimator
         self._next_seq = next_seq
+        self._names = names
         self._lock = threading.RLock()
         self._available = True
         self._closed = False
@@ -73,25 +74,33 @@ class DurableForest:
         y,
         ids: Sequence[Hashable] | None = None,
         *,
+        feature_names: list[str] | None = None,
         overwrite: bool = False,
         store_key: bool = False,
     ) -> DurableForest:
         """Fit ``estimator`` (an exact forest) and write a new store at ``location``, all or
         nothing (:func:`.create.create_atomically`: a running writer makes this raise
-        :class:`StoreBusy` before any fitting). The secret key is stored only with
-        ``store_key=True``."""
+        :class:`StoreBusy` before any fitting). ``feature_names`` records the columns of an
+        array ``X`` (a DataFrame's are the estimator's own). The secret key is stored only
+        with ``store_key=True``."""
         if type(estimator) not in _CLASSES.values():
             raise TypeError(
                 "a DurableForest holds an ExactForestClassifier or ExactForestRegressor, not "
                 f"{type(estimator).__name__} (QSS models go to DurableModel.create)"
             )
+        names = None if feature_names is None else [str(n) for n in feature_names]
+
+        def fit() -> None:
+            estimator.fit(X, y, ids)
+            if names is not None and len(names) != estimator.n_features_in_:
+                raise ValueError(
+                    f"{len(names)} feature names for {estimator.n_features_in_} features"
+                )
+
         store, next_seq = create_atomically(
-            location,
-            overwrite,
-            lambda: estimator.fit(X, y, ids),
-            lambda new: _write_new(new, estimator, store_key),
+            location, overwrite, fit, lambda new: _write_new(new, estimator, names, store_key)
         )
-        return cls(store, estimator, next_seq)
+        return cls(store, estimator, next_seq, names)
 
     @classmethod
     def open(
@@ -106,11 +115,11 @@ class DurableForest:
         """
         store = SQLStore(str(location), read_only=read_only)
         try:
-            estimator, next_seq = _read(store, secret_key)
+            estimator, next_seq, names = _read(store, secret_key)
         except BaseException:
             store.close()
             raise
-        return cls(store, estimator, next_seq)
+        return cls(store, estimator, next_seq, names)
 
     # -- serving -------------------------------------------------------------------------
     @property
@@ -144,9 +153,11 @@ class DurableForest:
 
     @property
     def feature_names(self) -> list[str] | None:
-        """Column names recorded at fit (None when fitted on a plain array)."""
+        """Column names recorded at fit (None when fitted on a plain array without them)."""
         names = getattr(self.estimator, "feature_names_in_", None)
-        return None if names is None else [str(n) for n in names]
+        if names is None:
+            return None if self._names is None else list(self._names)
+        return [str(n) for n in names]
 
     @property
     def key_is_derived(self) -> bool:
@@ -248,7 +259,7 @@ class DurableForest:
             if self._store.read_only:
                 self.reload()
             live = self.estimator.structure_digest()
-            fresh, _ = _read(self._store, self._secret())
+            fresh, _, _ = _read(self._store, self._secret())
             refit = fresh.structure_digest()
             return {
                 "ok": refit == live,
@@ -289,7 +300,7 @@ class DurableForest:
 
             def write(cur) -> None:
                 if rewrite:
-                    _rewrite(self._store, cur, model)
+                    _rewrite(self._store, cur, model, self._names)
                 else:
                     self._store.delete_rows(cur, keys)
                 self._store.add_receipt(cur, receipt.to_dict())
@@ -349,7 +360,7 @@ class DurableForest:
             if self._closed:
                 raise StoreError("the store is closed")
             self._available = False
-            estimator, next_seq = _read(self._store, self._secret())
+            estimator, next_seq, _ = _read(self._store, self._secret())
             self._model, self._next_seq, self._available = estimator, next_seq, True
 
     def _recover(self) -> None:
@@ -391,11 +402,12 @@ class DurableForest:
 
 
 # -- what the store holds ------------------------------------------------------------------
-def _info(estimator) -> dict:
+def _info(estimator, names: list[str] | None) -> dict:
     state = saved_state(estimator)
     return {
         "estimator": state.pop("class"),
         **state,
+        "feature_names": names,
         "libraries": library_versions(),
     }
 
@@ -412,9 +424,9 @@ def _records(estimator, id_list: list | None, first_seq: int) -> list[tuple]:
     return [(raw[p], first_seq + p, X[p].tobytes(), float(y[p]), 0) for p in range(len(raw))]
 
 
-def _write_new(store: SQLStore, estimator, store_key: bool) -> int:
+def _write_new(store: SQLStore, estimator, names: list[str] | None, store_key: bool) -> int:
     """Every table of a new forest store, in one transaction; returns the next seq."""
-    meta = {"model": dumps(_info(estimator), META_KIND)}
+    meta = {"model": dumps(_info(estimator, names), META_KIND)}
     if store_key and estimator.secret_key is not None:
         meta["secret_key"] = dumps(estimator.secret_key, KEY_KIND)
     rows = _records(estimator, None, 0)
@@ -424,15 +436,16 @@ def _write_new(store: SQLStore, estimator, store_key: bool) -> int:
     return len(rows)
 
 
-def _rewrite(store: SQLStore, cur, estimator) -> None:
+def _rewrite(store: SQLStore, cur, estimator, names: list[str] | None) -> None:
     """Every row and the model entry again (the class indices moved: a class vanished)."""
     store.delete_all_rows(cur)
     store.insert_rows(cur, _records(estimator, None, 0))
-    store.set_meta(cur, "model", dumps(_info(estimator), META_KIND))
+    store.set_meta(cur, "model", dumps(_info(estimator, names), META_KIND))
 
 
-def _read(store: SQLStore, secret_key: bytes | str | None) -> tuple[Any, int]:
-    """The forest grown from the store's rows, every field checked; and the next seq."""
+def _read(store: SQLStore, secret_key: bytes | str | None) -> tuple[Any, int, list | None]:
+    """The forest grown from the store's rows, every field checked; the next seq; the
+    feature names recorded at creation."""
     loc = describe(store.location)
     meta, records, _ = store.read_all()
     try:
@@ -467,7 +480,12 @@ def _read(store: SQLStore, secret_key: bytes | str | None) -> tuple[Any, int]:
         estimator = restore_forest(_CLASSES[name], state, secret_key, loc)
     except ModelFileError as err:
         raise _corrupt(loc, "the stored forest", str(err).removeprefix(f"{loc}: ")) from None
-    return estimator, next_seq
+    names = info.get("feature_names")
+    if names is not None and not (
+        isinstance(names, list) and len(names) == width and all(type(n) is str for n in names)
+    ):
+        raise _corrupt(loc, "table meta", f"feature_names must be {width} strings or null")
+    return estimator, next_seq, names
 
 
 def _rows(loc: str, records: list[tuple], width: int, classifier: bool):
