@@ -212,3 +212,24 @@ def test_an_acknowledged_forget_survives_a_kill(tmp_path):
     with DurableForest.open(path) as again:
         assert "user-3" not in set(again.estimator.ids_)
         _refit_equals(again.estimator, X)
+
+
+def test_a_busy_purge_is_finished_by_the_retry(tmp_path, monkeypatch):
+    X, y, ids = _data(300)
+    path = tmp_path / "m.db"
+    with DurableForest.create(path, ExactForestClassifier(n_estimators=2), X, y, ids) as s:
+        store_type = type(s._store)
+        real, calls = store_type.purge_logs, []
+
+        def busy_once(self):
+            calls.append(1)
+            if len(calls) == 1:
+                raise StoreBusy("a reader still holds the write-ahead log; retry")
+            return real(self)
+
+        monkeypatch.setattr(store_type, "purge_logs", busy_once)
+        with pytest.raises(StoreBusy):
+            s.forget(["user-2"])
+        assert "user-2" not in set(s.estimator.ids_)  # committed: memory agrees
+        again = s.forget(["user-2"])
+        assert again.already_forgotten and len(calls) == 2
