@@ -144,3 +144,28 @@ def test_arrays_that_fill_mid_batch_grow_and_stay_exact(monkeypatch):
     model.forget(victims)
     assert any("perm" in kw for kw in grown)  # a fit leaves one tree's worth of room
     _same(model, _refit(model, X, y, set(range(1500)) - set(victims)), X)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 5])
+def test_a_fit_grown_on_threads_is_the_serial_fit(monkeypatch, workers):
+    """Trees grown in chunks on several threads, then copied into one set of arrays, are the
+    serial fit's trees: every tree's preorder, the digests and predictions, and they stay so
+    through one-row forgets, a batch, inserts and a D° hit (a refit, threaded again)."""
+    X, y = _data(n=1500, k=3)
+    rng = np.random.default_rng(2)
+    models = []
+    for w in (0, workers):
+        monkeypatch.setattr(forest_core, "worker_count", lambda w=w: w)
+        model = ExactForestClassifier(**dict(PARAMS, n_estimators=6)).fit(X, y)
+        models.append(model)
+    serial, threaded = models
+    for t in range(6):
+        assert np.array_equal(serial.forest_.structure(t), threaded.forest_.structure(t))
+    victims = _outside_pool(serial, rng.permutation(1500).tolist())
+    for model in models:
+        model.forget(victims[:3])
+        model.forget(victims[3 : 3 + forest_core.PARALLEL_ROWS])
+        model.insert(X[:4] + 0.5, y[:4], ["n0", "n1", "n2", "n3"])
+        model.forget([model.pool_ids_[0]])
+    assert serial.structure_digest() == threaded.structure_digest()
+    assert np.array_equal(serial.predict_proba(X), threaded.predict_proba(X))

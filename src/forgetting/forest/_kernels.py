@@ -440,19 +440,6 @@ def _grow2(x, cap):
 
 
 @_jit
-def fit_trees(A, rows, lo0, hi0):
-    """Build every tree from scratch on ``rows``; returns FAIL if an array is full."""
-    buf = rows.copy()
-    for t in range(A.roots.shape[0]):
-        buf[:] = rows
-        root = build(A, buf, 0, buf.shape[0], 0, A.seeds[t], lo0, hi0)
-        if root < 0:
-            return FAIL
-        A.roots[t] = root
-    return 0
-
-
-@_jit
 def _collect(A, v, buf, skip, mark):
     """Rows of the leaves under node v into buf, all but row ``skip`` and the rows ``mark``
     flags (an empty ``mark`` flags none); returns how many."""
@@ -1090,13 +1077,22 @@ def serialize(A, t, out):
 def compact(A, B):
     """Copy every tree's live nodes, slots and leaf rows from A into the empty arrays B in
     preorder (dropping what rebuilds left dead)."""
+    B.top[:] = 0
+    copy_trees(A, B, 0, A.roots.shape[0])
+
+
+@_jit
+def copy_trees(A, B, t0, t1):
+    """Append trees t0..t1-1 of A — their live nodes, slots and leaf rows, in preorder — to B
+    after what B holds (B.top), and point B.roots there. B has room for them (the caller
+    sized it). Children stay numbered after their parents, as a build numbers them."""
     k = A.params[0]
-    nb = 0
-    ns = 0
-    npm = 0
+    nb = B.top[0]
+    ns = B.top[1]
+    npm = B.top[2]
     stack = np.empty(64, np.int64)
     parent = np.empty(64, np.int64)
-    for t in range(A.roots.shape[0]):
+    for t in range(t0, t1):
         stack[0] = A.roots[t]
         parent[0] = -1
         sp = 1
@@ -1126,6 +1122,8 @@ def compact(A, B):
                 B.cleft[ns] = A.cleft[s]
                 ns += 1
             if A.feat[u] < 0:
+                if A.feat[u] == STALE:
+                    B.top[6] += 1
                 B.left[v] = -1
                 B.right[v] = -1
                 B.lstart[v] = npm
@@ -1143,8 +1141,6 @@ def compact(A, B):
                 stack[sp + 1], parent[sp + 1] = A.left[u], v
                 sp += 2
     B.top[0], B.top[1], B.top[2] = nb, ns, npm
-    B.top[3] = B.top[4] = B.top[5] = 0
-    B.top[6] = A.top[6]
 
 
 @_jit

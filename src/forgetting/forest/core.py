@@ -242,16 +242,46 @@ class ExactForest:
         self._lo0 = np.zeros(self.d, np.int32)
         self._hi0 = nb.copy()  # the NaN code is a bin too: thresholds up to nbins - 1
         K_ = max(1, min(c.n_candidates, 16 * self.d))
-        guess = max(64, c.n_trees * (2 * n // max(c.min_leaf, 1) + 1) // 4)
-        A = _arrays(n, self.d, self.k, K_, guess, max(16, guess // 8), c.n_trees * n + n, c.n_trees)
-        A.codes[:] = encode(self._X, self.edges)
-        A.y[:] = self._quantize(y) if self.regression else y
-        A.nbins[:] = nb
-        A.params[:] = (self.k, K_, c.min_leaf, c.max_depth, c.cache_min_rows, self.regression)
-        A.seeds[:] = [_root_seed(c.random_state, t) for t in range(c.n_trees)]
+        shared = {
+            "codes": encode(self._X, self.edges),
+            "y": (self._quantize(y) if self.regression else np.asarray(y)).astype(np.int32),
+            "nbins": nb.astype(np.int32),
+            "params": np.array(
+                (self.k, K_, c.min_leaf, c.max_depth, c.cache_min_rows, self.regression),
+                np.int64,
+            ),
+            "seeds": np.array([_root_seed(c.random_state, t) for t in range(c.n_trees)]),
+        }
+        parts = min(worker_count() + 1, c.n_trees) if n >= PARALLEL_ROWS else 1
+        chunks = [range(c.n_trees * i // parts, c.n_trees * (i + 1) // parts) for i in range(parts)]
+        built = map_instances(lambda chunk: self._grow_trees(shared, chunk, n), chunks)
+        if parts == 1:
+            self.A = built[0]
+        else:  # one set of arrays, each chunk's trees copied in (children after parents)
+            used = np.sum([B.top[:3] for B in built], axis=0)
+            A = _arrays(0, self.d, self.k, K_, *(used + used // 4 + 64), c.n_trees)
+            A = A._replace(**shared)
+            for chunk, B in zip(chunks, built, strict=True):
+                K.copy_trees(B, A, chunk.start, chunk.stop)
+            self.A = A
+        self._path = np.zeros(int(nb.sum()) + self.d + 2, np.int64)
+        if not self.regression:
+            self._class_counts = np.bincount(y, minlength=self.k).astype(np.int64)
+        self._n_pool = int(pool.sum())
+        hashes = row_hashes(id_raw, self._targets_of(np.arange(n)), pool, self._X)
+        self._row_sum = hashes.view("<u8").sum(axis=0, dtype=np.uint64)
+
+    def _grow_trees(self, shared: dict, chunk: range, n: int) -> K.Arrays:
+        """Trees ``chunk`` grown on all n rows into arrays of their own (the rows' codes and
+        labels shared, read only): what a fit builds, so a chunk's trees are the same bits
+        whichever thread grows them and wherever their nodes land."""
+        c = self.config
+        guess = max(64, len(chunk) * (2 * n // max(c.min_leaf, 1) + 1) // 4)
+        A = _arrays(0, self.d, self.k, int(shared["params"][1]), guess, max(16, guess // 8),
+                    len(chunk) * n + n, c.n_trees)._replace(**shared)  # fmt: skip
         rows = np.arange(n, dtype=np.int32)
         buf = rows.copy()
-        for t in range(c.n_trees):
+        for t in chunk:
             while True:
                 buf[:] = rows
                 root = K.build(A, buf, 0, n, 0, A.seeds[t], self._lo0, self._hi0)
@@ -259,13 +289,7 @@ class ExactForest:
                     break
                 A = _resized(A, nodes=2 * A.feat.shape[0], slots=2 * A.ncand.shape[0])
             A.roots[t] = root
-        self.A = A
-        self._path = np.zeros(int(nb.sum()) + self.d + 2, np.int64)
-        if not self.regression:
-            self._class_counts = np.bincount(y, minlength=self.k).astype(np.int64)
-        self._n_pool = int(pool.sum())
-        hashes = row_hashes(id_raw, self._targets_of(np.arange(n)), pool, self._X)
-        self._row_sum = hashes.view("<u8").sum(axis=0, dtype=np.uint64)
+        return A
 
     # -- forget / insert -------------------------------------------------------------------
     def forget(self, id_list: list) -> bool:
