@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,14 +50,13 @@ from .decode import Loaded, code_layout, model_snapshot, read_model, read_rows
 from .errors import ReceiptCorrupt, StoreError
 from .mirror import Mirror
 from .persister import Persister
-from .receipt_log import STATUSES, ReceiptFilter, id_status
-from .receipt_log import every as every_receipt
-from .receipt_log import page as receipt_page
+from .reads import StoreReads
+from .receipt_log import STATUSES, id_status
 from .sql import SQLStore
 from .writes import GroupCommit, WriteQueue, WriteRequest
 
 
-class DurableModel:
+class DurableModel(StoreReads):
     """A fitted QSS estimator mirrored in a store (SQLite file path or PostgreSQL DSN)."""
 
     groups_writes = True
@@ -150,19 +149,6 @@ class DurableModel:
         return self._mirror.estimator
 
     @property
-    def task(self) -> str:
-        return "classification" if hasattr(self.estimator, "classes_") else "regression"
-
-    @property
-    def n_features(self) -> int:
-        return self.estimator.n_features_in_
-
-    @property
-    def classes(self) -> list | None:
-        classes = getattr(self.estimator, "classes_", None)
-        return None if classes is None else classes.tolist()
-
-    @property
     def feature_names(self) -> list[str] | None:
         """Column names recorded at fit (None when fitted on a plain array)."""
         names = self._mirror.info.get("feature_names")
@@ -204,12 +190,6 @@ class DurableModel:
         self._require_available()
         return self.estimator.state_digest()
 
-    def receipt(self, id_hash: str) -> dict | None:
-        """The latest receipt naming this keyed id hash, or None."""
-        with self._lock:
-            found = self._store.receipts_for(id_hash)
-        return found[-1] if found else None
-
     def lookup(self, row_id: Hashable) -> dict:
         """What the store knows of one id, hashed here with the membership key: its
         ``id_hash``, every receipt naming it (oldest first), ``status`` (a key of
@@ -238,23 +218,6 @@ class DurableModel:
             "rebuild_pending": pending,
             "receipts": receipts,
         }
-
-    def receipts(
-        self, keep: ReceiptFilter | None = None, *, after: int = 0, limit: int = 100
-    ) -> tuple[list[dict], int | None]:
-        """One page of the receipt log, oldest first (each receipt with its ``seq``), and
-        the cursor of the next page, None at the end (:func:`.receipt_log.page`)."""
-        return receipt_page(self._receipts_after, keep or ReceiptFilter(), after, limit)
-
-    def iter_receipts(self, keep: ReceiptFilter | None = None) -> Iterator[dict]:
-        """Every receipt ``keep`` matches, oldest first, a batch at a time (an export)."""
-        return every_receipt(self._receipts_after, keep or ReceiptFilter())
-
-    def _receipts_after(self, after: int, limit: int) -> list[tuple[int, dict]]:
-        """One batch of the log, read under the model's lock like every use of the store's
-        connection (:meth:`receipt`)."""
-        with self._lock:
-            return self._store.receipts_after(after, limit)
 
     def stats(self) -> dict:
         self._require_available()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,15 +44,14 @@ from .create import create_atomically
 from .decode import FOREST_CLASSES, _decode_id
 from .encode import KEY_KIND, META_KIND
 from .errors import ReceiptCorrupt, StoreCorrupt, StoreError, StoreKindError
-from .receipt_log import STATUSES, ReceiptFilter, id_status
-from .receipt_log import every as every_receipt
-from .receipt_log import page as receipt_page
+from .reads import StoreReads
+from .receipt_log import STATUSES, id_status
 from .sql import SQLStore
 
 _CLASSES = {cls.__name__: cls for cls in (ExactForestClassifier, ExactForestRegressor)}
 
 
-class DurableForest:
+class DurableForest(StoreReads):
     """An exact forest mirrored in a store (SQLite file path or PostgreSQL DSN)."""
 
     def __init__(self, store: SQLStore, estimator, next_seq: int, names: list[str] | None):
@@ -139,19 +138,6 @@ class DurableForest:
         return self._store.read_only
 
     @property
-    def task(self) -> str:
-        return "classification" if hasattr(self.estimator, "classes_") else "regression"
-
-    @property
-    def n_features(self) -> int:
-        return self.estimator.n_features_in_
-
-    @property
-    def classes(self) -> list | None:
-        classes = getattr(self.estimator, "classes_", None)
-        return None if classes is None else classes.tolist()
-
-    @property
     def feature_names(self) -> list[str] | None:
         """Column names recorded at fit (None when fitted on a plain array without them)."""
         names = getattr(self.estimator, "feature_names_in_", None)
@@ -183,12 +169,6 @@ class DurableForest:
         with self._lock:
             return self._store.receipts_for(id_hash)
 
-    def receipt(self, id_hash: str) -> dict | None:
-        """The latest receipt naming this keyed id hash, or None."""
-        with self._lock:
-            found = self._store.receipts_for(id_hash)
-        return found[-1] if found else None
-
     def lookup(self, row_id: Hashable) -> dict:
         """What the store knows of one id: its ``id_hash``, every receipt naming it (oldest
         first) and ``status`` (a key of :data:`~.receipt_log.STATUSES`). A forest rebuilds
@@ -206,21 +186,6 @@ class DurableForest:
             "rebuild_pending": False,
             "receipts": receipts,
         }
-
-    def receipts(
-        self, keep: ReceiptFilter | None = None, *, after: int = 0, limit: int = 100
-    ) -> tuple[list[dict], int | None]:
-        """One page of the receipt log, oldest first, and the next page's cursor
-        (:func:`.receipt_log.page`)."""
-        return receipt_page(self._receipts_after, keep or ReceiptFilter(), after, limit)
-
-    def iter_receipts(self, keep: ReceiptFilter | None = None) -> Iterator[dict]:
-        """Every receipt ``keep`` matches, oldest first, a batch at a time (an export)."""
-        return every_receipt(self._receipts_after, keep or ReceiptFilter())
-
-    def _receipts_after(self, after: int, limit: int) -> list[tuple[int, dict]]:
-        with self._lock:
-            return self._store.receipts_after(after, limit)
 
     def stats(self) -> dict:
         """What the service's /stats and the console's health page show."""
