@@ -75,3 +75,19 @@ def test_the_regression_forest_benchmark_runs_quick(tmp_path):
     md = (tmp_path / "fr.md").read_text()
     assert "## test RMSE" in md and "## validation grid" in md
     assert "| True | True |" in md  # same predictions, same digest after the forgets
+
+
+def test_forest_store_benchmark_on_credit(tmp_path):
+    from forgetting_lab.bench import forest_store
+
+    argv = ["--datasets", "credit", "--config", "credit=5:8:5", "--forgets", "10"]
+    argv += ["--batch", "40", "--out", str(tmp_path)]
+    assert forest_store.main(argv) == 0
+    text = (tmp_path / "forest-store.md").read_text()
+    assert "| credit |" in text and "Durable store (SQLite)" in text
+    store = next(tmp_path.glob("forest-store-durable*.csv")).read_text().splitlines()
+    header, row = store[0].split(","), store[1].split(",")
+    assert row[header.index("reopened = live")] == "True"
+    assert row[header.index("verify ok")] == "True" and row[header.index("forgets")] == "10"
+    files = next(tmp_path.glob("forest-store-model_file*.csv")).read_text().splitlines()
+    assert files[1].split(",")[files[0].split(",").index("load = saved")] == "True"

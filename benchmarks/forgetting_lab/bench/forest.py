@@ -38,6 +38,9 @@ from ..baselines import dare
 from .paper.data import load_data, parse_mapping
 from .report import write_results
 
+EXPECTED_DURATION = "about 5 min on 2 cores for six sets; flights alone about 15 min"
+"""How long a run took (`forgetting bench` lists it)."""
+
 DEFAULT_SETS = "digits,letter,satellite,shuttle,credit,adult,flights"
 VALIDATION_FRACTION = 0.2
 LEAVES = (1, 5, 20)
