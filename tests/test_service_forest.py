@@ -141,12 +141,13 @@ def test_the_cli_works_on_a_forest_store(tmp_path, capsys):
 
 def test_fit_model_forest_from_the_command_line(tmp_path, capsys):
     X, y, ids = _data(300)
+    X[np.random.default_rng(3).random(X.shape) < 0.05] = np.nan  # empty cells: missing
     data = tmp_path / "train.csv"
     with open(data, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["id", "label", *[f"f{j}" for j in range(X.shape[1])]])
         for i, label, row in zip(ids, y.tolist(), X.tolist(), strict=True):
-            writer.writerow([i, label, *map(repr, row)])
+            writer.writerow([i, label, *("" if np.isnan(v) else repr(v) for v in row)])
     store = tmp_path / "forest.db"
     argv = ["fit", "--data", data, "--store", store, "--model", "forest"]
     code, out, err = _run(capsys, *argv, "--n-estimators", 5, "--random-state", 2)
@@ -156,6 +157,15 @@ def test_fit_model_forest_from_the_command_line(tmp_path, capsys):
         assert isinstance(model, DurableForest) and model.feature_names == ["f0", "f1", "f2", "f3"]
         refit = ExactForestClassifier(**PARAMS).fit(X.astype(np.float64), y, ids)
         assert model.state_digest() == refit.state_digest()
+    code, _, err = _run(
+        capsys, "predict", "--store", store, "--data", data, "--out", tmp_path / "p.csv"
+    )
+    assert code == 0, err
+    with open(tmp_path / "p.csv", newline="") as f:
+        proba = np.array([[float(r["proba_0"]), float(r["proba_1"])] for r in csv.DictReader(f)])
+    assert np.array_equal(proba, refit.predict_proba(X.astype(np.float64)))
+    code, _, err = _run(capsys, "fit", "--data", data, "--store", tmp_path / "q.db")
+    assert code != 0 and "an empty cell is not a finite number" in err  # QSS: refused
     code, _, err = _run(capsys, *argv, "--overwrite", "--mode", "label")
     assert code == 2 and "--mode applies to --model qss only" in err
     code, _, err = _run(capsys, "fit", "--data", data, "--store", store, "--n-estimators", 3)

@@ -75,15 +75,21 @@ def embed_texts(texts: list[str]) -> np.ndarray:
         raise CLIError(str(err)) from None
 
 
-def fit_features(args: argparse.Namespace, table: tables.Table) -> tables.Features:
+def fit_features(
+    args: argparse.Namespace, table: tables.Table, missing: bool | None = None
+) -> tables.Features:
     """The features ``fit`` learns from: ``--feature-cols``, ``--text-col``, or every numeric
-    column but the id and label ones."""
+    column but the id and label ones. ``missing`` (default: ``fit --model forest``): empty
+    cells are missing values (NaN), which the exact forests take natively."""
+    if missing is None:
+        missing = getattr(args, "model", "qss") == "forest"
     return tables.select_features(
         table,
         columns=feature_cols(args),
         exclude={id_col(args, table), label_col(args, table)},
         text_column=args.text_col,
         embed=embed_texts,
+        missing=missing,
     )
 
 
@@ -278,7 +284,7 @@ def model_features(args: argparse.Namespace, table: tables.Table, model: Any) ->
             "(leave the option out: the store knows which columns it needs)"
         )
     if recorded is None:  # a store that records no feature names: match position and width
-        features = fit_features(args, table)
+        features = fit_features(args, table, getattr(model, "takes_missing_values", False))
         if features.matrix.shape[1] != model.n_features:
             raise usage(
                 f"the data has {features.matrix.shape[1]} feature columns, the model was "
@@ -291,6 +297,7 @@ def model_features(args: argparse.Namespace, table: tables.Table, model: Any) ->
         columns=feature_cols(args),
         ignore={id_col(args, table), label_col(args, table)},
         embed=embed_texts,
+        missing=getattr(model, "takes_missing_values", False),
     )
     if features.unused:
         note(f"columns the model does not use were ignored: {', '.join(features.unused)}")

@@ -134,7 +134,9 @@ def _add_columns(
         "(part.2 before part.10; names starting with . or _ are skipped), read as one Parquet "
         "file holding them. In an NPZ the 'columns' are its arrays: the features may be one "
         "2-D array (default X), labels default to y, ids to ids. An empty or non-numeric cell "
-        "in a feature column is an error naming its line (or file and row) and column.",
+        "in a feature column is an error naming its line (or file and row) and column — "
+        "except for an exact forest (fit --model forest), which reads an empty cell as a "
+        "missing value.",
     )
     group.add_argument("--data", required=True, metavar="PATH", help=data_help)
     group.add_argument("--id-col", metavar="NAME", help=id_help)

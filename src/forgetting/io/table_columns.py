@@ -46,9 +46,15 @@ def _bad_cell(table: Table, column: str, row: int, value: Any) -> TableError:
     )
 
 
-def numeric_column(table: Table, name: str) -> np.ndarray:
+def _is_missing(value: Any) -> bool:
+    """An empty CSV cell, a Parquet null, or a NaN."""
+    return value is None or value == "" or (isinstance(value, float) and math.isnan(value))
+
+
+def numeric_column(table: Table, name: str, *, missing: bool = False) -> np.ndarray:
     """A 1-D column as float64; the first empty, non-numeric or non-finite cell is an error
-    naming its row and column."""
+    naming its row and column. With ``missing`` an empty cell (a Parquet null, a NaN) is a
+    missing value, NaN — for models that take them (the exact forests)."""
     values = table.column(name, "--feature-cols")
     if table.kind == "csv":
         try:
@@ -56,9 +62,16 @@ def numeric_column(table: Table, name: str) -> np.ndarray:
         except ValueError:
             out = None
         if out is None or not np.all(np.isfinite(out)):
+            cells = []
             for row, value in enumerate(values):
-                if _finite(value) is None:
+                if missing and _is_missing(value):
+                    cells.append(math.nan)
+                    continue
+                number = _finite(value)
+                if number is None:
                     raise _bad_cell(table, name, row, value) from None
+                cells.append(number)
+            out = np.array(cells, dtype=np.float64)
         return out
     array = np.asarray(values)
     if array.ndim != 1:
@@ -68,22 +81,26 @@ def numeric_column(table: Table, name: str) -> np.ndarray:
         )
     if array.dtype.kind not in "biuf":  # strings, or objects (Parquet nulls, mixed values)
         for row, value in enumerate(array):
+            if missing and _is_missing(value):
+                continue
             if not isinstance(value, int | float | np.number) or isinstance(value, bool):
                 raise _bad_cell(table, name, row, value)
+        if missing:
+            array = np.array([math.nan if v is None else v for v in array.tolist()])
     out = array.astype(np.float64)
-    bad = np.flatnonzero(~np.isfinite(out))
+    bad = np.flatnonzero(np.isinf(out) if missing else ~np.isfinite(out))
     if bad.size:
         raise _bad_cell(table, name, int(bad[0]), out[int(bad[0])])
     return out
 
 
-def _matrix(table: Table, name: str) -> np.ndarray:
-    """A 2-D NPZ array as float64, every entry finite."""
+def _matrix(table: Table, name: str, *, missing: bool = False) -> np.ndarray:
+    """A 2-D NPZ array as float64, every entry finite (or NaN, with ``missing``)."""
     array = np.asarray(table.column(name, "--feature-cols"))
     if array.dtype.kind not in "biuf":
         raise TableError(f"{table.path}: array {name!r} is not numeric (dtype {array.dtype})")
     out = array.astype(np.float64)
-    bad = np.argwhere(~np.isfinite(out))
+    bad = np.argwhere(np.isinf(out) if missing else ~np.isfinite(out))
     if bad.size:
         row, col = (int(v) for v in bad[0])
         raise TableError(
@@ -149,8 +166,10 @@ def select_features(
     exclude: Iterable[str] = (),
     text_column: str | None = None,
     embed: Embedder | None = None,
+    missing: bool = False,
 ) -> Features:
-    """The fit-time feature matrix: ``columns`` as given, else the default selection.
+    """The fit-time feature matrix: ``columns`` as given, else the default selection
+    (``missing``: empty cells are NaN, :func:`numeric_column`).
 
     Defaults: NPZ uses the array ``X`` (2-D, or 1-D as one column); CSV and Parquet use every
     column not in ``exclude`` (the id and label columns), leaving out text columns (listed in
@@ -170,9 +189,9 @@ def select_features(
     for name in names:
         table.column(name, "--feature-cols")
     if len(names) == 1 and np.ndim(table.columns[names[0]]) == 2:
-        matrix = _matrix(table, names[0])
+        matrix = _matrix(table, names[0], missing=missing)
         return Features(matrix, matrix_names(names[0], matrix.shape[1]), names, skipped)
-    matrix = np.column_stack([numeric_column(table, name) for name in names])
+    matrix = np.column_stack([numeric_column(table, name, missing=missing) for name in names])
     return Features(matrix, names, names, skipped)
 
 
@@ -214,8 +233,10 @@ def match_features(
     columns: Sequence[str] | None = None,
     ignore: Iterable[str] = (),
     embed: Embedder | None = None,
+    missing: bool = False,
 ) -> Features:
-    """The feature matrix for a model fitted on the columns ``recorded``, selected by name.
+    """The feature matrix for a model fitted on the columns ``recorded``, selected by name
+    (``missing``: empty cells are NaN, :func:`numeric_column`).
 
     The file's column order does not matter; a recorded column the file lacks is an error
     naming it; columns the model does not use are ignored and listed in
@@ -229,13 +250,13 @@ def match_features(
             f"given are {','.join(columns)} (leave the option out to select them by name)"
         )
     if all(name in table.columns and np.ndim(table.columns[name]) == 1 for name in recorded):
-        matrix = np.column_stack([numeric_column(table, name) for name in recorded])
+        matrix = np.column_stack([numeric_column(table, n, missing=missing) for n in recorded])
         used = set(recorded) | set(ignore)
         unused = [name for name in table.names if name not in used]
         return Features(matrix, recorded, recorded, unused=unused)
     array = _source(recorded, _MATRIX_NAME)
     if array is not None and array in table.columns and np.ndim(table.columns[array]) == 2:
-        matrix = _matrix(table, array)
+        matrix = _matrix(table, array, missing=missing)
         if matrix.shape[1] != len(recorded):
             raise TableError(
                 f"{table.path}: array {array!r} has {matrix.shape[1]} columns, the model was "

@@ -153,6 +153,10 @@ class DurableForest(StoreReads):
     queued_writes = 0
     """Writes are committed one at a time under the lock: none is ever queued here."""
 
+    takes_missing_values = True
+    """A forest takes NaN features natively (their own bin): the CLI reads empty cells as
+    missing values for it."""
+
     def predict(self, X) -> np.ndarray:
         return self.estimator.predict(X)
 
