@@ -47,10 +47,10 @@ from ..snapshots import EngineSnapshot
 from .connection import describe
 from .create import create_store
 from .decode import Loaded, code_layout, model_snapshot, read_model, read_rows
-from .errors import ReceiptCorrupt, StoreError
+from .errors import StoreError
 from .mirror import Mirror
 from .persister import Persister
-from .reads import StoreReads
+from .reads import StoreReads, as_receipt
 from .receipt_log import STATUSES, id_status
 from .sql import SQLStore
 from .writes import GroupCommit, WriteQueue, WriteRequest
@@ -332,12 +332,12 @@ class DurableModel(StoreReads):
         store, as for a single request.
         """
         reply = self._writes.submit(WriteRequest("forget", (ids, erase_inputs)), self._commit)
-        return _receipt(reply)
+        return as_receipt(reply)
 
     def insert(self, X, y, ids) -> Receipt:
         """Insert labeled rows durably; returns the receipt once committed. Concurrent
         inserts and forgets are committed together, in the order they came (:meth:`forget`)."""
-        return _receipt(self._writes.submit(WriteRequest("insert", (X, y, ids)), self._commit))
+        return as_receipt(self._writes.submit(WriteRequest("insert", (X, y, ids)), self._commit))
 
     def _commit(self) -> None:
         """Take the next group of queued writes and commit it, under this model's lock; every
@@ -443,12 +443,3 @@ class DurableModel(StoreReads):
             self.reload()
         except BaseException:  # noqa: BLE001 - the service keeps calling reload()
             pass
-
-
-def _receipt(reply: dict) -> Receipt:
-    """The write's reply as a Receipt; a retried deletion's reply is the stored receipt,
-    which the store may hold damaged (:class:`ReceiptCorrupt`, one line)."""
-    try:
-        return Receipt.from_dict(reply)
-    except ValueError as err:
-        raise ReceiptCorrupt(f"the stored receipt of these ids is damaged ({err})") from None

@@ -43,8 +43,8 @@ from .connection import describe
 from .create import create_atomically
 from .decode import FOREST_CLASSES, _decode_id
 from .encode import KEY_KIND, META_KIND
-from .errors import ReceiptCorrupt, StoreCorrupt, StoreError, StoreKindError
-from .reads import StoreReads
+from .errors import StoreCorrupt, StoreError, StoreKindError
+from .reads import StoreReads, as_receipt
 from .receipt_log import STATUSES, id_status
 from .sql import SQLStore
 
@@ -261,7 +261,7 @@ class DurableForest(StoreReads):
             earlier = self._earlier_forgets(unknown)
             if unknown and len(earlier) == len(id_list):
                 self._store.purge_logs()  # a retry after a busy purge finishes it here
-                return _receipt({**earlier[-1], "already_forgotten": True})
+                return as_receipt({**earlier[-1], "already_forgotten": True})
             id_list = [i for i in id_list if i not in set(unknown)] if earlier else id_list
             receipt = model.forget(id_list)
             keys = [id_bytes(i) for i in id_list]
@@ -280,7 +280,7 @@ class DurableForest(StoreReads):
                 self._next_seq = model.n_rows_
             self._store.purge_logs()
             if earlier:
-                return _receipt({**receipt.to_dict(), "already_forgotten_ids": len(earlier)})
+                return as_receipt({**receipt.to_dict(), "already_forgotten_ids": len(earlier)})
             return receipt
 
     def _earlier_forgets(self, unknown: list) -> list[dict]:
@@ -483,14 +483,6 @@ def _rows(loc: str, records: list[tuple], width: int, classifier: bool):
         except (ValueError, TypeError, UnicodeDecodeError, OverflowError) as err:
             raise _corrupt(loc, where, err) from None
     return ids, X, y, next_seq
-
-
-def _receipt(reply: dict) -> Receipt:
-    """A stored receipt (with the retry fields) as a Receipt; damaged: ReceiptCorrupt."""
-    try:
-        return Receipt.from_dict(reply)
-    except ValueError as err:
-        raise ReceiptCorrupt(f"the stored receipt of these ids is damaged ({err})") from None
 
 
 def _corrupt(loc: str, where: str, problem: Any) -> StoreCorrupt:

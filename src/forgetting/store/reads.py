@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..receipts import Receipt
+from .errors import ReceiptCorrupt
 from .receipt_log import ReceiptFilter
 from .receipt_log import every as every_receipt
 from .receipt_log import page as receipt_page
@@ -54,3 +56,12 @@ class StoreReads:
         connection (:meth:`receipt`)."""
         with self._lock:
             return self._store.receipts_after(after, limit)
+
+
+def as_receipt(reply: dict) -> Receipt:
+    """A write's reply as a Receipt; a retried deletion's reply is the stored receipt, which
+    the store may hold damaged (:class:`ReceiptCorrupt`, one line)."""
+    try:
+        return Receipt.from_dict(reply)
+    except ValueError as err:
+        raise ReceiptCorrupt(f"the stored receipt of these ids is damaged ({err})") from None
