@@ -89,7 +89,7 @@ def _gains(P, L, min_leaf):
 def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
     X, y = _data(n=400, seed=3)
     model = ExactForestClassifier(**PARAMS).fit(X, y)
-    forest = model.forest_
+    forest = model.forest_.instance(0)
     A = forest.A
     root = int(A.roots[0])
     slot = int(A.slot[root])
@@ -122,7 +122,7 @@ def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
         model.forget([best_row])
         alive.remove(best_row)
         gone.append(best_row)
-        A = model.forest_.A
+        A = model.forest_.instance(0).A
         if int(A.roots[0]) != root or int(A.feat[A.roots[0]]) != int(feats[chosen]):
             break
     after = model.forest_.structure(0)
@@ -216,10 +216,11 @@ def test_compaction_keeps_the_bits():
     X, y = _data(n=900, seed=11)
     model = ExactForestClassifier(**{**PARAMS, "cache_min_rows": 400}).fit(X, y)
     victims = _outside_pool(model, list(range(900)))[:400]
-    nodes_before = model.forest_.A.top[0]
+    nodes_before = model.forest_.instance(0).A.top[0]
     for i in victims:
         model.forget([i])
-    assert model.forest_.A.top[0] < nodes_before + 5 * model.forest_.A.top[3] + 10**6
+    A = model.forest_.instance(0).A
+    assert A.top[0] < nodes_before + 5 * A.top[3] + 10**6
     _assert_same(model, _refit(model, X, y, sorted(set(range(900)) - set(victims))), X)
 
 
@@ -269,7 +270,7 @@ def test_compiled_encoding_equals_the_numpy_definition():
 
     X, y = _data(n=400, nan=0.1, seed=17)
     model = ExactForestClassifier(**{**PARAMS, "max_bins": 16}).fit(X, y)
-    forest = model.forest_
+    forest = model.forest_.instance(0)
     Z = np.vstack([X, X + 1e-3, np.array(forest.edges[0][:1].tolist() * X.shape[1])[None, :]])
     Z = Z.astype(np.float32)
     assert np.array_equal(forest._encode(Z), encode(Z, forest.edges))
@@ -280,7 +281,7 @@ def test_an_insert_that_joins_the_pool_refits_to_the_same_bits():
 
     X, y = _data(n=500, seed=19)
     model = ExactForestClassifier(**{**PARAMS, "min_bin_rows": 0, "rho": 0.1}).fit(X[:450], y[:450])
-    forest = model.forest_
+    forest = model.forest_.instance(0)
     member = next(i for i in range(450, 500) if draws(forest._key, [id_bytes(i)], 1)[0, 0] < 0.1)
     outsider = next(i for i in range(450, 500) if draws(forest._key, [id_bytes(i)], 1)[0, 0] >= 0.1)
     assert model.insert(X[[outsider]], y[[outsider]], [outsider]).instances_hit == ()

@@ -80,7 +80,7 @@ def test_batch_inserts_equal_a_refit_and_one_row_inserts():
 def test_a_batch_that_flips_the_root_equals_a_refit():
     X, y = _data(n=1200, k=2)
     model = ExactForestClassifier(**dict(PARAMS, n_estimators=3)).fit(X, y)
-    forest = model.forest_
+    forest = model.forest_.instance(0)
     root = forest.A.roots[0]
     f, th = forest.A.feat[root], forest.A.thr[root]
     side = {i: forest.A.codes[forest._pos[i], f] <= th for i in model.ids_}

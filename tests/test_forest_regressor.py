@@ -103,7 +103,7 @@ def _sse_gains(P, L, min_leaf=1):
 def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
     X, y = _data(n=400, seed=3)
     model = ExactForestRegressor(**PARAMS).fit(X, y)
-    A = model.forest_.A
+    A = model.forest_.instance(0).A
     root, slot = int(A.roots[0]), int(A.slot[A.roots[0]])
     assert slot >= 0, "the root keeps cached candidate sums"
     before = model.forest_.structure(0)
@@ -112,14 +112,14 @@ def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
     alive = _outside_pool(model, list(range(len(y))))
     gone = []
     for _ in range(300):  # greedy: delete the row that most narrows the chosen split's lead
-        A = model.forest_.A
+        A = model.forest_.instance(0).A
         if int(A.roots[0]) != root or int(A.feat[root]) != int(feats[chosen]):
             break
         P = A.counts[root].astype(np.int64)
         L = A.cleft[slot][: A.ncand[slot]].astype(np.int64)
         best_row, best_margin = None, np.inf
         for r in alive[:: max(1, len(alive) // 120)]:
-            p = model.forest_._pos[r]
+            p = model.forest_.instance(0)._pos[r]
             q = int(A.y[p])
             goes = A.codes[p, feats[: len(L)]] <= thrs[: len(L)]
             Lr = L - np.outer(goes, [1, q])
@@ -138,7 +138,7 @@ def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
 def test_missing_values_stay_exact_and_targets_beyond_the_grid_are_clipped():
     X, y = _data(n=500, nan=0.2, seed=7)
     model = ExactForestRegressor(**PARAMS).fit(X, y)
-    forest = model.forest_
+    forest = model.forest_.instance(0)
     assert np.all(np.isfinite(model.predict(X)))
     outside = [
         i

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -62,6 +63,46 @@ def test_changes_survive_reopen_and_equal_a_refit(db):
         assert "user-100" not in set(model.ids_) and "new-b" in set(model.ids_)
         _refit_equals(model, X)
         again.forget(["user-5"])  # the reopened model is live
+        _refit_equals(again.estimator, X)
+
+
+def test_instances_rebuild_in_the_background_and_reopen_equal(db, monkeypatch):
+    from forgetting.forest import core as forest_core
+
+    X, y, ids = _data()
+    params = {"n_estimators": 6, "n_instances": 3, "min_bin_rows": 30}
+    with DurableForest.create(
+        db, ExactForestClassifier(**params), X, y, ids, overwrite=True
+    ) as store:
+        model = store.estimator
+        pools = [set(model.forest_.instance(r).pool_ids()) for r in range(3)]
+        row = sorted(pools[2] - pools[0] - pools[1])[0]
+        outside = next(i for i in ids if i not in pools[0] | pools[1] | pools[2])
+        opened = threading.Event()
+        real = forest_core.ExactForest.fit
+
+        def gated(forest, *args):
+            if threading.current_thread().name.startswith("forest-rebuild"):
+                assert opened.wait(60)
+            return real(forest, *args)
+
+        monkeypatch.setattr(forest_core.ExactForest, "fit", gated)
+        receipt = store.forget([row])
+        assert receipt.rebuild_started and receipt.instances_hit == (2,)
+        stats = store.stats()
+        assert stats["pending_rebuilds"] == [2]
+        assert [i["valid"] for i in stats["instances"]] == [True, True, False]
+        assert store.lookup(row)["rebuild_pending"] is True
+        store.forget([outside])  # served and acknowledged while instance 2 rebuilds
+        opened.set()
+        store.wait_for_rebuilds(timeout=60)
+        assert store.lookup(row)["rebuild_pending"] is False
+        assert store.stats()["rebuilds_run"] == 1
+        assert store.verify()["ok"]
+        digest = store.estimator.structure_digest()
+    with DurableForest.open(db) as again:
+        assert again.estimator.n_instances == 3
+        assert again.estimator.structure_digest() == digest
         _refit_equals(again.estimator, X)
 
 

@@ -54,7 +54,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     model_kind = getattr(args, "model", "qss")
     estimator_cls = estimator_class(args.task, model_kind)
     allowed = options_of(model_kind)
-    for name in (*ESTIMATOR_OPTIONS, *FOREST_OPTIONS):
+    for name in dict.fromkeys((*ESTIMATOR_OPTIONS, *FOREST_OPTIONS)):
         if hasattr(args, name) and name not in allowed:
             other = "forest" if model_kind == "qss" else "qss"
             raise usage(f"--{name.replace('_', '-')} applies to --model {other} only")

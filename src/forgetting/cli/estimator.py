@@ -45,7 +45,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 MODELS = ("qss", "forest")
 
 #: The parameters ``fit --model forest`` exposes as options besides :data:`SHARED_OPTIONS`.
-FOREST_OPTIONS = ("n_estimators", "max_features", "min_samples_leaf")
+FOREST_OPTIONS = ("n_estimators", "max_features", "min_samples_leaf", "n_instances")
 
 #: Options both models take.
 SHARED_OPTIONS = ("rho", "random_state")
@@ -56,6 +56,7 @@ FOREST_DEFAULTS: dict[str, Any] = {
     "n_estimators": 30,
     "max_features": "sqrt",
     "min_samples_leaf": 1,
+    "n_instances": 1,
     "rho": 0.005,
     "random_state": 0,
 }

@@ -221,8 +221,10 @@ def _add_estimator_options(fit: Any) -> None:
         "--n-instances",
         type=_positive_int,
         default=keep,
-        help="QSS: redundant instances p: requests block only if all p rebuild. "
-        f"Default {defaults['n_instances']}",
+        help="redundant instances p, each with its own D°: a deletion hitting one D° "
+        "rebuilds that instance in the background while the others serve; requests block "
+        f"only if all p rebuild. Default {defaults['n_instances']} (QSS), "
+        f"{FOREST_DEFAULTS['n_instances']} (forest: one D° hit refits it in the call)",
     )
     est.add_argument(
         "--n-levels",
@@ -249,8 +251,8 @@ def _add_estimator_options(fit: Any) -> None:
         default="qss",
         help="qss: QSSClassifier / QSSRegressor (the default); forest: ExactForestClassifier "
         "/ ExactForestRegressor, extremely randomized trees with exact forget — closer to a "
-        "retrained gradient-boosting model on tables (docs/forest.md); a forget of one of its "
-        "D° rows refits it. The options below marked QSS or forest apply to that model only",
+        "retrained gradient-boosting model on tables (docs/forest.md). The options below "
+        "marked QSS or forest apply to that model only",
     )
     forest = FOREST_DEFAULTS
     est.add_argument(

@@ -130,18 +130,34 @@ class ExactForest:
     canonical bytes, :func:`forgetting.schema.membership.id_bytes`); labels are class indices
     0..k-1, or float targets with ``n_classes=None``. Validation is the caller's."""
 
-    def __init__(self, config: ForestConfig, key: bytes, n_features: int, n_classes: int | None):
+    def __init__(
+        self,
+        config: ForestConfig,
+        key: bytes,
+        n_features: int,
+        n_classes: int | None,
+        *,
+        instance: int = 0,
+        n_instances: int = 1,
+        first_tree: int = 0,
+    ):
+        """``instance`` of ``n_instances`` picks the column of the keyed draws that decides
+        D° (:func:`~forgetting.schema.membership.draws`), ``first_tree`` numbers the trees'
+        seeds: instance r of a :class:`~.instances.ForestInstances` holds trees
+        ``first_tree .. first_tree + config.n_trees - 1`` of the whole forest."""
         self.config = config
         self._key = key
         self.d = n_features
         self.regression = n_classes is None
         self.k = 2 if self.regression else n_classes
+        self._instance, self._n_instances, self._first_tree = instance, n_instances, first_tree
         self._lock = threading.RLock()
         self._prefix = b"".join(
             [
                 STATE_FORMAT,
                 json.dumps(asdict(config), sort_keys=True).encode(),
                 f"{key_fingerprint(key)}:{n_features}:{n_classes}".encode(),
+                f":{instance}/{n_instances}:{first_tree}".encode() if n_instances > 1 else b"",
             ]
         )
 
@@ -198,6 +214,11 @@ class ExactForest:
         return np.array(sorted(self._pos.values()), dtype=np.int64)
 
     @property
+    def n_pool(self) -> int:
+        """Rows in D°."""
+        return self._n_pool
+
+    @property
     def effective_rho(self) -> float:
         """|D°| / rows: the probability that forgetting a random row refits."""
         return self._n_pool / max(self.n_rows, 1)
@@ -216,7 +237,7 @@ class ExactForest:
         self._pos = {row_id: p for p, row_id in enumerate(id_list)}
         self._free: list[int] = []
         self._X = np.ascontiguousarray(X, dtype=np.float32)
-        self._draws = draws(self._key, id_raw, 1)[:, 0]
+        self._draws = self._draws_of(id_raw)
         rule = MembershipRule(c.rho, c.min_bin_rows)
         self._threshold = rule.threshold(self._draws)
         pool = self._draws < self._threshold
@@ -250,7 +271,9 @@ class ExactForest:
                 (self.k, K_, c.min_leaf, c.max_depth, c.cache_min_rows, self.regression),
                 np.int64,
             ),
-            "seeds": np.array([_root_seed(c.random_state, t) for t in range(c.n_trees)]),
+            "seeds": np.array(
+                [_root_seed(c.random_state, self._first_tree + t) for t in range(c.n_trees)]
+            ),
         }
         parts = min(worker_count() + 1, c.n_trees) if n >= PARALLEL_ROWS else 1
         chunks = [range(c.n_trees * i // parts, c.n_trees * (i + 1) // parts) for i in range(parts)]
@@ -291,7 +314,32 @@ class ExactForest:
             A.roots[t] = root
         return A
 
+    def _draws_of(self, id_raw: list) -> np.ndarray:
+        return draws(self._key, id_raw, self._n_instances)[:, self._instance]
+
     # -- forget / insert -------------------------------------------------------------------
+    def forget_refits(self, id_list: list) -> bool:
+        """Whether forgetting these (known) ids refits: one of them is in D°, or the batch is
+        larger than ``refit_fraction`` of the rows."""
+        pos = np.array([self._pos[i] for i in id_list], dtype=np.int64)
+        return bool(np.any(self._draws[pos] < self._threshold)) or (
+            len(pos) > self.config.refit_fraction * self.n_rows
+        )
+
+    def insert_refits(self, id_raw: list) -> bool:
+        """Whether inserting rows with these (new) ids refits: one of them joins D°."""
+        new_draws = self._draws_of(id_raw)
+        return bool(np.any(new_draws < self._insert_threshold(new_draws)))
+
+    def _insert_threshold(self, new_draws: np.ndarray) -> float:
+        """D°'s draw threshold once rows with these draws are in."""
+        if self._threshold == self.config.rho:
+            return self._threshold
+        # D° holds its minimum of rows: recount with the new rows' draws
+        rule = MembershipRule(self.config.rho, self.config.min_bin_rows)
+        live = self._live_positions()
+        return rule.threshold(np.concatenate([self._draws[live], new_draws]))
+
     def forget(self, id_list: list) -> bool:
         """Remove rows by id (all known). Returns True when the forest was refitted (a D°
         row was among them, or the batch was large)."""
@@ -300,8 +348,7 @@ class ExactForest:
 
     def _forget(self, id_list: list) -> bool:
         pos = np.array([self._pos[i] for i in id_list], dtype=np.int64)
-        hits_pool = bool(np.any(self._draws[pos] < self._threshold))
-        if hits_pool or len(pos) > self.config.refit_fraction * self.n_rows:
+        if self.forget_refits(id_list):
             gone = set(pos.tolist())
             keep = np.array([p for p in self._live_positions() if p not in gone], dtype=np.int64)
             self._refit(keep)
@@ -326,13 +373,8 @@ class ExactForest:
             return self._insert(id_list, id_raw, X, y)
 
     def _insert(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> bool:
-        new_draws = draws(self._key, id_raw, 1)[:, 0]
-        threshold = self._threshold
-        if threshold != self.config.rho:  # D° holds its minimum of rows: recount
-            rule = MembershipRule(self.config.rho, self.config.min_bin_rows)
-            live = self._live_positions()
-            threshold = rule.threshold(np.concatenate([self._draws[live], new_draws]))
-        if np.any(new_draws < threshold):
+        new_draws = self._draws_of(id_raw)
+        if np.any(new_draws < self._insert_threshold(new_draws)):
             ids, raw, X_old, y_old = self.rows()
             self.fit(
                 ids + list(id_list),

@@ -28,7 +28,8 @@ from .._masked_repr import MaskedKeyRepr
 from ..ids import listing, normalize_ids
 from ..receipts import Receipt
 from ..schema.membership import derive_key, id_bytes, receipt_hashes
-from .core import ExactForest, ForestConfig
+from .core import ForestConfig
+from .instances import ForestInstances
 
 
 class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
@@ -48,6 +49,7 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
         "rho": [Interval(Real, 0.0, 1.0, closed="right")],
         "min_bin_rows": [Interval(Integral, 0, None, closed="left")],
         "cache_min_rows": [Interval(Integral, 1, None, closed="left")],
+        "n_instances": [Interval(Integral, 1, None, closed="left")],
         "random_state": [Interval(Integral, 0, 2**63 - 1, closed="both")],
         "secret_key": [bytes, str, None],
     }
@@ -63,6 +65,7 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
         rho: float = 0.005,
         min_bin_rows: int = 200,
         cache_min_rows: int = 64,
+        n_instances: int = 1,
         random_state: int = 0,
         secret_key: bytes | str | None = None,
     ):
@@ -74,6 +77,7 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
         self.rho = rho
         self.min_bin_rows = min_bin_rows
         self.cache_min_rows = cache_min_rows
+        self.n_instances = n_instances
         self.random_state = random_state
         self.secret_key = secret_key
 
@@ -212,10 +216,16 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
                 setattr(self, k, v)
             raise
 
-    def _new_forest(self, d: int, n_classes: int | None) -> ExactForest:
+    def _new_forest(self, d: int, n_classes: int | None) -> ForestInstances:
         key = derive_key(self.secret_key, int(self.random_state))
+        config = self._config(d)
+        if self.n_instances > config.n_trees:
+            raise ValueError(
+                f"n_instances={self.n_instances} needs at least as many trees; "
+                f"n_estimators is {config.n_trees}"
+            )
         self._key = key
-        return ExactForest(self._config(d), key, d, n_classes)
+        return ForestInstances(config, key, d, n_classes, int(self.n_instances))
 
     def _unknown_ids_refused(self, id_list: list) -> None:
         missing = self.forest_.unknown_ids(id_list)
@@ -224,14 +234,18 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
                 f"unknown ids (never inserted, or already forgotten): {listing(missing)}"
             )
 
-    def _receipt(self, operation: str, id_raw: list, refit: bool, started: float) -> Receipt:
+    def _receipt(
+        self, operation: str, id_raw: list, hit: tuple[tuple[int, ...], bool], started: float
+    ) -> Receipt:
+        """``hit``: the instances whose D° the change moved, and whether they rebuild in the
+        background (else they were refitted in the call)."""
         return Receipt(
             operation=operation,
             scope="instance",
             n_rows=len(id_raw),
             id_hashes=tuple(receipt_hashes(self._key, id_raw)),
-            instances_hit=(0,) if refit else (),
-            rebuild_started=False,
+            instances_hit=hit[0],
+            rebuild_started=hit[1],
             state_digest=self.forest_.state_digest(),
             timestamp=datetime.now(UTC).isoformat(timespec="microseconds"),
             seconds=time.perf_counter() - started,
@@ -319,15 +333,23 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
 
     @property
     def pool_ids_(self) -> list:
-        """Ids of the D° rows (the rows that fix the bin grid): forgetting one refits."""
+        """Ids of the D° rows (the rows that fix an instance's bin grid): forgetting one
+        rebuilds that instance (in the background while another serves)."""
         self._check_fitted()
         return self.forest_.pool_ids()
 
     @property
     def effective_rho_(self) -> float:
-        """The probability that forgetting a random row hits D° (and refits)."""
+        """The probability that forgetting a random row hits a D° (and rebuilds)."""
         self._check_fitted()
         return self.forest_.effective_rho
+
+    def wait_for_rebuilds(self, timeout: float | None = None) -> None:
+        """Block until no instance rebuilds in the background (``timeout`` seconds at most:
+        TimeoutError). From then until the next change the model is a fit on the rows held,
+        bit for bit; while one rebuilds, the other instances serve."""
+        self._check_fitted()
+        self.forest_.wait_for_rebuilds(timeout)
 
 
 class ExactForestClassifier(ClassifierMixin, _ExactForestBase):
@@ -341,6 +363,11 @@ class ExactForestClassifier(ClassifierMixin, _ExactForestBase):
     the rows whose keyed id hash is below ``rho`` (at least ``min_bin_rows`` rows): forgetting
     a D° row refits. ``cache_min_rows`` sets which nodes cache candidate counts (a speed
     knob only: results do not depend on it).
+
+    ``n_instances`` = p > 1 splits the trees into p instances, each with its own D° and grid
+    (docs/forest.md): forgetting a row of one instance's D° rebuilds that instance in the
+    background while the others serve, so the call returns at once; the model equals a
+    refit again once the rebuild lands (:meth:`wait_for_rebuilds`).
     """
 
     def _check_y(self, y: Any, n: int) -> np.ndarray:
@@ -395,10 +422,10 @@ class ExactForestClassifier(ClassifierMixin, _ExactForestBase):
             )
         if np.any(remaining == 0):
             self._refit_without(id_list)
-            refit = True
+            hit = (tuple(range(self.forest_.n_instances)), False)
         else:
-            refit = forest.forget(id_list)
-        return self._receipt("forget", id_raw, refit, started)
+            hit = forest.forget(id_list)
+        return self._receipt("forget", id_raw, hit, started)
 
     def _refit_without(self, id_list: list) -> None:
         """Refit on what remains, with the classes that remain."""
@@ -433,8 +460,8 @@ class ExactForestClassifier(ClassifierMixin, _ExactForestBase):
         known = self.forest_.known_ids(id_list)
         if known:
             raise ValueError(f"ids already present: {listing(known)}; forget them first")
-        refit = self.forest_.insert(id_list, id_raw, X32, idx.astype(np.int64))
-        return self._receipt("insert", id_raw, refit, started)
+        hit = self.forest_.insert(id_list, id_raw, X32, idx.astype(np.int64))
+        return self._receipt("insert", id_raw, hit, started)
 
     # -- serving ---------------------------------------------------------------------------
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -499,8 +526,8 @@ class ExactForestRegressor(RegressorMixin, _ExactForestBase):
         self._unknown_ids_refused(id_list)
         if self.forest_.n_rows - len(id_list) < 2:
             raise ValueError("forgetting these rows would leave fewer than 2; refit instead")
-        refit = self.forest_.forget(id_list)
-        return self._receipt("forget", id_raw, refit, started)
+        hit = self.forest_.forget(id_list)
+        return self._receipt("forget", id_raw, hit, started)
 
     def insert(self, X: Any, y: Any, ids: Sequence[Hashable]) -> Receipt:
         """Add rows with finite targets; the result equals a fit on all rows."""
@@ -512,8 +539,8 @@ class ExactForestRegressor(RegressorMixin, _ExactForestBase):
         known = self.forest_.known_ids(id_list)
         if known:
             raise ValueError(f"ids already present: {listing(known)}; forget them first")
-        refit = self.forest_.insert(id_list, id_raw, X32, targets)
-        return self._receipt("insert", id_raw, refit, started)
+        hit = self.forest_.insert(id_list, id_raw, X32, targets)
+        return self._receipt("insert", id_raw, hit, started)
 
     # -- serving ---------------------------------------------------------------------------
     def predict(self, X: Any) -> np.ndarray:

@@ -91,6 +91,11 @@ def load_forest(
     return estimator
 
 
+PARAMS_ADDED = {"n_instances": 1}
+"""Parameters added after forest files were first written, with the value that gives the
+model those files hold."""
+
+
 def restore_forest(cls: type, state: dict, secret_key: Any, what: str) -> Any:
     """A fitted ``cls`` grown from ``state`` — a mapping with ``params``, ``fitted``,
     ``key_derived``, ``key_fingerprint`` and ``rows`` (``ids``, ``X``, ``y``) as a forest file
@@ -131,6 +136,8 @@ def _estimator(cls: type, state: dict, secret_key: Any, what: str) -> Any:
     """An unfitted ``cls`` with the file's parameters and the key, both checked."""
     params = state.get("params")
     names = set(cls().get_params(deep=False)) - {"secret_key"}
+    if isinstance(params, dict):  # files written before a parameter existed: its old value
+        params = {**{k: v for k, v in PARAMS_ADDED.items() if k not in params}, **params}
     if not isinstance(params, dict) or set(params) != names:
         raise ModelFileError(f"{what}: params must name exactly {sorted(names)}")
     estimator = cls(**params, secret_key=secret_key)

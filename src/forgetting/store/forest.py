@@ -175,19 +175,23 @@ class DurableForest(StoreReads):
 
     def lookup(self, row_id: Hashable) -> dict:
         """What the store knows of one id: its ``id_hash``, every receipt naming it (oldest
-        first) and ``status`` (a key of :data:`~.receipt_log.STATUSES`). A forest rebuilds
-        nothing in the background, so ``rebuild_pending`` is always False."""
+        first), ``status`` (a key of :data:`~.receipt_log.STATUSES`) and
+        ``rebuild_pending``: whether an instance its deletion hit still rebuilds."""
         with self._lock:
             model = self.estimator
             row_id = canonical_id(row_id)
             id_hash = model.receipt_hash(row_id)
             receipts = self._store.receipts_for(id_hash)
             status = id_status(receipts, not model.forest_.unknown_ids([row_id]))
+            rebuilding = set(model.forest_.rebuilding)
+        pending = status == "forgotten" and any(
+            r in rebuilding for r in receipts[-1].get("instances_hit") or ()
+        )
         return {
             "id_hash": id_hash,
             "status": status,
             "explanation": STATUSES[status],
-            "rebuild_pending": False,
+            "rebuild_pending": pending,
             "receipts": receipts,
         }
 
@@ -195,6 +199,8 @@ class DurableForest(StoreReads):
         """What the service's /stats and the console's health page show."""
         with self._lock:
             model = self.estimator
+            forest = model.forest_
+            seconds = list(forest.rebuild_seconds)
             size = self._store.size_bytes()
             return {
                 "task": self.task,
@@ -205,11 +211,11 @@ class DurableForest(StoreReads):
                 "n_features": self.n_features,
                 "feature_names": self.feature_names,
                 "classes": self.classes,
-                "instances": [],
-                "pending_rebuilds": [],
+                "instances": forest.instance_stats(),
+                "pending_rebuilds": forest.rebuilding,
                 "queued_writes": 0,
-                "rebuilds_run": 0,
-                "mean_rebuild_seconds": None,
+                "rebuilds_run": len(seconds),
+                "mean_rebuild_seconds": float(np.mean(seconds)) if seconds else None,
                 "effective_rho": model.effective_rho_,
                 "state_digest": model.state_digest(),
                 "key_is_derived": self.key_is_derived,
@@ -240,7 +246,9 @@ class DurableForest(StoreReads):
             }
 
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
-        """Nothing to wait for: a forest rebuilds what a change flips when it is read."""
+        """Block until no instance rebuilds in the background (``n_instances`` > 1: a forget
+        that hit one instance's D°)."""
+        self.estimator.wait_for_rebuilds(timeout)
 
     # -- changes -------------------------------------------------------------------------
     def forget(self, ids: Sequence[Hashable], *, erase_inputs: bool = False) -> Receipt:

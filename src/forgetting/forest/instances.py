@@ -1,0 +1,379 @@
+"""ForestInstances: a forest split into p instances with their own D°, rebuilt in the background.
+
+One D° means a forget that hits it (or an insert that joins it) refits the whole forest
+before the call returns. Here, as for the QSS estimators (SPEC §4, docs/design.md §4), the
+trees are split into p instances, each an :class:`~.core.ExactForest` over *all* rows with its
+own D°_r (column r of the keyed draws) and so its own bin grid. A change that moves D°_r marks
+instance r invalid and rebuilds it on a thread from the rows as they are then; the others take
+the change at once and keep serving. Changes that arrive meanwhile are logged and replayed on
+the rebuilt instance before it is swapped in (one that moves its D°_r again starts it over).
+Only a change that would leave no instance serving refits in the call.
+
+Predictions average the serving instances' trees; once no rebuild is pending the model is a
+fit on the rows held, bit for bit (each instance is, and the average runs in instance order).
+With p = 1 this is exactly one :class:`~.core.ExactForest` and its synchronous refits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .core import ExactForest, ForestConfig
+
+INSTANCES_FORMAT = b"forgetting-forest-instances-1"
+
+
+@dataclass
+class _Rebuild:
+    """A pending rebuild of one instance: the changes since its snapshot, in order."""
+
+    generation: int
+    started: float = field(default_factory=time.perf_counter)
+    changes: list = field(default_factory=list)
+    thread: threading.Thread | None = None
+    error: BaseException | None = None
+
+
+class ForestInstances:
+    """``n_instances`` exact forests sharing the trees of ``config`` (instance r holds a
+    contiguous share) and the rows, each with its own D°; the surface of
+    :class:`~.core.ExactForest` plus :meth:`wait_for_rebuilds`."""
+
+    def __init__(
+        self,
+        config: ForestConfig,
+        key: bytes,
+        n_features: int,
+        n_classes: int | None,
+        n_instances: int = 1,
+    ):
+        if not 1 <= n_instances <= config.n_trees:
+            raise ValueError(
+                f"n_instances must be between 1 and the number of trees ({config.n_trees}), "
+                f"got {n_instances}"
+            )
+        self.config = config
+        self.n_instances = n_instances
+        self.regression = n_classes is None
+        self._make = (key, n_features, n_classes)
+        bounds = [config.n_trees * r // n_instances for r in range(n_instances + 1)]
+        self._trees = [bounds[r + 1] - bounds[r] for r in range(n_instances)]
+        self._first = bounds[:-1]
+        self._forests: list[ExactForest | None] = [None] * n_instances
+        self._rho = [0.0] * n_instances  # ρ_r of an instance when its rebuild started
+        self._rebuilds: dict[int, _Rebuild] = {}
+        self._generation = 0
+        self.rebuild_seconds: list[float] = []
+        """Seconds from the change that started each landed background rebuild to its swap."""
+        self._cond = threading.Condition(threading.RLock())
+
+    def _new(self, r: int) -> ExactForest:
+        key, d, k = self._make
+        config = replace(self.config, n_trees=self._trees[r])
+        return ExactForest(
+            config, key, d, k, instance=r, n_instances=self.n_instances, first_tree=self._first[r]
+        )
+
+    # -- instances -------------------------------------------------------------------------
+    def instance(self, r: int) -> ExactForest:
+        """Instance r (after its pending rebuild, if any)."""
+        self.wait_for_rebuilds()
+        return self._forests[r]
+
+    def _serving(self) -> list[int]:
+        """Indices of the valid instances, waiting while there are none. Call with the lock."""
+        while True:
+            valid = [r for r, f in enumerate(self._forests) if f is not None]
+            if valid:
+                return valid
+            self._wait_one()
+
+    def _any(self) -> ExactForest:
+        """A valid instance (they all hold the same rows). Call with the lock."""
+        return self._forests[self._serving()[0]]
+
+    def _wait_one(self) -> None:
+        """Wait for a rebuild to land (or fail: then it runs here). Call with the lock."""
+        failed = [r for r, job in self._rebuilds.items() if job.error is not None]
+        if failed:
+            self._rebuild_here(failed[0])
+            return
+        self._cond.wait(timeout=1.0)
+
+    def instance_stats(self) -> list[dict]:
+        """Per instance: its index, whether it serves (else it rebuilds), its trees and
+        (when valid) its D° rows."""
+        with self._cond:
+            out = []
+            for r, forest in enumerate(self._forests):
+                info = {"instance": r, "valid": forest is not None, "trees": self._trees[r]}
+                if forest is not None:
+                    info["pool_rows"] = forest.n_pool
+                out.append(info)
+            return out
+
+    @property
+    def rebuilding(self) -> list[int]:
+        """Instances with a rebuild pending."""
+        with self._cond:
+            return sorted(self._rebuilds)
+
+    def wait_for_rebuilds(self, timeout: float | None = None) -> None:
+        """Block until no rebuild is pending (a failed one is run here and its error raised
+        if it fails again). ``timeout`` in seconds: TimeoutError when it passes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._rebuilds:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"rebuilds of instances {sorted(self._rebuilds)} pending")
+                self._wait_one()
+
+    # -- fit -------------------------------------------------------------------------------
+    def fit(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> None:
+        with self._cond:
+            self._generation += 1  # supersedes rebuilds in flight
+            self._rebuilds.clear()
+            forests = []
+            for r in range(self.n_instances):
+                forest = self._new(r)
+                forest.fit(id_list, id_raw, X, y)
+                forests.append(forest)
+            self._forests = forests
+            self._cond.notify_all()
+
+    # -- forget / insert -------------------------------------------------------------------
+    def forget(self, id_list: list) -> tuple[tuple[int, ...], bool]:
+        """Remove rows by id (all known). Returns the instances whose D° held one of them
+        (or all, for a batch large enough to refit), and whether they rebuild in the
+        background — they do unless none would be left serving: then they refit in the
+        call."""
+        with self._cond:
+            valid = self._serving()
+            hit = [r for r in valid if self._forests[r].forget_refits(id_list)]
+            return self._change(valid, hit, ("forget", id_list))
+
+    def insert(
+        self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray
+    ) -> tuple[tuple[int, ...], bool]:
+        """Add rows (ids all new). Returns the instances whose D° one of them joined and
+        whether they rebuild in the background, as :meth:`forget`."""
+        with self._cond:
+            valid = self._serving()
+            hit = [r for r in valid if self._forests[r].insert_refits(id_raw)]
+            return self._change(valid, hit, ("insert", id_list, id_raw, X, y))
+
+    def _change(
+        self, valid: list[int], hit: list[int], change: tuple
+    ) -> tuple[tuple[int, ...], bool]:
+        background = 0 < len(hit) < len(valid)
+        for r in valid:
+            if r in hit and background:
+                self._rho[r] = self._forests[r].effective_rho
+                self._forests[r] = None
+                self._start_rebuild(r)
+            else:
+                _apply(self._forests[r], change)
+        for r, job in self._rebuilds.items():
+            if r not in hit or not background:
+                job.changes.append(change)
+        return tuple(hit), background
+
+    def _start_rebuild(self, r: int) -> None:
+        """Rebuild instance r on a thread from a snapshot of the rows (taken by the thread,
+        under the lock, once this change is in). Call with the lock."""
+        self._generation += 1
+        job = _Rebuild(self._generation)
+        self._rebuilds[r] = job
+        job.thread = threading.Thread(
+            target=self._rebuild, args=(r, job), name=f"forest-rebuild-{r}", daemon=True
+        )
+        job.thread.start()
+
+    def _rebuild(self, r: int, job: _Rebuild) -> None:
+        try:
+            with self._cond:
+                if self._rebuilds.get(r) is not job:
+                    return
+                rows = self._any().rows()
+                job.changes.clear()
+            forest = self._new(r)
+            forest.fit(*rows)
+            with self._cond:
+                if self._rebuilds.get(r) is not job:
+                    return
+                self._land(r, job, forest)
+        except BaseException as err:  # kept for wait_for_rebuilds / the next request
+            with self._cond:
+                if self._rebuilds.get(r) is job:
+                    job.error = err
+                    self._cond.notify_all()
+
+    def _land(self, r: int, job: _Rebuild, forest: ExactForest) -> None:
+        """Replay the changes logged since the snapshot and swap the instance in; start over
+        if one of them moves the new D°_r. Call with the lock."""
+        for change in job.changes:
+            if _refits(forest, change):
+                del self._rebuilds[r]
+                self._start_rebuild(r)
+                return
+            _apply(forest, change)
+        del self._rebuilds[r]
+        self._forests[r] = forest
+        self.rebuild_seconds.append(time.perf_counter() - job.started)
+        self._cond.notify_all()
+
+    def _rebuild_here(self, r: int) -> None:
+        """Run instance r's failed rebuild in this thread (its error raised if it fails
+        again). Call with the lock."""
+        job = self._rebuilds[r]
+        source = next((f for f in self._forests if f is not None), None)
+        if source is None:
+            raise RuntimeError("no instance left to rebuild from") from job.error
+        forest = self._new(r)
+        forest.fit(*source.rows())
+        del self._rebuilds[r]
+        self._forests[r] = forest
+        self._cond.notify_all()
+
+    # -- rows ------------------------------------------------------------------------------
+    @property
+    def n_rows(self) -> int:
+        with self._cond:
+            return self._any().n_rows
+
+    def ids(self) -> list:
+        with self._cond:
+            return self._any().ids()
+
+    def rows(self) -> tuple[list, list, np.ndarray, np.ndarray]:
+        """(ids, id bytes, X, y) of the rows held, in storage order."""
+        with self._cond:
+            return self._any().rows()
+
+    def unknown_ids(self, id_list: list) -> list:
+        with self._cond:
+            return self._any().unknown_ids(id_list)
+
+    def known_ids(self, id_list: list) -> list:
+        with self._cond:
+            return self._any().known_ids(id_list)
+
+    def class_counts_without(self, id_list: list) -> np.ndarray:
+        with self._cond:
+            return self._any().class_counts_without(id_list)
+
+    def pool_ids(self) -> list:
+        """Ids in any instance's D° (forgetting one rebuilds that instance), in storage
+        order."""
+        self.wait_for_rebuilds()
+        with self._cond:
+            pools = set()
+            for forest in self._forests:
+                pools.update(forest.pool_ids())
+            return [i for i in self._any().ids() if i in pools]
+
+    @property
+    def effective_rho(self) -> float:
+        """The probability that forgetting a random row rebuilds an instance, 1 − Π(1 − ρ_r)
+        over the instances' shares ρ_r of rows in D°_r (independent keyed draws; a rebuilding
+        instance counts with its share before the rebuild). Computed without waiting."""
+        with self._cond:
+            if self.n_instances == 1:
+                return self._any().effective_rho
+            keep = 1.0
+            for r, forest in enumerate(self._forests):
+                keep *= 1.0 - (forest.effective_rho if forest is not None else self._rho[r])
+            return 1.0 - keep
+
+    # -- serving ---------------------------------------------------------------------------
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        with self._cond:
+            return self._average([(r, f.predict_proba(X)) for r, f in self._valid()])
+
+    def predict_values(self, X: np.ndarray) -> np.ndarray:
+        with self._cond:
+            return self._average([(r, f.predict_values(X)) for r, f in self._valid()])
+
+    def _valid(self) -> list[tuple[int, ExactForest]]:
+        return [(r, self._forests[r]) for r in self._serving()]
+
+    def _average(self, parts: list[tuple[int, np.ndarray]]) -> np.ndarray:
+        """The mean over the serving instances' trees, in instance order (a fixed float
+        function of which instances serve: with all of them, a refit's bits)."""
+        if self.n_instances == 1:
+            return parts[0][1]
+        total = np.zeros_like(parts[0][1])
+        for r, values in parts:
+            total += self._trees[r] * values
+        return total / sum(self._trees[r] for r, _ in parts)
+
+    def flush(self) -> None:
+        with self._cond:
+            for _, forest in self._valid():
+                forest.flush()
+
+    @property
+    def n_stale(self) -> int:
+        with self._cond:
+            return sum(f.n_stale for _, f in self._valid())
+
+    def state_digest(self) -> str:
+        """The instance's digest with p = 1; else SHA-256 over every instance's digest in
+        order (``invalid`` for one rebuilding: the digest equals a refit's once it lands)."""
+        with self._cond:
+            if self.n_instances == 1:
+                return self._any().state_digest()
+            h = hashlib.sha256(INSTANCES_FORMAT)
+            for forest in self._forests:
+                h.update(b"invalid" if forest is None else forest.state_digest().encode())
+            return h.hexdigest()
+
+    def structure_digest(self) -> str:
+        """As :meth:`state_digest`, over the instances' structure digests (after the pending
+        rebuilds)."""
+        self.wait_for_rebuilds()
+        with self._cond:
+            if self.n_instances == 1:
+                return self._forests[0].structure_digest()
+            h = hashlib.sha256(INSTANCES_FORMAT)
+            for forest in self._forests:
+                h.update(forest.structure_digest().encode())
+            return h.hexdigest()
+
+    def structure(self, tree: int) -> np.ndarray:
+        """Tree ``tree`` of the whole forest in preorder (after the pending rebuilds)."""
+        r = int(np.searchsorted(self._first, tree, side="right")) - 1
+        return self.instance(r).structure(tree - self._first[r])
+
+    def nbytes(self) -> int:
+        with self._cond:
+            return sum(f.nbytes() for _, f in self._valid())
+
+    def __getstate__(self) -> dict:
+        """Pickled after the pending rebuilds, without the lock."""
+        self.wait_for_rebuilds()
+        with self._cond:
+            return {k: v for k, v in self.__dict__.items() if k not in ("_cond", "_rebuilds")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._rebuilds = {}
+        self._cond = threading.Condition(threading.RLock())
+
+
+def _apply(forest: ExactForest, change: tuple) -> None:
+    if change[0] == "forget":
+        forest.forget(change[1])
+    else:
+        forest.insert(*change[1:])
+
+
+def _refits(forest: ExactForest, change: tuple) -> bool:
+    if change[0] == "forget":
+        return forest.forget_refits(change[1])
+    return forest.insert_refits(change[2])
