@@ -91,3 +91,16 @@ def test_forest_store_benchmark_on_credit(tmp_path):
     assert row[header.index("verify ok")] == "True" and row[header.index("forgets")] == "10"
     files = next(tmp_path.glob("forest-store-model_file*.csv")).read_text().splitlines()
     assert files[1].split(",")[files[0].split(",").index("load = saved")] == "True"
+
+
+def test_forest_instances_benchmark_on_credit(tmp_path):
+    from forgetting_lab.bench import forest_instances
+
+    argv = ["--datasets", "credit", "--config", "credit=6:8:5", "--forgets", "40"]
+    argv += ["--interval", "0", "--out", str(tmp_path)]
+    assert forest_instances.main(argv) == 0
+    lines = next(tmp_path.glob("forest-instances*.csv")).read_text().splitlines()
+    header = lines[0].split(",")
+    rows = [dict(zip(header, line.split(","), strict=True)) for line in lines[1:]]
+    assert [r["instances"] for r in rows] == ["1", "3"]
+    assert all(r["= refit"] == "True" and r["forgets"] == "40" for r in rows)

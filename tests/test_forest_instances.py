@@ -153,31 +153,38 @@ def test_a_second_hit_on_a_rebuilding_instance_starts_it_over(monkeypatch):
     assert gate.fits == 2  # the first rebuild's D° held `second`: it started over
 
 
-def test_the_last_serving_instance_refits_in_the_call(monkeypatch):
+def test_with_every_instance_rebuilding_requests_wait_for_the_first(monkeypatch):
     X, y, ids = _data()
     model = ExactForestClassifier(**PARAMS).fit(X, y, ids)
     gate = Gate(monkeypatch)
     a, b, c = (_only_in(model, r)[0] for r in (1, 2, 0))
     assert model.forget([a]).rebuild_started
-    gate.reached()
     assert model.forget([b]).rebuild_started
-    gate.reached()
-    receipt = model.forget([c])  # only instance 0 serves: it refits before returning
-    assert receipt.instances_hit == (0,) and not receipt.rebuild_started
-    assert model.forest_.rebuilding == [1, 2]
-    assert [s["valid"] for s in model.forest_.instance_stats()] == [True, False, False]
-    model.predict_proba(X[:3])  # served by instance 0 alone
+    receipt = model.forget([c])  # the last serving instance: it rebuilds too
+    assert receipt.instances_hit == (0,) and receipt.rebuild_started
+    assert model.forest_.rebuilding == [0, 1, 2]
+    assert not any(s["valid"] for s in model.forest_.instance_stats())
+    served = []
+    reader = threading.Thread(target=lambda: served.append(model.predict_proba(X[:3])))
+    reader.start()
+    reader.join(0.3)
+    assert reader.is_alive() and not served  # waits for a rebuild to land
     gate.open()
+    reader.join(60)
+    assert len(served) == 1
     _assert_refit(model, X, y, ids)
 
 
-def test_a_batch_hitting_every_instance_refits_in_the_call():
+def test_a_batch_hitting_every_instance_rebuilds_them_all():
     X, y, ids = _data()
     model = ExactForestClassifier(**PARAMS).fit(X, y, ids)
     batch = [_only_in(model, r)[0] for r in range(3)]
     receipt = model.forget(batch)
-    assert receipt.instances_hit == (0, 1, 2) and not receipt.rebuild_started
-    assert model.forest_.rebuilding == []
+    assert receipt.instances_hit == (0, 1, 2) and receipt.rebuild_started
+    _assert_refit(model, X, y, ids)
+    new = list(range(1400, 1500))
+    model.forget([ids[i] for i in new])
+    model.insert(X[new], y[new], [ids[i] for i in new])  # joins every D°: all rebuild
     _assert_refit(model, X, y, ids)
 
 
@@ -334,3 +341,16 @@ def test_parameters_are_checked():
         ExactForestClassifier(n_estimators=3, n_instances=4).fit(X, y, ids)
     with pytest.raises(InvalidParameterError):
         ExactForestClassifier(n_instances=0).fit(X, y, ids)
+
+
+def test_a_refit_discards_the_rebuilds_of_the_forest_it_replaces(monkeypatch):
+    X, y, ids = _data()
+    model = ExactForestClassifier(**PARAMS).fit(X, y, ids)
+    gate = Gate(monkeypatch)
+    model.forget([_only_in(model, 1)[0]])
+    gate.reached()
+    old = model.forest_
+    model.fit(X[:1000], y[:1000], ids[:1000])
+    assert old.rebuilding == [] and model.forest_.rebuilding == []
+    gate.open()
+    _assert_refit(model, X, y, ids)

@@ -227,6 +227,13 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
         self._key = key
         return ForestInstances(config, key, d, n_classes, int(self.n_instances))
 
+    def _replace_forest(self, forest: ForestInstances) -> None:
+        """Serve ``forest`` from now on; the one it replaces stops its rebuilds."""
+        old = self.__dict__.get("forest_")
+        self.forest_ = forest
+        if old is not None and old is not forest:
+            old.discard_rebuilds()
+
     def _unknown_ids_refused(self, id_list: list) -> None:
         missing = self.forest_.unknown_ids(id_list)
         if missing:
@@ -402,7 +409,7 @@ class ExactForestClassifier(ClassifierMixin, _ExactForestBase):
         forest = self._new_forest(X32.shape[1], classes.size)
         forest.fit(id_list, id_raw, X32, targets.astype(np.int64))
         self.classes_ = classes
-        self.forest_ = forest
+        self._replace_forest(forest)
 
     # -- forget / insert -------------------------------------------------------------------
     def forget(self, ids: Sequence[Hashable]) -> Receipt:
@@ -514,7 +521,7 @@ class ExactForestRegressor(RegressorMixin, _ExactForestBase):
     def _fit_rows(self, fitted, id_list, id_raw, X32, targets) -> None:
         forest = self._new_forest(X32.shape[1], None)
         forest.fit(id_list, id_raw, X32, targets)
-        self.forest_ = forest
+        self._replace_forest(forest)
 
     # -- forget / insert -------------------------------------------------------------------
     def forget(self, ids: Sequence[Hashable]) -> Receipt:

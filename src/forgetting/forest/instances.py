@@ -7,7 +7,7 @@ own D°_r (column r of the keyed draws) and so its own bin grid. A change that m
 instance r invalid and rebuilds it on a thread from the rows as they are then; the others take
 the change at once and keep serving. Changes that arrive meanwhile are logged and replayed on
 the rebuilt instance before it is swapped in (one that moves its D°_r again starts it over).
-Only a change that would leave no instance serving refits in the call.
+Requests wait only while every instance rebuilds, for the first to land.
 
 Predictions average the serving instances' trees; once no rebuild is pending the model is a
 fit on the rows held, bit for bit (each instance is, and the average runs in instance order).
@@ -30,9 +30,11 @@ INSTANCES_FORMAT = b"forgetting-forest-instances-1"
 
 @dataclass
 class _Rebuild:
-    """A pending rebuild of one instance: the changes since its snapshot, in order."""
+    """A pending rebuild of one instance: the rows it rebuilds from (once taken) and the
+    changes since, in order."""
 
     generation: int
+    rows: tuple | None = None
     started: float = field(default_factory=time.perf_counter)
     changes: list = field(default_factory=list)
     thread: threading.Thread | None = None
@@ -133,6 +135,14 @@ class ForestInstances:
                     raise TimeoutError(f"rebuilds of instances {sorted(self._rebuilds)} pending")
                 self._wait_one()
 
+    def discard_rebuilds(self) -> None:
+        """Let the rebuilds in flight end without landing (for a model being replaced: a
+        refit or a class that vanished). Only for an object no longer served."""
+        with self._cond:
+            self._generation += 1
+            self._rebuilds.clear()
+            self._cond.notify_all()
+
     # -- fit -------------------------------------------------------------------------------
     def fit(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> None:
         with self._cond:
@@ -150,8 +160,7 @@ class ForestInstances:
     def forget(self, id_list: list) -> tuple[tuple[int, ...], bool]:
         """Remove rows by id (all known). Returns the instances whose D° held one of them
         (or all, for a batch large enough to refit), and whether they rebuild in the
-        background — they do unless none would be left serving: then they refit in the
-        call."""
+        background (with p > 1 they do; a single instance refits in the call)."""
         with self._cond:
             valid = self._serving()
             hit = [r for r in valid if self._forests[r].forget_refits(id_list)]
@@ -170,37 +179,54 @@ class ForestInstances:
     def _change(
         self, valid: list[int], hit: list[int], change: tuple
     ) -> tuple[tuple[int, ...], bool]:
-        background = 0 < len(hit) < len(valid)
+        """Apply ``change`` to the valid instances it does not hit, start the rebuilds of
+        those it hits, log it for the rebuilds in flight. Call with the lock."""
+        background = bool(hit) and self.n_instances > 1
+        rows = None
+        if background and len(hit) == len(valid):
+            # none is left serving to copy the rows from later: the rows after the change
+            rows = _rows_after(self._forests[valid[0]].rows(), change)
         for r in valid:
-            if r in hit and background:
+            if background and r in hit:
                 self._rho[r] = self._forests[r].effective_rho
                 self._forests[r] = None
-                self._start_rebuild(r)
+                self._start_rebuild(r, rows)
             else:
                 _apply(self._forests[r], change)
         for r, job in self._rebuilds.items():
-            if r not in hit or not background:
+            if not (background and r in hit):
                 job.changes.append(change)
         return tuple(hit), background
 
-    def _start_rebuild(self, r: int) -> None:
-        """Rebuild instance r on a thread from a snapshot of the rows (taken by the thread,
-        under the lock, once this change is in). Call with the lock."""
+    def _start_rebuild(self, r: int, rows: tuple | None = None, started: float | None = None):
+        """Rebuild instance r on a thread from ``rows`` (ids, id bytes, X, y), or from a
+        copy of a serving instance's rows that the thread takes under the lock. Call with
+        the lock."""
         self._generation += 1
-        job = _Rebuild(self._generation)
+        job = _Rebuild(self._generation, rows=rows)
+        if started is not None:
+            job.started = started
         self._rebuilds[r] = job
         job.thread = threading.Thread(
             target=self._rebuild, args=(r, job), name=f"forest-rebuild-{r}", daemon=True
         )
         job.thread.start()
 
+    def _snapshot(self, job: _Rebuild) -> tuple:
+        """The rows ``job`` rebuilds from (its own copy). Call with the lock."""
+        if job.rows is None:
+            job.rows = self._any().rows()  # waits while none serves
+            job.changes.clear()
+            return job.rows
+        ids, raw, X, y = job.rows
+        return ids, raw, X.copy(), y  # a snapshot shared by several rebuilds
+
     def _rebuild(self, r: int, job: _Rebuild) -> None:
         try:
             with self._cond:
                 if self._rebuilds.get(r) is not job:
                     return
-                rows = self._any().rows()
-                job.changes.clear()
+                rows = self._snapshot(job)
             forest = self._new(r)
             forest.fit(*rows)
             with self._cond:
@@ -219,7 +245,7 @@ class ForestInstances:
         for change in job.changes:
             if _refits(forest, change):
                 del self._rebuilds[r]
-                self._start_rebuild(r)
+                self._start_rebuild(r, started=job.started)
                 return
             _apply(forest, change)
         del self._rebuilds[r]
@@ -231,14 +257,14 @@ class ForestInstances:
         """Run instance r's failed rebuild in this thread (its error raised if it fails
         again). Call with the lock."""
         job = self._rebuilds[r]
-        source = next((f for f in self._forests if f is not None), None)
-        if source is None:
-            raise RuntimeError("no instance left to rebuild from") from job.error
         forest = self._new(r)
-        forest.fit(*source.rows())
-        del self._rebuilds[r]
-        self._forests[r] = forest
-        self._cond.notify_all()
+        try:
+            forest.fit(*self._snapshot(job))
+        except BaseException as err:
+            job.error = err
+            raise
+        job.error = None
+        self._land(r, job, forest)
 
     # -- rows ------------------------------------------------------------------------------
     @property
@@ -371,6 +397,27 @@ def _apply(forest: ExactForest, change: tuple) -> None:
         forest.forget(change[1])
     else:
         forest.insert(*change[1:])
+
+
+def _rows_after(rows: tuple, change: tuple) -> tuple:
+    """(ids, id bytes, X, y) once ``change`` is made to these rows."""
+    ids, raw, X, y = rows
+    if change[0] == "forget":
+        gone = set(change[1])
+        keep = np.array([i not in gone for i in ids], dtype=bool)
+        return (
+            [i for i, k in zip(ids, keep, strict=True) if k],
+            [b for b, k in zip(raw, keep, strict=True) if k],
+            X[keep],
+            y[keep],
+        )
+    _, new_ids, new_raw, new_X, new_y = change
+    return (
+        ids + list(new_ids),
+        raw + list(new_raw),
+        np.vstack([X, np.asarray(new_X, np.float32)]),
+        np.concatenate([y, np.asarray(new_y, y.dtype)]),
+    )
 
 
 def _refits(forest: ExactForest, change: tuple) -> bool:
