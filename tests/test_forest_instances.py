@@ -73,7 +73,7 @@ class Gate:
         real = forest_core.ExactForest.fit
         gate = self
 
-        def fit(forest, *args):
+        def fit(forest, *args, **kwargs):
             if threading.current_thread().name.startswith("forest-rebuild"):
                 gate.fits += 1
                 gate.entered.set()
@@ -81,7 +81,7 @@ class Gate:
                 if gate.fail:
                     gate.fail -= 1
                     raise MemoryError("no room for the rebuild")
-            return real(forest, *args)
+            return real(forest, *args, **kwargs)
 
         monkeypatch.setattr(forest_core.ExactForest, "fit", fit)
 
@@ -146,11 +146,33 @@ def test_a_second_hit_on_a_rebuilding_instance_starts_it_over(monkeypatch):
     first, second = _only_in(model, 1)[:2]
     model.forget([first])
     gate.reached()
-    receipt = model.forget([second])  # instance 1 is rebuilding: logged, not applied
+    old_job = model.forest_._rebuilds[1]
+    receipt = model.forget([second])  # in the rebuilding instance's D°: it starts over
     assert receipt.instances_hit == () and not receipt.rebuild_started
+    assert old_job.cancelled and model.forest_._rebuilds[1] is not old_job
     gate.open()
     _assert_refit(model, X, y, ids)
-    assert gate.fits == 2  # the first rebuild's D° held `second`: it started over
+    assert gate.fits == 2 and len(model.forest_.rebuild_seconds) == 1
+    old_job.thread.join(60)
+    assert not old_job.thread.is_alive()  # its fit stopped between trees, nothing landed
+
+
+def test_a_rebuild_whose_snapshot_a_later_change_outdates_starts_over_when_it_lands(
+    monkeypatch,
+):
+    """A change the early check misses (the D° threshold moved with the rows) is caught
+    when the rebuild replays it."""
+    X, y, ids = _data()
+    model = ExactForestClassifier(**PARAMS).fit(X, y, ids)
+    first, second = _only_in(model, 1)[:2]
+    gate = Gate(monkeypatch)
+    model.forget([first])
+    gate.reached()
+    model.forest_._thresholds[1] = 0.0  # blind the early check
+    model.forget([second])
+    gate.open()
+    _assert_refit(model, X, y, ids)
+    assert gate.fits == 2
 
 
 def test_with_every_instance_rebuilding_requests_wait_for_the_first(monkeypatch):
@@ -272,7 +294,7 @@ def test_a_rebuild_that_fails_again_raises_on_wait_and_others_serve(monkeypatch)
     gate.reached()
     gate.open()
 
-    def fails(forest, *args):
+    def fails(forest, *args, **kwargs):
         raise MemoryError("still no room")
 
     monkeypatch.setattr(forest_core.ExactForest, "fit", fails)

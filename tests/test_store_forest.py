@@ -81,10 +81,10 @@ def test_instances_rebuild_in_the_background_and_reopen_equal(db, monkeypatch):
         opened = threading.Event()
         real = forest_core.ExactForest.fit
 
-        def gated(forest, *args):
+        def gated(forest, *args, **kwargs):
             if threading.current_thread().name.startswith("forest-rebuild"):
                 assert opened.wait(60)
-            return real(forest, *args)
+            return real(forest, *args, **kwargs)
 
         monkeypatch.setattr(forest_core.ExactForest, "fit", gated)
         receipt = store.forget([row])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -38,6 +39,10 @@ TARGET_LEVELS = 1024
 widened by half of it on each side; values beyond are clipped), so every node's sum of q
 fits int32 up to :data:`MAX_REGRESSION_ROWS` rows."""
 MAX_REGRESSION_ROWS = (2**31 - 1) // (TARGET_LEVELS - 1)
+
+
+class FitCancelled(Exception):
+    """A fit stopped between trees because its caller no longer needs it."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,16 @@ class ExactForest:
         return np.array(sorted(self._pos.values()), dtype=np.int64)
 
     @property
+    def pool_threshold(self) -> float:
+        """A row is in D° when its keyed draw is below this."""
+        return self._threshold
+
+    def draws_of(self, id_raw: list) -> np.ndarray:
+        """This forest's keyed draws of rows with these ids (D° membership: below
+        :attr:`pool_threshold`)."""
+        return self._draws_of(id_raw)
+
+    @property
     def n_pool(self) -> int:
         """Rows in D°."""
         return self._n_pool
@@ -224,8 +239,17 @@ class ExactForest:
         return self._n_pool / max(self.n_rows, 1)
 
     # -- fit -------------------------------------------------------------------------------
-    def fit(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> None:
-        """Build from scratch on rows (X float32, y class indices or float targets)."""
+    def fit(
+        self,
+        id_list: list,
+        id_raw: list,
+        X: np.ndarray,
+        y: np.ndarray,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
+        """Build from scratch on rows (X float32, y class indices or float targets).
+        ``cancelled`` is asked between trees; when it answers True the fit raises
+        :class:`FitCancelled` (a background rebuild that a later change made useless)."""
         c = self.config
         n = X.shape[0]
         if self.regression and n > MAX_REGRESSION_ROWS:
@@ -277,7 +301,9 @@ class ExactForest:
         }
         parts = min(worker_count() + 1, c.n_trees) if n >= PARALLEL_ROWS else 1
         chunks = [range(c.n_trees * i // parts, c.n_trees * (i + 1) // parts) for i in range(parts)]
-        built = map_instances(lambda chunk: self._grow_trees(shared, chunk, n), chunks)
+        built = map_instances(
+            lambda chunk: self._grow_trees(shared, chunk, n, cancelled), chunks
+        )
         if parts == 1:
             self.A = built[0]
         else:  # one set of arrays, each chunk's trees copied in (children after parents)
@@ -294,7 +320,9 @@ class ExactForest:
         hashes = row_hashes(id_raw, self._targets_of(np.arange(n)), pool, self._X)
         self._row_sum = hashes.view("<u8").sum(axis=0, dtype=np.uint64)
 
-    def _grow_trees(self, shared: dict, chunk: range, n: int) -> K.Arrays:
+    def _grow_trees(
+        self, shared: dict, chunk: range, n: int, cancelled: Callable[[], bool] | None
+    ) -> K.Arrays:
         """Trees ``chunk`` grown on all n rows into arrays of their own (the rows' codes and
         labels shared, read only): what a fit builds, so a chunk's trees are the same bits
         whichever thread grows them and wherever their nodes land."""
@@ -305,6 +333,8 @@ class ExactForest:
         rows = np.arange(n, dtype=np.int32)
         buf = rows.copy()
         for t in chunk:
+            if cancelled is not None and cancelled():
+                raise FitCancelled
             while True:
                 buf[:] = rows
                 root = K.build(A, buf, 0, n, 0, A.seeds[t], self._lo0, self._hi0)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .core import ExactForest, ForestConfig
+from ..schema.membership import draws, id_bytes
+from .core import ExactForest, FitCancelled, ForestConfig
 
 INSTANCES_FORMAT = b"forgetting-forest-instances-1"
 
@@ -33,12 +34,12 @@ class _Rebuild:
     """A pending rebuild of one instance: the rows it rebuilds from (once taken) and the
     changes since, in order."""
 
-    generation: int
     rows: tuple | None = None
     started: float = field(default_factory=time.perf_counter)
     changes: list = field(default_factory=list)
     thread: threading.Thread | None = None
     error: BaseException | None = None
+    cancelled: bool = False
 
 
 class ForestInstances:
@@ -68,8 +69,8 @@ class ForestInstances:
         self._first = bounds[:-1]
         self._forests: list[ExactForest | None] = [None] * n_instances
         self._rho = [0.0] * n_instances  # ρ_r of an instance when its rebuild started
+        self._thresholds = [0.0] * n_instances  # and its D° threshold
         self._rebuilds: dict[int, _Rebuild] = {}
-        self._generation = 0
         self.rebuild_seconds: list[float] = []
         """Seconds from the change that started each landed background rebuild to its swap."""
         self._cond = threading.Condition(threading.RLock())
@@ -139,14 +140,16 @@ class ForestInstances:
         """Let the rebuilds in flight end without landing (for a model being replaced: a
         refit or a class that vanished). Only for an object no longer served."""
         with self._cond:
-            self._generation += 1
+            for job in self._rebuilds.values():
+                job.cancelled = True
             self._rebuilds.clear()
             self._cond.notify_all()
 
     # -- fit -------------------------------------------------------------------------------
     def fit(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> None:
         with self._cond:
-            self._generation += 1  # supersedes rebuilds in flight
+            for job in self._rebuilds.values():  # superseded: they end without landing
+                job.cancelled = True
             self._rebuilds.clear()
             forests = []
             for r in range(self.n_instances):
@@ -180,8 +183,11 @@ class ForestInstances:
         self, valid: list[int], hit: list[int], change: tuple
     ) -> tuple[tuple[int, ...], bool]:
         """Apply ``change`` to the valid instances it does not hit, start the rebuilds of
-        those it hits, log it for the rebuilds in flight. Call with the lock."""
+        those it hits, restart the rebuilds in flight whose D° it moves (their snapshot is
+        then useless: the old fit is cancelled between trees), log it for the others. Call
+        with the lock."""
         background = bool(hit) and self.n_instances > 1
+        restart = self._moved_while_rebuilding(change)
         rows = None
         if background and len(hit) == len(valid):
             # none is left serving to copy the rows from later: the rows after the change
@@ -189,21 +195,36 @@ class ForestInstances:
         for r in valid:
             if background and r in hit:
                 self._rho[r] = self._forests[r].effective_rho
+                self._thresholds[r] = self._forests[r].pool_threshold
                 self._forests[r] = None
                 self._start_rebuild(r, rows)
             else:
                 _apply(self._forests[r], change)
-        for r, job in self._rebuilds.items():
-            if not (background and r in hit):
+        for r, job in list(self._rebuilds.items()):
+            if background and r in hit:
+                continue
+            if r in restart:
+                job.cancelled = True
+                self._start_rebuild(r, rows, started=job.started)
+            else:
                 job.changes.append(change)
         return tuple(hit), background
+
+    def _moved_while_rebuilding(self, change: tuple) -> list[int]:
+        """The rebuilding instances whose D° this change moves, judged by the rows' keyed
+        draws against the instance's D° threshold before its rebuild (a guess: a rebuild
+        that lands still checks every change it replays). Call with the lock."""
+        if not self._rebuilds:
+            return []
+        raw = [id_bytes(i) for i in change[1]] if change[0] == "forget" else change[2]
+        own = draws(self._make[0], raw, self.n_instances)
+        return [r for r in self._rebuilds if np.any(own[:, r] < self._thresholds[r])]
 
     def _start_rebuild(self, r: int, rows: tuple | None = None, started: float | None = None):
         """Rebuild instance r on a thread from ``rows`` (ids, id bytes, X, y), or from a
         copy of a serving instance's rows that the thread takes under the lock. Call with
         the lock."""
-        self._generation += 1
-        job = _Rebuild(self._generation, rows=rows)
+        job = _Rebuild(rows=rows)
         if started is not None:
             job.started = started
         self._rebuilds[r] = job
@@ -228,11 +249,13 @@ class ForestInstances:
                     return
                 rows = self._snapshot(job)
             forest = self._new(r)
-            forest.fit(*rows)
+            forest.fit(*rows, cancelled=lambda: job.cancelled)
             with self._cond:
                 if self._rebuilds.get(r) is not job:
                     return
                 self._land(r, job, forest)
+        except FitCancelled:
+            return
         except BaseException as err:  # kept for wait_for_rebuilds / the next request
             with self._cond:
                 if self._rebuilds.get(r) is job:
@@ -242,14 +265,20 @@ class ForestInstances:
     def _land(self, r: int, job: _Rebuild, forest: ExactForest) -> None:
         """Replay the changes logged since the snapshot and swap the instance in; start over
         if one of them moves the new D°_r. Call with the lock."""
-        for change in job.changes:
+        for k, change in enumerate(job.changes):
             if _refits(forest, change):
+                rows = None
+                if all(f is None for f in self._forests):  # nothing to copy rows from later
+                    rows = forest.rows()
+                    for later in job.changes[k:]:
+                        rows = _rows_after(rows, later)
                 del self._rebuilds[r]
-                self._start_rebuild(r, started=job.started)
+                self._start_rebuild(r, rows, started=job.started)
                 return
             _apply(forest, change)
         del self._rebuilds[r]
         self._forests[r] = forest
+        self._thresholds[r] = forest.pool_threshold
         self.rebuild_seconds.append(time.perf_counter() - job.started)
         self._cond.notify_all()
 
