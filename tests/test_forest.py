@@ -172,9 +172,11 @@ def test_cache_threshold_changes_speed_only():
 
 
 def test_random_configurations_with_interleaved_forgets_and_inserts():
-    """Fuzz: random sizes, widths, classes, ρ, depth, leaf size, seeds; forgets (D° hits
-    included) and inserts interleaved; after every step the model equals a refit."""
+    """Fuzz: random sizes, widths, classes, ρ, depth, leaf size, instances, seeds; forgets
+    (D° hits included) and inserts interleaved; after every step (and its rebuilds) the
+    model equals a refit."""
     rng = np.random.default_rng(2026)
+    instances = set()
     for trial in range(8):
         n = int(rng.integers(60, 400))
         d = int(rng.integers(1, 9))
@@ -191,6 +193,8 @@ def test_random_configurations_with_interleaved_forgets_and_inserts():
             cache_min_rows=int(rng.choice([1, 8, 64])),
             random_state=int(rng.integers(0, 1000)),
         )
+        params["n_instances"] = int(rng.integers(1, params["n_estimators"] + 1))
+        instances.add(params["n_instances"])
         held = list(range(n))
         model = ExactForestClassifier(**params).fit(X[held], y[held], held)
         spare = list(range(n, n + 80))
@@ -209,7 +213,9 @@ def test_random_configurations_with_interleaved_forgets_and_inserts():
                     continue
                 model.insert(X[new], y[new], new)
                 held += new
+            model.wait_for_rebuilds(timeout=60)
             _assert_same(model, _refit(model, X, y, held), X)
+    assert max(instances) > 1
 
 
 def test_compaction_keeps_the_bits():

@@ -301,9 +301,7 @@ class ExactForest:
         }
         parts = min(worker_count() + 1, c.n_trees) if n >= PARALLEL_ROWS else 1
         chunks = [range(c.n_trees * i // parts, c.n_trees * (i + 1) // parts) for i in range(parts)]
-        built = map_instances(
-            lambda chunk: self._grow_trees(shared, chunk, n, cancelled), chunks
-        )
+        built = map_instances(lambda chunk: self._grow_trees(shared, chunk, n, cancelled), chunks)
         if parts == 1:
             self.A = built[0]
         else:  # one set of arrays, each chunk's trees copied in (children after parents)
