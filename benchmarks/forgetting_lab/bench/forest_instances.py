@@ -29,7 +29,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 
 from forgetting.forest import ExactForestClassifier
 
-from .forest_store import CONFIGS
+from .forest_store import parse_configs
 from .paper.data import load_data
 from .report import write_results
 
@@ -121,10 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--why", default="", help="a note under the table")
     args = parser.parse_args(argv)
     command = "python -m forgetting_lab.bench.forest_instances " + shlex.join(argv or sys.argv[1:])
-    configs = dict(CONFIGS)
-    for part in filter(None, args.config.split(";")):
-        name, spec = part.split("=")
-        configs[name] = tuple(int(v) for v in spec.split(":"))
+    configs = parse_configs(args.config)
     rows = []
     for name in args.datasets.split(","):
         rows += run(name, configs[name], args.forgets, args.interval, args.seed)

@@ -49,6 +49,16 @@ STORE_COLUMNS = [
 ]  # fmt: skip
 
 
+def parse_configs(text: str) -> dict[str, tuple[int, int, int]]:
+    """:data:`CONFIGS` with the sets ``text`` names (``name=trees:features:leaf``,
+    ';'-separated) replaced."""
+    configs = dict(CONFIGS)
+    for part in filter(None, text.split(";")):
+        name, spec = part.split("=")
+        configs[name] = tuple(int(v) for v in spec.split(":"))
+    return configs
+
+
 def _ms(values: list[float], q: float) -> float:
     return round(float(np.percentile(np.array(values) * 1e3, q)), 3)
 
@@ -133,10 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--why", default="", help="a note under the tables")
     args = parser.parse_args(argv)
     command = "python -m forgetting_lab.bench.forest_store " + shlex.join(argv or sys.argv[1:])
-    configs = dict(CONFIGS)
-    for part in filter(None, args.config.split(";")):
-        name, spec = part.split("=")
-        configs[name] = tuple(int(v) for v in spec.split(":"))
+    configs = parse_configs(args.config)
     files, stores = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.datasets.split(","):
