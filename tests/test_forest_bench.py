@@ -104,3 +104,15 @@ def test_forest_instances_benchmark_on_credit(tmp_path):
     rows = [dict(zip(header, line.split(","), strict=True)) for line in lines[1:]]
     assert [r["instances"] for r in rows] == ["1", "3"]
     assert all(r["= refit"] == "True" and r["forgets"] == "40" for r in rows)
+
+
+def test_boosting_study_on_credit(tmp_path):
+    from forgetting_lab.bench import boosting_study
+
+    argv = ["--datasets", "credit", "--deletions", "1", "--out", str(tmp_path)]
+    assert boosting_study.main(argv) == 0
+    lines = next(tmp_path.glob("boosting-study*.csv")).read_text().splitlines()
+    header, row = lines[0].split(","), lines[1].split(",")
+    # credit is too small for the D° designs: the all-rows design alone, against HGB
+    assert len(lines) == 2 and row[header.index("structure")] == "all"
+    assert 0.6 < float(row[header.index("val")]) <= 1.0
