@@ -38,7 +38,9 @@ def _outside_pool(model, ids):
     return [i for i in ids if i not in pool]
 
 
-PARAMS = dict(n_estimators=6, max_features=3, min_bin_rows=60, cache_min_rows=16)
+PARAMS = dict(n_estimators=6, max_features=3, min_bin_rows=60, cache_min_rows=16, n_instances=1)
+# one forest, one D°: a D° hit refits in the call (tests/test_forest_instances.py covers the
+# default n_instances=3, where it rebuilds one instance in the background)
 
 
 def test_random_deletions_equal_a_refit():

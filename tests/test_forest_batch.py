@@ -12,7 +12,9 @@ from forgetting import _parallel
 from forgetting.forest import ExactForestClassifier, ExactForestRegressor
 from forgetting.forest import core as forest_core
 
-PARAMS = dict(n_estimators=5, max_features=3, min_bin_rows=60, cache_min_rows=16)
+PARAMS = dict(n_estimators=5, max_features=3, min_bin_rows=60, cache_min_rows=16, n_instances=1)
+# one forest, one D°: a D° hit refits in the call (tests/test_forest_instances.py covers the
+# default n_instances=3, where it rebuilds one instance in the background)
 
 
 def _data(n=900, d=6, k=3, seed=0, nan=0.05):

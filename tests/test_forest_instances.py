@@ -210,6 +210,37 @@ def test_a_batch_hitting_every_instance_rebuilds_them_all():
     _assert_refit(model, X, y, ids)
 
 
+def test_rebuilds_fit_one_at_a_time_and_the_first_lands_first(monkeypatch):
+    """Three hits at once: the rebuild threads take turns (each fit on every core), so the
+    first lands in its own fit's time rather than all three late together."""
+    X, y, ids = _data()
+    model = ExactForestClassifier(**PARAMS).fit(X, y, ids)
+    real = forest_core.ExactForest.fit
+    running, most, landed = [0], [0], []
+    count = threading.Lock()
+
+    def fit(forest, *args, **kwargs):
+        rebuild = threading.current_thread().name.startswith("forest-rebuild")
+        if rebuild:
+            with count:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+                landed.append(len(model.forest_.rebuild_seconds))
+        try:
+            return real(forest, *args, **kwargs)
+        finally:
+            if rebuild:
+                with count:
+                    running[0] -= 1
+
+    monkeypatch.setattr(forest_core.ExactForest, "fit", fit)
+    for r in (1, 2, 0):
+        assert model.forget([_only_in(model, r)[0]]).rebuild_started
+    _assert_refit(model, X, y, ids)
+    assert most[0] == 1 and len(landed) == 3
+    assert landed == [0, 1, 2]  # each fit began after the one before had landed its instance
+
+
 def test_one_instance_refits_in_the_call_as_before():
     X, y, ids = _data()
     model = ExactForestClassifier(**{**PARAMS, "n_instances": 1}).fit(X, y, ids)
@@ -359,8 +390,11 @@ def test_instances_split_the_trees_and_differ_in_their_grids():
 
 def test_parameters_are_checked():
     X, y, ids = _data(n=300)
-    with pytest.raises(ValueError, match="n_instances=4 needs at least as many trees"):
-        ExactForestClassifier(n_estimators=3, n_instances=4).fit(X, y, ids)
+    # at most one instance per tree (the default 3 with n_estimators=2 gives two)
+    four = ExactForestClassifier(n_estimators=3, n_instances=4).fit(X, y, ids)
+    assert four.forest_.n_instances == 3
+    assert ExactForestClassifier(n_estimators=2).fit(X, y, ids).forest_.n_instances == 2
+    assert ExactForestClassifier(n_estimators=2).n_instances == 3
     with pytest.raises(InvalidParameterError):
         ExactForestClassifier(n_instances=0).fit(X, y, ids)
 

@@ -14,7 +14,9 @@ from forgetting.forest import ExactForestRegressor
 from forgetting.forest.core import TARGET_LEVELS
 from forgetting.schema.membership import draws, id_bytes
 
-PARAMS = dict(n_estimators=6, max_features=8, min_bin_rows=60, cache_min_rows=16)
+PARAMS = dict(n_estimators=6, max_features=8, min_bin_rows=60, cache_min_rows=16, n_instances=1)
+# one forest, one D°: a D° hit refits in the call (tests/test_forest_instances.py covers the
+# default n_instances=3, where it rebuilds one instance in the background)
 
 
 def _data(n=600, d=5, seed=0, nan=0.0):
@@ -205,4 +207,7 @@ def test_pickle_round_trip_forgets_the_same():
     twin = pickle.loads(pickle.dumps(model))
     assert np.array_equal(model.predict(X), twin.predict(X))
     assert model.forget([3, 4]).state_digest == twin.forget([3, 4]).state_digest
+    model.wait_for_rebuilds()  # a D° hit of the default three instances rebuilds one of them
+    twin.wait_for_rebuilds()
+    assert model.state_digest() == twin.state_digest()
     assert np.array_equal(model.predict(X), twin.predict(X))

@@ -123,6 +123,7 @@ def forget_and_compare(model, Xtr, ytr, Xte, n_forgets, seed, chosen):
         model.predict(x1)
         waited.append(time.perf_counter() - started)
         hits += len(receipt.instances_hit) > 0
+    model.wait_for_rebuilds()  # with n_instances > 1 a hit rebuilt its instance meanwhile
     keep = sorted(set(ids) - set(victims))
     started = time.perf_counter()
     refit = forest(*chosen, seed).fit(Xtr.iloc[keep], ytr[keep], ids=keep)

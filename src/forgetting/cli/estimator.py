@@ -56,7 +56,7 @@ FOREST_DEFAULTS: dict[str, Any] = {
     "n_estimators": 30,
     "max_features": "sqrt",
     "min_samples_leaf": 1,
-    "n_instances": 1,
+    "n_instances": 3,
     "rho": 0.005,
     "random_state": 0,
 }

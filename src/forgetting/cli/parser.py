@@ -223,8 +223,9 @@ def _add_estimator_options(fit: Any) -> None:
         default=keep,
         help="redundant instances p, each with its own D°: a deletion hitting one D° "
         "rebuilds that instance in the background while the others serve; requests block "
-        f"only if all p rebuild. Default {defaults['n_instances']} (QSS), "
-        f"{FOREST_DEFAULTS['n_instances']} (forest: one D° hit refits it in the call)",
+        f"only if all p rebuild (1: a D° hit refits in the call). Default "
+        f"{defaults['n_instances']} (QSS), {FOREST_DEFAULTS['n_instances']} (forest: the trees "
+        "split among the instances)",
     )
     est.add_argument(
         "--n-levels",

@@ -65,7 +65,7 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
         rho: float = 0.005,
         min_bin_rows: int = 200,
         cache_min_rows: int = 64,
-        n_instances: int = 1,
+        n_instances: int = 3,
         random_state: int = 0,
         secret_key: bytes | str | None = None,
     ):
@@ -219,13 +219,10 @@ class _ExactForestBase(MaskedKeyRepr, BaseEstimator):
     def _new_forest(self, d: int, n_classes: int | None) -> ForestInstances:
         key = derive_key(self.secret_key, int(self.random_state))
         config = self._config(d)
-        if self.n_instances > config.n_trees:
-            raise ValueError(
-                f"n_instances={self.n_instances} needs at least as many trees; "
-                f"n_estimators is {config.n_trees}"
-            )
         self._key = key
-        return ForestInstances(config, key, d, n_classes, int(self.n_instances))
+        # at most one instance per tree: n_estimators=2 with the default 3 gives 2 instances
+        p = min(int(self.n_instances), config.n_trees)
+        return ForestInstances(config, key, d, n_classes, p)
 
     def _replace_forest(self, forest: ForestInstances) -> None:
         """Serve ``forest`` from now on; the one it replaces stops its rebuilds."""
@@ -371,10 +368,11 @@ class ExactForestClassifier(ClassifierMixin, _ExactForestBase):
     a D° row refits. ``cache_min_rows`` sets which nodes cache candidate counts (a speed
     knob only: results do not depend on it).
 
-    ``n_instances`` = p > 1 splits the trees into p instances, each with its own D° and grid
-    (docs/forest.md): forgetting a row of one instance's D° rebuilds that instance in the
-    background while the others serve, so the call returns at once; the model equals a
-    refit again once the rebuild lands (:meth:`wait_for_rebuilds`).
+    ``n_instances`` = p > 1 (3 by default, at most one per tree) splits the trees into p
+    instances, each with its own D° and grid (docs/forest.md): forgetting a row of one
+    instance's D° rebuilds that instance in the background while the others serve, so the
+    call returns at once; the model equals a refit again once the rebuild lands
+    (:meth:`wait_for_rebuilds`). With 1, such a forget refits the forest in the call.
     """
 
     def _check_y(self, y: Any, n: int) -> np.ndarray:
@@ -489,7 +487,8 @@ class ExactForestRegressor(RegressorMixin, _ExactForestBase):
     each node keeps two integers — its row count and the sum of its rows' targets quantized
     on a 1,024-level grid fixed by D° — and splits by the squared-error gain computed from
     them; a leaf predicts its rows' mean target on that grid, and the forest the mean over
-    trees. Forgetting a D° row refits (the grid moves with D°).
+    trees. Forgetting a row of an instance's D° rebuilds that instance (the grid moves with
+    its D°): in the background with the default three instances, in the call with one.
     """
 
     def _check_targets(self, y: Any, n: int) -> np.ndarray:

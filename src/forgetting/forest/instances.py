@@ -7,7 +7,8 @@ own D°_r (column r of the keyed draws) and so its own bin grid. A change that m
 instance r invalid and rebuilds it on a thread from the rows as they are then; the others take
 the change at once and keep serving. Changes that arrive meanwhile are logged and replayed on
 the rebuilt instance before it is swapped in (one that moves its D°_r again starts it over).
-Requests wait only while every instance rebuilds, for the first to land.
+Rebuilds fit one at a time, each on every core. Requests wait only while every instance
+rebuilds, for the first to land.
 
 Predictions average the serving instances' trees; once no rebuild is pending the model is a
 fit on the rows held, bit for bit (each instance is, and the average runs in instance order).
@@ -74,6 +75,10 @@ class ForestInstances:
         self.rebuild_seconds: list[float] = []
         """Seconds from the change that started each landed background rebuild to its swap."""
         self._cond = threading.Condition(threading.RLock())
+        self._fitting = threading.Lock()
+        """Held by the background rebuild that fits: one at a time, on every core, so under a
+        burst of hits the first rebuild lands in its own fit's time (three at once would share
+        the cores and land together, late, while requests wait for the first)."""
 
     def _new(self, r: int) -> ExactForest:
         key, d, k = self._make
@@ -249,11 +254,16 @@ class ForestInstances:
                     return
                 rows = self._snapshot(job)
             forest = self._new(r)
-            forest.fit(*rows, cancelled=lambda: job.cancelled)
-            with self._cond:
-                if self._rebuilds.get(r) is not job:
+            # taken before the lock, never while holding it (the lock waits for no fit), and
+            # kept until the instance has landed: the next fit starts after it serves
+            with self._fitting:
+                if job.cancelled:
                     return
-                self._land(r, job, forest)
+                forest.fit(*rows, cancelled=lambda: job.cancelled)
+                with self._cond:
+                    if self._rebuilds.get(r) is not job:
+                        return
+                    self._land(r, job, forest)
         except FitCancelled:
             return
         except BaseException as err:  # kept for wait_for_rebuilds / the next request
@@ -413,12 +423,14 @@ class ForestInstances:
         """Pickled after the pending rebuilds, without the lock."""
         self.wait_for_rebuilds()
         with self._cond:
-            return {k: v for k, v in self.__dict__.items() if k not in ("_cond", "_rebuilds")}
+            skip = ("_cond", "_fitting", "_rebuilds")
+            return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._rebuilds = {}
         self._cond = threading.Condition(threading.RLock())
+        self._fitting = threading.Lock()
 
 
 def _apply(forest: ExactForest, change: tuple) -> None:
