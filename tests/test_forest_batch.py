@@ -108,6 +108,7 @@ def test_regression_batches_equal_a_refit():
         X[:700], y[:700]
     )
     model.insert(X[700:], y[700:], list(range(700, 900)))
+    model.wait_for_rebuilds()  # an inserted row may join an instance's D°
     victims = _outside_pool(model, rng.permutation(900).tolist())[:180]
     assert model.forget(victims).instances_hit == ()
     refit = _refit(model, X, y, set(range(900)) - set(victims))

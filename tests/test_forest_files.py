@@ -61,6 +61,7 @@ def test_load_is_the_saved_model_and_stays_exact(saved):
     assert loaded.ids_ == model.ids_
     # a live model: the same forgets on both, then a refit without those rows
     loaded.forget(["u7", "u8"])
+    loaded.wait_for_rebuilds()  # should either row be in an instance's D°
     ids, _, Xh, yh = loaded.forest_.rows()
     refit = ExactForestClassifier(**model.get_params()).fit(Xh, loaded.classes_[yh], ids)
     _same(loaded, refit, X)
