@@ -364,9 +364,9 @@ class ExactForestClassifier(ClassifierMixin, _ExactForestBase):
     row proposes them) and splits on the one with the largest Gini gain over the integer
     class counts of all its rows, down to ``min_samples_leaf`` rows, pure nodes or
     ``max_depth``. The bin grid (``max_bins`` per feature, NaN its own bin) comes from D°,
-    the rows whose keyed id hash is below ``rho`` (at least ``min_bin_rows`` rows): forgetting
-    a D° row refits. ``cache_min_rows`` sets which nodes cache candidate counts (a speed
-    knob only: results do not depend on it).
+    the rows whose keyed id hash is below ``rho`` (at least ``min_bin_rows`` rows), so
+    forgetting a D° row rebuilds the trees grown on that grid. ``cache_min_rows`` sets which
+    nodes cache candidate counts (a speed knob only: results do not depend on it).
 
     ``n_instances`` = p > 1 (3 by default, at most one per tree) splits the trees into p
     instances, each with its own D° and grid (docs/forest.md): forgetting a row of one
