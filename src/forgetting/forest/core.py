@@ -223,11 +223,6 @@ class ExactForest:
         """A row is in D° when its keyed draw is below this."""
         return self._threshold
 
-    def draws_of(self, id_raw: list) -> np.ndarray:
-        """This forest's keyed draws of rows with these ids (D° membership: below
-        :attr:`pool_threshold`)."""
-        return self._draws_of(id_raw)
-
     @property
     def n_pool(self) -> int:
         """Rows in D°."""
