@@ -4,6 +4,8 @@ history — random deletions, D° hits, inserts, adversarial deletions that flip
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -331,3 +333,21 @@ def test_stale_subtrees_rebuilt_when_read_give_the_refits_bits():
     assert model.forest_.n_stale == 0
     keep = sorted(set(range(len(y))) - set(victims))
     _assert_same(copy, _refit(model, X, y, keep), X)
+
+
+def test_a_forest_pickled_without_its_row_hashes_recomputes_them():
+    """Each row's hash is kept so a forget subtracts it; a forest pickled before that (its
+    state has no ``_hashes``) recomputes them from its rows and forgets to the same digest."""
+    X, y = _data(n=800)
+    model = ExactForestClassifier(**PARAMS).fit(X, y)
+    forest = model.forest_.instance(0)
+    state = copy.deepcopy(forest.__getstate__())  # its own rows, not the forest's
+    del state["_hashes"]
+    old = type(forest).__new__(type(forest))
+    old.__setstate__(state)
+    victims = [i for i in range(800) if i not in set(model.pool_ids_)][:5]
+    for v in victims:
+        forest.forget([v])
+        old.forget([v])
+        assert old.state_digest() == forest.state_digest()
+    assert old.structure_digest() == forest.structure_digest()

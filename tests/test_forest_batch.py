@@ -172,3 +172,37 @@ def test_a_fit_grown_on_threads_is_the_serial_fit(monkeypatch, workers):
         model.forget([model.pool_ids_[0]])
     assert serial.structure_digest() == threaded.structure_digest()
     assert np.array_equal(serial.predict_proba(X), threaded.predict_proba(X))
+
+
+def _cut_to_what_they_hold(forest) -> None:
+    """Node and perm arrays cut to their used length: the next change that needs a node or a
+    perm entry finds them full (after it has walked part of a path)."""
+    A = forest.A
+    fields = A._asdict()
+    for name in ("feat", "thr", "left", "right", "n", "counts", "slot", "choice", "lstart", "hash"):
+        fields[name] = fields[name][: A.top[0]].copy()
+    fields["perm"] = fields["perm"][: A.top[2]].copy()
+    forest.A = type(A)(**fields)
+
+
+def test_one_row_changes_that_find_the_arrays_full_undo_grow_and_stay_exact(monkeypatch):
+    """A one-row forget or insert takes the change into each kept node on its way down; when
+    the node it must rebuild or append to finds no room, those nodes are put back, the arrays
+    grow, and the tree is walked again — still a refit, bit for bit."""
+    X, y = _data(n=1500)
+    n = 1400
+    model = ExactForestClassifier(**dict(PARAMS, n_estimators=8)).fit(X[:n], y[:n], range(n))
+    grown = []
+    real = forest_core._resized
+    monkeypatch.setattr(
+        forest_core, "_resized", lambda *a, **kw: grown.append(kw) or real(*a, **kw)
+    )
+    victims = _outside_pool(model, np.random.default_rng(4).permutation(n).tolist())[:25]
+    for v in victims:
+        _cut_to_what_they_hold(model.forest_.instance(0))
+        model.forget([v])
+    for i in range(n, n + 25):
+        _cut_to_what_they_hold(model.forest_.instance(0))
+        model.insert(X[i : i + 1], y[i : i + 1], [i])
+    assert sum("nodes" in kw for kw in grown) >= 25
+    _same(model, _refit(model, X, y, (set(range(n)) - set(victims)) | set(range(n, n + 25))), X)

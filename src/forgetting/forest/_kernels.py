@@ -502,26 +502,39 @@ def _cache_row(A, v, r, sgn, goes):
     if s < 0:
         return
     _goes_left(A, s, r, goes)
-    cleft = A.cleft[s]
-    for j in range(A.ncand[s]):
-        if goes[j]:
-            _add_row(cleft, j, A, r, sgn)
+    _cache_goes(A, s, r, sgn, goes)
 
 
 @_jit
-def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
+def _cache_goes(A, s, r, sgn, goes):
+    """Add (sgn = 1) or remove (-1) row r in cache slot s, whose candidates it goes left at
+    where ``goes`` says: one multiply-add per candidate, no branch (half of them would be
+    mispredicted)."""
+    cleft = A.cleft[s]
+    if A.params[5] == 1:
+        q = sgn * A.y[r]
+        for j in range(A.ncand[s]):
+            g = np.int32(goes[j])
+            cleft[j, 0] += sgn * g
+            cleft[j, 1] += q * g
+    else:
+        c = A.y[r]
+        for j in range(A.ncand[s]):
+            cleft[j, c] += sgn * np.int32(goes[j])
+
+
+@_jit
+def update_tree(A, t, r, sgn, buf, path, goes):
     """Add (sgn = 1) or remove (sgn = -1) stored row r in tree t: re-evaluate the choice at
     each cached node on its path; the first subtree whose choice (or leaf-ness) changes, or
     whose node keeps no cache, becomes a STALE node holding its rows (rebuilt when read); a
-    stale node on the path just drops or gains the row. Returns 0, or FAIL with tree t
-    untouched when an array is full."""
-    K, min_leaf, max_depth = A.params[1], A.params[2], A.params[3]
-    lo = lo0.copy()
-    hi = hi0.copy()
-    goes = np.zeros(K, np.bool_)
+    stale node on the path just drops or gains the row. A node that keeps its choice takes
+    the change into its counts and cache on the way down (its candidates' sides are read
+    once). Returns 0, or FAIL with tree t untouched (those changes undone) when an array is
+    full. ``goes`` is scratch of length K."""
+    min_leaf, max_depth = A.params[2], A.params[3]
     v = A.roots[t]
     depth = 0
-    seed = A.seeds[t]
     action = _REBUILD
     while True:
         if A.feat[v] == STALE:  # rows only, rebuilt when read: drop or add the row
@@ -546,27 +559,28 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
         if best != A.choice[v]:
             action = _REBUILD
             break
-        f, th = A.feat[v], A.thr[v]
+        # v keeps its choice: its counts and cache take the change now
+        A.n[v] = n_after
+        _add_row(A.counts, v, A, r, sgn)
+        _cache_goes(A, s, r, sgn, goes)
         path[depth] = v
-        if A.codes[r, f] <= th:
-            hi[f] = th
-            v = A.left[v]
-            seed = child_seed(seed, 0)
-        else:
-            lo[f] = th + 1
-            v = A.right[v]
-            seed = child_seed(seed, 1)
+        v = A.left[v] if A.codes[r, A.feat[v]] <= A.thr[v] else A.right[v]
         depth += 1
-    # the change at v first: it is the step that may fail for want of room
+    # the change at v: the step that may fail for want of room
     new = v
     if action == _REBUILD:
         new = _mark_stale(A, v, r, sgn, buf)
-        if new < 0:
-            return FAIL
-    elif action == _APPEND:
+    elif action == _APPEND and A.top[2] + A.n[v] + 1 > A.perm.shape[0]:
+        new = FAIL
+    if new < 0:
+        for i in range(depth):  # undo the ancestors' counts and caches
+            u = path[i]
+            A.n[u] -= sgn
+            _add_row(A.counts, u, A, r, -sgn)
+            _cache_row(A, u, r, -sgn, goes)
+        return FAIL
+    if action == _APPEND:
         m = A.n[v]
-        if A.top[2] + m + 1 > A.perm.shape[0]:
-            return FAIL
         start = A.top[2]
         for i in range(m):
             A.perm[start + i] = A.perm[A.lstart[v] + i]
@@ -578,7 +592,7 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
         _add_row(A.counts, v, A, r, 1)
         _leaf_hash(A, v)
         _cache_row(A, v, r, 1, goes)
-    else:
+    elif action == _REMOVE:
         base, m = A.lstart[v], A.n[v]
         for i in range(base, base + m):
             if A.perm[i] == r:
@@ -589,12 +603,7 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
         A.top[5] += 1
         _leaf_hash(A, v)
         _cache_row(A, v, r, -1, goes)
-    # the ancestors keep their choice: update their counts and caches, link, rehash
-    for i in range(depth):
-        u = path[i]
-        A.n[u] += sgn
-        _add_row(A.counts, u, A, r, sgn)
-        _cache_row(A, u, r, sgn, goes)
+    # link the changed node and rehash the path
     if depth == 0:
         A.roots[t] = new
     else:
@@ -609,14 +618,15 @@ def update_tree(A, t, r, sgn, lo0, hi0, buf, path):
 
 
 @_jit
-def update_rows(A, rows, sgn, start_row, start_tree, lo0, hi0, buf, path):
+def update_rows(A, rows, sgn, start_row, start_tree, buf, path):
     """update_tree for rows[start_row:] over every tree (from start_tree for the first).
     Returns -1 when done, else the index i * trees + t of the (row, tree) that found an
     array full: grow, and call again from there."""
     T = A.roots.shape[0]
+    goes = np.zeros(A.params[1], np.bool_)
     for i in range(start_row, rows.shape[0]):
         for t in range(start_tree if i == start_row else 0, T):
-            if update_tree(A, t, rows[i], sgn, lo0, hi0, buf, path) < 0:
+            if update_tree(A, t, rows[i], sgn, buf, path, goes) < 0:
                 return i * T + t
     return -1
 

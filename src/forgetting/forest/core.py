@@ -310,8 +310,9 @@ class ExactForest:
         if not self.regression:
             self._class_counts = np.bincount(y, minlength=self.k).astype(np.int64)
         self._n_pool = int(pool.sum())
-        hashes = row_hashes(id_raw, self._targets_of(np.arange(n)), pool, self._X)
-        self._row_sum = hashes.view("<u8").sum(axis=0, dtype=np.uint64)
+        # each row's hash is kept: a forget subtracts it instead of hashing the row again
+        self._hashes = row_hashes(id_raw, self._targets_of(np.arange(n)), pool, self._X).view("<u8")
+        self._row_sum = self._hashes.sum(axis=0, dtype=np.uint64)
 
     def _grow_trees(
         self, shared: dict, chunk: range, n: int, cancelled: Callable[[], bool] | None
@@ -379,8 +380,7 @@ class ExactForest:
         self._update(pos.astype(np.int32), -1)
         if not self.regression:
             self._class_counts -= np.bincount(self.A.y[pos], minlength=self.k)
-        hashes = self._row_hashes(pos)
-        self._row_sum -= hashes.sum(axis=0, dtype=np.uint64)
+        self._row_sum -= self._hashes[pos].sum(axis=0, dtype=np.uint64)
         for p in pos.tolist():
             del self._pos[self._ids[p]]
             self._ids[p] = None
@@ -421,7 +421,8 @@ class ExactForest:
         self._update(pos.astype(np.int32), 1)
         if not self.regression:
             self._class_counts += np.bincount(self.A.y[pos], minlength=self.k)
-        self._row_sum += self._row_hashes(pos).sum(axis=0, dtype=np.uint64)
+        self._hashes[pos] = self._row_hashes(pos)
+        self._row_sum += self._hashes[pos].sum(axis=0, dtype=np.uint64)
         self._maybe_compact()
         return False
 
@@ -438,6 +439,9 @@ class ExactForest:
             dr = np.ones(size, np.float64)
             dr[:cap] = self._draws
             self._draws = dr
+            hashes = np.zeros((size, 4), np.uint64)
+            hashes[:cap] = self._hashes
+            self._hashes = hashes
             if self.regression:
                 targets = np.zeros(size, np.float64)
                 targets[:cap] = self._targets
@@ -502,6 +506,10 @@ class ExactForest:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
+        if "_hashes" not in state:  # pickled before the rows' hashes were kept
+            self._hashes = np.zeros((self._X.shape[0], 4), np.uint64)
+            live = self._live_positions()
+            self._hashes[live] = self._row_hashes(live)
 
     def _update(self, pos: np.ndarray, sgn: int) -> None:
         buf = np.empty(self.n_rows + len(pos) + 1, np.int32)
@@ -516,8 +524,6 @@ class ExactForest:
                 sgn,
                 start // self.config.n_trees,
                 start % self.config.n_trees,
-                self._lo0,
-                self._hi0,
                 buf,
                 self._path,
             )
@@ -650,4 +656,4 @@ class ExactForest:
     def nbytes(self) -> int:
         """Bytes held by the rows and the trees (arrays' capacity)."""
         arrays = sum(a.nbytes for a in self.A if isinstance(a, np.ndarray))
-        return int(arrays + self._X.nbytes + self._draws.nbytes)
+        return int(arrays + self._X.nbytes + self._draws.nbytes + self._hashes.nbytes)
