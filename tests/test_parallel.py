@@ -49,6 +49,28 @@ def test_map_reraises_the_first_error_after_the_others_end(threads):
         _parallel.map_instances(work, range(3))
 
 
+def test_a_map_does_not_wait_behind_other_work_on_the_pool(threads):
+    """With every pool thread busy elsewhere (a background rebuild's fit), the caller runs
+    all the items itself and returns: its queued helper is cancelled, not waited for."""
+    threads(1)
+    pool = _parallel._pool(1)
+    release = threading.Event()
+    busy = [pool.submit(release.wait, 30) for _ in range(pool._max_workers)]
+    try:
+        done = []
+        caller = threading.Thread(
+            target=lambda: done.append(_parallel.map_instances(abs, [-1, -2, -3]))
+        )
+        caller.start()
+        caller.join(5)
+        assert done == [[1, 2, 3]]
+        assert not any(f.done() for f in busy)  # the other work still holds the pool
+    finally:
+        release.set()
+        for f in busy:
+            f.result(30)
+
+
 def test_nested_calls_run_inline(threads):
     threads(1)  # one pool thread: a nested call that waited on the pool would deadlock
 

@@ -111,7 +111,10 @@ def map_instances(function: Callable[[T], R], items: Sequence[T]) -> list[R]:
     futures = [pool.submit(drain) for _ in range(workers)]
     drain()
     for future in futures:
-        future.result()
+        # one not started yet sits behind other work on the pool (a background rebuild's
+        # fit): the caller has drained the queue, so it is cancelled, not waited for
+        if not future.cancel():
+            future.result()
     if errors:
         raise errors[0]
     return results

@@ -18,6 +18,7 @@ With p = 1 this is exactly one :class:`~.core.ExactForest` and its synchronous r
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,10 @@ from ..schema.membership import draws, id_bytes
 from .core import ExactForest, FitCancelled, ForestConfig
 
 INSTANCES_FORMAT = b"forgetting-forest-instances-1"
+PARALLEL_WALK_WORK = 4_000
+"""A one-row change runs the instances on the machine's cores from this much walk work per
+instance (:meth:`ForestInstances._walk_work`); below it the hand-off to a thread costs more
+than the instance's walk (measured on sets on both sides of it: CHANGELOG.md)."""
 
 
 @dataclass
@@ -205,7 +210,8 @@ class ForestInstances:
                 self._thresholds[r] = self._forests[r].pool_threshold
                 self._forests[r] = None
                 self._start_rebuild(r, rows)
-        self._each(len(change[1]), change=True)(lambda forest: _apply(forest, change), take)
+        if take:
+            self._each(len(change[1]), change=True)(lambda forest: _apply(forest, change), take)
         for r, job in list(self._rebuilds.items()):
             if background and r in hit:
                 continue
@@ -219,13 +225,27 @@ class ForestInstances:
     def _each(self, n_rows: int, change: bool):
         """How the instances take a change or a prediction of ``n_rows`` rows (they share
         nothing, so the bits do not depend on the schedule). A small change runs them on the
-        machine's cores: each instance's compiled walk, which releases the GIL, is the bulk
-        (~0.7 ms per instance for one row at 269k rows); a large one runs them one after the
-        other, as each instance's batch kernels use the cores themselves. A prediction is the
-        other way round: a few rows cost an instance tens of microseconds, less than handing
-        it to a thread; many rows are worth spreading."""
-        small = n_rows < PARALLEL_ROWS
-        return map_instances if self.n_instances > 1 and small == change else serial_map
+        machine's cores when each instance's compiled walk, which releases the GIL, is long
+        enough to pay for the hand-off (:data:`PARALLEL_WALK_WORK`); a large one runs them one
+        after the other, as each instance's batch kernels use the cores themselves. A
+        prediction of a few rows costs an instance tens of microseconds, less than handing it
+        to a thread; many rows are worth spreading. Call with the lock."""
+        if self.n_instances == 1:
+            return serial_map
+        if not change:
+            return map_instances if n_rows >= PARALLEL_ROWS else serial_map
+        if n_rows >= PARALLEL_ROWS:
+            return serial_map
+        return map_instances if self._walk_work() >= PARALLEL_WALK_WORK else serial_map
+
+    def _walk_work(self) -> float:
+        """What one row's change re-evaluates in the largest instance: its trees × the
+        candidates per node × log2 of the rows (a path's length, up to a constant). Never
+        waits for an instance to serve. Call with the lock."""
+        d = self._make[1]
+        candidates = max(1, min(self.config.n_candidates, 16 * d))
+        rows = max((f.n_rows for f in self._forests if f is not None), default=2)
+        return max(self._trees) * candidates * math.log2(max(rows, 2))
 
     def _moved_while_rebuilding(self, change: tuple) -> list[int]:
         """The rebuilding instances whose D° this change moves, judged by the rows' keyed
