@@ -863,3 +863,31 @@ def test_a_raw_table_round_trips_through_the_cli(tmp_path, capsys):
     code, _, err = run(capsys, "predict", "--data", bad, "--store", store)
     assert code != 0 and "line 2, column 'age': 'abc' is not a finite number" in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "dataset", "raw_table", "text", "chosen", "reason"),
+    [
+        (set(), False, False, False, "forest", "exact forest"),
+        ({"rho", "n_instances", "random_state"}, False, False, False, "forest", "exact forest"),
+        ({"n_estimators"}, False, False, False, "forest", "exact forest"),
+        (set(), True, False, False, "qss", "Parquet dataset directory"),
+        (set(), False, True, False, "qss", "--raw-table"),
+        (set(), False, False, True, "qss", "--text-col"),
+        ({"mode"}, False, False, False, "qss", "--mode"),
+        ({"n_levels", "rebuild"}, False, False, False, "qss", "--n-levels, --rebuild"),
+    ],
+)
+def test_model_auto_fits_the_forest_unless_only_qss_goes_or_is_asked_for(
+    given, dataset, raw_table, text, chosen, reason
+):
+    from forgetting.cli.estimator import resolve_model
+
+    model, why = resolve_model("auto", given=given, dataset=dataset, raw_table=raw_table, text=text)
+    assert model == chosen and reason in why and why.startswith("--model auto chose")
+    # an explicit model is taken as it is, without a reason
+    assert resolve_model("qss", given=set(), dataset=False, raw_table=False, text=False) == (
+        "qss",
+        "",
+    )
+    assert build_parser().parse_args(["fit", "--data", "d.csv", "--store", "s"]).model == "auto"

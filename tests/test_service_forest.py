@@ -167,11 +167,33 @@ def test_fit_model_forest_from_the_command_line(tmp_path, capsys):
     with open(tmp_path / "p.csv", newline="") as f:
         proba = np.array([[float(r["proba_0"]), float(r["proba_1"])] for r in csv.DictReader(f)])
     assert np.array_equal(proba, refit.predict_proba(X.astype(np.float64)))
-    code, _, err = _run(capsys, "fit", "--data", data, "--store", tmp_path / "q.db")
+    code, _, err = _run(
+        capsys, "fit", "--data", data, "--store", tmp_path / "q.db", "--model", "qss"
+    )
     assert code != 0 and "an empty cell is not a finite number" in err  # QSS: refused
+    # the default, --model auto, fits the forest on a file (and says so) ...
+    code, out, err = _run(capsys, "fit", "--data", data, "--store", tmp_path / "a.db")
+    assert code == 0 and "fitting ExactForestClassifier" in err, err
+    assert "--model auto chose the exact forest" in err and "trees" in out
+    # ... and QSS when an option only QSS takes is given
+    code, _, err = _run(
+        capsys,
+        "fit",
+        "--data",
+        data,
+        "--store",
+        tmp_path / "b.db",
+        "--mode",
+        "label",
+        "--n-estimators",
+        3,
+    )
+    assert code == 2 and "--n-estimators applies to --model forest only" in err
     code, _, err = _run(capsys, *argv, "--overwrite", "--mode", "label")
     assert code == 2 and "--mode applies to --model qss only" in err
-    code, _, err = _run(capsys, "fit", "--data", data, "--store", store, "--n-estimators", 3)
+    code, _, err = _run(
+        capsys, "fit", "--data", data, "--store", store, "--model", "qss", "--n-estimators", 3
+    )
     assert code == 2 and "--n-estimators applies to --model forest only" in err
     with pytest.raises(SystemExit) as exit_:
         main([str(a) for a in (*argv, "--overwrite", "--max-features", "1.5")])

@@ -21,7 +21,13 @@ import numpy as np
 
 from ..io import tables
 from .errors import is_dsn, redact, usage
-from .estimator import ESTIMATOR_OPTIONS, FOREST_OPTIONS, estimator_class, options_of
+from .estimator import (
+    ESTIMATOR_OPTIONS,
+    FOREST_OPTIONS,
+    estimator_class,
+    options_of,
+    resolve_model,
+)
 from .inputs import (
     cluster_failures,
     dask_cluster,
@@ -51,7 +57,15 @@ def derived_key_warning(random_state: Any) -> str:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    model_kind = getattr(args, "model", "qss")
+    dataset = tables.is_dataset(args.data)
+    model_kind, why = resolve_model(
+        getattr(args, "model", "qss"),
+        given={n for n in (*ESTIMATOR_OPTIONS, *FOREST_OPTIONS) if hasattr(args, n)},
+        dataset=dataset,
+        raw_table=args.raw_table,
+        text=bool(args.text_col),
+    )
+    args.model = model_kind  # what reads the rows (missing values) sees the model chosen
     estimator_cls = estimator_class(args.task, model_kind)
     allowed = options_of(model_kind)
     for name in dict.fromkeys((*ESTIMATOR_OPTIONS, *FOREST_OPTIONS)):
@@ -66,7 +80,6 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise usage("--store-key stores the key of --secret-key-file: give that file too")
     if not is_dsn(args.store) and Path(args.store).exists() and not args.overwrite:
         raise usage(f"{args.store!r} exists: pass --overwrite to replace it, or another --store")
-    dataset = tables.is_dataset(args.data)
     if dataset and args.raw_table:
         raise usage("--raw-table reads one CSV or Parquet file in memory, not a dataset directory")
     if not dataset and (args.scheduler or args.workers):
@@ -96,7 +109,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
             stack.enter_context(cluster_failures())
         print(
             f"fitting {estimator_cls.__name__} on {rows.X.shape[0]} rows x {rows.X.shape[1]} "
-            f"features from {shown}{where} ...",
+            f"features from {shown}{where}{f' ({why})' if why else ''} ...",
             file=sys.stderr,
         )
         if dataset:

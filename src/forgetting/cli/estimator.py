@@ -41,8 +41,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-#: ``fit --model``: the QSS estimators, or the exact forests (:mod:`forgetting.forest`).
-MODELS = ("qss", "forest")
+#: ``fit --model``: the QSS estimators, the exact forests (:mod:`forgetting.forest`), or
+#: ``auto`` (the default), which picks one with :func:`resolve_model`.
+MODELS = ("auto", "qss", "forest")
+
+#: Options only the QSS estimators take: given to ``--model auto``, they choose QSS.
+QSS_ONLY_OPTIONS = ("mode", "n_levels", "n_centroids", "rebuild")
 
 #: The parameters ``fit --model forest`` exposes as options besides :data:`SHARED_OPTIONS`.
 FOREST_OPTIONS = ("n_estimators", "max_features", "min_samples_leaf", "n_instances")
@@ -60,6 +64,39 @@ FOREST_DEFAULTS: dict[str, Any] = {
     "rho": 0.005,
     "random_state": 0,
 }
+
+
+def resolve_model(
+    model: str, *, given: set[str], dataset: bool, raw_table: bool, text: bool
+) -> tuple[str, str]:
+    """The model ``fit --model model`` fits, and for ``auto`` one line saying why.
+
+    ``auto`` fits the exact forest: on tables it is the exact model closest to a retrained
+    gradient-boosting model (benchmarks/results/deployed-gap.md: within 1 pp on every table
+    but two, where QSS-E trails by 1.5 to 12.4 pp). It fits QSS where only QSS goes or QSS
+    is the better model: a Parquet dataset directory (fitted on dask), ``--raw-table`` (QSS
+    encodes categories exactly, dropping a category with its last row), ``--text-col``
+    (sentence embeddings, where QSS-E is ahead), or a QSS-only option (``given`` names the
+    estimator options on the command line).
+    """
+    if model != "auto":
+        return model, ""
+    reasons = [
+        reason
+        for reason, present in (
+            ("the data is a Parquet dataset directory (fitted on dask)", dataset),
+            ("--raw-table", raw_table),
+            ("--text-col (sentence embeddings)", text),
+            *((f"--{name.replace('_', '-')}", name in given) for name in QSS_ONLY_OPTIONS),
+        )
+        if present
+    ]
+    if reasons:
+        return "qss", f"--model auto chose QSS for {', '.join(reasons)}"
+    return "forest", (
+        "--model auto chose the exact forest, the more accurate exact model on tables; "
+        "--model qss for QSS"
+    )
 
 
 def estimator_class(task: str, model: str = "qss"):

@@ -135,7 +135,7 @@ def _add_columns(
         "file holding them. In an NPZ the 'columns' are its arrays: the features may be one "
         "2-D array (default X), labels default to y, ids to ids. An empty or non-numeric cell "
         "in a feature column is an error naming its line (or file and row) and column — "
-        "except for an exact forest (fit --model forest), which reads an empty cell as a "
+        "except for an exact forest (fit --model forest or auto), which reads an empty cell as a "
         "missing value.",
     )
     group.add_argument("--data", required=True, metavar="PATH", help=data_help)
@@ -200,7 +200,8 @@ def _add_estimator_options(fit: Any) -> None:
         "--task",
         choices=("classification", "regression"),
         default="classification",
-        help="QSSClassifier (classification, the default) or QSSRegressor (regression)",
+        help="a classifier (classification, the default) or a regressor (regression) of the "
+        "model --model names",
     )
     keep = argparse.SUPPRESS  # left out: the estimator's default applies
     est.add_argument(
@@ -249,11 +250,13 @@ def _add_estimator_options(fit: Any) -> None:
     est.add_argument(
         "--model",
         choices=MODELS,
-        default="qss",
-        help="qss: QSSClassifier / QSSRegressor (the default); forest: ExactForestClassifier "
-        "/ ExactForestRegressor, extremely randomized trees with exact forget — closer to a "
-        "retrained gradient-boosting model on tables (docs/forest.md). The options below "
-        "marked QSS or forest apply to that model only",
+        default="auto",
+        help="auto (the default): the exact forest, or QSS for a Parquet dataset directory, "
+        "--raw-table, --text-col or a QSS-only option (the line fit prints says which); qss: "
+        "QSSClassifier / QSSRegressor; forest: ExactForestClassifier / ExactForestRegressor, "
+        "extremely randomized trees with exact forget, the exact model closest to a retrained "
+        "gradient-boosting model on tables (docs/forest.md). The options below marked QSS or "
+        "forest apply to that model only",
     )
     forest = FOREST_DEFAULTS
     est.add_argument(
@@ -303,9 +306,10 @@ def _add_fit(sub: Any) -> None:
     fit = sub.add_parser(
         "fit",
         help="fit a model on a data file and write a new store",
-        description="Fit a QSS classifier or regressor on a CSV, Parquet or NPZ file (in "
-        "memory) or a Parquet dataset directory (on a dask cluster) — or, with --model "
-        "forest, an exact forest on one file — and write it to a new store, recording the "
+        description="Fit an exact model on a CSV, Parquet or NPZ file (in memory) or a "
+        "Parquet dataset directory (on a dask cluster) — by default (--model auto) the exact "
+        "forest for a file, QSS for a directory, text or a raw table — and write it to a "
+        "new store, recording the "
         "names of the feature columns (predict and insert select them by name). Every row "
         "needs a stable id (--id-col): forget addresses rows by it. Estimator options left "
         "out take the estimator's own defaults (shown below). Without --secret-key-file a "
