@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-EXPECTED_DURATION = "about 29 min on 2 cores (results/munkey.md)"
+EXPECTED_DURATION = "about 13 min on 2 idle cores (results/munkey.md; 29 on a loaded machine)"
 """How long a run at the defaults took (`forgetting bench` lists it)."""
 
 DEFAULT_OUT = Path("benchmarks/results")
