@@ -31,9 +31,19 @@ def test_core_benchmark_harness_on_tiny_data(tmp_path, capsys):
     assert float(row["expected_ms"]) == pytest.approx((1 - q) * t_fast + q * t_rebuild, rel=1e-3)
     assert float(row["sisa_shard_retrain_s"]) > 0 and float(row["retrain_s"]) > 0
     with open(tmp_path / "tiny-accuracy.csv") as f:
-        models = {r["model"]: float(r["test_accuracy"]) for r in csv.DictReader(f)}
-    assert set(models) == {"g-only", "QSS-E", "QSS-L", "SISA (5 shards)"}
+        rows = list(csv.DictReader(f))
+    models = {r["model"]: float(r["test_accuracy"]) for r in rows}
+    assert set(models) == {
+        "g-only", "QSS-E", "QSS-L", "exact forest (defaults)", "SISA (5 shards)",
+        "SISA-HGB", "HGB", "LR",
+    }  # fmt: skip
     assert models["QSS-E"] >= models["g-only"]
+    # the gap is to the best full-data model (HGB or LR here: SISA is not one)
+    (best,) = {r["best full-data"] for r in rows}
+    assert best in ("HGB", "LR")
+    for r in rows:
+        expected = round(100 * (float(r["test_accuracy"]) - models[best]), 2)
+        assert float(r["gap_to_best_pp"]) == pytest.approx(expected, abs=0.011)
     assert "Deletion" in capsys.readouterr().out
 
 
