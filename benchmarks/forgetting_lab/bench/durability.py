@@ -57,7 +57,7 @@ from forgetting_lab.durableun.methods import METHODS, UnlearnConfig
 
 from .report import write_results
 
-EXPECTED_DURATION = "about 12 min on 2 cores (results/durability.md)"
+EXPECTED_DURATION = "about 5 min on 2 idle cores (results/durability.md; 12 on a loaded machine)"
 """How long a run at the defaults took (`forgetting bench` lists it)."""
 
 DEFAULT_METHODS = ",".join((*METHODS, "SAF-fp32stop"))

@@ -71,10 +71,10 @@ def resolve_model(
 ) -> tuple[str, str]:
     """The model ``fit --model model`` fits, and for ``auto`` one line saying why.
 
-    ``auto`` fits the exact forest: on tables it is the exact model closest to a retrained
-    gradient-boosting model (benchmarks/results/deployed-gap.md: within 1 pp on every table
-    but two, where QSS-E trails by 1.5 to 12.4 pp). It fits QSS where only QSS goes or QSS
-    is the better model: a Parquet dataset directory (fitted on dask), ``--raw-table`` (QSS
+    ``auto`` fits the exact forest: at its defaults it is within 1 pp of the best model
+    retrained on all rows on 5 of the 7 tables of benchmarks/results/deployed-gap.md, QSS-E
+    on 1 (QSS-E is ahead on one small, nearly linear table). It fits QSS where only QSS goes
+    or QSS is the better model: a Parquet dataset directory (fitted on dask), ``--raw-table`` (QSS
     encodes categories exactly, dropping a category with its last row), ``--text-col``
     (sentence embeddings, where QSS-E is ahead), or a QSS-only option (``given`` names the
     estimator options on the command line).
@@ -94,7 +94,7 @@ def resolve_model(
     if reasons:
         return "qss", f"--model auto chose QSS for {', '.join(reasons)}"
     return "forest", (
-        "--model auto chose the exact forest, the more accurate exact model on tables; "
+        "--model auto chose the exact forest, the more accurate exact model on most tables; "
         "--model qss for QSS"
     )
 
