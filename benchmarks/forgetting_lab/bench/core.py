@@ -249,9 +249,9 @@ def accuracy_rows(name: str, rho: float, n_train: int | None) -> list[dict]:
         "exact forest (defaults)": ExactForestClassifier(rho=rho),
         "SISA (5 shards)": SISAClassifier(n_shards=5),
     }
-    for label, (build, raw) in anchor_builders(name, True, raw=False).items():
-        if not raw:
-            models[label] = build(0)
+    models.update(
+        {label: build(0) for label, (build, _) in anchor_builders(name, True, raw=False).items()}
+    )
     rows = []
     for label, model in tqdm(models.items(), desc=f"{name} accuracy", leave=False):
         rows.append(

@@ -191,7 +191,9 @@ def latency(model, data, n_forgets: int, seed: int) -> dict:
 def _rebuild_threads() -> bool:
     """Whether a background rebuild thread is alive (pending, or cancelled and not yet at
     its next tree: it still burns CPU)."""
-    return any(t.name.startswith("forest-rebuild-") for t in threading.enumerate())
+    from forgetting.forest.instances import REBUILD_THREAD_PREFIX
+
+    return any(t.name.startswith(REBUILD_THREAD_PREFIX) for t in threading.enumerate())
 
 
 def batch(model, data, size: int, seed: int) -> dict:

@@ -30,6 +30,9 @@ from ..schema.membership import draws, id_bytes
 from .core import ExactForest, FitCancelled, ForestConfig
 
 INSTANCES_FORMAT = b"forgetting-forest-instances-1"
+REBUILD_THREAD_PREFIX = "forest-rebuild-"
+"""Name prefix of a background rebuild's thread (instance index appended): what tells a
+rebuild's work apart from the caller's, for tests and CPU accounting."""
 PARALLEL_WALK_WORK = 4_000
 """A one-row change runs the instances on the machine's cores from this much walk work per
 instance (:meth:`ForestInstances._walk_work`); below it the hand-off to a thread costs more
@@ -266,7 +269,7 @@ class ForestInstances:
             job.started = started
         self._rebuilds[r] = job
         job.thread = threading.Thread(
-            target=self._rebuild, args=(r, job), name=f"forest-rebuild-{r}", daemon=True
+            target=self._rebuild, args=(r, job), name=f"{REBUILD_THREAD_PREFIX}{r}", daemon=True
         )
         job.thread.start()
 
