@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from forgetting import ModelFileError, MUNKEYClassifier
-from forgetting.munkey import AGGREGATIONS, KeyMemory
+from forgetting.munkey import AGGREGATIONS, KeyMemory, TinyViT, ViTConfig
+from forgetting.munkey.backbone import conv_stem_sides
 from forgetting.munkey.classifier import auto_patch
 from forgetting_lab.datasets import load_dataset
 
@@ -221,6 +222,37 @@ def test_default_patch_adapts_to_the_image_and_survives_save_load(tmp_path, data
         MUNKEYClassifier(**{**tiny, "patch": 3}).fit(X, y)
     with pytest.raises(ValueError, match='positive int or "auto"'):
         MUNKEYClassifier(**{**tiny, "patch": "big"}).fit(X, y)
+
+
+@pytest.mark.parametrize(
+    "side,patch,sides",
+    [(28, 7, [14, 7, 4]), (28, 4, [14, 7]), (8, 2, [4]), (32, 8, [16, 8, 4]), (30, 5, [15, 8, 4])],
+)
+def test_conv_stem_halves_down_to_the_patch_grid(side, patch, sides):
+    config = ViTConfig(image_size=side, patch=patch, stem="conv", width=16, heads=2)
+    assert conv_stem_sides(side, patch) == sides and config.grid == sides[-1]
+    net = TinyViT(config)
+    tokens = net.patch_embed(torch.rand(2, 1, side, side))
+    assert tokens.shape == (2, 16, sides[-1], sides[-1])
+    assert net(torch.rand(2, 1, side, side)).shape == (2, 10)
+    with pytest.raises(ValueError, match="stem must be one of"):
+        ViTConfig(stem="resnet")
+
+
+def test_conv_stem_model_forgets_and_survives_save_load(tmp_path, data):
+    X, y, Xt, _ = data
+    ids = [f"row-{i}" for i in range(len(y))]
+    model = MUNKEYClassifier(**{**TINY, "patch": 2}, stem="conv", random_state=3).fit(X, y, ids)
+    assert model.net_.config.stem == "conv" and model.net_.config.n_patches == 16
+    twin = MUNKEYClassifier(**{**TINY, "patch": 2}, stem="conv", random_state=3).fit(X, y, ids)
+    assert np.array_equal(model.predict_proba(Xt), twin.predict_proba(Xt))  # deterministic
+    model.forget(ids[:5])
+    model.save(tmp_path / "conv.munkey")
+    loaded = MUNKEYClassifier.load(tmp_path / "conv.munkey")
+    assert loaded.stem == "conv" and loaded.net_.config == model.net_.config
+    assert np.array_equal(loaded.predict_proba(Xt), model.predict_proba(Xt))
+    with pytest.raises(ValueError, match="stem must be one of"):
+        MUNKEYClassifier(**TINY, stem="resnet").fit(X, y)
 
 
 def test_key_memory_delete_is_swap_with_last():

@@ -7,6 +7,11 @@ plus a class token, plus (for MUNKEY) one exemplar token; width 64, depth 3, 4 h
 ViT that the approximate-unlearning baselines start from is this very module with
 ``exemplar_dim=0``, so MUNKEY and the baselines compare at equal backbone size.
 
+``stem="conv"`` replaces the single patchifying convolution by a few stride-2 3×3
+convolutions (Xiao et al., 2021, "Early convolutions help transformers see better"): the same
+token grid, but each token sees its neighbourhood through overlapping receptive fields — at
+equal epochs the more accurate backbone on the full Fashion-MNIST (docs/munkey.md).
+
 Attention is written out (``scaled_dot_product_attention`` on CPU) instead of using
 ``nn.TransformerEncoderLayer``, whose inference fast path takes a different code path from
 training and could make eval-mode bits depend on how the module was last used.
@@ -20,12 +25,45 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["ViTConfig", "TinyViT"]
+__all__ = ["STEMS", "TinyViT", "ViTConfig", "conv_stem_sides"]
+
+STEMS = ("patch", "conv")
+
+
+def conv_stem_sides(image_size: int, patch: int) -> list[int]:
+    """Sides after each stride-2 3×3 convolution (padding 1) of the conv stem: halve (rounding
+    up) until the side is at most ``image_size // patch`` — at least one convolution."""
+    target, sides = max(1, image_size // patch), [image_size]
+    while len(sides) == 1 or sides[-1] > target:
+        sides.append((sides[-1] + 1) // 2)
+    return sides[1:]
+
+
+def _conv_stem(config: ViTConfig) -> nn.Sequential:
+    """Stride-2 3×3 convolutions with GELU between; channels 32, 64, … (capped at the width),
+    the last one ``width``."""
+    n = len(conv_stem_sides(config.image_size, config.patch))
+    channels = [
+        config.channels,
+        *(min(config.width, 32 * 2**i) for i in range(n - 1)),
+        config.width,
+    ]
+    layers: list[nn.Module] = []
+    for i in range(n):
+        layers.append(nn.Conv2d(channels[i], channels[i + 1], 3, stride=2, padding=1))
+        if i < n - 1:
+            layers.append(nn.GELU())
+    return nn.Sequential(*layers)
 
 
 @dataclass(frozen=True)
 class ViTConfig:
-    """Shape of the backbone. ``exemplar_dim = 0`` builds a plain ViT (no exemplar token)."""
+    """Shape of the backbone. ``exemplar_dim = 0`` builds a plain ViT (no exemplar token).
+
+    ``stem``: ``"patch"`` embeds each ``patch × patch`` square with one convolution;
+    ``"conv"`` halves the image with stride-2 3×3 convolutions until the side is at most
+    ``image_size // patch`` (28 with patch 7: 28 → 14 → 7 → 4, the same 4×4 grid).
+    """
 
     image_size: int = 28
     channels: int = 1
@@ -36,8 +74,11 @@ class ViTConfig:
     mlp_ratio: float = 2.0
     n_classes: int = 10
     exemplar_dim: int = 0
+    stem: str = "patch"
 
     def __post_init__(self) -> None:
+        if self.stem not in STEMS:
+            raise ValueError(f"stem must be one of {STEMS}, got {self.stem!r}")
         if self.image_size % self.patch:
             raise ValueError(f"patch {self.patch} must divide image_size {self.image_size}")
         if self.width % self.heads:
@@ -49,8 +90,17 @@ class ViTConfig:
             raise ValueError(f"exemplar_dim must be ≥ 0, got {self.exemplar_dim}")
 
     @property
+    def grid(self) -> int:
+        """Side of the token grid: ``image_size // patch``, or where the conv stem stops."""
+        return (
+            conv_stem_sides(self.image_size, self.patch)[-1]
+            if self.stem == "conv"
+            else (self.image_size // self.patch)
+        )
+
+    @property
     def n_patches(self) -> int:
-        return (self.image_size // self.patch) ** 2
+        return self.grid**2
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -94,7 +144,10 @@ class TinyViT(nn.Module):
         super().__init__()
         self.config = config
         c = config
-        self.patch_embed = nn.Conv2d(c.channels, c.width, kernel_size=c.patch, stride=c.patch)
+        if c.stem == "conv":
+            self.patch_embed = _conv_stem(c)
+        else:
+            self.patch_embed = nn.Conv2d(c.channels, c.width, kernel_size=c.patch, stride=c.patch)
         n_tokens = 1 + c.n_patches + (1 if c.exemplar_dim else 0)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.width))
         self.pos_embed = nn.Parameter(torch.zeros(1, n_tokens, c.width))
@@ -128,6 +181,17 @@ class TinyViT(nn.Module):
         drop_image: torch.Tensor | None = None,
         drop_exemplar: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        return self.head(self.features(images, exemplars, drop_image, drop_exemplar))
+
+    def features(
+        self,
+        images: torch.Tensor,
+        exemplars: torch.Tensor | None = None,
+        drop_image: torch.Tensor | None = None,
+        drop_exemplar: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The normalized class token ``(B, width)`` that the head reads (same arguments as
+        :meth:`forward`): what a frozen copy of a trained plain ViT offers as image keys."""
         c = self.config
         b = images.shape[0]
         patches = self.patch_embed(images).flatten(2).transpose(1, 2)
@@ -149,4 +213,4 @@ class TinyViT(nn.Module):
         x = torch.cat(tokens, dim=1) + self.pos_embed
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x[:, 0]))
+        return self.norm(x[:, 0])

@@ -40,7 +40,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._masked_repr import MaskedKeyRepr
 from ..ids import listing
 from ..schema.membership import canonical_id, derive_key, id_bytes, receipt_hash
-from .backbone import TinyViT, ViTConfig
+from .backbone import STEMS, TinyViT, ViTConfig
 from .memory import KeyMemory
 
 __all__ = ["AGGREGATIONS", "MUNKEYClassifier", "MunkeyReceipt", "deterministic_torch"]
@@ -155,6 +155,11 @@ class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
         largest divisor of the side that is at most a quarter of it, so an image becomes at
         least 4×4 patch tokens: 7 for 28×28 (16 tokens), 2 for 8×8, 8 for 32×32. The choice
         is kept in ``patch_``.
+    stem : {"patch", "conv"}
+        How images become tokens: one ``patch × patch`` convolution, or stride-2 3×3
+        convolutions down to the same grid (:class:`~forgetting.munkey.ViTConfig`): more
+        compute per image, and the more accurate backbone on the full Fashion-MNIST
+        (docs/munkey.md).
     exemplar_dim : int
         Width of each row's exemplar v_i (paper: 128).
     epochs, batch_size, lr, weight_decay : training schedule
@@ -188,6 +193,7 @@ class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
         depth: int = 3,
         heads: int = 4,
         patch: int | str = "auto",
+        stem: str = "patch",
         exemplar_dim: int = 128,
         epochs: int = 15,
         batch_size: int = 128,
@@ -210,6 +216,7 @@ class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
         self.depth = depth
         self.heads = heads
         self.patch = patch
+        self.stem = stem
         self.exemplar_dim = exemplar_dim
         self.epochs = epochs
         self.batch_size = batch_size
@@ -235,6 +242,8 @@ class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
             isinstance(self.patch, int | np.integer) and self.patch >= 1
         ):
             raise ValueError(f'patch must be a positive int or "auto", got {self.patch!r}')
+        if self.stem not in STEMS:
+            raise ValueError(f"stem must be one of {STEMS}, got {self.stem!r}")
         for name in (*ints, "retrieval_k", "k", "n_threads"):
             value = getattr(self, name)
             if not (isinstance(value, int | np.integer) and value >= 1):
@@ -345,6 +354,7 @@ class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
             heads=int(self.heads),
             n_classes=int(classes.size),
             exemplar_dim=int(self.exemplar_dim),
+            stem=self.stem,
         )
         started, cpu = time.perf_counter(), time.process_time()
         with deterministic_torch(int(self.random_state), int(self.n_threads)) as gen:

@@ -11,6 +11,14 @@ Importing this package loads torch.
 """
 
 from .methods import METHODS, unlearn
-from .vit import TrainConfig, ViTClassifier, as_tensors, run_epochs
+from .vit import FrozenViTEncoder, TrainConfig, ViTClassifier, as_tensors, run_epochs
 
-__all__ = ["METHODS", "TrainConfig", "ViTClassifier", "as_tensors", "run_epochs", "unlearn"]
+__all__ = [
+    "METHODS",
+    "FrozenViTEncoder",
+    "TrainConfig",
+    "ViTClassifier",
+    "as_tensors",
+    "run_epochs",
+    "unlearn",
+]

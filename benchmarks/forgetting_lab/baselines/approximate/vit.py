@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from forgetting.munkey.backbone import TinyViT, ViTConfig
 from forgetting.munkey.classifier import check_images, cosine_schedule, deterministic_torch
 
-__all__ = ["TrainConfig", "ViTClassifier", "as_tensors", "run_epochs"]
+__all__ = ["FrozenViTEncoder", "TrainConfig", "ViTClassifier", "as_tensors", "run_epochs"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,14 @@ class ViTClassifier:
             self.net_.eval()
             return torch.cat([self.net_(images[s : s + 512]) for s in range(0, len(images), 512)])
 
+    def features(self, X: Any) -> np.ndarray:
+        """The normalized class token of each image, ``(n, width)`` float32."""
+        images = torch.from_numpy(check_images(X)).permute(0, 3, 1, 2).contiguous()
+        with deterministic_torch(self.train.seed, self.train.n_threads), torch.no_grad():
+            self.net_.eval()
+            chunks = [self.net_.features(images[s : s + 512]) for s in range(0, len(images), 512)]
+        return torch.cat(chunks).numpy()
+
     def predict_proba(self, X: Any) -> np.ndarray:
         return torch.softmax(self.logits(X), dim=1).numpy().astype(np.float64)
 
@@ -137,3 +145,25 @@ class ViTClassifier:
 
     def score(self, X: Any, y: Any) -> float:
         return float(np.mean(self.predict(X) == np.asarray(y)))
+
+
+class FrozenViTEncoder:
+    """MUNKEY key encoder g_φ: the class-token features of a plain ViT trained elsewhere.
+
+    Train the ViT on images disjoint from the ones MUNKEY memorizes (a held-out split), then
+    wrap it: ``learned = False`` tells :class:`~forgetting.munkey.MUNKEYClassifier` that
+    fitting never updates it, so a row's key depends on that image and the held-out split only.
+    """
+
+    learned = False
+
+    def __init__(self, vit: ViTClassifier) -> None:
+        if not hasattr(vit, "net_"):
+            raise ValueError("FrozenViTEncoder needs a fitted ViTClassifier")
+        self.vit = vit
+
+    def transform(self, images: Any) -> np.ndarray:
+        return self.vit.features(images)
+
+    def __repr__(self) -> str:
+        return f"FrozenViTEncoder(width={self.vit.vit.width}, stem={self.vit.vit.stem!r})"

@@ -1,0 +1,93 @@
+"""The full-scale MUNKEY benchmark at toy size: jobs resume, gaps sit against a noise floor.
+
+One tiny run on scikit-learn's 8×8 digits (1-epoch width-16 models, 2 oracle seeds) exercises
+every job kind, the report, resuming and the table of unfinished jobs; the bootstrap's
+weighted AUC is checked against scikit-learn's.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+pytest.importorskip("torch")
+
+from forgetting_lab.bench import munkey_scale  # noqa: E402
+
+TINY = [
+    "--datasets",
+    "digits",
+    "--n-key",
+    "300",
+    "--n-retain-eval",
+    "200",
+    "--epochs",
+    "1",
+    "--width",
+    "16",
+    "--depth",
+    "1",
+    "--patch",
+    "2",
+    "--oracle-seeds",
+    "2",
+    "--bootstrap",
+    "40",
+    "--jobs",
+    "1",
+]
+
+
+def test_weighted_auc_is_sklearns_with_sample_weights():
+    rng = np.random.default_rng(0)
+    pos = rng.integers(0, 6, 40) / 5.0  # many ties
+    neg = rng.integers(0, 6, 70) / 5.0
+    wp = rng.integers(0, 3, (4, 40)).astype(float)
+    wn = rng.integers(0, 3, (4, 70)).astype(float)
+    got = munkey_scale.weighted_auc(pos, neg, wp, wn)
+    for b in range(4):
+        want = roc_auc_score(
+            np.r_[np.ones(40), np.zeros(70)], np.r_[pos, neg], sample_weight=np.r_[wp[b], wn[b]]
+        )
+        assert got[b] == pytest.approx(want, abs=1e-12)
+
+
+def _quality(out):
+    with open(out / "munkey-scale-unlearning_quality.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_tiny_run_resumes_and_reports_gaps_against_the_noise_floor(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    args = [*TINY, "--work-dir", str(work), "--out-dir", str(out)]
+    assert munkey_scale.main(args) == 0
+    (folder,) = work.glob("*/digits")
+    rows = _quality(out)
+    for fraction in ("0.1", "0.02"):
+        mine = {r["method"]: r for r in rows if r["fraction"] == fraction}
+        assert float(mine["QSS-E"]["avg_gap"]) == 0.0  # exact: the refit, bit for bit
+        floor = float(mine["Retrain (oracle, vit): noise floor"]["avg_gap"])
+        assert floor > 0  # two oracle seeds differ
+        for method in ("NegGrad+", "Amnesiac", "SCRUB", "SSD", "Original ViT (no unlearning)"):
+            row = mine[method]
+            assert float(row["excess"]) == pytest.approx(float(row["avg_gap"]) - floor, abs=1e-9)
+            lo, hi = json.loads(row["gap_95ci"])
+            assert lo <= hi
+        assert "MUNKEY (key deletion)" in mine
+    md = (out / "munkey-scale.md").read_text()
+    assert "--work-dir" not in md and "Unfinished" not in md
+
+    # a second run trains nothing: every job's file is left as it was
+    stamps = {p: p.stat().st_mtime_ns for p in folder.glob("*.json")}
+    assert munkey_scale.main(args) == 0
+    assert {p: p.stat().st_mtime_ns for p in folder.glob("*.json")} == stamps
+
+    # a job without its JSON counts as unfinished, and the report says so
+    (folder / "ssd@0.1.json").unlink()
+    assert munkey_scale.main([*args, "--report-only"]) == 0
+    assert "Unfinished" in (out / "munkey-scale.md").read_text()
+    assert "SSD" not in {r["method"] for r in _quality(out) if r["fraction"] == "0.1"}
