@@ -38,7 +38,7 @@ import shlex
 import sys
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -389,16 +389,19 @@ def _qss_jobs(setup: Setup, data: Data, folder: Path) -> None:
     (folder / "qss.json").write_text("{}")
 
 
-def plan(setup: Setup) -> list[list[str]]:
-    """Jobs in phases: a phase starts once the previous one has finished."""
-    oracles = [
-        f"{family}-oracle@{fraction}@{seed}"
-        for seed in range(setup.oracle_seeds)
-        for fraction in setup.fractions
-        for family in ("vit", "munkey")
-    ]
-    baselines = [f"{m}@{fraction}" for fraction in setup.fractions for m in BASELINES]
-    return [["keys", "vit-original"], ["munkey-original", "qss", *baselines, *oracles]]
+def plan(setup: Setup) -> dict[str, tuple[str, ...]]:
+    """Every job, in the order they start, with the jobs it needs finished first."""
+    jobs: dict[str, tuple[str, ...]] = {"keys": (), "vit-original": ()}
+    jobs["munkey-original"] = ("keys",)
+    jobs["qss"] = ("keys",)
+    for fraction in setup.fractions:
+        for method in BASELINES:
+            jobs[f"{method}@{fraction}"] = ("vit-original",)
+    for seed in range(setup.oracle_seeds):
+        for fraction in setup.fractions:
+            jobs[f"vit-oracle@{fraction}@{seed}"] = ()
+            jobs[f"munkey-oracle@{fraction}@{seed}"] = ("keys",)
+    return jobs
 
 
 def _meta(folder: Path, job: str) -> dict:
@@ -417,17 +420,24 @@ def run_all(args, setup: Setup) -> None:
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         (root / "setup.json").write_text(json.dumps(setup.__dict__, indent=1))
-        phases = [[j for j in phase if not _done(folder, j)] for phase in plan(setup)]
-        total = sum(map(len, phases))
+        jobs = {j: needs for j, needs in plan(setup).items() if not _done(folder, j)}
+        running: dict = {}
         with (
-            tqdm(total=total, desc=f"munkey-scale {name}") as bar,
+            tqdm(total=len(jobs), desc=f"munkey-scale {name}") as bar,
             ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool,
         ):
-            for phase in phases:
-                futures = [pool.submit(run_job, name, setup, folder, job) for job in phase]
-                for future in as_completed(futures):
+            while jobs or running:
+                ready = [j for j, needs in jobs.items() if all(_done(folder, n) for n in needs)]
+                for job in ready[: max(0, args.jobs - len(running))]:
+                    del jobs[job]
+                    running[pool.submit(run_job, name, setup, folder, job)] = job
+                if not running:
+                    raise RuntimeError(f"jobs wait on jobs that did not finish: {sorted(jobs)}")
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
                     bar.set_postfix_str(future.result())
                     bar.update(1)
+                    del running[future]
 
 
 # -- scoring ------------------------------------------------------------------------------
@@ -638,7 +648,7 @@ def overhead_rows(folder: Path, name: str, setup: Setup) -> list[dict]:
 
 
 def _missing(folder: Path, setup: Setup) -> list[str]:
-    return [j for phase in plan(setup) for j in phase if not _done(folder, j)]
+    return [j for j in plan(setup) if not _done(folder, j)]
 
 
 def report(args, setup: Setup, command: str) -> Path:
