@@ -255,6 +255,18 @@ def test_conv_stem_model_forgets_and_survives_save_load(tmp_path, data):
         MUNKEYClassifier(**TINY, stem="resnet").fit(X, y)
 
 
+def test_hflip_augments_training_deterministically(data):
+    X, y, Xt, _ = data
+    plain = MUNKEYClassifier(**TINY, random_state=3).fit(X, y)
+    flipped = MUNKEYClassifier(**TINY, hflip=True, random_state=3).fit(X, y)
+    twin = MUNKEYClassifier(**TINY, hflip=True, random_state=3).fit(X, y)
+    assert np.array_equal(flipped.predict_proba(Xt), twin.predict_proba(Xt))
+    assert not np.array_equal(flipped.predict_proba(Xt), plain.predict_proba(Xt))
+    assert np.array_equal(flipped.memory_.keys, plain.memory_.keys)  # keys: unflipped images
+    with pytest.raises(ValueError, match="hflip must be True or False"):
+        MUNKEYClassifier(**TINY, hflip="yes").fit(X, y)
+
+
 def test_key_memory_delete_is_swap_with_last():
     keys = torch.nn.functional.normalize(torch.arange(12.0).reshape(4, 3) + 1, dim=1)
     memory = KeyMemory(keys, torch.ones(4, 2), ["a", "b", "c", "d"])

@@ -83,6 +83,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=int, default=3)
     p.add_argument("--patch", type=int, default=7)
     p.add_argument("--stem", default="conv", choices=["patch", "conv"])
+    p.add_argument(
+        "--hflip",
+        nargs="*",
+        default=["fashion_mnist"],
+        help="datasets whose training images are mirrored at random (not digits)",
+    )
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates")
@@ -108,6 +114,7 @@ class Setup:
     depth: int
     patch: int
     stem: str
+    hflip: tuple[str, ...]
     batch_size: int
     lr: float
 
@@ -123,6 +130,7 @@ class Setup:
             args.depth,
             args.patch,
             args.stem,
+            tuple(sorted(args.hflip)),
             args.batch_size,
             args.lr,
         )
@@ -209,7 +217,7 @@ def _vit_config(setup: Setup, data: Data):
     )
 
 
-def _train_config(setup: Setup, seed: int, epochs: int | None = None):
+def _train_config(setup: Setup, data: Data, seed: int, epochs: int | None = None):
     from forgetting_lab.baselines.approximate import TrainConfig
 
     return TrainConfig(
@@ -218,10 +226,11 @@ def _train_config(setup: Setup, seed: int, epochs: int | None = None):
         lr=setup.lr,
         seed=seed,
         n_threads=1,
+        hflip=data.name in setup.hflip,
     )
 
 
-def _munkey(setup: Setup, seed: int, encoder):
+def _munkey(setup: Setup, data: Data, seed: int, encoder):
     from forgetting.munkey import MUNKEYClassifier
 
     return MUNKEYClassifier(
@@ -233,6 +242,7 @@ def _munkey(setup: Setup, seed: int, encoder):
         batch_size=setup.batch_size,
         lr=setup.lr,
         encoder=encoder,
+        hflip=data.name in setup.hflip,
         random_state=seed,
         n_threads=1,
     )
@@ -251,7 +261,9 @@ def _load_vit(setup: Setup, data: Data, path: Path, seed: int):
     from forgetting.munkey import TinyViT
     from forgetting_lab.baselines.approximate import ViTClassifier
 
-    model = ViTClassifier(_vit_config(setup, data), _train_config(setup, seed), data.n_classes)
+    model = ViTClassifier(
+        _vit_config(setup, data), _train_config(setup, data, seed), data.n_classes
+    )
     net = TinyViT(model.vit)
     net.load_state_dict(load_file(str(path)))
     net.eval()
@@ -291,7 +303,7 @@ def run_job(name: str, setup: Setup, folder: Path, job: str) -> str:
     cfg = _vit_config(setup, data)
     kind, *rest = job.split("@")
     if kind == "keys":
-        vit = ViTClassifier(cfg, _train_config(setup, 100), data.n_classes).fit(
+        vit = ViTClassifier(cfg, _train_config(setup, data, 100), data.n_classes).fit(
             data.X_key, data.y_key
         )
         _save_net(vit.net_, folder / "keys.safetensors")
@@ -303,14 +315,14 @@ def run_job(name: str, setup: Setup, folder: Path, job: str) -> str:
         }
         _write_model(folder, job, data, vit.predict_proba, meta)
     elif kind == "vit-original":
-        vit = ViTClassifier(cfg, _train_config(setup, 0), data.n_classes).fit(data.X, data.y)
+        vit = ViTClassifier(cfg, _train_config(setup, data, 0), data.n_classes).fit(data.X, data.y)
         _save_net(vit.net_, folder / "vit-original.safetensors")
         meta = {"fit_s": vit.fit_seconds_, "fit_cpu_s": vit.fit_cpu_seconds_}
         _write_model(folder, job, data, vit.predict_proba, meta)
     elif kind == "vit-oracle":
         fraction, seed = float(rest[0]), int(rest[1])
         r = data.retain(fraction)
-        vit = ViTClassifier(cfg, _train_config(setup, seed), data.n_classes).fit(
+        vit = ViTClassifier(cfg, _train_config(setup, data, seed), data.n_classes).fit(
             data.X[r], data.y[r]
         )
         meta = {"fit_s": vit.fit_seconds_, "fit_cpu_s": vit.fit_cpu_seconds_}
@@ -329,7 +341,7 @@ def run_job(name: str, setup: Setup, folder: Path, job: str) -> str:
     elif kind == "munkey-original":
         encoder = _key_encoder(setup, data, folder)
         rows = np.arange(len(data.y))
-        mk = _munkey(setup, 0, encoder).fit(data.X, data.y, data.ids(rows))
+        mk = _munkey(setup, data, 0, encoder).fit(data.X, data.y, data.ids(rows))
         meta = {"fit_s": mk.fit_seconds_, "fit_cpu_s": mk.fit_cpu_seconds_}
         for fraction in setup.fractions:  # forgetting: delete the keys, score again
             forgot = copy.deepcopy(mk)
@@ -349,7 +361,7 @@ def run_job(name: str, setup: Setup, folder: Path, job: str) -> str:
     elif kind == "munkey-oracle":
         fraction, seed = float(rest[0]), int(rest[1])
         r = data.retain(fraction)
-        mk = _munkey(setup, seed, _key_encoder(setup, data, folder))
+        mk = _munkey(setup, data, seed, _key_encoder(setup, data, folder))
         mk.fit(data.X[r], data.y[r], data.ids(r))
         meta = {"fit_s": mk.fit_seconds_, "fit_cpu_s": mk.fit_cpu_seconds_}
         _write_model(folder, job, data, mk.predict_proba, meta)
@@ -726,7 +738,9 @@ def _notes(setup: Setup) -> str:
             f"4 heads, {setup.stem} stem to a 4×4 grid (patch {setup.patch}); "
             f"{setup.epochs} epochs, "
             f"batch {setup.batch_size}, AdamW (0.9, 0.99), wd 0.05, peak lr {setup.lr}, warm-up + "
-            "cosine; one torch thread per fit. MUNKEY at its defaults otherwise (exemplars "
+            "cosine; one torch thread per fit; training images of "
+            f"{', '.join(setup.hflip) or 'no dataset'} mirrored left-right at random (hflip; "
+            "never digits). MUNKEY at its defaults otherwise (exemplars "
             "128-d, K = 8, ensemble).",
             f"- Oracles: {setup.oracle_seeds} retrains per fraction and family (seeds 0–"
             f"{setup.oracle_seeds - 1}; seed 0 shares the original's initialization). Avg Gap = "

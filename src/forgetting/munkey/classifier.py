@@ -167,6 +167,10 @@ class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
     exemplar_lr : float
         Learning rate of the exemplars. Each v_i receives a gradient only when its row is in
         the batch (once per epoch), so with few epochs it needs a larger step than θ.
+    hflip : bool
+        Mirror each training image left-right with probability ½ (a fresh draw per batch):
+        augmentation for images whose class survives a mirror (clothing, photos — not digits).
+        Keys are computed once, from the unflipped images.
     pathway_dropout : float
         Probability that a training row has one path replaced by its null token (image and
         exemplar path equally likely; never both).
@@ -200,6 +204,7 @@ class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
         lr: float = 2e-3,
         exemplar_lr: float = 1e-2,
         weight_decay: float = 0.05,
+        hflip: bool = False,
         pathway_dropout: float = 0.3,
         retrieval_prob: float = 0.3,
         retrieval_k: int = 8,
@@ -223,6 +228,7 @@ class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
         self.lr = lr
         self.exemplar_lr = exemplar_lr
         self.weight_decay = weight_decay
+        self.hflip = hflip
         self.pathway_dropout = pathway_dropout
         self.retrieval_prob = retrieval_prob
         self.retrieval_k = retrieval_k
@@ -252,6 +258,8 @@ class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
             value = getattr(self, name)
             if not (isinstance(value, float | int) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        if not isinstance(self.hflip, bool | np.bool_):
+            raise ValueError(f"hflip must be True or False, got {self.hflip!r}")
         if not (isinstance(self.weight_decay, float | int) and self.weight_decay >= 0):
             raise ValueError(f"weight_decay must be ≥ 0, got {self.weight_decay!r}")
         for name in ("pathway_dropout", "retrieval_prob"):
@@ -420,7 +428,8 @@ class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
                     v = torch.where(simulate[:, None], mixed, v)
                 drop_image = u < p_drop / 2
                 drop_exemplar = (u >= p_drop / 2) & (u < p_drop)
-                logits = net(images[batch], v, drop_image, drop_exemplar)
+                x = random_hflip(images[batch], gen) if self.hflip else images[batch]
+                logits = net(x, v, drop_image, drop_exemplar)
                 loss = F.cross_entropy(logits, targets[batch])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -582,6 +591,12 @@ class MUNKEYClassifier(MaskedKeyRepr, ClassifierMixin, BaseEstimator):
         from .io import load_munkey
 
         return load_munkey(cls, path, encoder, secret_key, allow_version_mismatch)
+
+
+def random_hflip(images: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """``(B, C, H, W)`` images, each mirrored left-right with probability ½ (draws from ``gen``)."""
+    flip = torch.rand(len(images), generator=gen) < 0.5
+    return torch.where(flip[:, None, None, None], images.flip(3), images)
 
 
 def cosine_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup: float = 0.05):

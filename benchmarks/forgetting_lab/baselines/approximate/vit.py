@@ -19,7 +19,12 @@ import torch
 import torch.nn.functional as F
 
 from forgetting.munkey.backbone import TinyViT, ViTConfig
-from forgetting.munkey.classifier import check_images, cosine_schedule, deterministic_torch
+from forgetting.munkey.classifier import (
+    check_images,
+    cosine_schedule,
+    deterministic_torch,
+    random_hflip,
+)
 
 __all__ = ["FrozenViTEncoder", "TrainConfig", "ViTClassifier", "as_tensors", "run_epochs"]
 
@@ -34,6 +39,8 @@ class TrainConfig:
     weight_decay: float = 0.05
     seed: int = 0
     n_threads: int = 1
+    hflip: bool = False
+    """Mirror training images left-right at random (MUNKEYClassifier's ``hflip``)."""
 
 
 def as_tensors(X: Any, y: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -57,7 +64,8 @@ def run_epochs(
 ) -> None:
     """Cross-entropy training (or ``loss_fn(net, images, labels)``) for ``epochs`` epochs.
 
-    AdamW β = (0.9, 0.99) with the shared warm-up + cosine schedule over exactly these steps.
+    AdamW β = (0.9, 0.99) with the shared warm-up + cosine schedule over exactly these steps;
+    ``config.hflip`` mirrors the batch's images at random first.
     """
     n = len(images)
     optimizer = torch.optim.AdamW(
@@ -69,10 +77,11 @@ def run_epochs(
         order = torch.randperm(n, generator=gen)
         for start in range(0, n, config.batch_size):
             batch = order[start : start + config.batch_size]
+            x = random_hflip(images[batch], gen) if config.hflip else images[batch]
             if loss_fn is None:
-                loss = F.cross_entropy(net(images[batch]), labels[batch])
+                loss = F.cross_entropy(net(x), labels[batch])
             else:
-                loss = loss_fn(net, images[batch], labels[batch])
+                loss = loss_fn(net, x, labels[batch])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
