@@ -78,6 +78,10 @@ def test_tiny_run_resumes_and_reports_gaps_against_the_noise_floor(tmp_path):
             lo, hi = json.loads(row["gap_95ci"])
             assert lo <= hi
         assert "MUNKEY (key deletion)" in mine
+    with open(out / "munkey-scale-backbones.csv") as f:
+        backbones = list(csv.DictReader(f))
+    assert [b["train_images"] for b in backbones] == ["300", "957"]  # digits: 1,257 − 300
+    assert 0.0 <= float(backbones[1]["key_split_accuracy"]) <= 1.0
     md = (out / "munkey-scale.md").read_text()
     assert "--work-dir" not in md and "Unfinished" not in md
 

@@ -677,7 +677,23 @@ def report(args, setup: Setup, command: str) -> Path:
         if _done(folder, "keys"):
             meta = json.loads((folder / "keys.json").read_text())
             keys.append(
-                {"dataset": name, "key_images": setup.n_key, "test_accuracy": meta["test_accuracy"]}
+                {
+                    "dataset": name,
+                    "model": "key encoder (trained on the key split)",
+                    "train_images": setup.n_key,
+                    "test_accuracy": meta["test_accuracy"],
+                }
+            )
+        if _done(folder, "vit-original"):  # the key split is the backbone's validation set
+            vit = _load_vit(setup, data, folder / "vit-original.safetensors", seed=0)
+            keys.append(
+                {
+                    "dataset": name,
+                    "model": "plain ViT original (trained on the model split)",
+                    "train_images": len(data.y),
+                    "key_split_accuracy": vit.score(data.X_key, data.y_key),
+                    "test_accuracy": vit.score(data.X_test, data.y_test),
+                }
             )
         left = _missing(folder, setup)
         if left:
@@ -712,9 +728,9 @@ def report(args, setup: Setup, command: str) -> Path:
                 "overhead_range_pct",
             ],
         ),
-        "Key encoder: a plain ViT on the key split, frozen": (
+        "Backbones: the frozen key encoder, and the plain ViT scored on the key split": (
             keys,
-            ["dataset", "key_images", "test_accuracy"],
+            ["dataset", "model", "train_images", "key_split_accuracy", "test_accuracy"],
         ),
     }
     if missing:
