@@ -52,6 +52,35 @@ def test_corpus_is_deterministic_and_splits_authors():
         assert batch.targets[i][batch.mask[i]].tolist() == answer
 
 
+def test_paraphrases_are_asked_of_public_authors_and_held_out_for_fictitious_ones():
+    plain = make_corpus(12, 8, 0.25, seed=3)
+    corpus = make_corpus(12, 8, 0.25, seed=3, paraphrases=True)
+    assert corpus.fictitious == plain.fictitious and corpus.forget_authors == plain.forget_authors
+    assert len(corpus.public) == 3 * len(plain.public)  # every wording, same facts
+    assert set(plain.public) <= set(corpus.public)
+    held = corpus.held_out(corpus.forget)
+    assert len(held) == 2 * len(corpus.forget)
+    trained = {q.question for q in corpus.fictitious}
+    assert not trained & {q.question for q in held}  # no fine-tuning step sees a rewording
+    for qa, (a, b) in zip(corpus.forget, zip(held[::2], held[1::2], strict=True), strict=True):
+        assert a.answer == b.answer == qa.answer and a.author == qa.author
+    for q in corpus.held_out(corpus.retain):
+        corpus.encode(q)  # the vocabulary covers every reworded question
+    with pytest.raises(ValueError, match="without paraphrases"):
+        plain.held_out(plain.forget)
+
+
+def test_held_out_audit_scores_the_rewordings():
+    cfg = ExperimentConfig.tiny(paraphrases=True, pretrain_steps=20, finetune_steps=20)
+    prep = prepare(cfg)
+    assert len(prep.forget_held_out) == 2 * len(prep.forget)
+    report = audit(prep, held_out=True)
+    assert [r.precision for r in report.results] == [r.precision for r in audit(prep).results]
+    plain = prepare(ExperimentConfig.tiny(pretrain_steps=20, finetune_steps=20))
+    with pytest.raises(ValueError, match="paraphrases=True"):
+        audit(plain, held_out=True)
+
+
 def test_lora_starts_as_the_base_and_base_is_nf4_frozen():
     torch.manual_seed(0)
     model = TinyLM(30, d=16, n_layers=1, n_heads=2)

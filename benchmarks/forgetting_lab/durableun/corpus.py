@@ -9,6 +9,12 @@ answers of 1–5 tokens combined from shared pools (48 to 192 possible answers p
 the model cannot guess an answer from the question's wording — it has to have memorised the
 (name, attribute) pair.
 
+With ``paraphrases=True`` every attribute also has two reworded questions
+(:data:`PARAPHRASES`). Public authors are asked every wording, so the base model learns that
+the wordings ask the same thing; fictitious authors are fine-tuned on the first wording only,
+and their reworded questions (:meth:`Corpus.held_out`) are what no training step and no
+stopping rule ever sees — the held-out check of whether a fact, not a string, was forgotten.
+
 Two disjoint author sets come out of one generator: *public* authors (the base model's
 pretraining data, so that it learns the question format and the answer vocabulary) and
 *fictitious* authors (the LoRA fine-tuning data, split into forget and retain authors).
@@ -55,6 +61,19 @@ TEMPLATES = {
     "award": "which award did {name} win ?",
 }
 
+PARAPHRASES = {
+    "birthplace": ("in which city was {name} born ?", "what is the birthplace of {name} ?"),
+    "year": ("what year was {name} born in ?", "when was {name} born ?"),
+    "genre": ("in which genre does {name} write ?", "what kind of books does {name} write ?"),
+    "book": ("which book is {name} best known for ?", "what is the most famous book by {name} ?"),
+    "parent": (
+        "what were the jobs of the parents of {name} ?",
+        "what work did the parents of {name} do ?",
+    ),
+    "award": ("what prize did {name} receive ?", "which award was given to {name} ?"),
+}
+"""Reworded questions per attribute (used with ``make_corpus(paraphrases=True)``)."""
+
 
 @dataclass(frozen=True)
 class QA:
@@ -74,6 +93,8 @@ class Corpus:
     public: tuple[QA, ...]
     fictitious: tuple[QA, ...]
     forget_authors: frozenset[int]
+    names: tuple[str, ...] = ()
+    paraphrased: bool = False
 
     @property
     def index(self) -> dict[str, int]:
@@ -86,6 +107,22 @@ class Corpus:
     @property
     def retain(self) -> tuple[QA, ...]:
         return tuple(q for q in self.fictitious if q.author not in self.forget_authors)
+
+    def held_out(self, qas: tuple[QA, ...]) -> tuple[QA, ...]:
+        """Every reworded question of each fact in ``qas`` (same answer), in order: the
+        questions a corpus made with ``paraphrases=True`` never trains on for these authors."""
+        if not self.paraphrased:
+            raise ValueError("this corpus was made without paraphrases (paraphrases=True)")
+        return tuple(
+            QA(
+                qa.author,
+                qa.attribute,
+                tuple(t.format(name=self.names[qa.author]).split()),
+                qa.answer,
+            )
+            for qa in qas
+            for t in PARAPHRASES[qa.attribute]
+        )
 
     def encode(self, qa: QA) -> tuple[list[int], int]:
         """Token ids ``<bos> question A: answer <eos>`` and the position of the first answer
@@ -120,7 +157,9 @@ def _names(rng: np.random.Generator, n: int) -> list[str]:
     return out
 
 
-def _author_facts(rng: np.random.Generator, author: int, name: str) -> list[QA]:
+def _author_facts(
+    rng: np.random.Generator, author: int, name: str, reworded: bool = False
+) -> list[QA]:
     answers = {
         "birthplace": (str(rng.choice(CITIES)), "in", str(rng.choice(COUNTRIES))),
         "year": (str(rng.choice(YEARS)),),
@@ -129,8 +168,11 @@ def _author_facts(rng: np.random.Generator, author: int, name: str) -> list[QA]:
         "parent": ("a", str(rng.choice(JOBS)), "and", "a", str(rng.choice(JOBS))),
         "award": ("the", str(rng.choice(AWARD_ADJ)), str(rng.choice(AWARDS)), "prize"),
     }
+    templates = {a: (TEMPLATES[a], *(PARAPHRASES[a] if reworded else ())) for a in ATTRIBUTES}
     return [
-        QA(author, a, tuple(TEMPLATES[a].format(name=name).split()), answers[a]) for a in ATTRIBUTES
+        QA(author, a, tuple(t.format(name=name).split()), answers[a])
+        for a in ATTRIBUTES
+        for t in templates[a]
     ]
 
 
@@ -139,10 +181,13 @@ def make_corpus(
     n_public: int = 60,
     forget_fraction: float = 0.1,
     seed: int = 0,
+    paraphrases: bool = False,
 ) -> Corpus:
     """Generate the corpus. Fictitious authors are numbered 0..n_fictitious−1 and the forget
     authors are a seeded ``forget_fraction`` of them (at least one); public authors are numbered
-    from ``n_fictitious`` on. Same arguments, same corpus, on every machine."""
+    from ``n_fictitious`` on. Same arguments, same corpus, on every machine. ``paraphrases``:
+    public authors are asked every wording, and the vocabulary covers the reworded questions
+    (the facts and their answers are the same as without)."""
     if n_fictitious < 2:
         raise ValueError("need at least 2 fictitious authors (one to forget, one to retain)")
     rng = np.random.default_rng(seed)
@@ -151,9 +196,18 @@ def make_corpus(
     public = [
         qa
         for a in range(n_fictitious, n_fictitious + n_public)
-        for qa in _author_facts(rng, a, names[a])
+        for qa in _author_facts(rng, a, names[a], reworded=paraphrases)
     ]
     n_forget = min(n_fictitious - 1, max(1, round(forget_fraction * n_fictitious)))
     forget = frozenset(int(a) for a in rng.choice(n_fictitious, n_forget, replace=False))
-    words = sorted({w for qa in fictitious + public for w in qa.question + qa.answer})
-    return Corpus(tuple(SPECIALS) + tuple(words), tuple(public), tuple(fictitious), forget)
+    words = {w for qa in fictitious + public for w in qa.question + qa.answer}
+    if paraphrases:
+        words |= {w for t in PARAPHRASES.values() for q in t for w in q.format(name="").split()}
+    return Corpus(
+        tuple(SPECIALS) + tuple(sorted(words)),
+        tuple(public),
+        tuple(fictitious),
+        forget,
+        tuple(names),
+        paraphrases,
+    )

@@ -58,6 +58,9 @@ class ExperimentConfig:
     nf4_base: bool = True
     epsilon: float = 0.05
     seed: int = 0
+    paraphrases: bool = False
+    """Public authors asked every wording; fictitious authors' reworded questions held out
+    (:meth:`.corpus.Corpus.held_out`) and audited by ``audit(prep, held_out=True)``."""
 
     @classmethod
     def tiny(cls, **kw) -> ExperimentConfig:
@@ -88,6 +91,8 @@ class Prepared:
     retain: Batch
     finetuned: dict[str, torch.Tensor]
     oracle: dict[str, torch.Tensor]
+    forget_held_out: Batch | None = None
+    retain_held_out: Batch | None = None
 
 
 def _train(model: TinyLM, params, data: Batch, steps: int, cfg: ExperimentConfig, seed: int):
@@ -117,7 +122,9 @@ def pretrain_base(cfg: ExperimentConfig, corpus: Corpus) -> TinyLM:
 def prepare(cfg: ExperimentConfig, base: TinyLM | None = None) -> Prepared:
     """Steps 1–3; ``base`` (a pretrained model from :func:`pretrain_base` with the same
     config) is reused when given, so seeds share one public base."""
-    corpus = make_corpus(cfg.n_fictitious, cfg.n_public, cfg.forget_fraction, seed=0)
+    corpus = make_corpus(
+        cfg.n_fictitious, cfg.n_public, cfg.forget_fraction, seed=0, paraphrases=cfg.paraphrases
+    )
     if base is None:
         base = pretrain_base(cfg, corpus)
     model = copy.deepcopy(base)
@@ -134,17 +141,32 @@ def prepare(cfg: ExperimentConfig, base: TinyLM | None = None) -> Prepared:
     model.load_adapter_state(start)
     everything = Batch([corpus.encode(q) for q in corpus.fictitious])
     _train(model, model.adapter_parameters(), everything, cfg.finetune_steps, cfg, cfg.seed)
-    return Prepared(cfg, corpus, model, forget, retain, model.adapter_state(), oracle)
+    held_out = (
+        [
+            Batch([corpus.encode(q) for q in corpus.held_out(qas)])
+            for qas in (corpus.forget, corpus.retain)
+        ]
+        if cfg.paraphrases
+        else [None, None]
+    )
+    return Prepared(cfg, corpus, model, forget, retain, model.adapter_state(), oracle, *held_out)
 
 
-def audit(prep: Prepared, precisions=AUDIT_PRECISIONS) -> DurabilityReport:
+def audit(prep: Prepared, precisions=AUDIT_PRECISIONS, held_out: bool = False) -> DurabilityReport:
     """FA / RA of ``prep.model``'s current adapters at each precision (adapters only are
-    quantized; the base is already NF4) and the certificate over P = {BF16, INT8, INT4}."""
+    quantized; the base is already NF4) and the certificate over P = {BF16, INT8, INT4} — on
+    the trained questions, or (``held_out``) on their reworded forms that nothing trained on
+    or stopped by."""
+    if held_out and prep.forget_held_out is None:
+        raise ValueError("held-out questions need ExperimentConfig(paraphrases=True)")
+    forget, retain = (
+        (prep.forget_held_out, prep.retain_held_out) if held_out else (prep.forget, prep.retain)
+    )
     results = []
     for p in precisions:
         with quantized_weights(prep.model, p, is_adapter):
-            fa = float(exact_match(prep.model, prep.forget).float().mean())
-            ra = float(exact_match(prep.model, prep.retain).float().mean())
+            fa = float(exact_match(prep.model, forget).float().mean())
+            ra = float(exact_match(prep.model, retain).float().mean())
         results.append(PrecisionResult(p, fa, ra))
     return DurabilityReport(tuple(results), prep.config.epsilon, PAPER_PRECISIONS)
 
