@@ -12,7 +12,9 @@ minutes, with every piece explicit:
   and DURABLEUN-SAF (the quantization-aware forget loss through a straight-through INT4
   estimator);
 * :mod:`.experiment` — pretrain → NF4 base → LoRA fine-tune → unlearn → FA / RA at
-  BF16 / INT8 / INT4 adapters and the (ε, P)-durability certificate.
+  BF16 / INT8 / INT4 adapters and the (ε, P)-durability certificate;
+* :mod:`.minilm` — the same pipeline on a pretrained base (all-MiniLM-L6-v2, answers filled in
+  at mask slots), with held-out rewordings of every forget question.
 """
 
 from .corpus import Corpus, make_corpus

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ from forgetting.audit.quantization import (
 
 from .corpus import Corpus, make_corpus
 from .methods import UnlearnConfig, unlearn
-from .model import Batch, TinyLM, answer_nll, exact_match
+from .model import AdapterModel, Batch, TinyLM, answer_nll, exact_match
 
 AUDIT_PRECISIONS = ("fp32", *PAPER_PRECISIONS)
 
@@ -84,9 +85,9 @@ class ExperimentConfig:
 class Prepared:
     """A fine-tuned model ready to unlearn, with its starting and oracle adapter states."""
 
-    config: ExperimentConfig
+    config: Any  # ExperimentConfig, or minilm.MiniLMConfig for the pretrained base
     corpus: Corpus
-    model: TinyLM
+    model: AdapterModel
     forget: Batch
     retain: Batch
     finetuned: dict[str, torch.Tensor]
@@ -95,7 +96,9 @@ class Prepared:
     retain_held_out: Batch | None = None
 
 
-def _train(model: TinyLM, params, data: Batch, steps: int, cfg: ExperimentConfig, seed: int):
+def train_steps(model, params, data, steps: int, cfg, seed: int) -> None:
+    """``steps`` AdamW steps (cosine-decayed from ``cfg.lr``) on random batches of
+    ``cfg.batch_size`` rows of ``data`` (any batch with ``subset``), training ``params``."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps))
@@ -115,7 +118,7 @@ def pretrain_base(cfg: ExperimentConfig, corpus: Corpus) -> TinyLM:
     torch.manual_seed(0)
     model = TinyLM(len(corpus.vocab), cfg.d_model, cfg.n_layers, cfg.n_heads)
     public = Batch([corpus.encode(q) for q in corpus.public])
-    _train(model, list(model.parameters()), public, cfg.pretrain_steps, cfg, seed=0)
+    train_steps(model, list(model.parameters()), public, cfg.pretrain_steps, cfg, seed=0)
     return model
 
 
@@ -135,12 +138,12 @@ def prepare(cfg: ExperimentConfig, base: TinyLM | None = None) -> Prepared:
     start = model.adapter_state()
 
     oracle_data = retain
-    _train(model, model.adapter_parameters(), oracle_data, cfg.finetune_steps, cfg, cfg.seed)
+    train_steps(model, model.adapter_parameters(), oracle_data, cfg.finetune_steps, cfg, cfg.seed)
     oracle = model.adapter_state()
 
     model.load_adapter_state(start)
     everything = Batch([corpus.encode(q) for q in corpus.fictitious])
-    _train(model, model.adapter_parameters(), everything, cfg.finetune_steps, cfg, cfg.seed)
+    train_steps(model, model.adapter_parameters(), everything, cfg.finetune_steps, cfg, cfg.seed)
     held_out = (
         [
             Batch([corpus.encode(q) for q in corpus.held_out(qas)])

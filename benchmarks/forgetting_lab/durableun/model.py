@@ -54,6 +54,15 @@ class LoRALinear(nn.Module):
         self.lora_B = nn.Parameter(torch.zeros(d_out, rank))
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
 
+    @torch.no_grad()
+    def merge_adapter(self) -> None:
+        """Fold the adapter into the weight (``W += scaling · B A``) and drop it: what a
+        fine-tuned model becomes when it is published as the next base."""
+        if self.rank:
+            self.weight += self.scaling * self.lora_B @ self.lora_A
+            del self.lora_A, self.lora_B
+            self.rank, self.scaling = 0, 0.0
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.linear(x, self.weight, self.bias)
         if self.rank:
@@ -85,7 +94,57 @@ class Block(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
-class TinyLM(nn.Module):
+class AdapterModel(nn.Module):
+    """What unlearning and the audit need from a model whose linear layers are all
+    :class:`LoRALinear`: freeze the base (NF4) and add adapters, read and write the adapter
+    state, and switch the adapters' forward precision."""
+
+    def lora_layers(self) -> Iterator[LoRALinear]:
+        return (m for m in self.modules() if isinstance(m, LoRALinear))
+
+    def freeze_base(self, rank: int = 8, alpha: float = 16.0, nf4: bool = True) -> None:
+        """Freeze every parameter, replace each linear weight by its NF4 value (when ``nf4``)
+        and add trainable LoRA adapters of ``rank`` to every linear layer."""
+        for p in self.parameters():
+            p.requires_grad_(False)
+        for layer in list(self.lora_layers()):
+            if nf4:
+                with torch.no_grad():
+                    layer.weight.copy_(fake_quant_nf4(layer.weight))
+            layer.add_adapter(rank, alpha)
+
+    def merge_adapters(self) -> None:
+        """:meth:`LoRALinear.merge_adapter` on every layer (then ``freeze_base`` adds new ones)."""
+        for layer in self.lora_layers():
+            layer.merge_adapter()
+
+    def adapter_parameters(self) -> list[nn.Parameter]:
+        return [p for n, p in self.named_parameters() if "lora_" in n]
+
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self.named_parameters() if "lora_" in n}
+
+    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.named_parameters())
+        with torch.no_grad():
+            for n, v in state.items():
+                params[n].copy_(v)
+
+    @contextmanager
+    def adapters_as(self, precision: str | None) -> Iterator[None]:
+        """Adapters forward through ``ste(·, precision)`` inside the block (SAF's Q_STE)."""
+        layers = list(self.lora_layers())
+        old = [m.adapter_precision for m in layers]
+        try:
+            for m in layers:
+                m.adapter_precision = precision
+            yield
+        finally:
+            for m, p in zip(layers, old, strict=True):
+                m.adapter_precision = p
+
+
+class TinyLM(AdapterModel):
     """Decoder-only transformer LM (learned positions, pre-LN, untied head)."""
 
     def __init__(
@@ -112,45 +171,6 @@ class TinyLM(nn.Module):
                 hidden = x
         logits = self.head(self.ln_f(x))
         return (logits, hidden) if return_hidden is not None else logits
-
-    def lora_layers(self) -> Iterator[LoRALinear]:
-        return (m for m in self.modules() if isinstance(m, LoRALinear))
-
-    def freeze_base(self, rank: int = 8, alpha: float = 16.0, nf4: bool = True) -> None:
-        """Freeze every parameter, replace each linear weight by its NF4 value (when ``nf4``)
-        and add trainable LoRA adapters of ``rank`` to every linear layer."""
-        for p in self.parameters():
-            p.requires_grad_(False)
-        for layer in list(self.lora_layers()):
-            if nf4:
-                with torch.no_grad():
-                    layer.weight.copy_(fake_quant_nf4(layer.weight))
-            layer.add_adapter(rank, alpha)
-
-    def adapter_parameters(self) -> list[nn.Parameter]:
-        return [p for n, p in self.named_parameters() if "lora_" in n]
-
-    def adapter_state(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach().clone() for n, p in self.named_parameters() if "lora_" in n}
-
-    def load_adapter_state(self, state: dict[str, torch.Tensor]) -> None:
-        params = dict(self.named_parameters())
-        with torch.no_grad():
-            for n, v in state.items():
-                params[n].copy_(v)
-
-    @contextmanager
-    def adapters_as(self, precision: str | None) -> Iterator[None]:
-        """Adapters forward through ``ste(·, precision)`` inside the block (SAF's Q_STE)."""
-        layers = list(self.lora_layers())
-        old = [m.adapter_precision for m in layers]
-        try:
-            for m in layers:
-                m.adapter_precision = precision
-            yield
-        finally:
-            for m, p in zip(layers, old, strict=True):
-                m.adapter_precision = p
 
 
 class Batch:
