@@ -56,7 +56,8 @@ def test_base_is_nf4_and_frozen_and_adapters_start_as_zero(corpus):
     weights = [layer.weight.detach().clone() for layer in model.lora_layers()]
     model.freeze_base(rank=4, alpha=8.0)
     assert all(p.requires_grad == ("lora_" in n) for n, p in model.named_parameters())
-    assert len(model.adapter_parameters()) == 2 * len(weights)  # 36 encoder linears + head
+    assert len(weights) == 6 * 6 + 1  # every encoder linear (no pooler) + the head
+    assert len(model.adapter_parameters()) == 2 * len(weights)
     for layer, w in zip(model.lora_layers(), weights, strict=True):
         assert torch.equal(layer.weight, fake_quant_nf4(w))
     assert torch.equal(model.head.weight, torch.eye(model.head.weight.shape[0]))  # NF4-exact
@@ -88,7 +89,7 @@ def test_training_fits_and_unlearning_methods_run_unchanged(corpus):
     forget = model.encode(corpus.forget)
     retain = model.encode(corpus.retain)
     state = model.adapter_state()
-    for method in ("GradDiff", "NPO", "RMU", "SAF"):
+    for method in ("GA", "GradDiff", "NPO", "SalUn", "SCRUB", "RMU", "SAF"):
         model.load_adapter_state(state)
         info = unlearn(model, forget, retain, UnlearnConfig(method=method, max_steps=2, lr=1e-3))
         assert 1 <= info["steps"] <= 2

