@@ -34,16 +34,16 @@ import argparse
 import hashlib
 import json
 import os
-import shlex
 import sys
 import time
 import warnings
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from multiprocessing import get_context
+from functools import partial
 from pathlib import Path
 
 import numpy as np
+
+from .jobs import run_jobs, shown_command
 
 EXPECTED_DURATION = (
     "about 2 h of 2 cores per dataset at the defaults (resumable; --report-only is seconds)"
@@ -425,31 +425,18 @@ def _done(folder: Path, job: str) -> bool:
 
 
 def run_all(args, setup: Setup) -> None:
-    from tqdm.auto import tqdm
-
     root = args.work_dir / setup.tag
     for name in args.datasets:
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         (root / "setup.json").write_text(json.dumps(setup.__dict__, indent=1))
-        jobs = {j: needs for j, needs in plan(setup).items() if not _done(folder, j)}
-        running: dict = {}
-        with (
-            tqdm(total=len(jobs), desc=f"munkey-scale {name}") as bar,
-            ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool,
-        ):
-            while jobs or running:
-                ready = [j for j, needs in jobs.items() if all(_done(folder, n) for n in needs)]
-                for job in ready[: max(0, args.jobs - len(running))]:
-                    del jobs[job]
-                    running[pool.submit(run_job, name, setup, folder, job)] = job
-                if not running:
-                    raise RuntimeError(f"jobs wait on jobs that did not finish: {sorted(jobs)}")
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    bar.set_postfix_str(future.result())
-                    bar.update(1)
-                    del running[future]
+        run_jobs(
+            plan(setup),
+            partial(_done, folder),
+            partial(run_job, name, setup, folder),
+            args.jobs,
+            f"munkey-scale {name}",
+        )
 
 
 # -- scoring ------------------------------------------------------------------------------
@@ -522,6 +509,12 @@ def _mean_gap_over(boot_m: dict, boot_o: list[dict], seeds: np.ndarray) -> np.nd
     return per[seeds, np.arange(seeds.shape[0])[:, None]].mean(1)
 
 
+def _forget_seconds(meta: dict) -> float:
+    """CPU seconds where a job recorded them (retrains, baselines: a paused run inflates their
+    wall clock), else wall seconds (key deletion and QSS: sub-second to seconds)."""
+    return float(meta.get("forget_cpu_s", meta.get("forget_s", 0.0)))
+
+
 def _interval(values: np.ndarray) -> str:
     lo, hi = np.nanpercentile(values, [2.5, 97.5])
     return f"[{lo:.2f}, {hi:.2f}]"
@@ -579,7 +572,9 @@ def score_setting(folder: Path, data: Data, fraction: float, setup: Setup, n_boo
                 "excess": 0.0,
                 "excess_95ci": "",
                 "forget_s": float(
-                    np.mean([_meta(folder, j)["fit_s"] for j in oracle_jobs if _done(folder, j)])
+                    np.mean(
+                        [_meta(folder, j)["fit_cpu_s"] for j in oracle_jobs if _done(folder, j)]
+                    )
                 ),
             }
         )
@@ -602,7 +597,7 @@ def score_setting(folder: Path, data: Data, fraction: float, setup: Setup, n_boo
                     "gap_95ci": _interval(boot),
                     "excess": gap - floor,
                     "excess_95ci": _interval(boot - floor_boot),
-                    "forget_s": meta.get("forget_s", 0.0),
+                    "forget_s": _forget_seconds(meta),
                 }
             )
     for mode in ("exact", "label"):
@@ -623,7 +618,7 @@ def score_setting(folder: Path, data: Data, fraction: float, setup: Setup, n_boo
                 "gap_95ci": _interval(_gap(out.scores(weights), ref.scores(weights))),
                 "excess": float(_gap(point, refp)[0]),
                 "excess_95ci": "",
-                "forget_s": meta["forget_s"],
+                "forget_s": _forget_seconds(meta),
             }
         )
     return rows
@@ -765,6 +760,9 @@ def _notes(setup: Setup) -> str:
             "- 95 % intervals: percentile bootstrap over oracle seeds and evaluation rows "
             "together; an excess interval that excludes 0 means the method is told apart from "
             "one more retrain.",
+            "- forget_s: what forgetting cost — one-thread CPU seconds of a retrain (the oracle "
+            "rows) or of the baseline's unlearning run; wall seconds of MUNKEY's key deletion "
+            "and of QSS's forget (including its rebuilds).",
             "- MIA: AUC of the loss-threshold attack (true-class probability) separating forget "
             "rows from test rows; 50 = indistinguishable.",
             "- Baselines start from the original plain ViT with the settings of "
@@ -777,15 +775,7 @@ def _notes(setup: Setup) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     argv = argv if argv is not None else sys.argv[1:]
-    shown, skip = [], False
-    for a in argv:  # where the work folder is and whether it trained say nothing of the result
-        if skip or a == "--report-only" or a.startswith("--work-dir"):
-            skip = a == "--work-dir"
-            continue
-        shown.append(a)
-    command = "python -m forgetting_lab.bench.munkey_scale" + (
-        f" {shlex.join(shown)}" if shown else ""
-    )
+    command = shown_command("forgetting_lab.bench.munkey_scale", argv)
     setup = Setup.from_args(args)
     if not args.report_only:
         run_all(args, setup)
