@@ -25,6 +25,7 @@ from forgetting_lab.durableun.experiment import (
     prepare,
     pretrain_base,
     run_method,
+    train_steps,
 )
 from forgetting_lab.durableun.methods import UnlearnConfig
 from forgetting_lab.durableun.model import Batch, TinyLM, exact_match, greedy_decode
@@ -153,6 +154,47 @@ def test_pretrain_base_is_reproducible():
     corpus = make_corpus(cfg.n_fictitious, cfg.n_public, cfg.forget_fraction)
     a, b = pretrain_base(cfg, corpus), pretrain_base(cfg, corpus)
     for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+        assert torch.equal(p, q), n
+
+
+def test_an_interrupted_training_resumes_bit_identically(tmp_path, monkeypatch):
+    monkeypatch.setattr("forgetting_lab.durableun.experiment.CHECKPOINT_EVERY", 3)
+    cfg = ExperimentConfig.tiny(batch_size=8)
+    corpus = make_corpus(cfg.n_fictitious, cfg.n_public, cfg.forget_fraction)
+    data = Batch([corpus.encode(q) for q in corpus.public])
+
+    def fresh():
+        torch.manual_seed(0)
+        return TinyLM(len(corpus.vocab), cfg.d_model, cfg.n_layers, cfg.n_heads)
+
+    whole = fresh()
+    train_steps(whole, list(whole.parameters()), data, 10, cfg, seed=3)
+
+    class Killed(Exception):
+        pass
+
+    class DiesAtStep7:  # the process dies inside step 7, after the checkpoint of step 6
+        calls = 0
+
+        def __len__(self):
+            return len(data)
+
+        def subset(self, rows):
+            DiesAtStep7.calls += 1
+            if DiesAtStep7.calls == 7:
+                raise Killed
+            return data.subset(rows)
+
+    ckpt = tmp_path / "run.checkpoint"
+    first = fresh()
+    with pytest.raises(Killed):
+        train_steps(first, list(first.parameters()), DiesAtStep7(), 10, cfg, 3, ckpt)
+    assert ckpt.exists()
+    resumed = fresh()
+    torch.manual_seed(123)  # the new process's own random state does not matter
+    train_steps(resumed, list(resumed.parameters()), data, 10, cfg, 3, ckpt)
+    assert not ckpt.exists()
+    for (n, p), (_, q) in zip(whole.named_parameters(), resumed.named_parameters(), strict=True):
         assert torch.equal(p, q), n
 
 

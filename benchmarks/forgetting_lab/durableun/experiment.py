@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,6 +39,8 @@ from .methods import UnlearnConfig, unlearn
 from .model import AdapterModel, Batch, TinyLM, answer_nll, exact_match
 
 AUDIT_PRECISIONS = ("fp32", *PAPER_PRECISIONS)
+CHECKPOINT_EVERY = 100
+"""Steps between the checkpoints of :func:`train_steps` (when it is given a file)."""
 
 
 @dataclass(frozen=True)
@@ -96,21 +99,52 @@ class Prepared:
     retain_held_out: Batch | None = None
 
 
-def train_steps(model, params, data, steps: int, cfg, seed: int) -> None:
+def train_steps(
+    model, params, data, steps: int, cfg, seed: int, checkpoint: Path | None = None
+) -> None:
     """``steps`` AdamW steps (cosine-decayed from ``cfg.lr``) on random batches of
-    ``cfg.batch_size`` rows of ``data`` (any batch with ``subset``), training ``params``."""
+    ``cfg.batch_size`` rows of ``data`` (any batch with ``subset``), training ``params``.
+
+    With ``checkpoint`` (a file path), the parameters, optimizer, schedule and both random
+    streams are saved there every :data:`CHECKPOINT_EVERY` steps and a run finds and resumes
+    it: a resumed run ends bit-identical to an uninterrupted one. The file is removed at the
+    end."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps))
+    done = 0
+    if checkpoint is not None and checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=True)  # tensors and numbers only
+        with torch.no_grad():
+            for p, v in zip(params, state["params"], strict=True):
+                p.copy_(v)
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        gen.set_state(state["gen"])
+        torch.set_rng_state(state["torch"])
+        done = int(state["step"])
     model.train()
-    for _ in range(steps):
+    for step in range(done, steps):
         rows = torch.randperm(len(data), generator=gen)[: cfg.batch_size]
         loss = answer_nll(model, data.subset(rows))
         opt.zero_grad()
         loss.backward()
         opt.step()
         sched.step()
+        if checkpoint is not None and (step + 1) % CHECKPOINT_EVERY == 0 and step + 1 < steps:
+            state = {
+                "params": [p.detach().clone() for p in params],
+                "opt": opt.state_dict(),
+                "sched": sched.state_dict(),
+                "gen": gen.get_state(),
+                "torch": torch.get_rng_state(),
+                "step": step + 1,
+            }
+            torch.save(state, checkpoint.with_suffix(".tmp"))
+            checkpoint.with_suffix(".tmp").replace(checkpoint)  # never a half-written file
     model.eval()
+    if checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)
 
 
 def pretrain_base(cfg: ExperimentConfig, corpus: Corpus) -> TinyLM:

@@ -1,12 +1,13 @@
 """Unlearning methods on the LoRA adapters, and DURABLEUN-SAF.
 
-Every method minimises a loss over the adapter parameters with Adam, one full forget batch and a
-random retain batch per step, and stops by one rule shared by all: as soon as the forget terms
-of *its own loss* are satisfied — FA ≤ ``stop_fa`` at the precisions the loss trains (full
-precision for the baselines; full precision and the straight-through INT4 model for SAF) — or
-after ``max_steps``. That is how unlearning is run in practice ("until the forget set looks
-forgotten"), and it is what makes quantization recovery possible: the run stops as soon as the
-full-precision model stops answering, having moved the weights by as little as it could.
+Every method minimises a loss over the adapter parameters with Adam, one forget batch (the whole
+forget set, or ``forget_batch`` random rows of it) and a random retain batch per step, and stops
+by one rule shared by all: as soon as the forget terms of *its own loss* are satisfied — FA ≤
+``stop_fa`` at the precisions the loss trains (full precision for the baselines; full precision
+and the straight-through INT4 model for SAF) — or after ``max_steps``. That is how unlearning is
+run in practice ("until the forget set looks forgotten"), and it is what makes quantization
+recovery possible: the run stops as soon as the full-precision model stops answering, having
+moved the weights by as little as it could.
 
 Losses (``f`` = forget batch, ``r`` = retain batch, NLL per answer token, ``ref`` = the model
 before unlearning, frozen):
@@ -48,6 +49,10 @@ class UnlearnConfig:
     eval_every: int = 1
     stop_fa: float = 0.05
     retain_batch: int = 32
+    forget_batch: int | None = None
+    """Forget rows per step: ``None`` = the whole forget set (the CPU-scale setting); a number
+    draws that many at random each step (hundreds of forget questions on a pretrained model).
+    The stopping rule always checks the whole forget set."""
     lam: float = 1.0
     beta: float = 0.1
     alpha: float = 3.0
@@ -96,7 +101,7 @@ def unlearn(model: TinyLM, forget: Batch, retain: Batch, cfg: UnlearnConfig) -> 
     opt = torch.optim.Adam(params, lr=cfg.lr)
     with torch.no_grad():
         ref_lp_f = sequence_logprob(ref, forget)
-    loss_fn = _loss(cfg, model, ref, ref_lp_f, forget)
+    loss_fn = _loss(cfg, model, ref, forget)
     mask = _saliency_mask(model, forget, cfg.salun_fraction) if cfg.method == "SalUn" else None
     stop_precisions: list[str | None] = [None]
     if cfg.method == "SAF" and cfg.stop_on_quant:
@@ -106,7 +111,11 @@ def unlearn(model: TinyLM, forget: Batch, retain: Batch, cfg: UnlearnConfig) -> 
     for step in range(1, cfg.max_steps + 1):
         model.train()
         rows = torch.randperm(len(retain), generator=gen)[: cfg.retain_batch]
-        loss = loss_fn(retain.subset(rows), step)
+        f, lp_f = forget, ref_lp_f
+        if cfg.forget_batch is not None:
+            picked = torch.randperm(len(forget), generator=gen)[: cfg.forget_batch]
+            f, lp_f = forget.subset(picked), ref_lp_f[picked]
+        loss = loss_fn(retain.subset(rows), f, lp_f, step)
         opt.zero_grad()
         loss.backward()
         if mask is not None:
@@ -124,34 +133,34 @@ def unlearn(model: TinyLM, forget: Batch, retain: Batch, cfg: UnlearnConfig) -> 
 
 
 def _loss(
-    cfg: UnlearnConfig, model: TinyLM, ref: TinyLM, ref_lp_f: torch.Tensor, forget: Batch
-) -> Callable[[Batch, int], torch.Tensor]:
+    cfg: UnlearnConfig, model: TinyLM, ref: TinyLM, forget: Batch
+) -> Callable[[Batch, Batch, torch.Tensor, int], torch.Tensor]:
+    """The method's loss as a function of (retain batch, forget batch, the reference model's
+    log-probabilities of that forget batch's answers, step)."""
     m = cfg.method
     if m == "GA":
-        return lambda r, t: -answer_nll(model, forget)
+        return lambda r, f, lp, t: -answer_nll(model, f)
     if m in ("GradDiff", "SalUn"):
-        return lambda r, t: -answer_nll(model, forget) + cfg.lam * answer_nll(model, r)
+        return lambda r, f, lp, t: -answer_nll(model, f) + cfg.lam * answer_nll(model, r)
     if m == "NPO":
-        return lambda r, t: (
-            _npo_forget(model, ref_lp_f, forget, cfg.beta) + cfg.lam * answer_nll(model, r)
+        return lambda r, f, lp, t: (
+            _npo_forget(model, lp, f, cfg.beta) + cfg.lam * answer_nll(model, r)
         )
     if m == "SCRUB":
-        return lambda r, t: (
-            _kl_to_ref(model, ref, r)
-            + cfg.lam * answer_nll(model, r)
-            - _kl_to_ref(model, ref, forget)
+        return lambda r, f, lp, t: (
+            _kl_to_ref(model, ref, r) + cfg.lam * answer_nll(model, r) - _kl_to_ref(model, ref, f)
         )
     if m == "RMU":
         return _rmu_loss(cfg, model, ref, forget)
 
     lam = cfg.lam * (1.0 + cfg.alpha)
 
-    def saf(r: Batch, t: int) -> torch.Tensor:
+    def saf(r: Batch, f: Batch, lp: torch.Tensor, t: int) -> torch.Tensor:
         alpha_t = cfg.alpha * min(1.0, t / max(1, cfg.warmup))
-        loss = _npo_forget(model, ref_lp_f, forget, cfg.beta)
+        loss = _npo_forget(model, lp, f, cfg.beta)
         if alpha_t > 0:
             with model.adapters_as(cfg.quant):
-                loss = loss + alpha_t * _npo_forget(model, ref_lp_f, forget, cfg.beta)
+                loss = loss + alpha_t * _npo_forget(model, lp, f, cfg.beta)
         return loss + lam * answer_nll(model, r)
 
     return saf
@@ -162,18 +171,17 @@ def _rmu_loss(cfg: UnlearnConfig, model: TinyLM, ref: TinyLM, forget: Batch):
     g = torch.Generator().manual_seed(cfg.seed + 1)
     with torch.no_grad():
         _, h_ref_f = ref(forget.inputs, return_hidden=layer)
-        valid_f = forget.inputs != 0
-        norm = h_ref_f[valid_f].norm(dim=-1).mean()
+        norm = h_ref_f[forget.inputs != 0].norm(dim=-1).mean()
         u = torch.rand(h_ref_f.shape[-1], generator=g)
         control = cfg.rmu_coeff * norm * u / u.norm()
 
-    def loss(r: Batch, t: int) -> torch.Tensor:
-        _, h_f = model(forget.inputs, return_hidden=layer)
+    def loss(r: Batch, f: Batch, lp: torch.Tensor, t: int) -> torch.Tensor:
+        _, h_f = model(f.inputs, return_hidden=layer)
         _, h_r = model(r.inputs, return_hidden=layer)
         with torch.no_grad():
             _, h_r_ref = ref(r.inputs, return_hidden=layer)
         valid_r = r.inputs != 0
-        steer = ((h_f[valid_f] - control) ** 2).sum(-1).mean()
+        steer = ((h_f[f.inputs != 0] - control) ** 2).sum(-1).mean()
         keep = ((h_r[valid_r] - h_r_ref[valid_r]) ** 2).sum(-1).mean()
         return steer + cfg.rmu_alpha * keep
 

