@@ -90,6 +90,14 @@ def test_tiny_run_resumes_and_reports_gaps_against_the_noise_floor(tmp_path):
     assert munkey_scale.main(args) == 0
     assert {p: p.stat().st_mtime_ns for p in folder.glob("*.json")} == stamps
 
+    # SCRUB ran at its paper's large-scale schedule; a run with other settings is redone
+    meta = json.loads((folder / "scrub@0.1.json").read_text())
+    assert meta["params"] == {"epochs": 5, "max_epochs": 3}
+    assert munkey_scale._done(folder, "scrub@0.1")
+    (folder / "scrub@0.1.json").write_text(json.dumps({**meta, "params": {}}))
+    assert not munkey_scale._done(folder, "scrub@0.1")
+    (folder / "scrub@0.1.json").write_text(json.dumps(meta))
+
     # a job without its JSON counts as unfinished, and the report says so
     (folder / "ssd@0.1.json").unlink()
     assert munkey_scale.main([*args, "--report-only"]) == 0
