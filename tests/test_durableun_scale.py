@@ -66,6 +66,7 @@ def test_quick_run_audits_held_out_rewordings_and_resumes(tmp_path):
     md = (out / "durableun_scale.md").read_text()
     assert "--work-dir" not in md and "Unfinished" not in md
     assert (out / "durableun_scale-pareto.png").stat().st_size > 0
+    assert (out / "durableun_scale-held-out.png").stat().st_size > 0
 
     stamps = {p: p.stat().st_mtime_ns for p in work.rglob("*.json")}
     assert durableun_scale.main(args) == 0  # nothing is trained again

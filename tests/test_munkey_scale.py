@@ -84,6 +84,7 @@ def test_tiny_run_resumes_and_reports_gaps_against_the_noise_floor(tmp_path):
     assert 0.0 <= float(backbones[1]["key_split_accuracy"]) <= 1.0
     md = (out / "munkey-scale.md").read_text()
     assert "--work-dir" not in md and "Unfinished" not in md
+    assert (out / "munkey-scale-excess.png").stat().st_size > 0
 
     # a second run trains nothing: every job's file is left as it was
     stamps = {p: p.stat().st_mtime_ns for p in folder.glob("*.json")}

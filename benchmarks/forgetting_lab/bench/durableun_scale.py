@@ -511,7 +511,7 @@ def score(
             boot = per_run[pick, np.arange(n_boot)[:, None]].mean(1)
             lo, hi = np.percentile(boot, [2.5, 97.5])
             row[name] = f"{point:.3f} [{lo:.3f}, {hi:.3f}]"
-            row[f"_{name}"] = point
+            row[f"_{name}"] = (point, float(lo), float(hi))
         passed = sum(_certified(pt, f"forget{suffix}", setup.epsilon) for pt in points)
         row["certified"] = f"{passed}/{len(runs)}"
         out[table] = row
@@ -617,8 +617,40 @@ def report(args, work: Work, plan: Plan, command: str) -> Path:
     md = write_results(args.out_dir, args.name, command, tables, _notes(setup, plan, rows))
     if per_seed or sweep:
         pareto_plot(per_seed, sweep, args.out_dir / f"{args.name}-pareto.png", command)
+    if trained:
+        held_out_figure(trained, held, args.out_dir / f"{args.name}-held-out.png", command)
     print(f"wrote {md}")
     return md
+
+
+def held_out_figure(trained: list[dict], held: list[dict], path: Path, command: str) -> None:
+    """FA at fp32 and with INT4 adapters, and RA, per method: on the trained questions beside
+    their held-out rewordings, with 95 % intervals; the dashed line is the certificate's ε."""
+    from .plots import pyplot, save_figure
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 0.45 * len(trained) + 1.6), sharey=True)
+    y = np.arange(len(trained))
+    for ax, metric in zip(axes, ("FA", "Q-INT4", "RA"), strict=True):
+        for offset, rows, label in ((-0.2, trained, "trained"), (0.2, held, "held-out")):
+            point, lo, hi = (np.array([r[f"_{metric}"][i] for r in rows]) for i in range(3))
+            ax.errorbar(
+                point,
+                y + offset,
+                xerr=[point - lo, hi - point],
+                fmt="o",
+                ms=4,
+                capsize=2,
+                label=label,
+            )
+        if metric != "RA":
+            ax.axvline(0.05, ls="--", c="r", lw=0.8)
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_title(metric, fontsize=10)
+    axes[0].set_yticks(y, [r["method"] for r in trained], fontsize=8)
+    axes[0].invert_yaxis()
+    axes[0].legend(fontsize=8)
+    save_figure(fig, path, command)
 
 
 def _seed_row(method: str, seed: int, run: tuple[dict, dict], rows: Rows, epsilon: float) -> dict:

@@ -526,8 +526,13 @@ def _forget_seconds(meta: dict) -> float:
     return float(meta.get("forget_cpu_s", meta.get("forget_s", 0.0)))
 
 
-def _interval(values: np.ndarray) -> str:
+def _bounds(values: np.ndarray) -> tuple[float, float]:
     lo, hi = np.nanpercentile(values, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def _interval(values: np.ndarray) -> str:
+    lo, hi = _bounds(values)
     return f"[{lo:.2f}, {hi:.2f}]"
 
 
@@ -608,6 +613,7 @@ def score_setting(folder: Path, data: Data, fraction: float, setup: Setup, n_boo
                     "gap_95ci": _interval(boot),
                     "excess": gap - floor,
                     "excess_95ci": _interval(boot - floor_boot),
+                    "_excess_bounds": _bounds(boot - floor_boot),
                     "forget_s": _forget_seconds(meta),
                 }
             )
@@ -742,8 +748,34 @@ def report(args, setup: Setup, command: str) -> Path:
     if missing:
         tables["Unfinished: jobs not yet run"] = (missing, ["dataset", "unfinished_jobs", "first"])
     md = write_results(args.out_dir, args.name, command, tables, _notes(setup))
+    if any("_excess_bounds" in r for r in quality):
+        excess_figure(quality, args.out_dir / f"{args.name}-excess.png", command)
     print(f"wrote {md}")
     return md
+
+
+def excess_figure(rows: list[dict], path: Path, command: str) -> None:
+    """Each method's Avg Gap above its family's noise floor with its 95 % interval, one panel
+    per (dataset, fraction): a bar whose interval crosses 0 is not told from a retrain."""
+    from .plots import pyplot, save_figure
+
+    plt = pyplot()
+    settings = list(dict.fromkeys((r["dataset"], r["fraction"]) for r in rows))
+    fig, axes = plt.subplots(1, len(settings), figsize=(4.2 * len(settings), 3.6), squeeze=False)
+    for ax, (name, fraction) in zip(axes[0], settings, strict=True):
+        mine = [r for r in rows if (r["dataset"], r["fraction"]) == (name, fraction)]
+        mine = [r for r in mine if "_excess_bounds" in r]
+        y = np.arange(len(mine))
+        lo = [r["excess"] - r["_excess_bounds"][0] for r in mine]
+        hi = [r["_excess_bounds"][1] - r["excess"] for r in mine]
+        colors = ["tab:green" if "MUNKEY" in r["method"] else "tab:grey" for r in mine]
+        ax.barh(y, [r["excess"] for r in mine], xerr=[lo, hi], color=colors, capsize=3)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_yticks(y, [r["method"] for r in mine], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("Avg Gap − noise floor (pp)")
+        ax.set_title(f"{name}, forget {fraction:.0%}", fontsize=9)
+    save_figure(fig, path, command)
 
 
 def _notes(setup: Setup) -> str:
