@@ -215,6 +215,7 @@ def sequence_logprob(model: TinyLM, batch: Batch) -> torch.Tensor:
 
 
 @torch.no_grad()
+@torch.no_grad()  # a verdict, never a loss: no graph for the stopping checks to build
 def exact_match(model: TinyLM, batch: Batch) -> torch.Tensor:
     """Per example: does greedy decoding from the prompt reproduce the answer and ``<eos>``?
 
