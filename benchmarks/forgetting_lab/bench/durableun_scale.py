@@ -253,19 +253,19 @@ class Plan:
     reuses every finished job)."""
 
     seeds: int
-    finetune_seeds: int  # = Setup.finetune_seeds
     methods: tuple[str, ...]
     alphas: tuple[float, ...]
 
-    def jobs(self) -> dict[str, tuple[str, ...]]:
-        """Every job with the jobs it needs finished first, in the order they start."""
+    def jobs(self, finetune_seeds: int) -> dict[str, tuple[str, ...]]:
+        """Every job with the jobs it needs finished first, in the order they start; unlearning
+        seed s starts from fine-tune s mod ``finetune_seeds``."""
         jobs: dict[str, tuple[str, ...]] = {"base": (), "qss": ()}
-        for s in range(self.finetune_seeds):
+        for s in range(finetune_seeds):
             jobs[f"finetune@{s}"] = ("base",)
             jobs[f"oracle@{s}"] = ("base",)
         for s in range(self.seeds):
             for m in self.methods:
-                jobs[f"{m}@{s}"] = (f"finetune@{s % self.finetune_seeds}",)
+                jobs[f"{m}@{s}"] = (f"finetune@{s % finetune_seeds}",)
         for a in self.alphas:
             jobs[f"SAF-alpha{a:g}@0"] = ("finetune@0",)
         return jobs
@@ -421,7 +421,13 @@ def _qss(corpus) -> tuple[dict[str, np.ndarray], dict]:
 
 def run_all(args, work: Work, plan: Plan) -> None:
     work.create()
-    run_jobs(plan.jobs(), work.done, partial(run_job, work), args.jobs, "durableun-scale")
+    run_jobs(
+        plan.jobs(work.setup.finetune_seeds),
+        work.done,
+        partial(run_job, work),
+        args.jobs,
+        "durableun-scale",
+    )
 
 
 # -- scoring ------------------------------------------------------------------------------
@@ -454,6 +460,10 @@ class Rows:
                 out[split] = counts[:, np.searchsorted(people, self.authors[split])].astype(float)
         return out
 
+    def unit_weights(self) -> dict[str, np.ndarray]:
+        """``(1, n_rows)`` ones per split: the point estimate through :func:`_accuracies`."""
+        return {s: np.ones((1, len(a))) for s, a in self.authors.items()}
+
 
 def _accuracies(em: dict[str, np.ndarray], weights: dict[str, np.ndarray], prefix: str = ""):
     """Exact-match rate per ``split/precision`` under row weights ``(B, n)`` → ``(B,)``."""
@@ -463,6 +473,11 @@ def _accuracies(em: dict[str, np.ndarray], weights: dict[str, np.ndarray], prefi
             hits = em[f"{prefix}{split}/{p}"].astype(float)
             out[f"{split}/{p}"] = (w @ hits) / w.sum(1)
     return out
+
+
+def _point_accuracies(em: dict[str, np.ndarray], rows: Rows, prefix: str = "") -> dict[str, float]:
+    """Exact-match rate per ``split/precision`` over every question (no resampling)."""
+    return {k: float(v[0]) for k, v in _accuracies(em, rows.unit_weights(), prefix).items()}
 
 
 def _certified(acc: dict[str, float], split: str, epsilon: float) -> bool:
@@ -495,9 +510,8 @@ def score(
     mean over runs; 95 % interval resampling runs and authors together."""
     rng = np.random.default_rng(2024)
     weights = rows.weights(n_boot, rng)
-    full = {s: np.ones((1, len(a))) for s, a in rows.authors.items()}
     prefix = extra.pop("prefix", "")
-    points = [{k: float(v[0]) for k, v in _accuracies(em, full, prefix).items()} for em, _ in runs]
+    points = [_point_accuracies(em, rows, prefix) for em, _ in runs]
     boots = [_accuracies(em, weights, prefix) for em, _ in runs]
     pick = rng.integers(0, len(runs), size=(n_boot, len(runs)))
     out = {}
@@ -608,7 +622,7 @@ def report(args, work: Work, plan: Plan, command: str) -> Path:
             ["precision", "predictions_equal_refit"],
         ),
     }
-    missing = [j for j in plan.jobs() if not work.done(j)]
+    missing = [j for j in plan.jobs(work.setup.finetune_seeds) if not work.done(j)]
     if missing:
         tables["Unfinished: jobs not yet run"] = (
             [{"unfinished_jobs": len(missing), "first": ", ".join(missing[:6])}],
@@ -655,8 +669,7 @@ def held_out_figure(trained: list[dict], held: list[dict], path: Path, command: 
 
 def _seed_row(method: str, seed: int, run: tuple[dict, dict], rows: Rows, epsilon: float) -> dict:
     em, meta = run
-    full = {s: np.ones((1, len(a))) for s, a in rows.authors.items()}
-    acc = {k: float(v[0]) for k, v in _accuracies(em, full).items()}
+    acc = _point_accuracies(em, rows)
     row: dict[str, Any] = {
         "method": method,
         "seed": seed,
@@ -716,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     alphas = tuple(float(a) for a in args.alphas.split(",") if a)
     if args.quick and args.methods == ",".join(UNLEARNING):
         methods, alphas = ("GradDiff", "SAF"), alphas[:2]
-    plan = Plan(1 if args.quick else args.seeds, setup.finetune_seeds, methods, alphas)
+    plan = Plan(1 if args.quick else args.seeds, methods, alphas)
     work = Work(args.work_dir, setup)
     if not args.report_only:
         run_all(args, work, plan)
