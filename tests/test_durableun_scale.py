@@ -50,7 +50,7 @@ def test_quick_run_audits_held_out_rewordings_and_resumes(tmp_path):
     }
     assert not list(work.rglob("*.checkpoint"))  # removed once a fine-tune finishes
     trained = _table(out, "trained_questions")
-    held = _table(out, "held_out_rewordings_no_training_or_stopping_rule_saw_them")
+    held = _table(out, "held_out_rewordings")
     assert set(trained) == set(held)
     for row in (*trained.values(), *held.values()):
         for metric in ("FA", "Q-INT4", "RA"):

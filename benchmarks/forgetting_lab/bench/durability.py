@@ -331,7 +331,7 @@ def pareto_plot(rows: list[dict], sweep: list[dict], path: Path, command: str) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.4))
     ax = axes[0]
     runs = [r for r in rows if r["method"] not in ("fine-tuned",)]
     markers = dict(zip(["oracle", *METHODS, "SAF-fp32stop"], "*ovs^DPXd", strict=True))
@@ -364,7 +364,8 @@ def pareto_plot(rows: list[dict], sweep: list[dict], path: Path, command: str) -
     ax.set_xlabel("Q-INT4: forget accuracy with INT4 adapters")
     ax.set_ylabel("RA (fp32 adapters)")
     ax.set_title("FA vs RA vs Q-INT4 (colour: FA at fp32)")
-    ax.legend(fontsize=7, loc="upper right", ncols=2)
+    # Below the axes: inside, it hides the points in a corner (RMU sits at (1, 1)).
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=5)
     if sc is not None:
         fig.colorbar(sc, ax=ax, label="FA (fp32)")
     ax = axes[1]

@@ -578,8 +578,8 @@ def report(args, work: Work, plan: Plan, command: str) -> Path:
             trained,
             [*metric_cols, "steps", "stopped", "cpu_s"],
         ),
-        "Held-out rewordings (no training or stopping rule saw them)": (held, metric_cols),
-        "Per seed (point values; trained | held-out)": (
+        "Held-out rewordings: no training or stopping rule saw them": (held, metric_cols),
+        "Per seed: point values, trained | held-out": (
             per_seed,
             [
                 "method",
@@ -622,6 +622,8 @@ def report(args, work: Work, plan: Plan, command: str) -> Path:
             ["precision", "predictions_equal_refit"],
         ),
     }
+    if not plan.alphas:
+        del tables["SAF alpha scan (seed 0)"]
     missing = [j for j in plan.jobs(work.setup.finetune_seeds) if not work.done(j)]
     if missing:
         tables["Unfinished: jobs not yet run"] = (
