@@ -86,6 +86,12 @@ def test_tiny_run_resumes_and_reports_gaps_against_the_noise_floor(tmp_path):
     assert "--work-dir" not in md and "Unfinished" not in md
     assert (out / "munkey-scale-excess.png").stat().st_size > 0
 
+    # a finished job keeps what scoring needs, per row: predicted class, true-class probability
+    saved = np.load(folder / "vit-original.npz")
+    assert sorted(saved.files) == ["pred_eval", "pred_test", "true_p_eval", "true_p_test"]
+    assert saved["pred_test"].dtype == np.int16 and saved["true_p_test"].dtype == np.float32
+    assert len(saved["pred_test"]) == len(saved["true_p_test"]) > 0
+
     # a second run trains nothing: every job's file is left as it was
     stamps = {p: p.stat().st_mtime_ns for p in folder.glob("*.json")}
     assert munkey_scale.main(args) == 0

@@ -21,11 +21,11 @@ on the full training split, so a gap can be told from noise:
 * QSS-E and QSS-L (shipped defaults) on the key encoder's features of the same images, each
   against its refit without the rows (exact: gap 0 by construction, measured here).
 
-Work is cut into jobs (one trained model each) whose outputs — class probabilities on the
-evaluation rows, timings — go to ``--work-dir`` as they finish; a rerun skips finished jobs, so
-the run can be stopped and resumed across days, and ``--report-only`` writes the tables from
-what is there (saying what is missing). ``--jobs`` processes train in parallel, one torch
-thread each.
+Work is cut into jobs (one trained model each) whose outputs — predicted class and true-class
+probability per evaluation row, timings — go to ``--work-dir`` as they finish; a rerun skips
+finished jobs, so the run can be stopped and resumed across days, and ``--report-only`` writes
+the tables from what is there (saying what is missing). ``--jobs`` processes train in parallel,
+one torch thread each.
 """
 
 from __future__ import annotations
@@ -281,11 +281,21 @@ def _key_encoder(setup: Setup, data: Data, folder: Path):
     return FrozenViTEncoder(_load_vit(setup, data, folder / "keys.safetensors", seed=100))
 
 
-def _write(folder: Path, job: str, proba_eval, proba_test, meta: dict) -> None:
-    """Probabilities on the evaluation rows and the test split, then ``job.json`` last (a job
-    counts as finished only once its JSON exists)."""
+def _write(folder: Path, job: str, data: Data, proba_eval, proba_test, meta: dict) -> None:
+    """What scoring needs of a model's class probabilities on the evaluation rows and the test
+    split: the predicted class and the true class's probability per row (6 bytes a row, so a
+    finished run is small enough to keep beside its results); ``job.json`` last (a job counts
+    as finished only once its JSON exists)."""
+    out = {}
+    for split, proba, y in (
+        ("eval", proba_eval, data.y[data.eval_rows]),
+        ("test", proba_test, data.y_test),
+    ):
+        proba = np.asarray(proba, np.float32)
+        out[f"pred_{split}"] = proba.argmax(1).astype(np.int16)
+        out[f"true_p_{split}"] = proba[np.arange(len(y)), y]
     tmp = folder / f"{job}.tmp.npz"
-    np.savez(tmp, eval=np.asarray(proba_eval, np.float32), test=np.asarray(proba_test, np.float32))
+    np.savez(tmp, **out)
     os.replace(tmp, folder / f"{job}.npz")
     (folder / f"{job}.json.tmp").write_text(json.dumps(meta, indent=1))
     os.replace(folder / f"{job}.json.tmp", folder / f"{job}.json")
@@ -293,7 +303,9 @@ def _write(folder: Path, job: str, proba_eval, proba_test, meta: dict) -> None:
 
 def _write_model(folder: Path, job: str, data: Data, predict_proba, meta: dict) -> None:
     """:func:`_write` for an image model: predicts the evaluation rows and the test split."""
-    _write(folder, job, predict_proba(data.X[data.eval_rows]), predict_proba(data.X_test), meta)
+    _write(
+        folder, job, data, predict_proba(data.X[data.eval_rows]), predict_proba(data.X_test), meta
+    )
 
 
 def run_job(name: str, setup: Setup, folder: Path, job: str) -> str:
@@ -403,7 +415,8 @@ def _qss_jobs(setup: Setup, data: Data, folder: Path) -> None:
                 (f"qss-{mode}@{fraction}", model, {"forget_s": seconds}),
                 (f"qss-{mode}-refit@{fraction}", refit, {}),
             ):
-                _write(folder, job, m.predict_proba(X[data.eval_rows]), m.predict_proba(Xt), meta)
+                proba_eval, proba_test = m.predict_proba(X[data.eval_rows]), m.predict_proba(Xt)
+                _write(folder, job, data, proba_eval, proba_test, meta)
     (folder / "qss.json").write_text("{}")
 
 
@@ -493,20 +506,20 @@ class Outcomes:
 def outcomes(folder: Path, job: str, data: Data, fraction: float) -> Outcomes | None:
     if not _done(folder, job):
         return None
-    probs = np.load(folder / f"{job}.npz")
+    saved = np.load(folder / f"{job}.npz")
     pos = {r: i for i, r in enumerate(data.eval_rows)}
     rows = {
         "forget": np.array([pos[r] for r in data.forget[fraction]]),
         "retain": np.array([pos[r] for r in data.retain_eval]),
     }
     correct, true_p = {}, {}
-    for split, p, y in (
-        ("forget", probs["eval"][rows["forget"]], data.y[data.forget[fraction]]),
-        ("retain", probs["eval"][rows["retain"]], data.y[data.retain_eval]),
-        ("test", probs["test"], data.y_test),
+    for split, source, at, y in (
+        ("forget", "eval", rows["forget"], data.y[data.forget[fraction]]),
+        ("retain", "eval", rows["retain"], data.y[data.retain_eval]),
+        ("test", "test", slice(None), data.y_test),
     ):
-        correct[split] = p.argmax(1) == y
-        true_p[split] = p[np.arange(len(y)), y].astype(np.float64)
+        correct[split] = saved[f"pred_{source}"][at] == y
+        true_p[split] = saved[f"true_p_{source}"][at].astype(np.float64)
     return Outcomes(correct, true_p)
 
 
