@@ -506,7 +506,8 @@ class Outcomes:
 def outcomes(folder: Path, job: str, data: Data, fraction: float) -> Outcomes | None:
     if not _done(folder, job):
         return None
-    saved = np.load(folder / f"{job}.npz")
+    with np.load(folder / f"{job}.npz") as npz:
+        saved = {name: npz[name] for name in npz.files}
     pos = {r: i for i, r in enumerate(data.eval_rows)}
     rows = {
         "forget": np.array([pos[r] for r in data.forget[fraction]]),
