@@ -145,3 +145,28 @@ def test_committed_mnist_tables_rebuild_from_the_kept_jobs(tmp_path):
                     assert new[column] == value, (table, column)
                 else:  # the last bits of a BLAS sum may differ between machines
                     assert float(new[column]) == pytest.approx(expected, rel=1e-9), (table, column)
+
+
+def test_only_trains_the_named_jobs_and_what_they_need(tmp_path, capsys):
+    setup = munkey_scale.Setup.from_args(munkey_scale._parser().parse_args(TINY))
+    jobs = munkey_scale.plan(setup)
+    assert set(munkey_scale.selected(jobs, ["scrub@0.1"])) == {"vit-original", "scrub@0.1"}
+    assert set(munkey_scale.selected(jobs, ["munkey-oracle@0.02@1"])) == {
+        "keys",
+        "munkey-oracle@0.02@1",
+    }
+    assert munkey_scale.selected(jobs, None) == jobs
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    args = [*TINY, "--work-dir", str(work), "--out-dir", str(out)]
+    assert munkey_scale.main([*args, "--only", "vit-original"]) == 0
+    (folder,) = work.glob("*/digits")
+    assert sorted(p.name for p in folder.glob("*.json")) == ["vit-original.json"]
+    md = (out / "munkey-scale.md").read_text()
+    assert "Unfinished" in md and "plain ViT original" in md
+    assert "Unlearning quality" not in md  # no oracle ran: no empty table either
+    assert not (out / "munkey-scale-unlearning_quality.csv").exists()
+
+    with pytest.raises(SystemExit):
+        munkey_scale.main([*args, "--only", "vit-orignal"])
+    assert "unknown job(s) vit-orignal; jobs are: keys, vit-original" in capsys.readouterr().err

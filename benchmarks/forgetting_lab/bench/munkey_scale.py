@@ -97,6 +97,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates")
     p.add_argument("--jobs", type=int, default=2, help="parallel training processes")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="JOB",
+        help="train only these jobs and the ones they need (e.g. vit-original: the plain ViT's "
+        "accuracy before hours of oracles); the report lists the rest as unfinished",
+    )
     p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK, help="finished jobs go here")
     p.add_argument("--report-only", action="store_true", help="write tables from finished jobs")
     p.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, help="where results go")
@@ -435,6 +442,22 @@ def plan(setup: Setup) -> dict[str, tuple[str, ...]]:
     return jobs
 
 
+def selected(jobs: dict[str, tuple[str, ...]], only: list[str] | None) -> dict:
+    """``jobs`` cut down to ``only`` and what those need (all of them when ``only`` is None)."""
+    if only is None:
+        return jobs
+    unknown = sorted(set(only) - set(jobs))
+    if unknown:
+        raise ValueError(f"unknown job(s) {', '.join(unknown)}; jobs are: {', '.join(jobs)}")
+    keep, todo = set(), list(only)
+    while todo:
+        job = todo.pop()
+        if job not in keep:
+            keep.add(job)
+            todo.extend(jobs[job])
+    return {job: needs for job, needs in jobs.items() if job in keep}
+
+
 def _meta(folder: Path, job: str) -> dict:
     return json.loads((folder / f"{job}.json").read_text())
 
@@ -455,7 +478,7 @@ def run_all(args, setup: Setup) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         (root / "setup.json").write_text(json.dumps(setup.__dict__, indent=1))
         run_jobs(
-            plan(setup),
+            selected(plan(setup), args.only),
             partial(_done, folder),
             partial(run_job, name, setup, folder),
             args.jobs,
@@ -761,6 +784,7 @@ def report(args, setup: Setup, command: str) -> Path:
     }
     if missing:
         tables["Unfinished: jobs not yet run"] = (missing, ["dataset", "unfinished_jobs", "first"])
+    tables = {title: table for title, table in tables.items() if table[0]}  # e.g. with --only
     md = write_results(args.out_dir, args.name, command, tables, _notes(setup))
     if any("_excess_bounds" in r for r in quality):
         excess_figure(quality, args.out_dir / f"{args.name}-excess.png", command)
@@ -834,6 +858,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv if argv is not None else sys.argv[1:]
     command = shown_command("forgetting_lab.bench.munkey_scale", argv)
     setup = Setup.from_args(args)
+    try:
+        selected(plan(setup), args.only)
+    except ValueError as err:
+        _parser().error(str(err))
     if not args.report_only:
         run_all(args, setup)
     report(args, setup, command)
