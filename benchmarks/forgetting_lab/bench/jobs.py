@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 
-__all__ = ["run_jobs", "shown_command"]
+__all__ = ["run_jobs", "selected", "shown_command"]
 
 
 def run_jobs(
@@ -44,6 +44,24 @@ def run_jobs(
                 bar.set_postfix_str(future.result())
                 bar.update(1)
                 del running[future]
+
+
+def selected(
+    jobs: Mapping[str, tuple[str, ...]], only: list[str] | None
+) -> dict[str, tuple[str, ...]]:
+    """``jobs`` cut down to ``only`` and what those need (all of them when ``only`` is None)."""
+    if only is None:
+        return dict(jobs)
+    unknown = sorted(set(only) - set(jobs))
+    if unknown:
+        raise ValueError(f"unknown job(s) {', '.join(unknown)}; jobs are: {', '.join(jobs)}")
+    keep, todo = set(), list(only)
+    while todo:
+        job = todo.pop()
+        if job not in keep:
+            keep.add(job)
+            todo.extend(jobs[job])
+    return {job: needs for job, needs in jobs.items() if job in keep}
 
 
 def shown_command(module: str, argv: list[str]) -> str:

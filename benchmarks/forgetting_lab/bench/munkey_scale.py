@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .jobs import run_jobs, shown_command
+from .jobs import run_jobs, selected, shown_command
 
 EXPECTED_DURATION = (
     "about 2 h of 2 cores per dataset at the defaults (resumable; --report-only is seconds)"
@@ -442,22 +442,6 @@ def plan(setup: Setup) -> dict[str, tuple[str, ...]]:
     return jobs
 
 
-def selected(jobs: dict[str, tuple[str, ...]], only: list[str] | None) -> dict:
-    """``jobs`` cut down to ``only`` and what those need (all of them when ``only`` is None)."""
-    if only is None:
-        return jobs
-    unknown = sorted(set(only) - set(jobs))
-    if unknown:
-        raise ValueError(f"unknown job(s) {', '.join(unknown)}; jobs are: {', '.join(jobs)}")
-    keep, todo = set(), list(only)
-    while todo:
-        job = todo.pop()
-        if job not in keep:
-            keep.add(job)
-            todo.extend(jobs[job])
-    return {job: needs for job, needs in jobs.items() if job in keep}
-
-
 def _meta(folder: Path, job: str) -> dict:
     return json.loads((folder / f"{job}.json").read_text())
 
@@ -471,14 +455,14 @@ def _done(folder: Path, job: str) -> bool:
     return kind not in BASELINES or _meta(folder, job).get("params", {}) == PUBLISHED.get(kind, {})
 
 
-def run_all(args, setup: Setup) -> None:
+def run_all(args, setup: Setup, jobs: dict[str, tuple[str, ...]]) -> None:
     root = args.work_dir / setup.tag
     for name in args.datasets:
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         (root / "setup.json").write_text(json.dumps(setup.__dict__, indent=1))
         run_jobs(
-            selected(plan(setup), args.only),
+            jobs,
             partial(_done, folder),
             partial(run_job, name, setup, folder),
             args.jobs,
@@ -854,16 +838,17 @@ def _notes(setup: Setup) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     argv = argv if argv is not None else sys.argv[1:]
     command = shown_command("forgetting_lab.bench.munkey_scale", argv)
     setup = Setup.from_args(args)
     try:
-        selected(plan(setup), args.only)
+        jobs = selected(plan(setup), args.only)
     except ValueError as err:
-        _parser().error(str(err))
+        parser.error(str(err))
     if not args.report_only:
-        run_all(args, setup)
+        run_all(args, setup, jobs)
     report(args, setup, command)
     return 0
 
