@@ -2,10 +2,17 @@
 
 The state is a pure function of (current rows, configuration, key): D° (a keyed hash of each
 row's id, :mod:`forgetting.schema.membership`) fixes the bin grid; every tree is grown from
-all rows by a deterministic rule (:mod:`forgetting.forest._kernels`). Forgetting or inserting
-a D• row walks its path in each tree, re-evaluates the cached candidate counts there, and
-rebuilds the first subtree whose choice changes exactly as a fit would. A change to D° (or a
-batch too large to be worth walking) refits from the rows that remain.
+all rows by a deterministic rule (:mod:`._splitting`, :mod:`._grower`). Forgetting or
+inserting a D• row walks its path in each tree, re-evaluates the cached candidate counts
+there, and rebuilds the first subtree whose choice changes exactly as a fit would
+(:mod:`._updates`, :mod:`._batches`, :mod:`._stale`). A change to D° (or a batch too large to
+be worth walking) refits from the rows that remain.
+
+The compiled kernels, by role: ``_arrays`` (the arrays every tree shares and their named
+fields), ``_splitting`` (candidates and the split rule), ``_grower`` (a subtree built from
+its rows), ``_stale`` (subtrees left to build when read), ``_updates`` (one row's change),
+``_batches`` (many rows' change), ``_predictor`` (bin codes and predictions), ``_copying``
+(serialization, compaction, copies between arrays).
 """
 
 from __future__ import annotations
@@ -21,7 +28,21 @@ import numpy as np
 from .._parallel import PARALLEL_ROWS, map_instances, worker_count
 from ..rows.hashing import row_hashes
 from ..schema.membership import MembershipRule, draws, key_fingerprint
-from . import _kernels as K
+from . import _batches, _copying, _grower, _predictor, _stale, _updates
+from ._arrays import (
+    P_CANDIDATES,
+    TOP_DEAD_NODES,
+    TOP_DEAD_PERM,
+    TOP_DEAD_SLOTS,
+    TOP_NODES,
+    TOP_PERM,
+    TOP_SLOTS,
+    TOP_STALE,
+    Arrays,
+    allocate,
+    params_of,
+)
+from ._arrays import resized as _resized
 from .binning import bin_edges, encode, n_bins
 
 STATE_FORMAT = b"forgetting-forest-1"
@@ -31,9 +52,9 @@ paths; a larger one rebuilds them all first."""
 WHOLE_REBUILD_SHARE = 8
 """A small prediction rebuilds whole stale subtrees on its paths until it has rebuilt
 1/WHOLE_REBUILD_SHARE of the rows (once per tree they hold), then builds the rest of its
-paths one node at a time (kernels.flush_rows): after one-row forgets it rebuilds what they
-flipped, as before; after a batch that left much of the forest stale it waits for its paths
-only."""
+paths one node at a time (:func:`._stale.flush_rows`): after one-row forgets it rebuilds what
+they flipped, as before; after a batch that left much of the forest stale it waits for its
+paths only."""
 TARGET_LEVELS = 1024
 """Regression: targets are quantized to this many levels on a grid fixed by D° (its range,
 widened by half of it on each side; values beyond are clipped), so every node's sum of q
@@ -77,55 +98,6 @@ def fit_bytes(config: ForestConfig, n: int, d: int, k: int) -> int:
 def _root_seed(random_state: int, tree: int) -> np.uint64:
     raw = hashlib.blake2b(f"forest-root:{random_state}:{tree}".encode(), digest_size=8).digest()
     return np.uint64(int.from_bytes(raw, "little"))
-
-
-def _arrays(rows: int, d: int, k: int, K_: int, nodes: int, slots: int, perm: int, trees: int):
-    return K.Arrays(
-        codes=np.zeros((rows, d), np.uint8),
-        y=np.zeros(rows, np.int32),
-        feat=np.full(nodes, -1, np.int32),
-        thr=np.zeros(nodes, np.int32),
-        left=np.full(nodes, -1, np.int32),
-        right=np.full(nodes, -1, np.int32),
-        n=np.zeros(nodes, np.int32),
-        counts=np.zeros((nodes, k), np.int32),
-        slot=np.full(nodes, -1, np.int32),
-        choice=np.full(nodes, -1, np.int32),
-        lstart=np.full(nodes, -1, np.int64),
-        hash=np.zeros((nodes, 2), np.uint64),
-        cfeat=np.zeros((slots, K_), np.int32),
-        cthr=np.zeros((slots, K_), np.int32),
-        cleft=np.zeros((slots, K_, k), np.int32),
-        ncand=np.zeros(slots, np.int32),
-        perm=np.zeros(perm, np.int32),
-        top=np.zeros(8, np.int64),
-        roots=np.zeros(trees, np.int32),
-        seeds=np.zeros(trees, np.uint64),
-        nbins=np.zeros(d, np.int32),
-        params=np.zeros(6, np.int64),
-    )
-
-
-def _resized(A: K.Arrays, *, rows=None, nodes=None, slots=None, perm=None) -> K.Arrays:
-    """A copy of A with the named arrays grown (contents kept, the rest shared)."""
-    sizes = {"rows": rows, "nodes": nodes, "slots": slots, "perm": perm}
-    groups = {
-        "rows": ("codes", "y"),
-        "nodes": ("feat", "thr", "left", "right", "n", "counts", "slot", "choice", "lstart"),
-        "slots": ("cfeat", "cthr", "cleft", "ncand"),
-        "perm": ("perm",),
-    }
-    groups["nodes"] += ("hash",)
-    fields = A._asdict()
-    for group, size in sizes.items():
-        if size is None:
-            continue
-        for name in groups[group]:
-            old = fields[name]
-            new = np.zeros((size, *old.shape[1:]), old.dtype)
-            new[: old.shape[0]] = old
-            fields[name] = new
-    return K.Arrays(**fields)
 
 
 class ExactForest:
@@ -286,9 +258,8 @@ class ExactForest:
             "codes": encode(self._X, self.edges),
             "y": (self._quantize(y) if self.regression else np.asarray(y)).astype(np.int32),
             "nbins": nb.astype(np.int32),
-            "params": np.array(
-                (self.k, K_, c.min_leaf, c.max_depth, c.cache_min_rows, self.regression),
-                np.int64,
+            "params": params_of(
+                self.k, K_, c.min_leaf, c.max_depth, c.cache_min_rows, self.regression
             ),
             "seeds": np.array(
                 [_root_seed(c.random_state, self._first_tree + t) for t in range(c.n_trees)]
@@ -300,11 +271,11 @@ class ExactForest:
         if parts == 1:
             self.A = built[0]
         else:  # one set of arrays, each chunk's trees copied in (children after parents)
-            used = np.sum([B.top[:3] for B in built], axis=0)
-            A = _arrays(0, self.d, self.k, K_, *(used + used // 4 + 64), c.n_trees)
+            used = np.sum([B.top[[TOP_NODES, TOP_SLOTS, TOP_PERM]] for B in built], axis=0)
+            A = allocate(0, self.d, self.k, K_, *(used + used // 4 + 64), c.n_trees)
             A = A._replace(**shared)
             for chunk, B in zip(chunks, built, strict=True):
-                K.copy_trees(B, A, chunk.start, chunk.stop)
+                _copying.copy_trees(B, A, chunk.start, chunk.stop)
             self.A = A
         self._path = np.zeros(int(nb.sum()) + self.d + 2, np.int64)
         if not self.regression:
@@ -316,14 +287,15 @@ class ExactForest:
 
     def _grow_trees(
         self, shared: dict, chunk: range, n: int, cancelled: Callable[[], bool] | None
-    ) -> K.Arrays:
+    ) -> Arrays:
         """Trees ``chunk`` grown on all n rows into arrays of their own (the rows' codes and
         labels shared, read only): what a fit builds, so a chunk's trees are the same bits
         whichever thread grows them and wherever their nodes land."""
         c = self.config
         guess = max(64, len(chunk) * (2 * n // max(c.min_leaf, 1) + 1) // 4)
-        A = _arrays(0, self.d, self.k, int(shared["params"][1]), guess, max(16, guess // 8),
-                    len(chunk) * n + n, c.n_trees)._replace(**shared)  # fmt: skip
+        K_ = int(shared["params"][P_CANDIDATES])
+        A = allocate(0, self.d, self.k, K_, guess, max(16, guess // 8), len(chunk) * n + n,
+                     c.n_trees)._replace(**shared)  # fmt: skip
         rows = np.arange(n, dtype=np.int32)
         buf = rows.copy()
         for t in chunk:
@@ -331,7 +303,7 @@ class ExactForest:
                 raise FitCancelled
             while True:
                 buf[:] = rows
-                root = K.build(A, buf, 0, n, 0, A.seeds[t], self._lo0, self._hi0)
+                root = _grower.build(A, buf, 0, n, 0, A.seeds[t], self._lo0, self._hi0)
                 if root >= 0:
                     break
                 A = _resized(A, nodes=2 * A.feat.shape[0], slots=2 * A.ncand.shape[0])
@@ -456,24 +428,24 @@ class ExactForest:
     # -- stale subtrees ---------------------------------------------------------------------
     @property
     def n_stale(self) -> int:
-        """Subtrees a change left to rebuild when read (kernels.STALE)."""
-        return int(self.A.top[6])
+        """Subtrees a change left to rebuild when read (:data:`._arrays.STALE`)."""
+        return int(self.A.top[TOP_STALE])
 
     def flush(self) -> None:
         """Rebuild every stale subtree (before the whole structure is read: digest,
         serialization, pickling, a large prediction)."""
-        if self.A.top[6] == 0:
+        if self.A.top[TOP_STALE] == 0:
             return
         buf = np.empty(self.n_rows + 1, np.int32)
         for t in range(self.config.n_trees):
-            while K.flush_tree(self.A, t, self._lo0, self._hi0, buf) < 0:
+            while _stale.flush_tree(self.A, t, self._lo0, self._hi0, buf) < 0:
                 self._grow_for_builds()
 
     def _flush_paths(self, codes: np.ndarray) -> None:
         """Rebuild the stale subtrees a prediction of these rows reads: those on their paths
         (all of them for a large batch, where that is about as cheap; whole subtrees within
         WHOLE_REBUILD_SHARE's budget, then node by node)."""
-        if self.A.top[6] == 0:
+        if self.A.top[TOP_STALE] == 0:
             return
         if len(codes) > FLUSH_PATH_ROWS:
             self.flush()
@@ -482,7 +454,9 @@ class ExactForest:
         budget = self.n_rows // WHOLE_REBUILD_SHARE
         start = 0
         while True:
-            stop = K.flush_rows(self.A, codes, start, self._lo0, self._hi0, buf, self._path, budget)
+            stop = _stale.flush_rows(
+                self.A, codes, start, self._lo0, self._hi0, buf, self._path, budget
+            )
             if stop < 0:
                 return
             start = stop // self.config.n_trees
@@ -518,7 +492,7 @@ class ExactForest:
             return
         start = 0
         while True:
-            stop = K.update_rows(
+            stop = _updates.update_rows(
                 self.A,
                 pos,
                 sgn,
@@ -540,7 +514,7 @@ class ExactForest:
         work = np.empty((trees, len(pos)), np.int32)
 
         def plan(chunk: range) -> list:
-            return [K.plan_batch_tree(self.A, t, pos, sgn, work[t]) for t in chunk]
+            return [_batches.plan_batch_tree(self.A, t, pos, sgn, work[t]) for t in chunk]
 
         parts = worker_count() + 1 if len(pos) >= PARALLEL_ROWS else 1
         chunks = [range(i, trees, parts) for i in range(min(parts, trees))]
@@ -548,13 +522,13 @@ class ExactForest:
         for chunk, done in zip(chunks, map_instances(plan, chunks), strict=True):
             for t, p in zip(chunk, done, strict=True):
                 plans[t] = p
-        needs = np.array([K.batch_needs(acts, n_acts) for acts, n_acts in plans]).sum(axis=0)
+        needs = np.array([_batches.batch_needs(acts, n_acts) for acts, n_acts in plans]).sum(axis=0)
         self._reserve(int(needs[0]), int(needs[1]))
         mark = np.zeros(self.A.codes.shape[0], np.uint8)
         if sgn < 0:
             mark[pos] = 1
         for t, (acts, n_acts) in enumerate(plans):
-            if K.apply_batch_tree(self.A, t, sgn, work[t], acts, n_acts, mark, buf) < 0:
+            if _batches.apply_batch_tree(self.A, t, sgn, work[t], acts, n_acts, mark, buf) < 0:
                 raise AssertionError("a batch plan outgrew the room reserved for it")
 
     def _reserve(self, nodes: int, perm: int) -> None:
@@ -564,8 +538,8 @@ class ExactForest:
         A = self.A
         grow = {}
         for name, cap, used, need in (
-            ("nodes", A.feat.shape[0], A.top[0], nodes),
-            ("perm", A.perm.shape[0], A.top[2], perm),
+            ("nodes", A.feat.shape[0], A.top[TOP_NODES], nodes),
+            ("perm", A.perm.shape[0], A.top[TOP_PERM], perm),
         ):
             if used + need > cap:
                 grow[name] = max(int(used + need), cap + cap // 4)
@@ -574,21 +548,24 @@ class ExactForest:
 
     def _maybe_compact(self) -> None:
         A = self.A
-        live_nodes = A.top[0] - A.top[3]
-        if A.top[3] <= max(live_nodes, 1024) and A.top[5] <= max(A.top[2] - A.top[5], 1024):
+        live_nodes = A.top[TOP_NODES] - A.top[TOP_DEAD_NODES]
+        live_perm = A.top[TOP_PERM] - A.top[TOP_DEAD_PERM]
+        if A.top[TOP_DEAD_NODES] <= max(live_nodes, 1024) and A.top[TOP_DEAD_PERM] <= max(
+            live_perm, 1024
+        ):
             return
-        B = _arrays(
+        B = allocate(
             A.codes.shape[0],
             self.d,
             self.k,
             A.cfeat.shape[1],
             int(1.5 * live_nodes) + 64,
-            int(1.5 * (A.top[1] - A.top[4])) + 16,
-            int(1.5 * (A.top[2] - A.top[5])) + 64,
+            int(1.5 * (A.top[TOP_SLOTS] - A.top[TOP_DEAD_SLOTS])) + 16,
+            int(1.5 * live_perm) + 64,
             A.roots.shape[0],
         )
         B = B._replace(codes=A.codes, y=A.y, seeds=A.seeds, nbins=A.nbins, params=A.params)
-        K.compact(A, B)
+        _copying.compact(A, B)
         self.A = B
 
     def _refit(self, keep: np.ndarray) -> None:
@@ -617,10 +594,10 @@ class ExactForest:
         lock: a prediction may build, so two at once must not)."""
         with self._lock:
             self._flush_paths(codes)
-            return K.predict(self.A, codes)
+            return _predictor.predict(self.A, codes)
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
-        return K.encode(X, self._edge_table, self._n_edges)
+        return _predictor.encode(X, self._edge_table, self._n_edges)
 
     def state_digest(self) -> str:
         """SHA-256 over what the forest is a function of: the configuration, key
@@ -650,8 +627,8 @@ class ExactForest:
         with self._lock:
             self.flush()
         A = self.A
-        out = np.empty((A.top[0] + 1) * (3 + self.k), np.int64)
-        return out[: K.serialize(A, tree, out)].copy()
+        out = np.empty((A.top[TOP_NODES] + 1) * (3 + self.k), np.int64)
+        return out[: _copying.serialize(A, tree, out)].copy()
 
     def nbytes(self) -> int:
         """Bytes held by the rows and the trees (arrays' capacity)."""
