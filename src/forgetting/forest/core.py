@@ -43,7 +43,7 @@ from ._arrays import (
     params_of,
 )
 from ._arrays import resized as _resized
-from .binning import bin_edges, encode, n_bins
+from .binning import encode, grid
 
 STATE_FORMAT = b"forgetting-forest-1"
 FLUSH_PATH_ROWS = 64
@@ -232,25 +232,12 @@ class ExactForest:
         rule = MembershipRule(c.rho, c.min_bin_rows)
         self._threshold = rule.threshold(self._draws)
         pool = self._draws < self._threshold
-        self.edges = bin_edges(self._X[pool], c.max_bins)
-        nb = n_bins(self.edges)
-        self._edge_table = np.full((self.d, max(1, int(nb.max()) - 1)), np.inf)
-        for f, e in enumerate(self.edges):
-            self._edge_table[f, : e.size] = e
-        self._n_edges = (nb - 1).astype(np.int64)
-        grid = hashlib.sha256()
         if self.regression:
             y = np.asarray(y, np.float64)
             self._targets = y.copy()
-            lo, hi = float(y[pool].min()), float(y[pool].max())
-            width = hi - lo if hi > lo else 1.0
-            self._y_lo = lo - 0.5 * width
-            self._y_step = 2.0 * width / (TARGET_LEVELS - 1)
-            grid.update(np.array([self._y_lo, self._y_step]).tobytes())
-        for e in self.edges:
-            grid.update(np.int64(e.size).tobytes())
-            grid.update(e.tobytes())
-        self._grid_digest = grid.digest()
+        g = grid(self._X[pool], c.max_bins, y[pool] if self.regression else None, TARGET_LEVELS)
+        self.edges, self._edge_table, self._n_edges = g.edges, g.table, g.n_edges
+        self._y_lo, self._y_step, self._grid_digest, nb = g.y_lo, g.y_step, g.digest, g.nbins
         self._lo0 = np.zeros(self.d, np.int32)
         self._hi0 = nb.copy()  # the NaN code is a bin too: thresholds up to nbins - 1
         K_ = max(1, min(c.n_candidates, 16 * self.d))
