@@ -21,7 +21,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 
@@ -44,6 +44,8 @@ from ._arrays import (
 )
 from ._arrays import resized as _resized
 from .binning import encode, grid
+from .config import ForestConfig, root_seed
+from .config import fit_bytes as fit_bytes  # re-exported: callers import it from here
 
 STATE_FORMAT = b"forgetting-forest-1"
 FLUSH_PATH_ROWS = 64
@@ -64,40 +66,6 @@ MAX_REGRESSION_ROWS = (2**31 - 1) // (TARGET_LEVELS - 1)
 
 class FitCancelled(Exception):
     """A fit stopped between trees because its caller no longer needs it."""
-
-
-@dataclass(frozen=True)
-class ForestConfig:
-    """The forest's configuration (everything a fit depends on besides rows and key)."""
-
-    n_trees: int = 30
-    n_candidates: int = 4
-    min_leaf: int = 1
-    max_depth: int = -1
-    max_bins: int = 255
-    rho: float = 0.005
-    min_bin_rows: int = 200
-    cache_min_rows: int = 64
-    refit_fraction: float = 0.25
-    random_state: int = 0
-
-
-def fit_bytes(config: ForestConfig, n: int, d: int, k: int) -> int:
-    """Bytes a fit on n rows of d features (k classes; 2 for regression) allocates at least:
-    the arrays :meth:`ExactForest.fit` sizes before its first tree, and the rows. A loader
-    compares it with the memory it may use before fitting from a file."""
-    K_ = max(1, min(config.n_candidates, 16 * d))
-    nodes = max(64, config.n_trees * (2 * n // max(config.min_leaf, 1) + 1) // 4)
-    slots = max(16, nodes // 8)
-    per_node = 7 * 4 + 8 + 16 + 4 * k
-    per_slot = 4 * (2 * K_ + K_ * k + 1)
-    rows = n * (5 * d + 4 + 4 + 8)  # uint8 codes, float32 features, labels, perm, draws
-    return nodes * per_node + slots * per_slot + 4 * config.n_trees * n + rows
-
-
-def _root_seed(random_state: int, tree: int) -> np.uint64:
-    raw = hashlib.blake2b(f"forest-root:{random_state}:{tree}".encode(), digest_size=8).digest()
-    return np.uint64(int.from_bytes(raw, "little"))
 
 
 class ExactForest:
@@ -240,7 +208,7 @@ class ExactForest:
         self._y_lo, self._y_step, self._grid_digest, nb = g.y_lo, g.y_step, g.digest, g.nbins
         self._lo0 = np.zeros(self.d, np.int32)
         self._hi0 = nb.copy()  # the NaN code is a bin too: thresholds up to nbins - 1
-        K_ = max(1, min(c.n_candidates, 16 * self.d))
+        K_ = c.candidates(self.d)
         shared = {
             "codes": encode(self._X, self.edges),
             "y": (self._quantize(y) if self.regression else np.asarray(y)).astype(np.int32),
@@ -249,7 +217,7 @@ class ExactForest:
                 self.k, K_, c.min_leaf, c.max_depth, c.cache_min_rows, self.regression
             ),
             "seeds": np.array(
-                [_root_seed(c.random_state, self._first_tree + t) for t in range(c.n_trees)]
+                [root_seed(c.random_state, self._first_tree + t) for t in range(c.n_trees)]
             ),
         }
         parts = min(worker_count() + 1, c.n_trees) if n >= PARALLEL_ROWS else 1
@@ -279,7 +247,7 @@ class ExactForest:
         labels shared, read only): what a fit builds, so a chunk's trees are the same bits
         whichever thread grows them and wherever their nodes land."""
         c = self.config
-        guess = max(64, len(chunk) * (2 * n // max(c.min_leaf, 1) + 1) // 4)
+        guess = c.first_nodes(len(chunk), n)
         K_ = int(shared["params"][P_CANDIDATES])
         A = allocate(0, self.d, self.k, K_, guess, max(16, guess // 8), len(chunk) * n + n,
                      c.n_trees)._replace(**shared)  # fmt: skip
