@@ -871,7 +871,7 @@ def test_a_raw_table_round_trips_through_the_cli(tmp_path, capsys):
         (set(), False, False, False, "forest", "exact forest"),
         ({"rho", "n_instances", "random_state"}, False, False, False, "forest", "exact forest"),
         ({"n_estimators"}, False, False, False, "forest", "exact forest"),
-        (set(), True, False, False, "qss", "Parquet dataset directory"),
+        (set(), True, False, False, "forest", "exact forest"),
         (set(), False, True, False, "qss", "--raw-table"),
         (set(), False, False, True, "qss", "--text-col"),
         ({"mode"}, False, False, False, "qss", "--mode"),

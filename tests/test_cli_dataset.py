@@ -131,6 +131,35 @@ def test_dataset_fit_on_the_cluster_equals_the_single_file_fit(tmp_path, capsys,
     assert_same_store(tmp_path / "c.db", tmp_path / "d.db", features[:, [3, 0, 6]])
 
 
+def test_the_exact_forest_fits_a_dataset_as_it_fits_the_single_file(tmp_path, capsys, scheduler):
+    """``--model auto`` fits the exact forest on a dataset directory too: the workers read
+    and check the files (an empty cell is a missing value), the trees grow from the gathered
+    rows, and the store is the single file's, bit for bit."""
+    from forgetting.store import DurableForest
+
+    X, y = classification_data()
+    X = X.copy()
+    X[np.random.default_rng(5).random(X.shape) < 0.05] = np.nan
+    single = write_dataset(tmp_path / "rows", X, y)
+    args = ["--n-estimators", "6"]
+    code, out_file, err = run(capsys, "fit", "--data", single, "--store", tmp_path / "a.db", *args)
+    assert code == 0, err
+    code, out_dir, err = run(
+        capsys, "fit", "--data", tmp_path / "rows", "--store", tmp_path / "b.db",
+        "--scheduler", scheduler, *args,
+    )  # fmt: skip
+    assert code == 0, err
+    assert "fitting ExactForestClassifier" in err and "3 Parquet files of" in err
+    assert digest_line(out_dir) == digest_line(out_file)
+    features = np.column_stack([X, np.arange(240) % 7])
+    with (
+        DurableForest.open(str(tmp_path / "a.db"), read_only=True) as a,
+        DurableForest.open(str(tmp_path / "b.db"), read_only=True) as b,
+    ):
+        assert a.estimator.ids_ == b.estimator.ids_
+        assert np.array_equal(a.predict_proba(features), b.predict_proba(features))
+
+
 def test_workers_starts_a_local_cluster_for_a_dask_written_regression_dataset(tmp_path, capsys):
     """``--workers 2``: the CLI's own LocalCluster. The dataset is what dask's to_parquet
     writes (part.N.parquet, a __null_dask_index__ column, integer ids): the index column is

@@ -17,7 +17,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -176,11 +175,10 @@ def test_a_crafted_model_file_is_refused_in_one_line(tmp_path, files, case):
     _, model, edit, expected = next(c for c in CRAFTED if c[0] == case)
     path = _crafted(tmp_path, files[model], edit)
     cls = QSSRegressor if model == "reg" else QSSClassifier
-    started = time.monotonic()
     with pytest.raises(ModelFileError) as info:
-        cls.load(path).wait_for_rebuilds(timeout=WAIT_S)  # loading at all is the failure
+        # loading at all is the failure; the timeout is a hang guard, not a timing claim
+        cls.load(path).wait_for_rebuilds(timeout=WAIT_S)
     assert expected in _one_line(info.value)
-    assert time.monotonic() - started < WAIT_S
 
 
 def test_a_file_with_duplicate_ids_could_not_forget_one_of_them(tmp_path, files):
@@ -213,17 +211,15 @@ sys.exit(3)
 
 def _refused_under_4_gib(kind: str, location: str) -> str:
     """Open ``location`` in a child limited to 4 GiB of address space; its refusal line."""
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, kind, location],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=120,  # a hang guard
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("REFUSED"), done.stdout
-    assert time.monotonic() - started < 120
     return lines[0]
 
 

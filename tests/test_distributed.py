@@ -254,10 +254,7 @@ def test_closed_client_rebuilds_locally(client):
 
 
 def test_estimator_fit_hook(client):
-    """Through ``est.fit(dask_array)``: runs once the lead's hook is in QSSClassifier.fit."""
-    code = QSSClassifier.fit.__code__
-    if "is_distributed_input" not in code.co_names + code.co_varnames:
-        pytest.skip("QSSClassifier.fit has no is_distributed_input hook yet")
+    """Through ``est.fit(dask_array)``: the estimator hands a dask input to the cluster."""
     X, y = _data(n=2100)
     model = QSSClassifier(random_state=0).fit(_dask(X), y)
     assert_same_model(QSSClassifier(random_state=0).fit(X, y), model, X)

@@ -9,7 +9,7 @@ import copy
 import numpy as np
 import pytest
 
-from forgetting.forest import ExactForestClassifier
+from forgetting import ExactForestClassifier
 
 
 def _data(n=600, d=6, k=3, seed=0, nan=0.0):
@@ -32,7 +32,7 @@ def _assert_same(a, b, X):
     assert a.state_digest() == b.state_digest()
     assert a.structure_digest() == b.structure_digest()
     for t in range(a.n_estimators):
-        assert np.array_equal(a.forest_.structure(t), b.forest_.structure(t))
+        assert np.array_equal(a.engine_.structure(t), b.engine_.structure(t))
 
 
 def _outside_pool(model, ids):
@@ -93,7 +93,7 @@ def _gains(P, L, min_leaf):
 def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
     X, y = _data(n=400, seed=3)
     model = ExactForestClassifier(**PARAMS).fit(X, y)
-    forest = model.forest_.instance(0)
+    forest = model.engine_.instance(0)
     A = forest.A
     root = int(A.roots[0])
     slot = int(A.slot[root])
@@ -126,10 +126,10 @@ def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
         model.forget([best_row])
         alive.remove(best_row)
         gone.append(best_row)
-        A = model.forest_.instance(0).A
+        A = model.engine_.instance(0).A
         if int(A.roots[0]) != root or int(A.feat[A.roots[0]]) != int(feats[chosen]):
             break
-    after = model.forest_.structure(0)
+    after = model.engine_.structure(0)
     assert not np.array_equal(before[:2], after[:2]), "the deletions flipped the root split"
     _assert_same(model, _refit(model, X, y, sorted(set(range(len(y))) - set(gone))), X)
 
@@ -170,8 +170,8 @@ def test_cache_threshold_changes_speed_only():
         a.forget([i])
         b.forget([i])
     assert np.array_equal(a.predict_proba(X), b.predict_proba(X))
-    assert [a.forest_.structure(t).tolist() for t in range(6)] == [
-        b.forest_.structure(t).tolist() for t in range(6)
+    assert [a.engine_.structure(t).tolist() for t in range(6)] == [
+        b.engine_.structure(t).tolist() for t in range(6)
     ]
 
 
@@ -226,10 +226,10 @@ def test_compaction_keeps_the_bits():
     X, y = _data(n=900, seed=11)
     model = ExactForestClassifier(**{**PARAMS, "cache_min_rows": 400}).fit(X, y)
     victims = _outside_pool(model, list(range(900)))[:400]
-    nodes_before = model.forest_.instance(0).A.top[0]
+    nodes_before = model.engine_.instance(0).A.top[0]
     for i in victims:
         model.forget([i])
-    A = model.forest_.instance(0).A
+    A = model.engine_.instance(0).A
     assert A.top[0] < nodes_before + 5 * A.top[3] + 10**6
     _assert_same(model, _refit(model, X, y, sorted(set(range(900)) - set(victims))), X)
 
@@ -280,7 +280,7 @@ def test_compiled_encoding_equals_the_numpy_definition():
 
     X, y = _data(n=400, nan=0.1, seed=17)
     model = ExactForestClassifier(**{**PARAMS, "max_bins": 16}).fit(X, y)
-    forest = model.forest_.instance(0)
+    forest = model.engine_.instance(0)
     Z = np.vstack([X, X + 1e-3, np.array(forest.edges[0][:1].tolist() * X.shape[1])[None, :]])
     Z = Z.astype(np.float32)
     assert np.array_equal(forest._encode(Z), encode(Z, forest.edges))
@@ -291,7 +291,7 @@ def test_an_insert_that_joins_the_pool_refits_to_the_same_bits():
 
     X, y = _data(n=500, seed=19)
     model = ExactForestClassifier(**{**PARAMS, "min_bin_rows": 0, "rho": 0.1}).fit(X[:450], y[:450])
-    forest = model.forest_.instance(0)
+    forest = model.engine_.instance(0)
     member = next(i for i in range(450, 500) if draws(forest._key, [id_bytes(i)], 1)[0, 0] < 0.1)
     outsider = next(i for i in range(450, 500) if draws(forest._key, [id_bytes(i)], 1)[0, 0] >= 0.1)
     assert model.insert(X[[outsider]], y[[outsider]], [outsider]).instances_hit == ()
@@ -312,10 +312,10 @@ def test_stale_subtrees_rebuilt_when_read_give_the_refits_bits():
     seen_stale = partial = False
     for i, v in enumerate(victims):
         model.forget([v])
-        seen_stale |= model.forest_.n_stale > 0
+        seen_stale |= model.engine_.n_stale > 0
         if i % 3 == 0:
             model.predict_proba(X[i : i + 1])
-            partial |= model.forest_.n_stale > 0  # others stay stale
+            partial |= model.engine_.n_stale > 0  # others stay stale
         if i % 40 == 39:  # one-row reads against a refit, before anything rebuilds them all
             ref = _refit(model, X, y, sorted(set(range(len(y))) - set(victims[: i + 1])))
             for j in range(0, 800, 97):
@@ -323,14 +323,14 @@ def test_stale_subtrees_rebuilt_when_read_give_the_refits_bits():
                     model.predict_proba(X[j : j + 1]), ref.predict_proba(X[j : j + 1])
                 )
     assert seen_stale and partial
-    assert model.forest_.n_stale > 0
+    assert model.engine_.n_stale > 0
     copy = pickle.loads(pickle.dumps(model))
-    assert copy.forest_.n_stale == 0
+    assert copy.engine_.n_stale == 0
     new = [int(i) for i in victims[:30]]
     model.insert(X[new], y[new], ids=new)  # rows come back, some into stale subtrees
     keep = sorted(set(range(len(y))) - set(victims[30:]))
     _assert_same(model, _refit(model, X, y, keep), X)
-    assert model.forest_.n_stale == 0
+    assert model.engine_.n_stale == 0
     keep = sorted(set(range(len(y))) - set(victims))
     _assert_same(copy, _refit(model, X, y, keep), X)
 
@@ -340,7 +340,7 @@ def test_a_forest_pickled_without_its_row_hashes_recomputes_them():
     state has no ``_hashes``) recomputes them from its rows and forgets to the same digest."""
     X, y = _data(n=800)
     model = ExactForestClassifier(**PARAMS).fit(X, y)
-    forest = model.forest_.instance(0)
+    forest = model.engine_.instance(0)
     state = copy.deepcopy(forest.__getstate__())  # its own rows, not the forest's
     del state["_hashes"]
     old = type(forest).__new__(type(forest))

@@ -8,8 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from forgetting import _parallel
-from forgetting.forest import ExactForestClassifier, ExactForestRegressor
+from forgetting import ExactForestClassifier, ExactForestRegressor, _parallel
 from forgetting.forest import _arrays as forest_arrays
 from forgetting.forest import core as forest_core
 
@@ -32,7 +31,7 @@ def _same(a, b, X):
     assert a.state_digest() == b.state_digest()
     assert a.structure_digest() == b.structure_digest()
     for t in range(a.n_estimators):
-        assert np.array_equal(a.forest_.structure(t), b.forest_.structure(t))
+        assert np.array_equal(a.engine_.structure(t), b.engine_.structure(t))
     assert np.array_equal(a.predict_proba(X), b.predict_proba(X))
 
 
@@ -83,7 +82,7 @@ def test_batch_inserts_equal_a_refit_and_one_row_inserts():
 def test_a_batch_that_flips_the_root_equals_a_refit():
     X, y = _data(n=1200, k=2)
     model = ExactForestClassifier(**dict(PARAMS, n_estimators=3)).fit(X, y)
-    forest = model.forest_.instance(0)
+    forest = model.engine_.instance(0)
     root = forest.A.roots[0]
     f, th = forest.A.feat[root], forest.A.thr[root]
     side = {i: forest.A.codes[forest._pos[i], f] <= th for i in model.ids_}
@@ -164,7 +163,7 @@ def test_a_fit_grown_on_threads_is_the_serial_fit(monkeypatch, workers):
         models.append(model)
     serial, threaded = models
     for t in range(6):
-        assert np.array_equal(serial.forest_.structure(t), threaded.forest_.structure(t))
+        assert np.array_equal(serial.engine_.structure(t), threaded.engine_.structure(t))
     victims = _outside_pool(serial, rng.permutation(1500).tolist())
     for model in models:
         model.forget(victims[:3])
@@ -200,10 +199,10 @@ def test_one_row_changes_that_find_the_arrays_full_undo_grow_and_stay_exact(monk
     )
     victims = _outside_pool(model, np.random.default_rng(4).permutation(n).tolist())[:25]
     for v in victims:
-        _cut_to_what_they_hold(model.forest_.instance(0))
+        _cut_to_what_they_hold(model.engine_.instance(0))
         model.forget([v])
     for i in range(n, n + 25):
-        _cut_to_what_they_hold(model.forest_.instance(0))
+        _cut_to_what_they_hold(model.engine_.instance(0))
         model.insert(X[i : i + 1], y[i : i + 1], [i])
     assert sum("nodes" in kw for kw in grown) >= 25
     _same(model, _refit(model, X, y, (set(range(n)) - set(victims)) | set(range(n, n + 25))), X)

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from forgetting.forest import ExactForestClassifier
+from forgetting import ExactForestClassifier
 
 
 @parametrize_with_checks([ExactForestClassifier(n_estimators=5)])

@@ -1,8 +1,10 @@
-"""Forest files: save and load the exact forests without pickles (forgetting.forest.files).
+"""Forest files: the exact forests save and load as every model does (forgetting.persistence).
 
 A loaded forest is the saved one bit for bit (predictions, state and structure digests) and
 stays exact under later forgets; a damaged, foreign, crafted or edited file is refused with
 one ModelFileError line (a ValueError for a missing or wrong secret key), never loaded.
+Files of the forest's first format (kind "forgetting-forest-file": its rows and parameters as
+a mapping, forgetting.persistence.forest_state) still load, and are checked the same way.
 """
 
 from __future__ import annotations
@@ -11,10 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forgetting import ModelFileError, QSSClassifier, persistence
-from forgetting.forest import ExactForestClassifier, ExactForestRegressor
-from forgetting.forest import files as forest_files
+from forgetting import (
+    ExactForestClassifier,
+    ExactForestRegressor,
+    ModelFileError,
+    QSSClassifier,
+    persistence,
+)
 from forgetting.io import model_format
+from forgetting.persistence.forest_state import LEGACY_FOREST_KIND, forest_state
 
 
 def _data(n=1500, d=6, seed=0):
@@ -62,7 +69,7 @@ def test_load_is_the_saved_model_and_stays_exact(saved):
     # a live model: the same forgets on both, then a refit without those rows
     loaded.forget(["u7", "u8"])
     loaded.wait_for_rebuilds()  # should either row be in an instance's D°
-    ids, _, Xh, yh = loaded.forest_.rows()
+    ids, _, Xh, yh = loaded.engine_.rows()
     refit = ExactForestClassifier(**model.get_params()).fit(Xh, loaded.classes_[yh], ids)
     _same(loaded, refit, X)
 
@@ -108,7 +115,7 @@ def test_secret_key_is_not_saved_unless_asked(tmp_path):
     with pytest.raises(ValueError, match="pass it as secret_key") as err:
         ExactForestClassifier.load(tmp_path / "k.forest")
     _one_line(err)
-    with pytest.raises(ValueError, match="wrong secret key"):
+    with pytest.raises(ValueError, match="secret_key does not match"):
         ExactForestClassifier.load(tmp_path / "k.forest", secret_key=b"x" * 32)
     _same(model, ExactForestClassifier.load(tmp_path / "k.forest", secret_key=b"k" * 32), X)
     model.save(tmp_path / "kept.forest", store_key=True)
@@ -129,7 +136,7 @@ def test_damaged_and_foreign_files_are_refused(saved, tmp_path):
         _one_line(err)
     X, y = _data(400)
     QSSClassifier(n_instances=2, random_state=0).fit(np.nan_to_num(X), y).save(tmp_path / "q.qss")
-    with pytest.raises(ModelFileError, match="forgetting-forest-file"):
+    with pytest.raises(ModelFileError, match="holds a QSSClassifier, not a ExactForest"):
         ExactForestClassifier.load(tmp_path / "q.qss")
     with pytest.raises(ModelFileError):
         QSSClassifier.load(saved[1])
@@ -144,11 +151,37 @@ def test_other_library_versions_are_refused_unless_allowed(saved, monkeypatch):
     _same(model, ExactForestClassifier.load(path, allow_version_mismatch=True), X)
 
 
-def _edited(data: bytes, edit) -> bytes:
+def _legacy(model) -> bytes:
+    """``model`` as the forest's first file format held it: a mapping of its class,
+    parameters, fitted attributes, key fingerprint, rows and structure digest."""
+    ids, _, X, y = model.engine_.rows()
+    state = {
+        **forest_state(model),
+        "libraries": persistence.library_versions(),
+        "environment": persistence.environment(),
+        "rows": {"ids": ids, "X": X, "y": y},
+        "structure_digest": model.structure_digest(),
+        "secret_key": None,
+    }
+    state["fitted"].pop("random_state_")
+    return model_format.dumps(state, LEGACY_FOREST_KIND)
+
+
+def _edited(data: bytes, edit, kind: str = LEGACY_FOREST_KIND) -> bytes:
     """The file with its state changed by ``edit`` and a valid checksum again."""
-    state = model_format.loads(data, forest_files.FILE_KIND)
+    state = model_format.loads(data, kind)
     edit(state)
-    return model_format.dumps(state, forest_files.FILE_KIND)
+    return model_format.dumps(state, kind)
+
+
+def test_a_file_of_the_first_format_loads_as_the_saved_model(saved, tmp_path):
+    model, _, _, X = saved
+    path = tmp_path / "first.forest"
+    path.write_bytes(_legacy(model))
+    loaded = ExactForestClassifier.load(path)
+    _same(model, loaded, X)
+    with pytest.raises(ModelFileError, match="not a QSSClassifier"):
+        QSSClassifier.load(path)
 
 
 def _set(*keys, value):
@@ -172,33 +205,74 @@ def _x_with(value):
 
 CRAFTED = [
     (_set("class", value="QSSClassifier"), "not a ExactForestClassifier"),
-    (_set("params", value=lambda p: {**p, "bogus": 1}), "params must name"),
-    (_set("params", "max_bins", value=999), "invalid parameters"),
+    (_set("params", value=lambda p: {**p, "bogus": 1}), "params: expected"),
+    (_set("params", "max_bins", value=999), "params: .*max_bins"),
     (_set("params", "n_estimators", value=10**12), "more than this process may hold"),
-    (_set("params", "n_instances", value=0), "invalid parameters"),
-    (_set("params", "n_instances", value=1), "do not grow the forest that was saved"),
+    (_set("params", "n_instances", value=0), "params: .*n_instances"),
+    (_set("params", "n_instances", value=1), "not give the model that was saved"),
     (_set("key_derived", value="yes"), "key_derived"),
-    (_set("key_fingerprint", value="00"), "fingerprint"),
+    (_set("key_fingerprint", value="00"), "key_fingerprint"),
     (_set("fitted", "n_features_in_", value=-1), "n_features_in_"),
-    (_set("fitted", "n_features_in_", value=7), r"rows.X must be \(n >= 2, 7\)"),
+    (_set("fitted", "n_features_in_", value=7), "n_features_in_ 7, but the rows have 6"),
     (_set("fitted", "classes_", value=np.array([1, 0, 2])), "classes_"),
     (_set("fitted", "classes_", value=np.array([0, 1, 2, 3])), "has no row"),
     (_set("fitted", "feature_names_in_", value=["a"] * 6), "feature_names_in_"),
+    (_set("fitted", "bogus_", value=1), "not a fitted estimator's"),
     (_set("rows", "X", value=lambda X: X.astype(np.float64)), "float32"),
     (_set("rows", "X", value=_x_with(np.inf)), "infinity"),
-    (_set("rows", "X", value=_x_with(123.0)), "do not grow the forest that was saved"),
-    (_set("rows", "y", value=lambda y: y + 5), "class indices"),
-    (_set("rows", "y", value=lambda y: y[:-1]), "1-d array"),
+    (_set("rows", "X", value=_x_with(123.0)), "not give the model that was saved"),
+    (_set("rows", "y", value=lambda y: y + 5), "label index"),
+    (_set("rows", "y", value=lambda y: y[:-1]), r"\d+ entries for \d+ ids"),
     (_set("rows", "ids", value=lambda ids: [ids[1], *ids[1:]]), "rows.ids"),
     (_set("rows", value={"ids": []}), "exactly ids, X and y"),
-    (_set("structure_digest", value="0" * 64), "do not grow the forest that was saved"),
+    (_set("structure_digest", value="0" * 64), "not give the model that was saved"),
 ]
 
 
 @pytest.mark.parametrize(("edit", "needle"), CRAFTED)
-def test_crafted_files_are_refused_in_one_line(saved, tmp_path, edit, needle):
+def test_crafted_files_of_the_first_format_are_refused_in_one_line(saved, tmp_path, edit, needle):
     path = tmp_path / "crafted.forest"
-    path.write_bytes(_edited(saved[2], edit))
+    path.write_bytes(_edited(_legacy(saved[0]), edit))
+    with pytest.raises(ModelFileError, match=needle) as err:
+        ExactForestClassifier.load(path)
+    _one_line(err)
+
+
+def _snapshot_set(*keys, value):
+    """An edit of a model file's snapshot (a frozen dataclass tree) at ``keys``."""
+    import dataclasses
+
+    def edit(state):
+        def replaced(obj, path):
+            if not path:
+                return value(obj) if callable(value) else value
+            head, *rest = path
+            if isinstance(obj, dict):
+                return {**obj, head: replaced(obj[head], rest)}
+            return dataclasses.replace(obj, **{head: replaced(getattr(obj, head), rest)})
+
+        state["snapshot"] = replaced(state["snapshot"], list(keys))
+
+    return edit
+
+
+MODEL_FILE_CRAFTED = [
+    (_snapshot_set("estimator", value="QSSClassifier"), "not a ExactForestClassifier"),
+    (_snapshot_set("params", "n_estimators", value=7), "not give the model that was saved"),
+    (_snapshot_set("fitted", "classes_", value=np.array([0, 1, 2, 3])), "has no row"),
+    (_snapshot_set("engine", "rows", "X", value=_x_with(np.inf)), "infinity"),
+    (_snapshot_set("engine", "rows", "X", value=_x_with(5.0)), "not give the model that was"),
+    (_snapshot_set("engine", "rows", "in_pool", value=lambda p: ~p), "in_pool"),
+    (_snapshot_set("engine", "instances", value=[None]), "instances"),
+    (_snapshot_set("engine", "privacy", value={"epsilon": 1.0}), "instances"),
+    (_set("state_digest", value="0" * 64), "not give the model that was saved"),
+]
+
+
+@pytest.mark.parametrize(("edit", "needle"), MODEL_FILE_CRAFTED)
+def test_crafted_model_files_are_refused_in_one_line(saved, tmp_path, edit, needle):
+    path = tmp_path / "crafted.model"
+    path.write_bytes(_edited(saved[2], edit, persistence.FILE_KIND))
     with pytest.raises(ModelFileError, match=needle) as err:
         ExactForestClassifier.load(path)
     _one_line(err)
@@ -207,13 +281,12 @@ def test_crafted_files_are_refused_in_one_line(saved, tmp_path, edit, needle):
 def test_a_file_written_before_n_instances_loads_as_one_instance(tmp_path):
     X, y = _data()
     model = ExactForestClassifier(n_estimators=8, n_instances=1, random_state=4).fit(X, y)
-    model.save(tmp_path / "one.forest")
 
     def drop(state):
         del state["params"]["n_instances"]
 
     path = tmp_path / "older.forest"
-    path.write_bytes(_edited((tmp_path / "one.forest").read_bytes(), drop))
+    path.write_bytes(_edited(_legacy(model), drop))
     loaded = ExactForestClassifier.load(path)
     assert loaded.n_instances == 1
     _same(model, loaded, X)

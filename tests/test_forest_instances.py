@@ -16,7 +16,7 @@ import pytest
 from sklearn.datasets import make_classification
 from sklearn.utils._param_validation import InvalidParameterError
 
-from forgetting.forest import ExactForestClassifier, ExactForestRegressor
+from forgetting import ExactForestClassifier, ExactForestRegressor
 from forgetting.forest import core as forest_core
 from forgetting.schema.membership import draws, id_bytes
 
@@ -30,7 +30,7 @@ def _data(n=1500, seed=0):
 
 def _pools(model) -> list[set]:
     """Each instance's D° ids."""
-    return [set(model.forest_.instance(r).pool_ids()) for r in range(model.n_instances)]
+    return [set(model.engine_.instance(r).pool_ids()) for r in range(model.n_instances)]
 
 
 def _outside(model, ids) -> list:
@@ -49,7 +49,7 @@ def _only_in(model, r: int) -> list:
 def _refit(model, X_all, y_all, ids_all):
     """A fit with the same parameters on the rows ``model`` holds (looked up by id)."""
     where = {i: p for p, i in enumerate(ids_all)}
-    held = model.forest_.ids()
+    held = model.engine_.ids()
     pos = [where[i] for i in held]
     return type(model)(**model.get_params()).fit(X_all[pos], y_all[pos], held)
 
@@ -101,18 +101,18 @@ def test_a_d_pool_hit_rebuilds_in_the_background_while_the_others_serve(monkeypa
     receipt = model.forget([row])
     assert receipt.instances_hit == (1,) and receipt.rebuild_started
     gate.reached()
-    assert model.forest_.rebuilding == [1]
+    assert model.engine_.rebuilding == [1]
     # served meanwhile: the mean over instances 0 and 2, each exactly a refit's instance
     ref = _refit(model, X, y, ids)
-    trees = [i["trees"] for i in ref.forest_.instance_stats()]
-    expected = sum(trees[r] * ref.forest_.instance(r).predict_proba(X) for r in (0, 2))
+    trees = [i["trees"] for i in ref.engine_.instance_stats()]
+    expected = sum(trees[r] * ref.engine_.instance(r).predict_proba(X) for r in (0, 2))
     assert np.array_equal(model.predict_proba(X), expected / (trees[0] + trees[2]))
     assert model.state_digest() != ref.state_digest()  # instance 1 is not there yet
-    stats = model.forest_.instance_stats()
+    stats = model.engine_.instance_stats()
     assert [s["valid"] for s in stats] == [True, False, True]
     gate.open()
     _assert_refit(model, X, y, ids)
-    assert gate.fits == 1 and len(model.forest_.rebuild_seconds) == 1
+    assert gate.fits == 1 and len(model.engine_.rebuild_seconds) == 1
 
 
 def test_changes_during_a_rebuild_reach_the_rebuilt_instance(monkeypatch):
@@ -128,15 +128,15 @@ def test_changes_during_a_rebuild_reach_the_rebuilt_instance(monkeypatch):
     model.forget([outside[10]])
     model.insert(X[new], y[new], [ids[i] for i in new])
     model.forget([ids[new[0]]])
-    assert model.forest_.rebuilding == [1]
+    assert model.engine_.rebuilding == [1]
     gate.open()
     _assert_refit(model, X, y, ids)
 
 
 def _joins_a_pool(model, row_id) -> bool:
     p = model.n_instances
-    d = draws(model._key, [id_bytes(row_id)], p)[0]
-    return any(d[r] < model.forest_.instance(r)._threshold for r in range(p))
+    d = draws(model.engine_.membership_key, [id_bytes(row_id)], p)[0]
+    return any(d[r] < model.engine_.instance(r)._threshold for r in range(p))
 
 
 def test_a_second_hit_on_a_rebuilding_instance_starts_it_over(monkeypatch):
@@ -146,13 +146,13 @@ def test_a_second_hit_on_a_rebuilding_instance_starts_it_over(monkeypatch):
     first, second = _only_in(model, 1)[:2]
     model.forget([first])
     gate.reached()
-    old_job = model.forest_._rebuilds[1]
+    old_job = model.engine_._rebuilds[1]
     receipt = model.forget([second])  # in the rebuilding instance's D°: it starts over
     assert receipt.instances_hit == () and not receipt.rebuild_started
-    assert old_job.cancelled and model.forest_._rebuilds[1] is not old_job
+    assert old_job.cancelled and model.engine_._rebuilds[1] is not old_job
     gate.open()
     _assert_refit(model, X, y, ids)
-    assert gate.fits == 2 and len(model.forest_.rebuild_seconds) == 1
+    assert gate.fits == 2 and len(model.engine_.rebuild_seconds) == 1
     old_job.thread.join(60)
     assert not old_job.thread.is_alive()  # its fit stopped between trees, nothing landed
 
@@ -168,7 +168,7 @@ def test_a_rebuild_whose_snapshot_a_later_change_outdates_starts_over_when_it_la
     gate = Gate(monkeypatch)
     model.forget([first])
     gate.reached()
-    model.forest_._thresholds[1] = 0.0  # blind the early check
+    model.engine_._thresholds[1] = 0.0  # blind the early check
     model.forget([second])
     gate.open()
     _assert_refit(model, X, y, ids)
@@ -184,8 +184,8 @@ def test_with_every_instance_rebuilding_requests_wait_for_the_first(monkeypatch)
     assert model.forget([b]).rebuild_started
     receipt = model.forget([c])  # the last serving instance: it rebuilds too
     assert receipt.instances_hit == (0,) and receipt.rebuild_started
-    assert model.forest_.rebuilding == [0, 1, 2]
-    assert not any(s["valid"] for s in model.forest_.instance_stats())
+    assert model.engine_.rebuilding == [0, 1, 2]
+    assert not any(s["valid"] for s in model.engine_.instance_stats())
     served = []
     reader = threading.Thread(target=lambda: served.append(model.predict_proba(X[:3])))
     reader.start()
@@ -225,7 +225,7 @@ def test_rebuilds_fit_one_at_a_time_and_the_first_lands_first(monkeypatch):
             with count:
                 running[0] += 1
                 most[0] = max(most[0], running[0])
-                landed.append(len(model.forest_.rebuild_seconds))
+                landed.append(len(model.engine_.rebuild_seconds))
         try:
             return real(forest, *args, **kwargs)
         finally:
@@ -246,7 +246,7 @@ def test_one_instance_refits_in_the_call_as_before():
     model = ExactForestClassifier(**{**PARAMS, "n_instances": 1}).fit(X, y, ids)
     receipt = model.forget([model.pool_ids_[0]])
     assert receipt.instances_hit == (0,) and not receipt.rebuild_started
-    assert model.forest_.rebuilding == []
+    assert model.engine_.rebuilding == []
     _assert_refit(model, X, y, ids)
 
 
@@ -258,9 +258,9 @@ def test_an_insert_joining_a_d_pool_rebuilds_that_instance(monkeypatch):
         i
         for i in range(1000, 1500)
         if sum(
-            draws(model._key, [id_bytes(ids[i])], p)[0, r]
-            < model.forest_.instance(r)._insert_threshold(
-                draws(model._key, [id_bytes(ids[i])], p)[:, r]
+            draws(model.engine_.membership_key, [id_bytes(ids[i])], p)[0, r]
+            < model.engine_.instance(r)._insert_threshold(
+                draws(model.engine_.membership_key, [id_bytes(ids[i])], p)[:, r]
             )
             for r in range(p)
         )
@@ -344,7 +344,7 @@ def test_pickles_and_files_hold_the_model_after_its_rebuilds(monkeypatch, tmp_pa
     gate.reached()
     threading.Timer(0.2, gate.open).start()
     copy = pickle.loads(pickle.dumps(model))  # waits for the rebuild
-    assert copy.forest_.rebuilding == []
+    assert copy.engine_.rebuilding == []
     _assert_refit(copy, X, y, ids)
     copy.forget([_only_in(copy, 1)[0]])  # the copy's instances rebuild too
     _assert_refit(copy, X, y, ids)
@@ -367,7 +367,7 @@ def test_regressor_instances_equal_a_refit(monkeypatch):
     model.forget(outside)
     gate.open()
     model.wait_for_rebuilds(timeout=60)
-    held = model.forest_.ids()
+    held = model.engine_.ids()
     where = {i: p for p, i in enumerate(ids)}
     pos = [where[i] for i in held]
     ref = ExactForestRegressor(**model.get_params()).fit(X[pos], target[pos], held)
@@ -378,22 +378,22 @@ def test_regressor_instances_equal_a_refit(monkeypatch):
 def test_instances_split_the_trees_and_differ_in_their_grids():
     X, y, ids = _data()
     model = ExactForestClassifier(**{**PARAMS, "n_estimators": 10}).fit(X, y, ids)
-    assert [s["trees"] for s in model.forest_.instance_stats()] == [3, 3, 4]
+    assert [s["trees"] for s in model.engine_.instance_stats()] == [3, 3, 4]
     pools = _pools(model)
     assert pools[0] != pools[1] and pools[1] != pools[2]
     assert set(model.pool_ids_) == set().union(*pools)
     shares = [len(pool) / len(ids) for pool in pools]
     assert model.effective_rho_ == pytest.approx(1 - np.prod([1 - s for s in shares]))
     # tree t of the whole forest is tree t of a one-instance forest's seeds, on its own grid
-    assert model.forest_.structure(9).size > 0
+    assert model.engine_.structure(9).size > 0
 
 
 def test_parameters_are_checked():
     X, y, ids = _data(n=300)
     # at most one instance per tree (the default 3 with n_estimators=2 gives two)
     four = ExactForestClassifier(n_estimators=3, n_instances=4).fit(X, y, ids)
-    assert four.forest_.n_instances == 3
-    assert ExactForestClassifier(n_estimators=2).fit(X, y, ids).forest_.n_instances == 2
+    assert four.engine_.n_instances == 3
+    assert ExactForestClassifier(n_estimators=2).fit(X, y, ids).engine_.n_instances == 2
     assert ExactForestClassifier(n_estimators=2).n_instances == 3
     with pytest.raises(InvalidParameterError):
         ExactForestClassifier(n_instances=0).fit(X, y, ids)
@@ -405,8 +405,8 @@ def test_a_refit_discards_the_rebuilds_of_the_forest_it_replaces(monkeypatch):
     gate = Gate(monkeypatch)
     model.forget([_only_in(model, 1)[0]])
     gate.reached()
-    old = model.forest_
+    old = model.engine_
     model.fit(X[:1000], y[:1000], ids[:1000])
-    assert old.rebuilding == [] and model.forest_.rebuilding == []
+    assert old.rebuilding == [] and model.engine_.rebuilding == []
     gate.open()
     _assert_refit(model, X, y, ids)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from forgetting.forest import ExactForestRegressor
+from forgetting import ExactForestRegressor
 from forgetting.forest.core import TARGET_LEVELS
 from forgetting.schema.membership import draws, id_bytes
 
@@ -38,7 +38,7 @@ def _assert_same(a, b, X):
     assert a.state_digest() == b.state_digest()
     assert a.structure_digest() == b.structure_digest()
     for t in range(a.n_estimators):
-        assert np.array_equal(a.forest_.structure(t), b.forest_.structure(t))
+        assert np.array_equal(a.engine_.structure(t), b.engine_.structure(t))
 
 
 def _outside_pool(model, ids):
@@ -105,23 +105,23 @@ def _sse_gains(P, L, min_leaf=1):
 def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
     X, y = _data(n=400, seed=3)
     model = ExactForestRegressor(**PARAMS).fit(X, y)
-    A = model.forest_.instance(0).A
+    A = model.engine_.instance(0).A
     root, slot = int(A.roots[0]), int(A.slot[A.roots[0]])
     assert slot >= 0, "the root keeps cached candidate sums"
-    before = model.forest_.structure(0)
+    before = model.engine_.structure(0)
     chosen = int(A.choice[root])
     feats, thrs = A.cfeat[slot].copy(), A.cthr[slot].copy()
     alive = _outside_pool(model, list(range(len(y))))
     gone = []
     for _ in range(300):  # greedy: delete the row that most narrows the chosen split's lead
-        A = model.forest_.instance(0).A
+        A = model.engine_.instance(0).A
         if int(A.roots[0]) != root or int(A.feat[root]) != int(feats[chosen]):
             break
         P = A.counts[root].astype(np.int64)
         L = A.cleft[slot][: A.ncand[slot]].astype(np.int64)
         best_row, best_margin = None, np.inf
         for r in alive[:: max(1, len(alive) // 120)]:
-            p = model.forest_.instance(0)._pos[r]
+            p = model.engine_.instance(0)._pos[r]
             q = int(A.y[p])
             goes = A.codes[p, feats[: len(L)]] <= thrs[: len(L)]
             Lr = L - np.outer(goes, [1, q])
@@ -132,7 +132,7 @@ def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
         model.forget([best_row])
         alive.remove(best_row)
         gone.append(best_row)
-    after = model.forest_.structure(0)
+    after = model.engine_.structure(0)
     assert not np.array_equal(before[:2], after[:2]), "the deletions flipped the root split"
     _assert_same(model, _refit(model, X, y, sorted(set(range(len(y))) - set(gone))), X)
 
@@ -140,7 +140,7 @@ def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
 def test_missing_values_stay_exact_and_targets_beyond_the_grid_are_clipped():
     X, y = _data(n=500, nan=0.2, seed=7)
     model = ExactForestRegressor(**PARAMS).fit(X, y)
-    forest = model.forest_.instance(0)
+    forest = model.engine_.instance(0)
     assert np.all(np.isfinite(model.predict(X)))
     outside = [
         i

@@ -172,7 +172,7 @@ def test_help_defaults_are_the_estimators_own():
     for task, estimator in (("classification", QSSClassifier), ("regression", QSSRegressor)):
         params = estimator().get_params()
         assert DEFAULTS[task] == {name: params[name] for name in ESTIMATOR_OPTIONS}, task
-    from forgetting.forest import ExactForestClassifier, ExactForestRegressor
+    from forgetting import ExactForestClassifier, ExactForestRegressor
 
     for forest in (ExactForestClassifier, ExactForestRegressor):
         params = forest().get_params()

@@ -83,15 +83,35 @@ def test_composition_is_exact_and_tighter_than_the_pld_accountant(dpa):
 
 
 @pytest.mark.parametrize("epsilon", [1.0, 8.0, 50.0])
-def test_calibration_and_composition_are_fast_at_any_epsilon(dpa, epsilon):
-    import time
+def test_calibration_and_composition_cost_one_accountant_call_at_any_n(dpa, epsilon, monkeypatch):
+    """Composition is O(1) in the number of releases: one call of the analytic Gaussian's ε
+    for n = 3, 300 or 100,000 (a PLD composition per release took a minute), and
+    calibration a bounded number of calls. Counted, not timed."""
+    from forgetting.privacy import accounting
 
-    started = time.perf_counter()
+    calls = []
+
+    class Counted:
+        def get_epsilon_gaussian(self, z, delta):
+            calls.append("epsilon")
+            return dpa.get_epsilon_gaussian(z, delta)
+
+        def get_sigma_gaussian(self, eps, delta):
+            calls.append("sigma")
+            return dpa.get_sigma_gaussian(eps, delta)
+
+    monkeypatch.setattr(accounting, "_gaussian", Counted)
+    accounting.composed_epsilon.cache_clear()
+    accounting.calibrate_noise_multiplier.cache_clear()
     z = calibrate_noise_multiplier(epsilon, DELTA, 3)
+    assert calls.count("sigma") == 1 and len(calls) <= 10  # the root, then a few safety steps
     for n in (3, 300, 100_000):
-        composed_epsilon(z, n, DELTA)
-    assert time.perf_counter() - started < 1.0
+        calls.clear()
+        composed_epsilon(z, n + 1, DELTA)
+        assert calls == ["epsilon"]
     assert composed_epsilon(z, 3, DELTA) <= epsilon
+    accounting.composed_epsilon.cache_clear()
+    accounting.calibrate_noise_multiplier.cache_clear()
 
 
 # -- parameter checks ----------------------------------------------------------------------

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from forgetting import ExactForestClassifier
 from forgetting.cli import main
-from forgetting.forest import ExactForestClassifier
 from forgetting.service import ServiceConfig, create_app
 from forgetting.store import DurableForest, open_store
 

@@ -622,7 +622,7 @@ def test_feature_names_default_to_the_dataframe_columns(sqlite_db):
 
 
 def test_another_estimator_is_refused_before_anything_is_written(tmp_path):
-    from forgetting.forest import ExactForestClassifier
+    from forgetting import ExactForestClassifier
 
     X, y = classification_data(d=5)
     path = tmp_path / "model.db"

@@ -17,7 +17,7 @@ import threading
 import numpy as np
 import pytest
 
-from forgetting.forest import ExactForestClassifier, ExactForestRegressor
+from forgetting import ExactForestClassifier, ExactForestRegressor
 from forgetting.store import DurableForest, DurableModel
 from forgetting.store.errors import StoreBusy, StoreCorrupt, StoreError
 
@@ -33,7 +33,7 @@ def _data(n=1200, seed=0):
 
 def _refit_equals(model, X_probe) -> None:
     """``model`` is what a fit on its own rows gives (predictions and structure)."""
-    ids, _, X, y = model.forest_.rows()
+    ids, _, X, y = model.engine_.rows()
     labels = model.classes_[y] if hasattr(model, "classes_") else y
     refit = type(model)(**model.get_params()).fit(X, labels, ids)
     assert model.structure_digest() == refit.structure_digest()
@@ -75,7 +75,7 @@ def test_instances_rebuild_in_the_background_and_reopen_equal(db, monkeypatch):
         db, ExactForestClassifier(**params), X, y, ids, overwrite=True
     ) as store:
         model = store.estimator
-        pools = [set(model.forest_.instance(r).pool_ids()) for r in range(3)]
+        pools = [set(model.engine_.instance(r).pool_ids()) for r in range(3)]
         row = sorted(pools[2] - pools[0] - pools[1])[0]
         outside = next(i for i in ids if i not in pools[0] | pools[1] | pools[2])
         opened = threading.Event()
@@ -181,7 +181,7 @@ def test_locks_read_only_and_the_other_kind_of_store(tmp_path):
     with pytest.raises(TypeError, match="DurableForest holds"):
         DurableForest.create(tmp_path / "x.db", object(), X, y)
     with pytest.raises(TypeError, match="DurableForest.create"):
-        from forgetting.forest import ExactForestClassifier as Forest
+        from forgetting import ExactForestClassifier as Forest
 
         DurableModel.create(tmp_path / "y.db", Forest(), X, y)
 
@@ -200,7 +200,7 @@ def test_a_qss_store_is_refused_by_name(tmp_path):
     ("statement", "needle"),
     [
         ("UPDATE rows SET features = X'00' WHERE seq = 3", "feature bytes"),
-        ("UPDATE rows SET target = 7 WHERE seq = 3", "class indices"),
+        ("UPDATE rows SET target = 7 WHERE seq = 3", "label index 7"),
         ("UPDATE rows SET target = 0.5 WHERE seq = 3", "not an integer"),
         ("UPDATE rows SET target = NULL WHERE seq = 3", "finite target"),
         ("UPDATE rows SET id_key = X'7a3a31' WHERE seq = 3", "id type tag"),

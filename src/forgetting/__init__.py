@@ -1,9 +1,13 @@
-"""forgetting: exact machine unlearning with quantized sufficient statistics (QSS).
+"""forgetting: exact machine unlearning — a model forgets a row and is then, bit for bit, the
+model a fit without that row builds.
 
-Public API: :class:`QSSClassifier`, :class:`QSSRegressor`, the :class:`Receipt` they return
-from ``forget``/``insert``, and :class:`ModelFileError` raised by ``load``;
-:func:`make_pipeline` and :class:`ForgettingPipeline` put exact preprocessing steps
-(:mod:`forgetting.preprocessing`) in front of them and forget through every step.
+Public API, one estimator per kind of data, on one base (:mod:`forgetting.estimators`):
+:class:`ExactForestClassifier` / :class:`ExactForestRegressor` for tables (numeric and
+categorical columns, missing values) and :class:`QSSClassifier` / :class:`QSSRegressor`
+(quantized sufficient statistics) for embeddings, raw pixels, label mode and label-DP; the
+:class:`Receipt` they return from ``forget``/``insert``, and :class:`ModelFileError` raised by
+``load``; :func:`make_pipeline` and :class:`ForgettingPipeline` put exact preprocessing steps
+(:mod:`forgetting.preprocessing`) in front of any of them and forget through every step.
 ``MUNKEYClassifier`` (approximate unlearning by key deletion, the optional ``munkey`` extra)
 is one more model family.
 
@@ -21,13 +25,20 @@ from . import _sklearn_pandas
 _sklearn_pandas.install()
 
 if TYPE_CHECKING:
-    from .estimators import QSSClassifier, QSSRegressor
+    from .estimators import (
+        ExactForestClassifier,
+        ExactForestRegressor,
+        QSSClassifier,
+        QSSRegressor,
+    )
     from .io.model_format import ModelFileError
     from .munkey import MUNKEYClassifier
     from .pipeline import ForgettingPipeline, make_pipeline
     from .receipts import Receipt
 
 __all__ = [
+    "ExactForestClassifier",
+    "ExactForestRegressor",
     "QSSClassifier",
     "QSSRegressor",
     "Receipt",
@@ -40,6 +51,8 @@ __version__ = "0.1.0"
 
 #: Each public name -> the module that defines it.
 _HOMES = {
+    "ExactForestClassifier": ".estimators",
+    "ExactForestRegressor": ".estimators",
     "QSSClassifier": ".estimators",
     "QSSRegressor": ".estimators",
     "Receipt": ".receipts",

@@ -1,5 +1,5 @@
 """DaRE-RF (Brophy & Lowd, ICML 2021; jjbrophy47/dare_rf): random forests with exact data
-deletion — the peer of :class:`forgetting.forest.ExactForestClassifier`, measured beside it.
+deletion — the peer of :class:`forgetting.ExactForestClassifier`, measured beside it.
 
 Not in the lock: its PyPI sdists do not build, so the benchmark uses it when it is importable
 and says so when it is not. Built from the repository's source (benchmarks/README.md, "DaRE-RF"):

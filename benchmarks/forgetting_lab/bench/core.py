@@ -237,7 +237,7 @@ def accuracy_rows(name: str, rho: float, n_train: int | None) -> list[dict]:
     defaults) beside g-only, SISA over the paper's shards and the anchors a user would deploy
     (:mod:`forgetting_lab.bench.anchors`: HGB, LR, SISA over HGB shards), all fitted here on
     the same split; ``gap_to_best_pp`` is each model's distance to the best full-data one."""
-    from forgetting.forest import ExactForestClassifier
+    from forgetting import ExactForestClassifier
 
     from .anchors import anchor_builders, best_full_data, fit_anchor, gap
 

@@ -5,7 +5,7 @@ Run ``python -m forgetting_lab.bench.forest``. Per tabular set (the paper benchm
 features and splits, :func:`forgetting_lab.bench.paper.data.load_data`):
 
 1. carve a validation split (:data:`VALIDATION_FRACTION`, stratified, seeded) from the
-   *training* split, fit :class:`~forgetting.forest.ExactForestClassifier` for each point of
+   *training* split, fit :class:`~forgetting.ExactForestClassifier` for each point of
    the grid (``min_samples_leaf`` × ``max_features``, then ``n_estimators``) on the rest and
    keep the most accurate on validation — the test split is never read to choose;
 2. refit the chosen forest on the whole training split and score it on the test split, beside
@@ -88,7 +88,7 @@ def _split(y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _forest(leaf: int, features: int, trees: int, seed: int):
-    from forgetting.forest import ExactForestClassifier
+    from forgetting import ExactForestClassifier
 
     return ExactForestClassifier(
         n_estimators=trees, min_samples_leaf=leaf, max_features=features, random_state=seed
@@ -158,7 +158,7 @@ def latency(model, data, n_forgets: int, seed: int) -> dict:
     model.predict_proba(x)
     fast, hits, cpu_ms = [], [], []
     for v in victims:
-        if np.count_nonzero(model.forest_.class_counts_without([v])) < model.classes_.size:
+        if np.count_nonzero(model.engine_.class_counts_without([v])) < model.classes_.size:
             continue
         quiet = not _rebuild_threads()
         started, cpu = time.perf_counter(), time.process_time()
@@ -202,7 +202,7 @@ def batch(model, data, size: int, seed: int) -> dict:
     next one-row prediction, and the rebuild of everything still stale; the result's
     structure digest against a refit without the batch. Then a random batch of the same size
     (D° rows among it: the forest is refitted) with its first prediction."""
-    from forgetting.forest import ExactForestClassifier
+    from forgetting import ExactForestClassifier
 
     rng = np.random.default_rng(seed + 1)
     pool = set(model.pool_ids_)
@@ -217,7 +217,7 @@ def batch(model, data, size: int, seed: int) -> dict:
     first = time.perf_counter()
     model.predict_proba(x[1:])
     second = time.perf_counter()
-    model.forest_.flush()
+    model.engine_.flush()
     rebuilt = time.perf_counter() - second
     gone = set(victims)
     keep = [i for i in ids if i not in gone]  # ids are the training rows' positions
@@ -266,7 +266,7 @@ def tradeoff(name: str, configs: list[tuple[int, int, int]], seed: int, n_forget
     for trees, features, leaf in configs:
         model, secs = _timed_fit(_forest(leaf, features, trees, seed), X[fit_idx], y[fit_idx])
         val = model.score(X[val_idx], y[val_idx])
-        forest = model.forest_
+        forest = model.engine_
         rng = np.random.default_rng(seed)
         ids = model.ids_
         order = rng.permutation(len(ids))
@@ -339,7 +339,7 @@ def run_dataset(
         "fit_s forest": round(fit_forest, 2),
         "fit_s HGB": round(fit_hgb, 2),
         "fit_s QSS-E": round(fit_qss, 2),
-        "forest MB": round(forest.forest_.nbytes() / 1e6, 1),
+        "forest MB": round(forest.engine_.nbytes() / 1e6, 1),
         "note": "; ".join(data.notes),
     }
     print(row, flush=True)

@@ -1,7 +1,7 @@
 """One forest or p instances: what a forget that hits D° costs the caller, and what p costs.
 
 Run ``python -m forgetting_lab.bench.forest_instances``. On each tabular set (the paper
-benchmark's features, training and test split) an :class:`~forgetting.forest.ExactForestClassifier`
+benchmark's features, training and test split) an :class:`~forgetting.ExactForestClassifier`
 with the configuration forest.md's validation chose is fitted with ``n_instances`` 1 and 3 (the
 same trees in all; with 3, each instance holds a third of them on its own D° and grid), beside a
 full-data HistGradientBoosting (defaults). Each model then takes the same ``--forgets``
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 
-from forgetting.forest import ExactForestClassifier
+from forgetting import ExactForestClassifier
 
 from .forest_store import parse_configs
 from .paper.data import load_data
@@ -88,7 +88,7 @@ def run(name: str, config: tuple, forgets: int, interval: float, seed: int) -> l
         same = refit.structure_digest() == model.structure_digest() and np.array_equal(
             refit.predict_proba(X_test), model.predict_proba(X_test)
         )
-        seconds = model.forest_.rebuild_seconds
+        seconds = model.engine_.rebuild_seconds
         row = {
             "dataset": name, "n": len(y), "instances": p, "test acc": round(acc, 4),
             "HGB acc": round(hgb_acc, 4), "fit s": round(fit_s, 2),

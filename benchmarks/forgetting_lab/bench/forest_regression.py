@@ -6,7 +6,7 @@ pipeline-tables benchmark builds it (:func:`forgetting_lab.bench.pipeline_tables
 pandas ``category`` columns), target log price:
 
 1. carve a validation split (:data:`VALIDATION_FRACTION`, seeded) from the *training* rows,
-   fit :class:`~forgetting.forest.ExactForestRegressor` on the rest for each point of the grid
+   fit :class:`~forgetting.ExactForestRegressor` on the rest for each point of the grid
    (``min_samples_leaf`` × ``max_features``, then ``min_bin_rows`` — how many D° rows fix the
    bin edges — with the best pair, then ``n_estimators``) and keep the lowest validation RMSE
    — the test rows are never read to choose;
@@ -58,7 +58,7 @@ def rmse(pred, y) -> float:
 
 
 def forest(leaf, features, bin_rows, trees, seed):
-    from forgetting.forest import ExactForestRegressor
+    from forgetting import ExactForestRegressor
 
     return ExactForestRegressor(
         n_estimators=trees,
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, m, secs, mb in (
         ("QSSRegressor default, raw DataFrame", qss, qss_s, ""),
         ("ExactForestRegressor (chosen on validation)", model, model_s,
-         f"{model.forest_.nbytes() / 2**20:.0f}"),
+         f"{model.engine_.nbytes() / 2**20:.0f}"),
     ):  # fmt: skip
         value = rmse(m.predict(Xte), yte)
         quality.append(dict(model=label, test_rmse=value, vs_HGB=f"{value / base - 1:+.1%}",

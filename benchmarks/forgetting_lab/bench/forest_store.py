@@ -2,7 +2,7 @@
 in memory.
 
 Run ``python -m forgetting_lab.bench.forest_store``. On each tabular set (the paper
-benchmark's features and training split), an :class:`~forgetting.forest.ExactForestClassifier`
+benchmark's features and training split), an :class:`~forgetting.ExactForestClassifier`
 with the configuration ``--config`` names (default: what validation chose in forest.md) is
 
 1. saved to a file and loaded back (a load grows the forest from the saved rows: one fit),
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from forgetting.forest import ExactForestClassifier
+from forgetting import ExactForestClassifier
 from forgetting.store import DurableForest
 
 from .paper.data import load_data

@@ -87,10 +87,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
             "--scheduler and --workers fit a Parquet dataset directory on dask; "
             f"{args.data!r} is one file, fitted in memory: leave them out"
         )
-    if model_kind == "forest" and (dataset or args.raw_table):
+    if model_kind == "forest" and args.raw_table:
         raise usage(
-            "--model forest fits one CSV, Parquet or NPZ file of numeric feature columns in "
-            "memory: leave --raw-table out and give a file, not a dataset directory"
+            "--model forest reads numeric feature columns (missing values welcome): leave "
+            "--raw-table out"
         )
     rows = dataset_rows(args) if dataset else file_rows(args)
     if rows.skipped:

@@ -74,17 +74,17 @@ def resolve_model(
     ``auto`` fits the exact forest: at its defaults it is within 1 pp of the best model
     retrained on all rows on 5 of the 7 tables of benchmarks/results/deployed-gap.md, QSS-E
     on 1 (QSS-E is ahead on one small, nearly linear table). It fits QSS where only QSS goes
-    or QSS is the better model: a Parquet dataset directory (fitted on dask), ``--raw-table`` (QSS
-    encodes categories exactly, dropping a category with its last row), ``--text-col``
-    (sentence embeddings, where QSS-E is ahead), or a QSS-only option (``given`` names the
-    estimator options on the command line).
+    or QSS is the better model: ``--raw-table`` (QSS encodes categories exactly, dropping a
+    category with its last row), ``--text-col`` (sentence embeddings, where QSS-E is ahead),
+    or a QSS-only option (``given`` names the estimator options on the command line). A
+    Parquet dataset directory (``dataset``) takes either: its files are read and checked on
+    the dask cluster, and the forest grows its trees from the gathered rows here.
     """
     if model != "auto":
         return model, ""
     reasons = [
         reason
         for reason, present in (
-            ("the data is a Parquet dataset directory (fitted on dask)", dataset),
             ("--raw-table", raw_table),
             ("--text-col (sentence embeddings)", text),
             *((f"--{name.replace('_', '-')}", name in given) for name in QSS_ONLY_OPTIONS),
@@ -103,7 +103,7 @@ def estimator_class(task: str, model: str = "qss"):
     """QSSClassifier for ``classification``, QSSRegressor otherwise; with ``model="forest"``
     ExactForestClassifier or ExactForestRegressor."""
     if model == "forest":
-        from ..forest import ExactForestClassifier, ExactForestRegressor
+        from ..estimators import ExactForestClassifier, ExactForestRegressor
 
         return ExactForestClassifier if task == "classification" else ExactForestRegressor
     from ..estimators import QSSClassifier, QSSRegressor

@@ -179,7 +179,8 @@ def dataset_rows(args: argparse.Namespace) -> FitRows:
     )
     ids = tables.id_column(table, id_name, id_type=args.id_type)
     y = tables.label_column(table, label_name, task=args.task)
-    X = tables.dataset_feature_array(dataset, names)
+    missing = getattr(args, "model", "qss") == "forest"  # the forest takes missing values
+    X = tables.dataset_feature_array(dataset, names, missing)
     files = len(dataset.files)
     return FitRows(
         X, y, ids, names, names, skipped, f"{files} Parquet file{'s' * (files != 1)} of {args.data}"

@@ -170,10 +170,11 @@ def _add_cluster_options(fit: Any) -> None:
     cluster = fit.add_argument_group(
         'dask (a Parquet dataset directory; needs pip install "forgetting[distributed]")',
         "A dataset directory is read lazily with dask.dataframe.read_parquet, one file per "
-        "task: the workers read and check the feature columns and compute every row's "
-        "contribution; this process reads the id and label columns, trains the schemas and "
-        "writes the store. The model is the one an in-memory fit on the same rows in the same "
-        "order writes, bit for bit (docs/distributed.md).",
+        "task: the workers read and check the feature columns (and, for QSS, compute every "
+        "row's contribution); this process reads the id and label columns, trains the "
+        "schemas or grows the forest's trees from the gathered rows, and writes the store. "
+        "The model is the one an in-memory fit on the same rows in the same order writes, "
+        "bit for bit (docs/distributed.md).",
     )
     where = cluster.add_mutually_exclusive_group()
     where.add_argument(
@@ -251,7 +252,7 @@ def _add_estimator_options(fit: Any) -> None:
         "--model",
         choices=MODELS,
         default="auto",
-        help="auto (the default): the exact forest, or QSS for a Parquet dataset directory, "
+        help="auto (the default): the exact forest, or QSS for "
         "--raw-table, --text-col or a QSS-only option (the line fit prints says which); qss: "
         "QSSClassifier / QSSRegressor; forest: ExactForestClassifier / ExactForestRegressor, "
         "extremely randomized trees with exact forget, the exact model closest to a retrained "
@@ -307,9 +308,9 @@ def _add_fit(sub: Any) -> None:
         "fit",
         help="fit a model on a data file and write a new store",
         description="Fit an exact model on a CSV, Parquet or NPZ file (in memory) or a "
-        "Parquet dataset directory (on a dask cluster) — by default (--model auto) the exact "
-        "forest for a file, QSS for a directory, text or a raw table — and write it to a "
-        "new store, recording the "
+        "Parquet dataset directory (read on a dask cluster) — by default (--model auto) the "
+        "exact forest, QSS for text or a raw table — and write it to a new store, recording "
+        "the "
         "names of the feature columns (predict and insert select them by name). Every row "
         "needs a stable id (--id-col): forget addresses rows by it. Estimator options left "
         "out take the estimator's own defaults (shown below). Without --secret-key-file a "

@@ -322,6 +322,10 @@ class QSSEngine:
     def n_rows(self) -> int:
         return self.rows.size
 
+    @property
+    def n_instances(self) -> int:
+        return self.config.n_instances
+
     def has_id(self, row_id) -> bool:
         return row_id in self.rows.position
 
@@ -827,14 +831,17 @@ class QSSEngine:
                 if inst is not None
             )
 
-    def receipt(self, operation, scope, id_bytes, hit, started) -> Receipt:
+    def receipt(self, operation, scope, id_bytes, hit, started, background=None) -> Receipt:
+        """The receipt of a change that hit the instances ``hit``; ``background``: whether
+        they rebuild in the background (None: they do when there are any), else they were
+        rebuilt in the call (a refit)."""
         return Receipt(
             operation=operation,
             scope=scope,
             n_rows=len(id_bytes),
             id_hashes=tuple(receipt_hashes(self._key, id_bytes)),
             instances_hit=tuple(hit),
-            rebuild_started=bool(hit),
+            rebuild_started=bool(hit) if background is None else bool(background and hit),
             state_digest=self.state_digest(),
             timestamp=datetime.now(UTC).isoformat(timespec="microseconds"),
             seconds=time.perf_counter() - started,

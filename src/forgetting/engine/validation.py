@@ -112,10 +112,13 @@ def check_snapshot(config: EngineConfig, snapshot: Any) -> None:
         raise _fail("privacy", f"expected a mapping, found {type(snapshot.privacy).__name__}")
 
 
-def check_rows(rows: Any, task: str, n_outputs: int) -> tuple[int, int, int]:
+def check_rows(
+    rows: Any, task: str, n_outputs: int, *, missing: bool = False
+) -> tuple[int, int, int]:
     """The rows' count, width and labeled count, once every column agrees: unique canonical
-    ids, finite float32 features, class indices in [-1, k) (classification) or finite-or-NaN
-    floats (regression), boolean pool flags."""
+    ids, finite float32 features (``missing``: NaN marks a missing value, infinity is still
+    refused), class indices in [-1, k) (classification) or finite-or-NaN floats
+    (regression), boolean pool flags."""
     if not isinstance(rows, RowsSnapshot):
         raise _fail("rows", f"expected a rows snapshot, found {type(rows).__name__}")
     ids = rows.ids
@@ -126,7 +129,10 @@ def check_rows(rows: Any, task: str, n_outputs: int) -> tuple[int, int, int]:
     X = _array(rows.X, "rows.X", 2, "f")
     if X.dtype != np.float32 or X.shape[0] != n or X.shape[1] < 1:
         raise _fail("rows.X", f"{X.dtype} of shape {X.shape}, expected float32 of ({n}, d ≥ 1)")
-    if n and not np.isfinite(X.sum(dtype=np.float64)):  # NaN and ±inf survive the sum
+    if missing:
+        if np.isinf(X).any():
+            raise _fail("rows.X", "features hold infinity (NaN marks a missing value)")
+    elif n and not np.isfinite(X.sum(dtype=np.float64)):  # NaN and ±inf survive the sum
         raise _fail("rows.X", "features hold NaN or infinity")
     targets = _array(rows.targets, "rows.targets", 1, "if")
     if targets.shape[0] != n:

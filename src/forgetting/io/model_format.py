@@ -435,6 +435,22 @@ def read_blob(path: str | os.PathLike, what: str = "data") -> bytes:
     return head + payload
 
 
+def kind_of(data: bytes, what: str = "data") -> str | None:
+    """The ``kind`` a checked container declares (what it holds), nothing else decoded;
+    None when its header names none. A defect raises :class:`ModelFileError`."""
+    payload = memoryview(check_container(bytes(data), what))
+    try:
+        (hlen,) = _LEN.unpack_from(payload)
+        header = json.loads(
+            bytes(payload[_LEN.size : _LEN.size + hlen]).decode("utf-8"),
+            parse_constant=_no_constant,
+        )
+    except (ValueError, TypeError, KeyError, RecursionError, UnicodeDecodeError, struct.error):
+        raise ModelFileError(f"{what}: unreadable header") from None
+    kind = header.get("kind") if isinstance(header, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
 def loads(data: bytes, kind: str, what: str = "data") -> Any:
     """Decode a blob written by :func:`dumps`; any defect raises :class:`ModelFileError`."""
     payload = memoryview(check_container(bytes(data), what))

@@ -242,19 +242,21 @@ def dataset_features(
     return names, skipped
 
 
-def feature_block(frame: Any, path: str, names: Sequence[str]) -> np.ndarray:
+def feature_block(frame: Any, path: str, names: Sequence[str], missing: bool = False) -> np.ndarray:
     """One file's feature matrix from the pandas frame dask read it into, converted and
     checked exactly as :func:`~.table_columns.select_features` does one Parquet file's columns
-    (a bad cell is an error naming this file, its row and column). Runs on the dask workers."""
+    (a bad cell is an error naming this file, its row and column; with ``missing`` an empty
+    cell is a missing value, NaN). Runs on the dask workers."""
     import pyarrow as pa
 
     table = pa.table({name: pa.array(frame[name]) for name in names})
     file = Table(path, "parquet", arrow_columns(table, names))
-    return np.column_stack([numeric_column(file, name) for name in names])
+    return np.column_stack([numeric_column(file, name, missing=missing) for name in names])
 
 
-def dataset_feature_array(dataset: Dataset, names: Sequence[str]) -> Any:
-    """The features ``names`` of every row as a lazy float64 dask array, one chunk per file.
+def dataset_feature_array(dataset: Dataset, names: Sequence[str], missing: bool = False) -> Any:
+    """The features ``names`` of every row as a lazy float64 dask array, one chunk per file
+    (``missing``: empty cells are missing values, NaN, for the exact forests).
 
     Each file is opened with ``dask.dataframe.read_parquet`` (one partition per file, row
     counts from the footers, so the chunk sizes are known without reading a row) and converted
@@ -275,7 +277,7 @@ def dataset_feature_array(dataset: Dataset, names: Sequence[str]) -> Any:
         parts = frame.to_delayed()
         if len(parts) != 1:  # pragma: no cover - split_row_groups=False reads a file whole
             raise TableError(f"{file.path}: dask read it as {len(parts)} partitions, not one")
-        block = dask.delayed(feature_block, pure=True)(parts[0], file.path, names)
+        block = dask.delayed(feature_block, pure=True)(parts[0], file.path, names, missing)
         blocks.append(da.from_delayed(block, shape=(file.rows, len(names)), dtype=np.float64))
     if not blocks:
         raise TableError(f"{dataset.path} holds no rows")

@@ -1,6 +1,7 @@
-"""Pipelines that forget exactly: preprocessing steps and a QSS estimator, forgotten as one.
+"""Pipelines that forget exactly: preprocessing steps and an estimator of any family (QSS, the
+exact forest), forgotten as one.
 
-``make_pipeline(StandardScaler(), OneHotEncoder(...), QSSClassifier())`` mirrors
+``make_pipeline(StandardScaler(), OneHotEncoder(...), ExactForestClassifier())`` mirrors
 scikit-learn's, and adds the contract of the estimators (SPEC §5 decisions 1 and 11):
 ``pipeline.fit(D).forget(R)`` equals ``pipeline.fit(D \\ R)`` bit for bit — predictions and
 ``state_digest()`` — through every step, once ``wait_for_rebuilds()`` returns.
@@ -79,16 +80,17 @@ def _is_forgetting_estimator(est: Any) -> bool:
 
 
 class ForgettingPipeline(_BaseComposition):
-    """Exact preprocessing steps and a QSS estimator that forget as one (see the module
-    docstring).
+    """Exact preprocessing steps and an estimator of any family that forget as one (see the
+    module docstring).
 
     Parameters
     ----------
     steps : list of (name, step)
         Preprocessing steps — exact steps of :mod:`forgetting.preprocessing`, or scikit-learn
         steps that translate to one (:func:`forgetting.preprocessing.exact`; others are
-        refused by name at fit) — and last a ``QSSClassifier`` or ``QSSRegressor``
-        (``mode="exact"`` or ``"dp"``), fitted in place as scikit-learn's pipeline does.
+        refused by name at fit) — and last a forgetting estimator (``ExactForestClassifier``,
+        ``ExactForestRegressor``, or ``QSSClassifier``/``QSSRegressor`` with
+        ``mode="exact"`` or ``"dp"``), fitted in place as scikit-learn's pipeline does.
     rho : float or "auto"
         Fraction of rows (by keyed hash of the id) in the pipeline's schema rows D°, the rows
         ``rows="schema"`` steps are fitted on; "auto": the estimator's ``rho``.
@@ -108,7 +110,7 @@ class ForgettingPipeline(_BaseComposition):
     def from_sklearn(
         cls, pipeline: Any, *, rho: float | str = "auto", min_schema_rows: int = 200
     ) -> ForgettingPipeline:
-        """The exact pipeline of a scikit-learn ``Pipeline`` whose last step is a QSS
+        """The exact pipeline of a scikit-learn ``Pipeline`` whose last step is a forgetting
         estimator: the same step names, the preprocessing translated (or refused by name),
         the estimator cloned (unfitted: fit the result). The way out of the trap
         docs/pipelines.md describes: a scikit-learn pipeline forgets exactly in its
@@ -181,7 +183,8 @@ class ForgettingPipeline(_BaseComposition):
         if not _is_forgetting_estimator(est):
             raise ValueError(
                 f"the last step ({names[-1]!r}, {type(est).__name__}) must be a forgetting "
-                "estimator (QSSClassifier or QSSRegressor)"
+                "estimator (ExactForestClassifier, ExactForestRegressor, QSSClassifier or "
+                "QSSRegressor)"
             )
         if getattr(est, "mode", "exact") == "label":
             raise ValueError(
@@ -419,9 +422,8 @@ class ForgettingPipeline(_BaseComposition):
             rows = current("all")
             Xt = to_matrix(chain.transform(rows.X), "the pipeline's steps")
             est.fit(Xt, rows.y, ids=current.ids().tolist())
-            receipt = est.engine_.receipt(
-                operation, "instance", id_raw, list(range(est.n_instances)), started
-            )
+            every = list(range(est.engine_.n_instances))
+            receipt = est.engine_.receipt(operation, "instance", id_raw, every, started, False)
         elif sign < 0:
             receipt = est.forget(id_list)
         else:

@@ -269,6 +269,7 @@ def _inconsistency(pipeline: Any, snap: PipelineSnapshot) -> str | None:
         return "the estimator holds other rows than the pipeline"
     pos = np.array([pipeline._position[i] for i in est_ids], dtype=np.int64)
     Xt = to_matrix(pipeline.chain_.transform(take(X, pos)), "the pipeline's steps")
-    if rows.X is None or not np.array_equal(Xt.astype(np.float32), rows.X):
+    # equal_nan: a missing value the steps pass on is NaN in both (the forest reads it)
+    if rows.X is None or not np.array_equal(Xt.astype(np.float32), rows.X, equal_nan=True):
         return "the estimator's rows are not the transformed rows of the pipeline"
     return None

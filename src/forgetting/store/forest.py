@@ -5,8 +5,9 @@ The forest (:class:`~forgetting.forest.ExactForestClassifier` or
 key), so its store needs no trees: the ``rows`` table holds each row's id, float32 features
 (NaN = missing) and target (a class index, or the float target), ``meta`` the parameters,
 fitted attributes and the key's public fingerprint, ``receipts`` every change. Opening grows
-the forest again from the stored rows (one fit: :func:`forgetting.forest.files.restore_forest`
-checks every field first) — so after a crash the model is exactly the last committed state.
+the forest again from the stored rows (one fit: the estimator's ``from_snapshot`` checks
+every field first, :mod:`forgetting.persistence.forest_state`) — so after a crash the model
+is exactly the last committed state.
 
 A forget or insert changes the in-memory forest first (its own checks refuse a bad request
 before anything changes), then commits the rows and the receipt in one transaction, and for
@@ -32,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from ..forest import ExactForestClassifier, ExactForestRegressor
-from ..forest.files import restore_forest, saved_state
+from ..estimators import ExactForestClassifier, ExactForestRegressor
 from ..ids import listing, normalize_ids
 from ..io.model_format import ModelFileError, dumps, loads
-from ..persistence import library_versions, version_mismatch
+from ..persistence import library_versions, restored, version_mismatch
+from ..persistence.forest_state import forest_snapshot, forest_state
 from ..receipts import Receipt
 from ..schema.membership import canonical_id, id_bytes
 from .connection import describe
@@ -182,8 +183,8 @@ class DurableForest(StoreReads):
             row_id = canonical_id(row_id)
             id_hash = model.receipt_hash(row_id)
             receipts = self._store.receipts_for(id_hash)
-            status = id_status(receipts, not model.forest_.unknown_ids([row_id]))
-            rebuilding = set(model.forest_.rebuilding)
+            status = id_status(receipts, not model.engine_.unknown_ids([row_id]))
+            rebuilding = set(model.engine_.rebuilding)
         pending = status == "forgotten" and any(
             r in rebuilding for r in receipts[-1].get("instances_hit") or ()
         )
@@ -199,7 +200,7 @@ class DurableForest(StoreReads):
         """What the service's /stats and the console's health page show."""
         with self._lock:
             model = self.estimator
-            forest = model.forest_
+            forest = model.engine_
             seconds = list(forest.rebuild_seconds)
             size = self._store.size_bytes()
             return {
@@ -228,9 +229,21 @@ class DurableForest(StoreReads):
     def verify(self) -> dict:
         """Grow a forest from the stored rows alone and compare its structure digest with
         the live one's (``ok`` when equal). Read-only opens compare against one consistent
-        read of the store, adopted as a reload (another process may write meanwhile)."""
+        read of the store, adopted as a reload (another process may write meanwhile). What
+        the database holds besides the store's tables is reported first
+        (:meth:`SQLStore.schema_problems`), and then nothing is refit."""
         started = time.perf_counter()
         with self._lock:
+            foreign = self._store.schema_problems()  # first: a foreign object acts on reads
+            if foreign:
+                return {
+                    "ok": False,
+                    "state_digest": self.state_digest(),
+                    "refit_digest": None,
+                    "problems": foreign,
+                    "n_rows": self.estimator.n_rows_,
+                    "seconds": time.perf_counter() - started,
+                }
             if self._store.read_only:
                 self.reload()
             live = self.estimator.structure_digest()
@@ -265,7 +278,7 @@ class DurableForest(StoreReads):
             model = self._model
             classes = getattr(model, "classes_", None)
             id_list = normalize_ids(ids)
-            unknown = model.forest_.unknown_ids(id_list)
+            unknown = model.engine_.unknown_ids(id_list)
             earlier = self._earlier_forgets(unknown)
             if unknown and len(earlier) == len(id_list):
                 self._store.purge_logs()  # a retry after a busy purge finishes it here
@@ -381,7 +394,7 @@ class DurableForest(StoreReads):
 
 # -- what the store holds ------------------------------------------------------------------
 def _info(estimator, names: list[str] | None) -> dict:
-    state = saved_state(estimator)
+    state = forest_state(estimator)
     return {
         "estimator": state.pop("class"),
         **state,
@@ -393,7 +406,7 @@ def _info(estimator, names: list[str] | None) -> dict:
 def _records(estimator, id_list: list | None, first_seq: int) -> list[tuple]:
     """(id_key, seq, features, target, in_pool) of the rows ``id_list`` (every row held,
     in storage order, when None), sequence numbers from ``first_seq``."""
-    ids, raw, X, y = estimator.forest_.rows()
+    ids, raw, X, y = estimator.engine_.rows()
     if id_list is not None:
         where = {row_id: p for p, row_id in enumerate(ids)}
         pos = [where[i] for i in id_list]
@@ -453,9 +466,16 @@ def _read(store: SQLStore, secret_key: bytes | str | None) -> tuple[Any, int, li
     if type(width) is not int or width < 1:
         raise _corrupt(loc, "table meta", "n_features_in_ must be a positive integer")
     ids, X, y, next_seq = _rows(loc, records, width, "classes_" in fitted)
-    state = {**info, "rows": {"ids": ids, "X": X, "y": y}}
+    state = {**info, "class": name, "rows": {"ids": ids, "X": X, "y": y}}
+    cls = _CLASSES[name]
     try:
-        estimator = restore_forest(_CLASSES[name], state, secret_key, loc)
+        snapshot = forest_snapshot(cls, state, loc)
+        if not snapshot.key_derived and secret_key is None:
+            raise ValueError(
+                f"{loc}: this model was fitted with a secret key, which is not in the store; "
+                "pass it as secret_key"
+            )
+        estimator = restored(cls, snapshot, secret_key, loc)
     except ModelFileError as err:
         raise _corrupt(loc, "the stored forest", str(err).removeprefix(f"{loc}: ")) from None
     names = info.get("feature_names")

@@ -32,31 +32,35 @@ import numpy as np
 import scipy
 import sklearn
 
-from .encoders.tabular import LightGBMLeafContrib
-from .io.atomic import atomic_write
-from .io.model_format import (
+from ..encoders.tabular import LightGBMLeafContrib
+from ..io.atomic import atomic_write
+from ..io.model_format import (
     ModelFileError,
     dumps,
+    kind_of,
     loads,
     read_blob,
     register_codec,
     register_dataclass,
     register_object,
 )
-from .schema import Schema
-from .schema.base_model import BaseModel
-from .schema.codebook import Codebook
-from .schema.partitions import ExactLinear, ThresholdPartition
-from .schema.preprocess import Preprocessor
-from .snapshots import (
+from ..schema import Schema
+from ..schema.base_model import BaseModel
+from ..schema.codebook import Codebook
+from ..schema.partitions import ExactLinear, ThresholdPartition
+from ..schema.preprocess import Preprocessor
+from ..snapshots import (
     EngineSnapshot,
     InstanceSnapshot,
     ModelSnapshot,
     RowsSnapshot,
     SnapshotError,
 )
+from .forest_state import LEGACY_FOREST_KIND, legacy_forest_state
 
 FILE_KIND = "forgetting-model-file"
+DIGESTS = ("state_digest", "structure_digest")
+"""Digests a file may record of the model it holds; each is compared after the restore."""
 
 __all__ = [
     "ModelFileError",
@@ -135,6 +139,7 @@ def save_model(estimator, path: str | Path, *, store_key: bool = False) -> None:
         "environment": environment(),
         "snapshot": snapshot,
         "secret_key": estimator.secret_key if store_key and not snapshot.key_derived else None,
+        "state_digest": estimator.state_digest(),
     }
     atomic_write(path, dumps(state, FILE_KIND))
 
@@ -152,7 +157,12 @@ def load_model(
     Raises :class:`ModelFileError` for a damaged, foreign, incompatible or tampered file, and
     ValueError when the model needs a secret key that is missing or wrong.
     """
-    state = loads(read_blob(path, str(path)), FILE_KIND, str(path))
+    what = str(path)
+    blob = read_blob(path, what)
+    if kind_of(blob, what) == LEGACY_FOREST_KIND:
+        state = legacy_forest_state(cls, loads(blob, LEGACY_FOREST_KIND, what), what)
+    else:
+        state = loads(blob, FILE_KIND, what)
     if not isinstance(state, dict) or not isinstance(state.get("snapshot"), ModelSnapshot):
         raise ModelFileError(f"{path}: the file holds no model snapshot")
     if state.get("class") != cls.__name__:
@@ -172,16 +182,33 @@ def load_model(
             f"{path}: this model was fitted with a secret key, which is not in the file; "
             "pass it as secret_key"
         )
+    estimator = restored(cls, snapshot, secret_key, what)
+    # the digests the file recorded (a forest file of the first format: the trees')
+    recorded = {k: state[k] for k in DIGESTS if state.get(k) is not None}
+    if recorded and not mismatch:
+        estimator.wait_for_rebuilds()
+        if any(getattr(estimator, k)() != v for k, v in recorded.items()):
+            raise ModelFileError(
+                f"{path}: its rows do not give the model that was saved (the file was edited, "
+                "or written by another build of the libraries)"
+            )
+    return estimator
+
+
+def restored(cls, snapshot: ModelSnapshot, secret_key: Any, what: str):
+    """``cls.from_snapshot(snapshot)`` with its failures as one line naming ``what``: a
+    :class:`ModelFileError` for an inconsistent snapshot, ValueError for a missing or wrong
+    key."""
     try:
         return cls.from_snapshot(snapshot, secret_key=secret_key)
     except SnapshotError as err:
-        raise ModelFileError(f"{path}: not a consistent model: {err}") from None
+        raise ModelFileError(f"{what}: not a consistent model: {err}") from None
     except ValueError as err:
         if "key" in str(err):
-            raise ValueError(f"{path}: {err}") from None
-        raise ModelFileError(f"{path}: inconsistent model ({err})") from None
+            raise ValueError(f"{what}: {err}") from None
+        raise ModelFileError(f"{what}: inconsistent model ({err})") from None
     except (TypeError, IndexError, KeyError, AttributeError) as err:
-        raise ModelFileError(f"{path}: inconsistent model ({type(err).__name__}: {err})") from None
+        raise ModelFileError(f"{what}: inconsistent model ({type(err).__name__}: {err})") from None
 
 
 # -- the allowlist: the types a model file is made of ---------------------------------------

@@ -1,0 +1,331 @@
+"""The exact forest's estimators: ExactForestClassifier and ExactForestRegressor.
+
+Guarantee: after ``fit(D)`` and ``forget(R)`` (or ``insert``), once ``wait_for_rebuilds()``
+returns, ``predict_proba``, ``state_digest()`` and ``structure_digest()`` are bit for bit
+those of ``fit`` on the rows held, with the same parameters and key. The surface — ids,
+validation at the edge, atomic fit, receipts, the forget that makes a class vanish,
+``partial_fit``, ``random_state=None``, snapshots and files — is
+:class:`~.base.UnlearningEstimator`'s, shared with QSS. Here is what the forest adds: its
+parameters and their resolution into a :class:`~forgetting.forest.ForestConfig`, features
+with missing values (NaN) and pandas ``category`` columns read as codes, and its engine
+(:class:`~forgetting.forest.engine.ForestEngine`). The model: docs/forest.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import validate_data
+
+from ..distributed import is_distributed_input
+from ..engine.validation import check_rows
+from ..forest.core import MAX_REGRESSION_ROWS, ForestConfig, fit_bytes
+from ..forest.engine import ForestEngine
+from ..snapshots import SnapshotError, memory_budget
+from .base import ClassifierTargets, RegressorTargets, UnlearningEstimator
+
+
+class _ExactForestBase(UnlearningEstimator):
+    """Parameters, features and the engine both exact forests share (the parameters are
+    documented on :class:`ExactForestClassifier`)."""
+
+    _missing_values = True
+    _fitted_optional = ("feature_names_in_", "categories_", "random_state_")
+    _parameter_constraints: dict = {
+        "n_estimators": [Interval(Integral, 1, None, closed="left")],
+        "max_features": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(Real, 0.0, 1.0, closed="right"),
+            StrOptions({"sqrt", "log2"}),
+        ],
+        "min_samples_leaf": [Interval(Integral, 1, None, closed="left")],
+        "max_depth": [Interval(Integral, 1, None, closed="left"), None],
+        "max_bins": [Interval(Integral, 2, 255, closed="both")],
+        "rho": [Interval(Real, 0.0, 1.0, closed="right")],
+        "min_bin_rows": [Interval(Integral, 0, None, closed="left")],
+        "cache_min_rows": [Interval(Integral, 1, None, closed="left")],
+        "n_instances": [Interval(Integral, 1, None, closed="left")],
+        "random_state": [Interval(Integral, 0, 2**63 - 1, closed="both"), None],
+        "secret_key": [bytes, str, None],
+    }
+
+    def __init__(
+        self,
+        *,
+        n_estimators: int = 30,
+        max_features: int | float | str = "sqrt",
+        min_samples_leaf: int = 1,
+        max_depth: int | None = None,
+        max_bins: int = 255,
+        rho: float = 0.005,
+        min_bin_rows: int = 200,
+        cache_min_rows: int = 64,
+        n_instances: int = 3,
+        random_state: int | None = 0,
+        secret_key: bytes | str | None = None,
+    ):
+        self.n_estimators = n_estimators
+        self.max_features = max_features
+        self.min_samples_leaf = min_samples_leaf
+        self.max_depth = max_depth
+        self.max_bins = max_bins
+        self.rho = rho
+        self.min_bin_rows = min_bin_rows
+        self.cache_min_rows = cache_min_rows
+        self.n_instances = n_instances
+        self.random_state = random_state
+        self.secret_key = secret_key
+
+    # -- configuration ---------------------------------------------------------------------
+    def _config(self, d: int) -> ForestConfig:
+        """The parameters resolved for ``d`` features (``max_features`` → candidates)."""
+        mf = self.max_features
+        if mf == "sqrt":
+            K = math.ceil(math.sqrt(d))
+        elif mf == "log2":
+            K = max(1, math.ceil(math.log2(d))) if d > 1 else 1
+        elif isinstance(mf, Integral):
+            K = int(mf)
+        else:
+            K = max(1, math.ceil(float(mf) * d))
+        return ForestConfig(
+            n_trees=int(self.n_estimators),
+            n_candidates=K,
+            min_leaf=int(self.min_samples_leaf),
+            max_depth=-1 if self.max_depth is None else int(self.max_depth),
+            max_bins=int(self.max_bins),
+            rho=float(self.rho),
+            min_bin_rows=int(self.min_bin_rows),
+            cache_min_rows=int(self.cache_min_rows),
+            random_state=self._seed(),
+        )
+
+    def _n_instances(self) -> int:
+        """At most one instance per tree: n_estimators=2 with the default 3 gives 2."""
+        return min(int(self.n_instances), int(self.n_estimators))
+
+    def _n_classes(self, n_outputs: int) -> int | None:
+        return None if isinstance(self, RegressorMixin) else n_outputs
+
+    def _new_engine(self, n_outputs: int, n_features: int, dtype: np.dtype) -> ForestEngine:
+        return ForestEngine(
+            self._config(n_features),
+            self._key(),
+            n_features,
+            self._n_classes(n_outputs),
+            self._n_instances(),
+        )
+
+    def _restored_engine(self, key: bytes, n_outputs: int, snapshot: Any) -> ForestEngine:
+        """The forest grown from a snapshot's rows, every field checked first: float32
+        features (NaN = missing, no infinity), unique ids, class indices of present classes
+        or finite targets, no D° flags or instance state (a forest has none to keep), and
+        the fit's memory against what this process may use."""
+        classifier = not isinstance(self, RegressorMixin)
+        task = "classification" if classifier else "regression"
+        rows = getattr(snapshot, "rows", None)
+        n, d, n_labeled = check_rows(rows, task, n_outputs, missing=True)
+        if n_labeled != n or n < 2:
+            raise SnapshotError(f"rows: a forest holds at least 2 rows, all labeled (got {n})")
+        if classifier and np.count_nonzero(np.bincount(rows.targets, minlength=n_outputs)) < (
+            n_outputs
+        ):
+            raise SnapshotError("rows.targets: a class of classes_ has no row")
+        if not classifier and n > MAX_REGRESSION_ROWS:
+            raise SnapshotError(f"rows: more than {MAX_REGRESSION_ROWS} rows")
+        if rows.in_pool.any():
+            raise SnapshotError("rows.in_pool: a forest marks no row")
+        p = self._n_instances()
+        if snapshot.instances != [None] * p or snapshot.privacy is not None:
+            raise SnapshotError(f"instances: a forest keeps none (expected {p} empty entries)")
+        config = self._config(d)
+        need = fit_bytes(config, n, d, n_outputs if classifier else 2)
+        if need > memory_budget():
+            raise SnapshotError(
+                f"rows: growing the forest needs at least {need} bytes, more "
+                "than this process may hold"
+            )
+        return ForestEngine.from_snapshot(config, key, self._n_classes(n_outputs), p, snapshot)
+
+    @classmethod
+    def _checked_fitted(cls, fitted: Any, rows: Any) -> dict:
+        checked = super()._checked_fitted(fitted, rows)
+        categories = checked.get("categories_")
+        if categories is not None:
+            names = checked.get("feature_names_in_")
+            if not isinstance(categories, dict) or not all(
+                isinstance(c, list) and len(set(map(repr, c))) == len(c)
+                for c in categories.values()
+            ):
+                raise SnapshotError("fitted: categories_ must map columns to distinct categories")
+            if names is None or not set(categories) <= set(names.tolist()):
+                raise SnapshotError("fitted: categories_ names a column the model does not have")
+        return checked
+
+    # -- features --------------------------------------------------------------------------
+    def _validate_X(self, X: Any, *, reset: bool) -> np.ndarray:
+        """Dense float32 features; NaN is a missing value (its own bin), infinity is refused.
+        A DataFrame's pandas ``category`` columns become their codes (:meth:`_category_codes`)."""
+        X = self._category_codes(X, reset=reset)
+        X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
+        X32 = X.astype(np.float32)
+        if np.isinf(X32).any():
+            raise ValueError("X has values beyond float32 range; NaN marks a missing value")
+        return np.ascontiguousarray(X32)
+
+    def _category_codes(self, X: Any, *, reset: bool) -> Any:
+        """A DataFrame's ``category`` columns as float codes in the order of their dtype's
+        declared categories, kept at fit in ``categories_`` (column name → categories), as
+        HistGradientBoosting's ``categorical_features="from_dtype"`` reads them. The codes
+        depend on the dtype only, never on which rows are present, so forget stays exact.
+        A missing value, or a category the fit's dtype did not declare, is missing (NaN)."""
+        dtypes = getattr(X, "dtypes", None)
+        if dtypes is None:
+            if reset:
+                self.__dict__.pop("categories_", None)
+            return X
+        columns = [c for c, t in zip(X.columns, dtypes, strict=True) if str(t) == "category"]
+        if reset:
+            self.categories_ = {c: list(X[c].cat.categories) for c in columns}
+        known = self.__dict__.get("categories_", {})
+        if not known and not columns:
+            return X
+        import pandas as pd
+
+        out = X.copy()
+        for c, categories in known.items():
+            if c not in out.columns:
+                continue  # validate_data names the missing column
+            values = out[c].astype(object).to_numpy()
+            codes = pd.Index(categories).get_indexer(values).astype(np.float64)
+            codes[codes < 0] = np.nan
+            out[c] = codes
+        for c in columns:
+            if c not in known:
+                raise ValueError(
+                    f"column {c!r} is categorical here but was not at fit; pass the columns "
+                    "with the dtypes the model was fitted with"
+                )
+        return out
+
+    # -- fit -------------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any, ids: Sequence[Hashable] | None = None, **fit_params: Any):
+        """Fit on rows ``X`` (NaN = missing; a DataFrame's ``category`` columns by their
+        codes) with targets ``y`` and unique ``ids`` (default ``range(n)``). A dask array or
+        DataFrame ``X`` is gathered from the active dask.distributed client and fitted here
+        (the forest's trees need every row's counts; bit for bit the in-memory fit). On any
+        error the previous fit stays. ``sample_weight`` is refused."""
+        self._refuse_fit_params(fit_params)
+        if is_distributed_input(X):
+            X, y, ids = _gathered(X, y, ids)
+        return self._fit(X, y, ids)
+
+    # -- what the model is -------------------------------------------------------------------
+    def structure_digest(self) -> str:
+        """SHA-256 (hex) of the trees themselves — every node's split and counts — with the
+        configuration, grid and rows: compare it with a refit's to check a forget was
+        exact. It rebuilds the subtrees a change left stale (docs/forest.md)."""
+        self._check_fitted()
+        return self.engine_.structure_digest()
+
+    @property
+    def pool_ids_(self) -> list:
+        """Ids of the D° rows (the rows that fix an instance's bin grid): forgetting one
+        rebuilds that instance (in the background while another serves)."""
+        self._check_fitted()
+        return self.engine_.pool_ids()
+
+
+class ExactForestClassifier(ClassifierMixin, ClassifierTargets, _ExactForestBase):
+    """Extremely randomized trees with exact forget and insert: the model for tables.
+
+    Each of ``n_estimators`` trees draws ``max_features`` random (feature, bin threshold)
+    candidates per node from the node's feasible bin range (fixed by its ancestors, so no
+    row proposes them) and splits on the one with the largest Gini gain over the integer
+    class counts of all its rows, down to ``min_samples_leaf`` rows, pure nodes or
+    ``max_depth``. The bin grid (``max_bins`` per feature, NaN its own bin) comes from D°,
+    the rows whose keyed id hash is below ``rho`` (at least ``min_bin_rows`` rows), so
+    forgetting a D° row rebuilds the trees grown on that grid. ``cache_min_rows`` sets which
+    nodes cache candidate counts (a speed knob only: results do not depend on it).
+
+    ``n_instances`` = p > 1 (3 by default, at most one per tree) splits the trees into p
+    instances, each with its own D° and grid (docs/forest.md): forgetting a row of one
+    instance's D° rebuilds that instance in the background while the others serve, so the
+    call returns at once; the model equals a refit again once the rebuild lands
+    (:meth:`wait_for_rebuilds`). With 1, such a forget refits the forest in the call.
+    ``random_state`` seeds the trees and (without ``secret_key``) the membership key; None
+    draws a seed at fit, kept in ``random_state_``.
+
+    See Also
+    --------
+    QSSClassifier : the model for embeddings (sentence or image features), raw pixels, a
+        semi-supervised label mode and label-DP (``mode="dp"``). On tables — numeric and
+        categorical columns, missing values — the forest is the exact model closest to a
+        retrained HistGradientBoosting (docs/forest.md).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from forgetting import ExactForestClassifier
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> model = ExactForestClassifier(n_estimators=10, n_instances=1).fit(X, y)
+    >>> receipt = model.forget([3, 14, 15])
+    >>> keep = np.setdiff1d(np.arange(len(y)), [3, 14, 15])
+    >>> refit = ExactForestClassifier(n_estimators=10, n_instances=1).fit(X[keep], y[keep], keep)
+    >>> bool(np.array_equal(model.predict_proba(X), refit.predict_proba(X)))
+    True
+    >>> model.state_digest() == refit.state_digest()
+    True
+    """
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Mean over trees of each leaf's class frequencies (a float function of counts)."""
+        self._check_fitted()
+        return self.engine_.predict_proba(self._check_X(X))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The most probable class (ties: the first in ``classes_``)."""
+        self._check_fitted()
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+class ExactForestRegressor(RegressorMixin, RegressorTargets, _ExactForestBase):
+    """Extremely randomized regression trees with exact forget and insert.
+
+    As :class:`ExactForestClassifier` (the same parameters, grid, candidates and D°), but
+    each node keeps two integers — its row count and the sum of its rows' targets quantized
+    on a 1,024-level grid fixed by D° — and splits by the squared-error gain computed from
+    them; a leaf predicts its rows' mean target on that grid, and the forest the mean over
+    trees. Forgetting a row of an instance's D° rebuilds that instance (the grid moves with
+    its D°): in the background with the default three instances, in the call with one.
+
+    See Also
+    --------
+    QSSRegressor : the model for embeddings, label mode and ``mode="dp"``; on tables the
+        forest is closer to a retrained HistGradientBoostingRegressor.
+    """
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Mean over trees of each leaf's mean target (a float function of integer sums)."""
+        self._check_fitted()
+        return self.engine_.predict_values(self._check_X(X))
+
+
+def _gathered(X: Any, y: Any, ids: Any) -> tuple[Any, Any, Any]:
+    """A dask collection's rows, labels and ids, computed into this process in row order
+    (so a fit of the result is the in-memory fit of the same rows)."""
+
+    def local(value: Any) -> Any:
+        return value.compute() if hasattr(value, "__dask_graph__") else value
+
+    X_local = local(X)
+    if type(X_local).__name__ != "DataFrame":
+        X_local = np.asarray(X_local)
+    return X_local, local(y), local(ids)
