@@ -44,6 +44,39 @@ print(json.dumps({k: v[1] for k, v in kernel_stats().items()}))
 """
 
 
+FOREST_WORKLOAD = r"""
+import json, numpy as np
+from forgetting import ExactForestClassifier, ExactForestRegressor
+from forgetting.warmup import kernel_stats
+
+# the forest's every family at sizes and settings other than the warm-up's, NaNs included
+rng = np.random.default_rng(11)
+X = rng.normal(size=(3000, 12))
+X[rng.random(X.shape) < 0.03] = np.nan
+y = (np.nan_to_num(X[:, 0]) + np.nan_to_num(X[:, 1]) > 0).astype(int)
+t = np.nan_to_num(X[:, 0]) * 3.0 - np.nan_to_num(X[:, 2])
+for p in (1, 3):
+    for cls, target in ((ExactForestClassifier, y), (ExactForestRegressor, t)):
+        model = cls(n_estimators=10, n_instances=p, random_state=1, secret_key=b"k" * 16)
+        model.fit(X[:2800], target[:2800], list(range(2800)))
+        model.predict(X[:1])
+        pool = set(model.pool_ids_)
+        outside = [i for i in range(2800) if i not in pool]
+        for row in outside[:3] + [min(pool)]:  # three one-row forgets, then a D° hit
+            model.forget([row])
+            model.predict(X[:1])
+        model.wait_for_rebuilds()
+        model.forget(outside[3:500])  # a batch
+        model.predict(X[:2])
+        model.predict(X[:500])
+        model.insert(X[2800:2801], target[2800:2801], ["new"])
+        model.predict(X[:1])
+        model.insert(X[2801:], target[2801:], [f"n{i}" for i in range(2801, 3000)])
+        model.predict(X[:100])
+print(json.dumps(kernel_stats()))
+"""
+
+
 def test_after_the_warm_up_a_fresh_process_compiles_no_kernel(tmp_path):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
     for name in ("FORGETTING_KERNELS", "FORGETTING_HASH_BACKEND"):
@@ -55,12 +88,42 @@ def test_after_the_warm_up_a_fresh_process_compiles_no_kernel(tmp_path):
     assert "signatures compiled" in warm.stdout
     # progress: one line per workload, each with its time, on stderr
     steps = [line for line in warm.stderr.splitlines() if "warm-up " in line]
-    assert len(steps) == 5 and steps[-1].startswith("  warm-up 5/5") and steps[-1].endswith(" s")
+    assert len(steps) == 10 and steps[-1].startswith("  warm-up 10/10")
+    assert all(step.endswith(" s") for step in steps)
+    assert any("exact forest regressor, 3 instances" in step for step in steps)
     run = subprocess.run([sys.executable, "-c", WORKLOAD], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     compiled = json.loads(run.stdout.strip().splitlines()[-1])
     assert compiled, "the workload ran no kernel: it checks nothing"
     assert {k: v for k, v in compiled.items() if v} == {}
+    # the exact forest: fit, forgets, inserts and predictions of each family compile nothing
+    run = subprocess.run(
+        [sys.executable, "-c", FOREST_WORKLOAD], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    stats = json.loads(run.stdout.strip().splitlines()[-1])
+    ran = {name.split(".")[0] for name in stats}
+    assert {"_grower", "_updates", "_batches", "_stale", "_predictor"} <= ran, stats
+    assert {name: misses for name, (_, misses) in stats.items() if misses} == {}
+
+
+def test_kernel_stats_covers_every_compiled_module():
+    """Every module of the library that defines a compiled kernel is one the warm-up's
+    statistics read (content.kernels.MODULES), the forest's included; content._intrinsics
+    holds inlined helpers, compiled into the kernels that call them."""
+    from pathlib import Path
+
+    import forgetting
+    from forgetting.warmup import KERNEL_MODULES
+
+    root = Path(forgetting.__file__).parent
+    defining = set()
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        if "@jit\n" in text or "@_jit\n" in text or "numba.njit(" in text:
+            defining.add("forgetting." + ".".join(path.relative_to(root).with_suffix("").parts))
+    assert defining - set(KERNEL_MODULES) == {"forgetting.content._intrinsics"}
+    assert len([m for m in KERNEL_MODULES if m.startswith("forgetting.forest.")]) == 8
 
 
 def test_the_warmup_command_explains_itself(capsys):

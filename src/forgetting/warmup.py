@@ -13,13 +13,19 @@ inserts in every mode whose path has kernels — exact and label mode, classific
 regression, the default flat partition and the RQ codebook — with the kernels forced on
 (``kernels.use("numba", hashing="numba")``: at these sizes the library would otherwise run
 numpy), and once with the head-vs-tables factor raised so that the tables serve and the gain
-filter's kernels run, as they do on large data. The models are thrown away.
+filter's kernels run, as they do on large data. Then the exact forest's (which always runs
+compiled): classifier and regressor, one instance and three, on rows with NaNs — a fit grown
+on the cores, one-row forgets outside D° and a D° hit, a batch forget, one-row and batch
+inserts, predictions of one row (its paths built) and of more than
+``FLUSH_PATH_ROWS`` (every stale subtree built), the structure digest and a compaction. The
+models are thrown away.
 
 It runs in a process of its own (:func:`warm_up` starts ``python -m forgetting.warmup``),
 because forcing the kernels and raising the factor are process-wide settings that must never
 touch a caller's models. ``tests/test_warmup.py`` checks that after it, in a fresh process,
 a default fit at 20k rows, its forgets (outside D°, a hit, a batch) and predictions compile
-nothing — and the same where the tables serve and the gain filter runs.
+nothing — and the same where the tables serve and the gain filter runs, and for the forest's
+fit, forgets, inserts and predictions of both tasks.
 """
 
 from __future__ import annotations
@@ -41,19 +47,24 @@ KERNEL_MODULES = kernels.MODULES
 
 def kernel_stats() -> dict[str, tuple[int, int]]:
     """Per loaded kernel, (signatures loaded from the cache, signatures compiled) so far in
-    this process (numba's dispatcher statistics)."""
+    this process (numba's dispatcher statistics), named by the module that defines it: a
+    kernel that several modules import is counted once."""
     out = {}
+    seen = set()
     for name in KERNEL_MODULES:
         module = sys.modules.get(name)
         if module is None:
             continue
         for attr, value in vars(module).items():
             stats = getattr(value, "stats", None)
-            if stats is not None and hasattr(stats, "cache_misses"):
-                hits = sum(stats.cache_hits.values())
-                misses = sum(stats.cache_misses.values())
-                if hits or misses:
-                    out[f"{name.rsplit('.', 1)[1]}.{attr}"] = (hits, misses)
+            if stats is None or not hasattr(stats, "cache_misses") or id(value) in seen:
+                continue
+            seen.add(id(value))
+            hits = sum(stats.cache_hits.values())
+            misses = sum(stats.cache_misses.values())
+            if hits or misses:
+                home = getattr(getattr(value, "py_func", None), "__module__", None) or name
+                out[f"{home.rsplit('.', 1)[1]}.{attr}"] = (hits, misses)
     return out
 
 
@@ -93,13 +104,71 @@ def _exercise(model, X, y) -> None:
     model.predict(X[:50])
 
 
+def _exercise_forest(model, X, y) -> None:
+    """The forest's every compiled path: a fit of ≥ 256 rows (trees grown on the cores and
+    copied into one set of arrays); predictions of one row (its stale paths built) and of
+    more than FLUSH_PATH_ROWS (every stale subtree built); one-row forgets outside D°, each
+    with a one-row prediction, then a D° hit; a batch forget and the predictions after it
+    (paths built node by node while much is stale); a one-row and a batch insert; the
+    structure digest."""
+    n = len(y) - 300
+    ids = list(range(n))
+    model.fit(X[:n], y[:n], ids)
+    model.predict(X[:1])
+    model.predict(X[:200])
+    pool = set(model.pool_ids_)
+    outside = [i for i in ids if i not in pool]
+    for row in outside[:4]:
+        model.forget([row])
+        model.predict(X[:1])
+    model.forget([min(pool)])
+    model.wait_for_rebuilds()
+    model.predict(X[:1])
+    model.forget(outside[4:400])
+    model.predict(X[:5])
+    model.predict(X[:200])
+    model.insert(X[n : n + 1], y[n : n + 1], [len(y)])
+    model.predict(X[:1])
+    model.insert(X[n + 1 :], y[n + 1 :], list(range(len(y) + 1, len(y) + 300)))
+    model.predict(X[:3])
+    model.structure_digest()
+
+
+def _compact_forest(X, y) -> None:
+    """A forest's compaction and one tree's serialization (a long-lived model's paths)."""
+    from .forest import ExactForest, ForestConfig
+    from .schema.membership import id_bytes
+
+    config = ForestConfig(n_trees=2, n_candidates=4, min_bin_rows=50, cache_min_rows=8)
+    forest = ExactForest(config, b"warm-up" * 4, X.shape[1], int(y.max()) + 1)
+    ids = list(range(len(y)))
+    forest.fit(ids, [id_bytes(i) for i in ids], X, y)
+    pool = set(forest.pool_ids())
+    forest.forget([i for i in ids if i not in pool][:20])
+    forest.compact()
+    forest.structure(0)
+
+
+def _forest_rows(n: int = 1500, d: int = 8):
+    """Float32 rows with 5 % NaNs (the forest's missing values), class labels and targets."""
+    X, y = _mixture(n, d, 3, seed=5)
+    X[np.random.default_rng(5).random(X.shape) < 0.05] = np.nan
+    target = np.nan_to_num(X[:, 0]) * 2.0 - np.nan_to_num(X[:, 1])
+    return X, y, target
+
+
 def run(progress=None) -> dict[str, tuple[int, int]]:
     """The workloads, in this process (see the module docstring: a process of its own).
     ``progress(step, total, name, seconds)`` is called as each workload starts (seconds
     None) and ends."""
     kernels.use("numba", hashing="numba")
     from .content.tables import flat_content as tables_module
-    from .estimators import QSSClassifier, QSSRegressor
+    from .estimators import (
+        ExactForestClassifier,
+        ExactForestRegressor,
+        QSSClassifier,
+        QSSRegressor,
+    )
 
     X, y = _mixture()
     common = dict(n_instances=3, rebuild="sync", random_state=0, secret_key=b"warm-up" * 4)
@@ -124,6 +193,21 @@ def run(progress=None) -> dict[str, tuple[int, int]]:
         ("regressor", lambda: _exercise(QSSRegressor(**common), Xr, yr)),
         ("tables serving, gain filter", tables_serve),
     ]
+    Xf, yf, tf = _forest_rows()
+    forest = dict(n_estimators=6, max_features=4, min_bin_rows=60, random_state=0)
+    forest["secret_key"] = b"warm-up" * 4
+    for p in (1, 3):
+        for cls, target in ((ExactForestClassifier, yf), (ExactForestRegressor, tf)):
+            task = "classifier" if cls is ExactForestClassifier else "regressor"
+            workloads.append(
+                (
+                    f"exact forest {task}, {p} instance{'s' if p > 1 else ''}",
+                    lambda c=cls, t=target, p=p: _exercise_forest(
+                        c(n_instances=p, **forest), Xf, t
+                    ),
+                )
+            )
+    workloads.append(("exact forest compaction", lambda: _compact_forest(Xf, yf)))
     for step, (name, workload) in enumerate(workloads, 1):
         if progress is not None:
             progress(step, len(workloads), name, None)
@@ -195,7 +279,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m forgetting.warmup
 
     if not args.quiet:
         print(
-            "Compiling the kernels into numba's cache (once per machine; about a minute on "
+            "Compiling the kernels into numba's cache (once per machine; a few minutes on "
             "2 cores the first time, seconds after):",
             file=sys.stderr,
             flush=True,

@@ -169,7 +169,23 @@ HEAD_KERNELS = LazyKernel("forgetting.content.heads._kernels", HEADS)
 GAIN_FILTER_KERNELS = LazyKernel("forgetting.content.heads._gain_filter_kernel", GAIN_FILTER)
 HASH_KERNELS = LazyKernel("forgetting.content._blake2_kernel", HASHES)
 
-MODULES = tuple(kernel.module_name for kernel in _ALL)
+FOREST_MODULES = tuple(
+    f"forgetting.forest._{role}"
+    for role in (
+        "arrays",
+        "splitting",
+        "grower",
+        "stale",
+        "updates",
+        "batches",
+        "predictor",
+        "copying",
+    )
+)
+"""The exact forest's compiled kernels, by role (docs/forest.md). They have no numpy twin
+and no setting here: the forest always runs them compiled."""
+
+MODULES = tuple(kernel.module_name for kernel in _ALL) + FOREST_MODULES
 """Every module of compiled kernels (what the warm-up compiles)."""
 
 

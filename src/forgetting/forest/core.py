@@ -505,23 +505,29 @@ class ExactForest:
         A = self.A
         live_nodes = A.top[TOP_NODES] - A.top[TOP_DEAD_NODES]
         live_perm = A.top[TOP_PERM] - A.top[TOP_DEAD_PERM]
-        if A.top[TOP_DEAD_NODES] <= max(live_nodes, 1024) and A.top[TOP_DEAD_PERM] <= max(
+        if A.top[TOP_DEAD_NODES] > max(live_nodes, 1024) or A.top[TOP_DEAD_PERM] > max(
             live_perm, 1024
         ):
-            return
-        B = allocate(
-            A.codes.shape[0],
-            self.d,
-            self.k,
-            A.cfeat.shape[1],
-            int(1.5 * live_nodes) + 64,
-            int(1.5 * (A.top[TOP_SLOTS] - A.top[TOP_DEAD_SLOTS])) + 16,
-            int(1.5 * live_perm) + 64,
-            A.roots.shape[0],
-        )
-        B = B._replace(codes=A.codes, y=A.y, seeds=A.seeds, nbins=A.nbins, params=A.params)
-        _copying.compact(A, B)
-        self.A = B
+            self.compact()
+
+    def compact(self) -> None:
+        """Copy the live nodes, cache slots and leaf rows into arrays of their own, dropping
+        what rebuilds left dead (a change does this once the dead outweigh the live)."""
+        with self._lock:
+            A = self.A
+            nodes, slots, perm = (
+                int(1.5 * (A.top[used] - A.top[dead])) + extra
+                for used, dead, extra in (
+                    (TOP_NODES, TOP_DEAD_NODES, 64),
+                    (TOP_SLOTS, TOP_DEAD_SLOTS, 16),
+                    (TOP_PERM, TOP_DEAD_PERM, 64),
+                )
+            )
+            B = allocate(A.codes.shape[0], self.d, self.k, A.cfeat.shape[1], nodes, slots, perm,
+                         A.roots.shape[0])  # fmt: skip
+            B = B._replace(codes=A.codes, y=A.y, seeds=A.seeds, nbins=A.nbins, params=A.params)
+            _copying.compact(A, B)
+            self.A = B
 
     def _refit(self, keep: np.ndarray) -> None:
         self.fit(
