@@ -13,7 +13,7 @@ import torch
 from forgetting import ModelFileError, MUNKEYClassifier
 from forgetting.munkey import AGGREGATIONS, KeyMemory, TinyViT, ViTConfig
 from forgetting.munkey.backbone import conv_stem_sides
-from forgetting.munkey.classifier import auto_patch
+from forgetting.munkey.training import auto_patch
 from forgetting_lab.datasets import load_dataset
 
 TINY = dict(

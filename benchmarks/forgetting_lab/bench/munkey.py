@@ -123,7 +123,7 @@ def run_one(args, name: str, seed: int, progress) -> tuple[list[dict], list[dict
     from forgetting.audit.unlearning import avg_gap, random_forget_split, score_model
     from forgetting.estimators import QSSClassifier
     from forgetting.munkey import AGGREGATIONS, MUNKEYClassifier, ViTConfig
-    from forgetting.munkey.classifier import default_encoder
+    from forgetting.munkey.training import default_encoder
     from forgetting_lab.baselines.approximate import TrainConfig, ViTClassifier, unlearn
     from forgetting_lab.datasets import load_dataset
 

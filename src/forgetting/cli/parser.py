@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 from typing import Any
 
-from ..io.table_types import DEFAULT_MAX_TABLE_BYTES, ID_TYPES, format_size, parse_size
-from .estimator import FOREST_DEFAULTS, MODELS, estimator_defaults
+from ..io.table_types import DEFAULT_MAX_TABLE_BYTES, ID_TYPES, format_size
+from .arg_types import port, positive_int, size
+from .fit_options import add_cluster_options, add_estimator_options
 from .plugins import available_audits, available_benchmarks
 
 
@@ -36,59 +36,6 @@ class _Command:
 
     def __repr__(self) -> str:
         return f"<command {self.module}.{self.name}>"
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _positive_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port number")
-    return value
-
-
-def _max_features(text: str) -> int | float | str:
-    """``--max-features``: sqrt, log2, a positive count, or a fraction in (0, 1]."""
-    if text in ("sqrt", "log2"):
-        return text
-    try:
-        return _positive_int(text)
-    except argparse.ArgumentTypeError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give sqrt, log2, a positive count or a fraction in (0, 1]"
-        )
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{value} must be in (0, 1]")
-    return value
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 _NO_WAIT_HELP = (
@@ -148,7 +95,7 @@ def _add_columns(
         group.add_argument("--raw-table", action="store_true", help=raw_help)
     group.add_argument(
         "--max-data-size",
-        type=_size,
+        type=size,
         default=DEFAULT_MAX_TABLE_BYTES,
         metavar="SIZE",
         help="the most memory the arrays of an NPZ or Parquet file (or a dataset read into "
@@ -163,143 +110,6 @@ _BY_NAME = (
     "a missing one is an error; columns the model does not use are ignored and listed). "
     "If given, it must name the recorded columns"
 )
-
-
-def _add_cluster_options(fit: Any) -> None:
-    """``fit``'s options for a Parquet dataset directory fitted on a dask cluster."""
-    cluster = fit.add_argument_group(
-        'dask (a Parquet dataset directory; needs pip install "forgetting[distributed]")',
-        "A dataset directory is read lazily with dask.dataframe.read_parquet, one file per "
-        "task: the workers read and check the feature columns (and, for QSS, compute every "
-        "row's contribution); this process reads the id and label columns, trains the "
-        "schemas or grows the forest's trees from the gathered rows, and writes the store. "
-        "The model is the one an in-memory fit on the same rows in the same order writes, "
-        "bit for bit (docs/distributed.md).",
-    )
-    where = cluster.add_mutually_exclusive_group()
-    where.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="fit on the running dask.distributed cluster whose scheduler is at ADDRESS "
-        "(tcp://host:8786); its workers must read the dataset at the same path and run the "
-        "same forgetting version. The cluster is left running",
-    )
-    where.add_argument(
-        "--workers",
-        type=_positive_int,
-        metavar="N",
-        help="start a local dask cluster of N worker processes (one thread each) for this fit "
-        "and stop it afterwards (default, without --scheduler: one per CPU core)",
-    )
-
-
-def _add_estimator_options(fit: Any) -> None:
-    """``fit``'s estimator options; left out, the estimator's own defaults apply."""
-    defaults = estimator_defaults()
-    est = fit.add_argument_group("estimator (defaults: the estimator's own)")
-    est.add_argument(
-        "--task",
-        choices=("classification", "regression"),
-        default="classification",
-        help="a classifier (classification, the default) or a regressor (regression) of the "
-        "model --model names",
-    )
-    keep = argparse.SUPPRESS  # left out: the estimator's default applies
-    est.add_argument(
-        "--mode",
-        choices=("exact", "label"),
-        default=keep,
-        help="QSS: exact: forget erases rows exactly; label: forget erases labels exactly, inputs "
-        f"still shaped the codebook (more accurate). Default {defaults['mode']}",
-    )
-    est.add_argument(
-        "--rho",
-        type=_fraction,
-        default=keep,
-        help="fraction of rows in each instance's schema subset D°; a deletion hitting it "
-        f"costs a rebuild. Default {defaults['rho']}",
-    )
-    est.add_argument(
-        "--n-instances",
-        type=_positive_int,
-        default=keep,
-        help="redundant instances p, each with its own D°: a deletion hitting one D° "
-        "rebuilds that instance in the background while the others serve; requests block "
-        f"only if all p rebuild (1: a D° hit refits in the call). Default "
-        f"{defaults['n_instances']} (QSS), {FOREST_DEFAULTS['n_instances']} (forest: the trees "
-        "split among the instances)",
-    )
-    est.add_argument(
-        "--n-levels",
-        type=_positive_int,
-        default=keep,
-        help=f"QSS: codebook levels. Default {defaults['n_levels']}",
-    )
-    est.add_argument(
-        "--n-centroids",
-        type=_positive_int,
-        default=keep,
-        help=f"QSS: centroids per level, a power of 2. Default {defaults['n_centroids']}",
-    )
-    est.add_argument(
-        "--rebuild",
-        choices=("background", "sync"),
-        default=keep,
-        help="QSS: rebuild in the background or before forget returns. "
-        f"Default {defaults['rebuild']}",
-    )
-    est.add_argument(
-        "--model",
-        choices=MODELS,
-        default="auto",
-        help="auto (the default): the exact forest, or QSS for "
-        "--raw-table, --text-col or a QSS-only option (the line fit prints says which); qss: "
-        "QSSClassifier / QSSRegressor; forest: ExactForestClassifier / ExactForestRegressor, "
-        "extremely randomized trees with exact forget, the exact model closest to a retrained "
-        "gradient-boosting model on tables (docs/forest.md). The options below marked QSS or "
-        "forest apply to that model only",
-    )
-    forest = FOREST_DEFAULTS
-    est.add_argument(
-        "--n-estimators",
-        type=_positive_int,
-        default=keep,
-        help=f"forest: trees. Default {forest['n_estimators']}",
-    )
-    est.add_argument(
-        "--max-features",
-        type=_max_features,
-        default=keep,
-        help="forest: candidate splits per node — a count, a fraction of the features, sqrt "
-        f"or log2. Default {forest['max_features']}",
-    )
-    est.add_argument(
-        "--min-samples-leaf",
-        type=_positive_int,
-        default=keep,
-        help=f"forest: rows a leaf holds at least. Default {forest['min_samples_leaf']}",
-    )
-    est.add_argument(
-        "--random-state",
-        type=int,
-        default=keep,
-        help=f"seed; also derives the membership key when no secret key is given. "
-        f"Default {defaults['random_state']}",
-    )
-    est.add_argument(
-        "--secret-key-file",
-        metavar="FILE",
-        help="file holding the secret membership key (recommended in production: without it "
-        "the key is derived from --random-state, so anyone can aim deletions at the schema "
-        "subset and compute the receipt hash of any id). The store keeps the key only with "
-        "--store-key; without it, pass the same file to every later command",
-    )
-    est.add_argument(
-        "--store-key",
-        action="store_true",
-        help="keep the secret key in the store, so later commands need no --secret-key-file "
-        "(anyone who can read the store can then read the key)",
-    )
 
 
 def _add_fit(sub: Any) -> None:
@@ -326,9 +136,9 @@ def _add_fit(sub: Any) -> None:
         "exactly (needs pandas). predict and insert then read each column as fitted",
     )
     _add_store(fit, key=False)
-    _add_cluster_options(fit)
+    add_cluster_options(fit)
     fit.add_argument("--overwrite", action="store_true", help="replace an existing store file")
-    _add_estimator_options(fit)
+    add_estimator_options(fit)
     fit.set_defaults(func=_Command(".commands", "cmd_fit"))
 
 
@@ -482,7 +292,7 @@ def _add_receipts(sub) -> None:
         "holds --limit receipts; when more follow, the command to see them is printed on "
         "stderr (--cursor N).",
     )
-    listing.add_argument("--limit", type=_positive_int, default=50, help="default: 50")
+    listing.add_argument("--limit", type=positive_int, default=50, help="default: 50")
     listing.add_argument(
         "--cursor", type=int, default=0, metavar="N", help="continue after receipt N"
     )
@@ -519,7 +329,7 @@ def _add_serve(sub) -> None:
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
     )
-    serve.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
+    serve.add_argument("--port", type=port, default=8000, help="port (default 8000)")
     serve.add_argument(
         "--token-file", metavar="FILE", help="file of bearer tokens (one per line or commas)"
     )
@@ -546,13 +356,13 @@ def _add_serve(sub) -> None:
     )
     serve.add_argument(
         "--max-batch",
-        type=_positive_int,
+        type=positive_int,
         default=10_000,
         help="most rows or ids per request (default 10000); larger requests get 413",
     )
     serve.add_argument(
         "--max-connections",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="most open connections (default: what the open-file limit, ulimit -n, leaves "
         "after the store's files and a reserve). At the cap a new connection closes the one "

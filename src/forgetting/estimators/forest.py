@@ -25,10 +25,12 @@ from sklearn.utils.validation import validate_data
 
 from ..distributed import is_distributed_input
 from ..engine.validation import check_rows
-from ..forest.core import MAX_REGRESSION_ROWS, ForestConfig, fit_bytes
+from ..forest.config import ForestConfig, fit_bytes
+from ..forest.core import MAX_REGRESSION_ROWS
 from ..forest.engine import ForestEngine
 from ..snapshots import SnapshotError, memory_budget
-from .base import ClassifierTargets, RegressorTargets, UnlearningEstimator
+from .base import UnlearningEstimator
+from .targets import ClassifierTargets, RegressorTargets
 
 
 class _ExactForestBase(UnlearningEstimator):

@@ -35,8 +35,9 @@ from ..preprocessing.frames import wants_encoding
 from ..privacy import PrivacyReport
 from ..receipts import Receipt
 from ..snapshots import ModelSnapshot, SnapshotError
-from .base import ClassifierTargets, RegressorTargets, UnlearningEstimator
+from .base import UnlearningEstimator
 from .tables import RawTables, _float32
+from .targets import ClassifierTargets, RegressorTargets
 
 
 class RowSource(Protocol):

@@ -20,7 +20,7 @@ _EXPORTS = {
     "MunkeyReceipt": "classifier",
     "TinyViT": "backbone",
     "ViTConfig": "backbone",
-    "deterministic_torch": "classifier",
+    "deterministic_torch": "training",
 }
 
 __all__ = sorted(_EXPORTS)

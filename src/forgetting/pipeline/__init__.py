@@ -2,6 +2,7 @@
 :class:`PipelineReceipt` their ``forget`` and ``insert`` return (see :mod:`.core`, and
 docs/pipelines.md)."""
 
-from .core import ForgettingPipeline, PipelineReceipt, make_pipeline
+from .core import ForgettingPipeline, PipelineReceipt
+from .make import make_pipeline
 
 __all__ = ["ForgettingPipeline", "PipelineReceipt", "make_pipeline"]

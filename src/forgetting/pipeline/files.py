@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from ..estimators import restore_estimator
+from ..estimators import estimator_classes
 from ..ids import normalize_ids
 from ..io.atomic import atomic_write
 from ..io.model_format import ModelFileError, dumps, loads, register_dataclass, register_object
-from ..persistence import library_versions
+from ..persistence import library_versions, restored
 from ..preprocessing import (
     Chain,
     ColumnTransformer,
@@ -55,7 +55,7 @@ from ..preprocessing.table import (
     to_matrix,
 )
 from ..schema.membership import draws, id_bytes
-from ..snapshots import ModelSnapshot, SnapshotError
+from ..snapshots import ModelSnapshot
 
 FILE_KIND = "forgetting-pipeline-file"
 
@@ -172,21 +172,15 @@ def load_pipeline(
 def _restore_estimator(snapshot: Any, secret_key: Any, what: str) -> Any:
     if not isinstance(snapshot, ModelSnapshot):
         raise ModelFileError(f"{what}: the pipeline holds no estimator snapshot")
+    cls = estimator_classes().get(snapshot.estimator)
+    if cls is None:
+        raise ModelFileError(f"{what}: unknown estimator {str(snapshot.estimator)[:40]!r}")
     if not snapshot.key_derived and secret_key is None:
         raise ValueError(
             f"{what}: this pipeline was fitted with a secret key, which is not in the file; "
             "pass it as secret_key"
         )
-    try:
-        return restore_estimator(snapshot, secret_key=secret_key)
-    except SnapshotError as err:
-        raise ModelFileError(f"{what}: not a consistent model: {err}") from None
-    except ValueError as err:
-        if "key" in str(err):
-            raise ValueError(f"{what}: {err}") from None
-        raise ModelFileError(f"{what}: inconsistent model ({err})") from None
-    except (TypeError, IndexError, KeyError, AttributeError) as err:
-        raise ModelFileError(f"{what}: inconsistent model ({type(err).__name__}: {err})") from None
+    return restored(cls, snapshot, secret_key, what)
 
 
 def _check_rows(snap: PipelineSnapshot) -> dict[str, np.ndarray]:

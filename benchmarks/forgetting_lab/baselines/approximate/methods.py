@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from forgetting.munkey.classifier import cosine_schedule, deterministic_torch
+from forgetting.munkey.training import cosine_schedule, deterministic_torch
 
 from .vit import TrainConfig, ViTClassifier, as_tensors, run_epochs
 

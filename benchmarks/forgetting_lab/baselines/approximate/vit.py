@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from forgetting.munkey.backbone import TinyViT, ViTConfig
-from forgetting.munkey.classifier import (
+from forgetting.munkey.training import (
     check_images,
     cosine_schedule,
     deterministic_torch,
