@@ -22,7 +22,14 @@ from forgetting.content.tables import SHRINKAGE_GRID, FlatTables
 from forgetting.content.tables import _refresh_kernels as refresh_kernels
 from forgetting.content.tables import _serve_kernels as serve_kernels
 from forgetting.content.tables import _update_kernels as update_kernels
-from forgetting.content.tables.bundles import CellArrays, ProbeArrays, UpdateDeltas, term_units
+from forgetting.content.tables.bundles import (
+    CellArrays,
+    ProbeArrays,
+    ProbeIndex,
+    RowChange,
+    UpdateDeltas,
+    term_units,
+)
 from forgetting.content.tables.probes import probe_norm_terms
 from forgetting.content.tables.units import MEAN_BITS, norm_unit
 
@@ -147,10 +154,14 @@ def _kernel_args(t: FlatTables, codes, residuals, folds, sign: int):
         tuple(CellArrays.of(t.sums, t.counts)),
         tuple(term_units(t.grid, t.scale_bits, T)),
         tuple(ProbeArrays(start, probe_of, norms.records, norms.folds, norms.terms)),
-        np.ascontiguousarray(codes),
-        np.ascontiguousarray(folds),
-        np.ascontiguousarray(residuals, dtype=np.int64),
-        sign < 0,
+        tuple(
+            RowChange(
+                np.ascontiguousarray(codes),
+                np.ascontiguousarray(folds),
+                np.ascontiguousarray(residuals, dtype=np.int64),
+                sign < 0,
+            )
+        ),
         np.zeros(2 * T * C, dtype=np.uint8),
         tuple(deltas),
     )
@@ -373,10 +384,8 @@ def test_refresh_together_hands_each_part_to_numpy(compiled) -> None:
             tuple(CellArrays.of(t.sums, t.counts)),
             1 << 16,
             tuple(term_units(t.grid, t.scale_bits, T)),
-            np.empty((1, G), np.int64),
-            np.empty((1, G), np.int64),
-            start,
-            probe_of,
+            tuple(ProbeIndex(start, probe_of)),
+            (np.empty((1, G), np.int64), np.empty((1, G), np.int64)),
             np.empty((G, 40, k + 1), np.int64),
         )
         assert done == (False, where == "no probe")

@@ -75,16 +75,25 @@ def _exact_stage(x, W, center, down, limit, y) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def partition_codes(
-    Z, grid_scale, limit, stages, W1, c1, down1, W2, c2, down2, features, thresholds, out
-) -> bool:
+def partition_codes(Z, grid, stage1, stage2, tests, out) -> bool:
     """``ThresholdPartition.cells`` of a few rows ``Z`` in one call: the grid (rint(Z ·
-    2^GRID_BITS) clipped to ±``limit``), ``stages`` (0, 1 or 2) exact linear stages, then the
-    threshold tests — one row at a time, where the numpy route makes ~15 small calls per row
-    (most of a one-row prediction's encode, per instance). Exact integer
-    arithmetic throughout, so the same codes as the numpy route and :func:`threshold_codes`.
-    False when a feature index is outside the last stage's output or a feature is not finite
-    (the caller then computes every row the general way)."""
+    2^GRID_BITS) clipped to ±limit), 0, 1 or 2 exact linear stages, then the threshold tests
+    — one row at a time, where the numpy route makes ~15 small calls per row (most of a
+    one-row prediction's encode, per instance). Exact integer arithmetic throughout, so the
+    same codes as the numpy route and :func:`threshold_codes`.
+
+    IN: ``Z`` (n, d) float64 rows; the partition's bundles
+    (:class:`forgetting.schema.partitions.base.FewCodesArgs`, as plain tuples):
+    ``grid`` = (scale 2^GRID_BITS, limit, stages used); ``stage1``, ``stage2`` = (weights
+    (P, d_in), center (d_in,), down 2^-shift) each, empty arrays for an unused stage;
+    ``tests`` = (features (T, D) int64, thresholds (T, D) float64).
+    OUT: ``out`` (n, T) the cell codes.
+    Returns False when a feature index is outside the last stage's output or a feature is
+    not finite (the caller then computes every row the general way)."""
+    grid_scale, limit, stages = grid
+    W1, c1, down1 = stage1
+    W2, c2, down2 = stage2
+    features, thresholds = tests
     n, d = Z.shape
     P = d if stages == 0 else (W1.shape[0] if stages == 1 else W2.shape[0])
     T, D = features.shape

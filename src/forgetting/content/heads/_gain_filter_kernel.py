@@ -31,13 +31,17 @@ propagates, as in the numpy path."""
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST)
-def apply_row(tracked, v, b, sigma, in0, pending, lam, scores):
-    """One row (features ``v``, right-hand-side row ``b``, sign ``sigma``, in fold 0 or not)
-    applied to the ``tracked`` state (Ainv, G0, X, Q, B): A⁻¹, G_0, X = A⁻¹B, Q = G_0 X and B
-    (Sherman–Morrison; see content.heads.gain_filter.GainFilter._apply for the algebra); with
-    ``scores`` = (gains, scales) of m entries each (X has 2m columns) it also writes
-    :func:`fold_scores` of the result, column pair by column pair while they are in cache
-    (empty arrays when a later row follows).
+def apply_row(tracked, row, pending, lam, scores):
+    """One row applied to the ``tracked`` state (Sherman–Morrison; see
+    content.heads.gain_filter.GainFilter._apply for the algebra).
+
+    IN/OUT: ``tracked`` = (Ainv, G0, X, Q, B): A⁻¹, G_0, X = A⁻¹B, Q = G_0 X and B, updated
+    in place; ``pending`` = (U, fu, V, fv, counts), the rank-one terms that wait (below).
+    IN: ``row`` = (v (D,) its features, b (2m,) its right-hand-side row, sigma ±1.0 its
+    sign, in0 whether it is in fold 0); ``lam`` the ridge λ.
+    OUT: ``scores`` = (gains, scales) of m entries each (X has 2m columns): :func:`fold_scores`
+    of the result, column pair by column pair while they are in cache (empty arrays when a
+    later row follows: nothing written).
 
     ``Ainv`` and ``G0`` are symmetric and held *packed*: their lower triangles, column by
     column (:func:`forgetting.content.heads.gain_filter.packed`). Why: the two matrix–vector
@@ -54,6 +58,7 @@ def apply_row(tracked, v, b, sigma, in0, pending, lam, scores):
     row instead of a pass over the triangle. The sums are reordered, so the rounding differs
     — within the filter's tolerance, as for the numpy path (tests/test_gain_filter.py)."""
     Ainv, G0, X, Q, B = tracked
+    v, b, sigma, in0 = row
     U, fu, V, fv, counts = pending
     gains, scales = scores
     D = v.shape[0]
@@ -71,9 +76,10 @@ def apply_row(tracked, v, b, sigma, in0, pending, lam, scores):
     _packed_matvec(G0, u, w)
     _add_pending(w, V, fv, nv, u)
     score = gains.shape[0] == m
+    state, vectors, step = (X, Q, B), (v, u, w), (sigma, s, vu, in0)
     for j in range(m):
-        _update_column(X, Q, B, v, u, w, b, j, sigma, s, vu, in0)
-        _update_column(X, Q, B, v, u, w, b, m + j, sigma, s, vu, in0)
+        _update_column(state, vectors, b, j, step)
+        _update_column(state, vectors, b, m + j, step)
         if score:
             gains[j], scales[j] = _column_score(X, Q, B, lam, j)
     for i in range(D):
@@ -118,8 +124,13 @@ def _packed_matvec(P, x, out) -> None:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", fastmath=_FAST, inline="always")
-def _update_column(X, Q, B, v, u, w, b, j, sigma, s, vu, in0) -> None:
-    """Column j of B, X = A⁻¹B and Q = G_0 X after the row (GainFilter._apply's algebra)."""
+def _update_column(state, vectors, b, j, step) -> None:
+    """Column j of ``state`` = (X, Q, B): B, X = A⁻¹B and Q = G_0 X after the row
+    (GainFilter._apply's algebra), from ``vectors`` = (v, u = A⁻¹v, w = G_0 u), the row's
+    right-hand side ``b`` and ``step`` = (σ, s = 1 + σ vᵀu, vᵀu, in fold 0)."""
+    X, Q, B = state
+    v, u, w = vectors
+    sigma, s, vu, in0 = step
     D = v.shape[0]
     xv = 0.0
     for i in range(D):
@@ -219,11 +230,18 @@ def bounded_columns(W, tolerance, bits, radius, step) -> None:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def bounded_outputs(v, W, radius, step, g, logistic, floor, room, out, near) -> None:
+def bounded_outputs(v, g, bounded, link, served) -> None:
     """content.heads.certified.BoundedWeights.served (``logistic`` False: g + v·W̃ and the
     bounds) or BoundedLogits.served (True: softmax(log max(g, floor) + v·W̃) and
-    certified.logit_radius) for rows ``v`` (n, D), in one pass per row; ``room`` is the
-    bounds' rounding room."""
+    certified.logit_radius) for rows ``v``, in one pass per row.
+
+    IN: ``v`` (n, D) head features; ``g`` (n, k) g's outputs; ``bounded`` = (W̃ (D, k),
+    radius (k,), step (k,)): a BoundedWeights; ``link`` = (logistic, floor, room): the link,
+    g's floor under the logarithm, the bounds' rounding room.
+    OUT: ``served`` = (out, near), both (n, k): the outputs and their bounds."""
+    W, radius, step = bounded
+    logistic, floor, room = link
+    out, near = served
     n, D = v.shape
     k = W.shape[1]
     unit = 2.0**-14

@@ -126,9 +126,12 @@ class BoundedWeights:
         if kernel is not None:
             out, near = np.empty(g.shape), np.empty(g.shape)
             kernel.bounded_outputs(
-                v, self.weights, self.radius, self.step, g, logistic, floor, _ROUNDING_ROOM,
-                out, near,
-            )  # fmt: skip
+                v,
+                g,
+                (self.weights, self.radius, self.step),
+                (logistic, floor, _ROUNDING_ROOM),
+                (out, near),
+            )
             return out, near
         if not logistic:
             return g + self.apply(v), self.bounds(v)

@@ -423,7 +423,7 @@ class GainFilter:
                 if kernel is not None:
                     scores = (np.empty(m), np.empty(m)) if left == 0 else (_NONE, _NONE)
                     kernel.apply_row(
-                        (Ainv, G0, X, Q, B), v, b, sigma, in0, waiting.buffers(), lam, scores
+                        (Ainv, G0, X, Q, B), (v, b, sigma, in0), waiting.buffers(), lam, scores
                     )
                     continue
                 u = Ainv @ v

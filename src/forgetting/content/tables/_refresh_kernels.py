@@ -50,7 +50,7 @@ def total_terms(tables, chunk, units, cross, square) -> bool:
             m += np.int64(not (skip & _terms_vanish(sums, counts, c)))
             if m == BLOCK_CELLS or (c == last and m > 0):  # a full block, or the chunk's rest
                 ok = ok & _block_terms_into(
-                    tables, index, 0, m, units, scratch, means, cross[b], square[b], True
+                    tables, (index, 0, m), units, scratch, means, (cross[b], square[b]), True
                 )
                 m = 0
     return ok
@@ -149,14 +149,18 @@ def _round_block_means(means, f, e, units, one) -> bool:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _block_probe_terms(means, index, m, R, probe_start, probe_of, units, one, acc) -> bool:
-    """The probe terms of both folds of the block's cells ``index[:m]`` that hold probe
-    entries, rounded from the block's ``means`` (:func:`_block_terms_into`) exactly as
-    :func:`_probe_terms_into` rounds the same quotients, and added to their probes."""
+def _block_probe_terms(means, block, R, probe_index, units, one, acc) -> bool:
+    """The probe terms of both folds of the block's cells (``block`` = (cells, first, m), as
+    :func:`_block_terms_into` takes it) that hold probe entries (``probe_index`` = (start,
+    probe_of), :class:`.bundles.ProbeIndex`), rounded from the block's ``means``
+    (:func:`_block_terms_into`) exactly as :func:`_probe_terms_into` rounds the same
+    quotients, and added to their probes."""
+    cells, first, m = block
+    probe_start, probe_of = probe_index
     ok = True
     for e in range(m):
         for f in range(2):
-            q = f * R + index[e]
+            q = f * R + cells[first + e]
             lo = probe_start[q]
             hi = probe_start[q + 1]
             if hi == lo:
@@ -184,18 +188,22 @@ def _index_valid(probe_start, probe_of, R, M) -> bool:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def refresh_terms(tables, chunk, units, cross, square, probe_start, probe_of, probe_out):
+def refresh_terms(tables, chunk, units, probe_index, totals, probe_out):
     """:func:`total_terms` and :func:`probe_sums_by_cell` in one pass over the cells: a
     cell's probe terms are rounded from the means its cross-fit terms divided out, so the
     probes cost no division of their own. Cells whose cross-fit terms vanish are skipped for
     those; their probe terms, if any probe lives there, are computed as
     :func:`_probe_terms_into` does.
 
-    ``probe_start`` (2·cells + 1) and ``probe_of`` are the tables' probe index (entries of
-    fold-qualified cell q: probe_of[probe_start[q]:probe_start[q + 1]]); ``probe_out``
-    (G, m, k + 1) is overwritten. Returns (totals valid, probe sums valid): a term out of the
-    int64 range, or an index out of bounds for the probes, makes its part invalid and numpy
-    decides it."""
+    IN: ``tables`` (:class:`.bundles.CellArrays`), ``units`` (:class:`.bundles.TermUnits`),
+    ``chunk`` cells per totals block, ``probe_index`` (:class:`.bundles.ProbeIndex`: the entries of
+    fold-qualified cell q are probe_of[start[q]:start[q + 1]]).
+    OUT: ``totals`` = (cross, square), each (blocks, G) int64: per chunk of cells its
+    cross-fit and square terms; ``probe_out`` (G, m, k + 1) the probe sums. All overwritten.
+    Returns (totals valid, probe sums valid): a term out of the int64 range, or an index out
+    of bounds for the probes, makes its part invalid and numpy decides it."""
+    probe_start, probe_of = probe_index
+    cross, square = totals
     sums, counts = tables
     k = sums.shape[2]
     R = sums.shape[1]
@@ -232,11 +240,12 @@ def refresh_terms(tables, chunk, units, cross, square, probe_start, probe_of, pr
             index[m] = c
             m += np.int64(not vanish)
             if m == BLOCK_CELLS or (c == last and m > 0):  # a full block, or the chunk's rest
+                block = (index, 0, m)
                 ok = ok & _block_terms_into(
-                    tables, index, 0, m, units, scratch, means, cross[b], square[b], True
+                    tables, block, units, scratch, means, (cross[b], square[b]), True
                 )
                 ok_probes = ok_probes & _block_probe_terms(
-                    means, index, m, R, probe_start, probe_of, units, one, acc
+                    means, block, R, probe_index, units, one, acc
                 )
                 m = 0
         for e in range(npend):

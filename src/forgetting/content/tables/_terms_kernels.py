@@ -49,24 +49,28 @@ def _small_terms(x0, y0, x1, y1):
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _cell_terms_into(tables, c, units, s0, s1, cross, square, sign) -> bool:
+def _cell_terms_into(tables, c, units, scaled, totals, sign) -> bool:
     """Add ``sign`` × the cross-fit terms of table-major cell ``c`` of ``tables``
-    (:class:`.bundles.CellArrays`) to ``cross``/``square`` (G,): for λ_g and fold a
-    (b = 1 − a), with ``units`` (:class:`.bundles.TermUnits`) scale and unit = loss unit,
+    (:class:`.bundles.CellArrays`) to ``totals`` = (cross, square), each (G,): for λ_g and
+    fold a (b = 1 − a), with ``units`` (:class:`.bundles.TermUnits`) scale and unit = loss
+    unit,
 
         μ = (S_a · scale) / (n_a + λ_g)
         cross  += rint(((S_b · scale) · μ) · unit)
         square += rint(((n_b · μ) · μ) · unit)
 
     summed over both folds and every output as int64 (in another order than numpy's, which
-    integer sums do not see). ``s0``/``s1`` are scratch (k,). False when a rounded term is
-    not finite or not below 2^63 in magnitude: the numpy cast is platform-defined there, so
-    numpy decides. The range test is a flag, not an early exit, and out-of-range values are
-    replaced by 0 before the cast, so the loop over outputs has no branch and compiles to
-    vector instructions. The one definition of these terms in compiled code, which
-    :func:`_block_terms_into` repeats for a block of cells side by side."""
+    integer sums do not see). ``scaled`` = (s0, s1) is scratch, (k,) each. False when a
+    rounded term is not finite or not below 2^63 in magnitude: the numpy cast is
+    platform-defined there, so numpy decides. The range test is a flag, not an early exit,
+    and out-of-range values are replaced by 0 before the cast, so the loop over outputs has
+    no branch and compiles to vector instructions. The one definition of these terms in
+    compiled code, which :func:`_block_terms_into` repeats for a block of cells side by
+    side."""
     sums, counts = tables
     grid, scale, unit, _, _, _ = units
+    s0, s1 = scaled
+    cross, square = totals
     k = sums.shape[2]
     G = grid.shape[0]
     n0 = np.float64(counts[0, c])
@@ -105,9 +109,10 @@ BLOCK_CELLS = 64
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _block_terms_into(tables, cells, first, m, units, scratch, means, cross, square, small):
-    """Add the terms of :func:`_cell_terms_into` of cells ``cells[first : first + m]``
-    (m ≤ BLOCK_CELLS) to ``cross``/``square`` (G,): the same float operations on each cell,
+def _block_terms_into(tables, block, units, scratch, means, totals, small):
+    """Add the terms of :func:`_cell_terms_into` of the cells ``block`` = (cells, first, m):
+    ``cells[first : first + m]`` (m ≤ BLOCK_CELLS), to ``totals`` = (cross, square), each
+    (G,): the same float operations on each cell,
     with the cells of the block in the innermost loop, so it runs as vector instructions over
     cells. ``scratch`` (2k + 6, BLOCK_CELLS) float64. False when a term leaves the int64
     range.
@@ -126,6 +131,8 @@ def _block_terms_into(tables, cells, first, m, units, scratch, means, cross, squ
     from them without dividing again (``_refresh_kernels._block_probe_terms``)."""
     sums, counts = tables
     grid, scale, unit, _, _, _ = units
+    cells, first, m = block
+    cross, square = totals
     k = sums.shape[2]
     G = grid.shape[0]
     n0 = scratch[2 * k]
@@ -184,7 +191,7 @@ def cell_terms(tables, cells, units, cross, square) -> bool:
     for e in range(cells.shape[0]):
         cross[e, :] = 0
         square[e, :] = 0
-        ok = ok & _cell_terms_into(tables, cells[e], units, s0, s1, cross[e], square[e], 1)
+        ok = ok & _cell_terms_into(tables, cells[e], units, (s0, s1), (cross[e], square[e]), 1)
     return ok
 
 
@@ -261,16 +268,14 @@ def _terms_vanish(sums, counts, c) -> bool:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _cells_terms_into(tables, cells, nc, units, scratch, cross, square) -> bool:
-    """Add the terms of the table-major cells ``cells[:nc]`` to ``cross``/``square`` (G),
-    block by block (:func:`_block_terms_into`)."""
+def _cells_terms_into(tables, cells, nc, units, scratch, totals) -> bool:
+    """Add the terms of the table-major cells ``cells[:nc]`` to ``totals`` = (cross,
+    square), each (G,), block by block (:func:`_block_terms_into`)."""
     means = np.empty((2, units[0].shape[0], tables[0].shape[2], BLOCK_CELLS))
     ok = True
     for first in range(0, nc, BLOCK_CELLS):
         m = min(nc, first + BLOCK_CELLS) - first
-        ok = ok & _block_terms_into(
-            tables, cells, first, m, units, scratch, means, cross, square, False
-        )
+        ok = ok & _block_terms_into(tables, (cells, first, m), units, scratch, means, totals, False)
     return ok
 
 

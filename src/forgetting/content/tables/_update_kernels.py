@@ -163,22 +163,24 @@ def scatter_codes(tables, codes, folds, values, negate) -> bool:
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def update_cells(tables, units, probes, codes, folds, values, negate, marks, deltas):
+def update_cells(tables, units, probes, rows, marks, deltas):
     """A whole incremental ``FlatTables`` update in one call, for a few rows: the scatter
     (:func:`scatter_codes`), the change of the cross-fit totals (new − old terms of every
     touched table-major cell, ``_terms_kernels._block_terms_into``) and of the probe sums (new
     − old terms of every probe entry whose out-of-fold cell was touched,
     ``_terms_kernels._probe_terms_into``).
 
-    Arguments: ``tables`` (:class:`.bundles.CellArrays`), ``units``
-    (:class:`.bundles.TermUnits`), ``probes`` (:class:`.bundles.ProbeArrays`: the probe index,
-    each probe's record of sums and norm terms, rewritten here for the changed probes); the
-    rows' ``codes`` (n, T), ``folds`` (n,) and int64 ``values`` (n, k), subtracted when
-    ``negate``; ``marks``, a zeroed uint8 scratch of 2·T·C entries (zeroed again on return)
-    that finds each touched cell once among several rows' (one row's T cells are distinct:
-    its update reads no marks); ``deltas`` (:class:`.bundles.UpdateDeltas`), overwritten with
-    the changes of the totals and of the probes' per-fold totals (new − old over the probes
-    that changed; a probe's own fold is its entry of the probes' ``folds``).
+    Arguments, each bundle a plain tuple: IN/OUT ``tables`` (:class:`.bundles.CellArrays`);
+    IN ``units`` (:class:`.bundles.TermUnits`); IN/OUT ``probes``
+    (:class:`.bundles.ProbeArrays`: the probe index, each probe's record of sums and norm
+    terms, rewritten here for the changed probes); IN ``rows``
+    (:class:`.bundles.RowChange`: the rows' ``codes`` (n, T), ``folds`` (n,) and int64
+    ``values`` (n, k), subtracted when ``negate``); SCRATCH ``marks``, a zeroed uint8 array of
+    2·T·C entries (zeroed again on return) that finds each touched cell once among several
+    rows' (one row's T cells are distinct: its update reads no marks); OUT ``deltas``
+    (:class:`.bundles.UpdateDeltas`), overwritten with the changes of the totals and of the
+    probes' per-fold totals (new − old over the probes that changed; a probe's own fold is
+    its entry of the probes' ``folds``).
 
     Returns (applied, rows in fold 1, whether the probes' deltas hold). Not applied, with the
     tables as they were, when an index is invalid or a cell or probe term leaves the int64
@@ -198,6 +200,7 @@ def update_cells(tables, units, probes, codes, folds, values, negate, marks, del
     a large share of the probes, and their lines are its largest memory traffic
     (benchmarks/results/breakdown.md lists where a forget's time goes).
     """
+    codes, folds, values, negate = rows
     n, T = codes.shape
     sums, counts = tables
     grid, _, _, _, _, norm_unit = units
@@ -225,7 +228,7 @@ def update_cells(tables, units, probes, codes, folds, values, negate, marks, del
     old = np.empty((nh, G, k + 1), dtype=np.int64)
     ok = _entries_terms_into(flat_sums, flat_counts, held[:nh], units, s0, old)
     _prefetch_records(probes, held, nh)  # their index lines have arrived meanwhile
-    ok = ok & _cells_terms_into(tables, cells, nc, units, scratch, old_cross, old_square)
+    ok = ok & _cells_terms_into(tables, cells, nc, units, scratch, (old_cross, old_square))
     if not ok:
         return False, 0, False
     _scatter(sums, counts, codes, folds, values, negate)
@@ -233,7 +236,7 @@ def update_cells(tables, units, probes, codes, folds, values, negate, marks, del
     new_square = np.zeros(G, dtype=np.int64)
     new = np.empty((nh, G, k + 1), dtype=np.int64)
     ok = _cells_terms_into(
-        tables, cells, nc, units, scratch, new_cross, new_square
+        tables, cells, nc, units, scratch, (new_cross, new_square)
     ) & _entries_terms_into(flat_sums, flat_counts, held[:nh], units, s0, new)
     if not ok:
         _scatter(sums, counts, codes, folds, values, not negate)  # undo: exact integers
@@ -368,16 +371,12 @@ def _change_probes(probes, held, nh, new, old, norm_unit, deltas) -> bool:
                 changed[p] = 1
                 listed[nl] = p
                 nl += 1
-                held_ok = held_ok & _take_norm_terms(
-                    records, p, probe_folds[p], k, G, norm_unit, norm_terms, d_norm, d_last, -1
-                )
+                held_ok = held_ok & _take_norm_terms(probes, deltas, p, k, G, norm_unit, -1)
             for at in range(span):
                 records[p, at] += flat_new[h, at]
     for e in range(nl):  # and after its last
         p = listed[e]
-        held_ok = held_ok & _take_norm_terms(
-            records, p, probe_folds[p], k, G, norm_unit, norm_terms, d_norm, d_last, 1
-        )
+        held_ok = held_ok & _take_norm_terms(probes, deltas, p, k, G, norm_unit, 1)
     return held_ok
 
 
@@ -403,11 +402,15 @@ def _norm_terms_into(records, p, k, G, unit, terms) -> None:
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _take_norm_terms(records, p, b, k, G, unit, terms, d_norm, d_last, sign) -> bool:
-    """Add ``sign`` × probe p's norm terms and last-column sums (every λ) to fold b's
-    deltas; False when one of them reaches NORM_TERM_LIMIT (nothing is added for it then).
-    The terms before a change (``sign`` < 0) are the kept ones, ``terms[p]``; after it they
-    are computed from the record and kept."""
+def _take_norm_terms(probes, deltas, p, k, G, unit, sign) -> bool:
+    """Add ``sign`` × probe p's norm terms and last-column sums (every λ) to its fold b's
+    ``deltas`` (:class:`.bundles.UpdateDeltas`: norm, last); False when one of them reaches
+    NORM_TERM_LIMIT (nothing is added for it then). The terms before a change (``sign`` < 0)
+    are the kept ones, ``terms[p]`` of ``probes`` (:class:`.bundles.ProbeArrays`); after it
+    they are computed from the record and kept."""
+    _, _, records, probe_folds, terms = probes
+    _, _, d_norm, d_last = deltas
+    b = probe_folds[p]
     ok = True
     if sign > 0:
         _norm_terms_into(records, p, k, G, unit, terms[p])

@@ -86,6 +86,29 @@ class ProbeArrays(NamedTuple):
     """(m, G) float64 view of the records' norm terms (integers), kept current."""
 
 
+class ProbeIndex(NamedTuple):
+    """Which probes sit in each fold-qualified cell (the first two fields of
+    :class:`ProbeArrays`): what the compiled bulk refresh reads."""
+
+    start: np.ndarray
+    """(2·T·C + 1,) int64: the entries of fold-qualified cell q are start[q]:start[q + 1]."""
+    probe_of: np.ndarray
+    """(entries,) int64: each entry's probe."""
+
+
+class RowChange(NamedTuple):
+    """Rows added to or subtracted from the tables, as a compiled update reads them."""
+
+    codes: np.ndarray
+    """(n, T) uint: each row's cell in every table."""
+    folds: np.ndarray
+    """(n,) uint8: each row's fold, 0 or 1."""
+    values: np.ndarray
+    """(n, k) int64: each row's fixed-point residuals."""
+    negate: bool
+    """Whether the rows are subtracted (a forget) rather than added."""
+
+
 class UpdateDeltas(NamedTuple):
     """What a compiled update changed, new − old (int64, wrapping like numpy's)."""
 

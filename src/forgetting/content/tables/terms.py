@@ -254,14 +254,12 @@ def refresh_together(
     cross = np.empty((blocks, G), dtype=np.int64)
     square = np.empty((blocks, G), dtype=np.int64)
     probe_sums = np.empty((G, n_probes, k + 1), dtype=np.int64)
-    totals_ok, probes_ok = kernels.refresh_terms(
+    totals_ok, probes_ok = kernels.refresh_terms(  # bundles as plain tuples (.bundles)
         cell_arrays(sums, counts),
         TOTALS_CHUNK,
         tuple(term_units(grid, scale_bits, T)),
-        cross,
-        square,
-        start,
-        probe_of,
+        (start, probe_of),
+        (cross, square),
         probe_sums,
     )
     totals = (column_totals(cross), column_totals(square)) if totals_ok else None

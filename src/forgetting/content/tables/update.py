@@ -68,16 +68,9 @@ class CompiledUpdate:
         tables are as they were, and numpy decides."""
         codes_c, folds_c = index_arrays(codes, folds)
         tables, units, probes = self._args
-        self.result = kernels.update_cells(
-            tables,
-            units,
-            probes,
-            codes_c,
-            folds_c,
-            np.ascontiguousarray(residuals, dtype=np.int64),
-            sign < 0,
-            self._marks,
-            self._deltas,
+        rows = (codes_c, folds_c, np.ascontiguousarray(residuals, dtype=np.int64), sign < 0)
+        self.result = kernels.update_cells(  # bundles as plain tuples (.bundles.RowChange)
+            tables, units, probes, rows, self._marks, self._deltas
         )
         return self.result
 

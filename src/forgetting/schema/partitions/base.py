@@ -5,7 +5,7 @@ their structure with. Why exact arithmetic: see the package docstring."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -162,27 +162,31 @@ class ThresholdPartition:
         return kernels.partition_codes(np.ascontiguousarray(Z, dtype=np.float64), *args, out)
 
     def _few_codes_args(self) -> tuple:
-        """What ``partition_codes`` takes besides the rows: built once per partition and kept
-        by its identity, outside it (``_rowwise.kept_for``: its attributes are its digest);
-        the fields never change, so a one-row encode does not build them again."""
+        """What ``partition_codes`` takes besides the rows (:class:`FewCodesArgs`, its
+        bundles as plain tuples): built once per partition and kept by its identity, outside
+        it (``_rowwise.kept_for``: its attributes are its digest); the fields never change,
+        so a one-row encode does not build them again."""
         stages = [s for s in (self.stage1, self.stage2) if s is not None]
-        parts: list = []
-        for stage in stages + [None] * (2 - len(stages)):
-            if stage is None:
-                parts += [np.zeros((0, 0)), np.zeros(0), 1.0]
-            else:
-                parts += [
-                    np.ascontiguousarray(stage.weights, dtype=np.float64),
-                    np.ascontiguousarray(stage.center, dtype=np.float64),
-                    2.0**-stage.shift,
-                ]
-        return (
-            2.0**GRID_BITS,
-            INPUT_LIMIT,
-            len(stages),
-            *parts,
-            np.ascontiguousarray(self.features, dtype=np.int64),
-            np.ascontiguousarray(self.thresholds, dtype=np.float64),
+        parts = [
+            (np.zeros((0, 0)), np.zeros(0), 1.0)
+            if stage is None
+            else (
+                np.ascontiguousarray(stage.weights, dtype=np.float64),
+                np.ascontiguousarray(stage.center, dtype=np.float64),
+                2.0**-stage.shift,
+            )
+            for stage in stages + [None] * (2 - len(stages))
+        ]
+        return tuple(
+            FewCodesArgs(
+                grid=(2.0**GRID_BITS, INPUT_LIMIT, len(stages)),
+                stage1=parts[0],
+                stage2=parts[1],
+                tests=(
+                    np.ascontiguousarray(self.features, dtype=np.int64),
+                    np.ascontiguousarray(self.thresholds, dtype=np.float64),
+                ),
+            )
         )
 
     def _codes_numpy(self, Y: np.ndarray) -> np.ndarray:
@@ -193,6 +197,21 @@ class ThresholdPartition:
             bit = Y[:, self.features[:, level]] > self.thresholds[:, level]
             codes |= bit.astype(np.int64) << level
         return codes
+
+
+class FewCodesArgs(NamedTuple):
+    """What the compiled ``partition_codes`` (schema._kernels) takes besides the rows and its
+    output, each field a plain tuple (the kernel's dispatcher types those in C)."""
+
+    grid: tuple[float, float, int]
+    """(2^GRID_BITS, INPUT_LIMIT, the number of stages: 0, 1 or 2)."""
+    stage1: tuple[np.ndarray, np.ndarray, float]
+    """The first exact stage: (weights (P, d) float64, center (d,) float64, 2^-shift); empty
+    arrays and 1.0 when unused."""
+    stage2: tuple[np.ndarray, np.ndarray, float]
+    """The second, likewise."""
+    tests: tuple[np.ndarray, np.ndarray]
+    """(features (T, D) int64, thresholds (T, D) float64): the cells' threshold tests."""
 
 
 _CHUNK_ROWS = 8192
