@@ -16,6 +16,16 @@ leaf (``feat[v] == -1``) or a stale node (``feat[v] == STALE``) owns the rows
 (``slot[v]``); a slot holds the node's candidates and their left-side counts. ``top`` counts
 what the arrays hold: entries below ``top[TOP_NODES]`` (``TOP_SLOTS``, ``TOP_PERM``) are in
 use, of which ``TOP_DEAD_*`` are garbage left by rebuilds (a compaction drops them).
+
+Arguments beyond the bundle come in small plain tuples named by what they are — a node's
+``place`` (depth, seed, lo, hi), its counts ``node`` (P, n, L, ncand), a row's ``change``
+(r, s, goes_left), a ``batch`` (sgn, work, mark) and its ``plan`` (actions, count) — so no
+kernel takes more than seven positional arguments; numba unpacks them for free.
+
+numba caches each kernel on disk keyed by its own file, and a kernel's machine code holds
+what it calls from the other modules: after editing one of them, clear the forest's
+``__pycache__/*.nbi``/``*.nbc`` (or use a fresh ``NUMBA_CACHE_DIR``) before testing. An
+installed version replaces every file at once.
 """
 
 from __future__ import annotations

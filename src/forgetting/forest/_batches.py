@@ -81,10 +81,11 @@ def cache_rows(A, s, work, a, b, sgn):
 
 
 @jit
-def change_rows(A, v, work, a, b, sgn, old_n, mark):
+def change_rows(A, v, batch, a, b, old_n):
     """The leaf or stale node v (whose counts already hold the change) drops the marked rows
     (sgn = -1: compacted in place) or gains work[a:b] (1: copied to a new perm range after
-    its old_n rows)."""
+    its old_n rows); ``batch`` = (sgn, work, mark) (:func:`apply_batch_tree`)."""
+    sgn, work, mark = batch
     base = A.lstart[v]
     if sgn < 0:
         w = base
@@ -106,9 +107,11 @@ def change_rows(A, v, work, a, b, sgn, old_n, mark):
 
 
 @jit
-def stale_batch(A, v, work, a, b, sgn, mark, buf):
+def stale_batch(A, v, batch, a, b, buf):
     """Replace the subtree at v (its counts already changed) by a STALE node holding its
-    rows after the change: without the marked rows (sgn = -1), or with work[a:b] (1)."""
+    rows after the change: without the marked rows (sgn = -1), or with work[a:b] (1);
+    ``batch`` = (sgn, work, mark) (:func:`apply_batch_tree`)."""
+    sgn, work, mark = batch
     m = collect(A, v, buf, -1, mark)
     if sgn > 0:
         for i in range(a, b):
@@ -169,17 +172,14 @@ def plan_batch_tree(A, t, rows, sgn, work):
             if A.feat[v] < 0:
                 keep = stops
                 if not stops and s >= 0:
-                    keep = (
-                        choose(A, A.counts[v], n_v, A.cleft[s], A.ncand[s], min_leaf, r0, 0, goes)
-                        < 0
-                    )
+                    node = (A.counts[v], n_v, A.cleft[s], A.ncand[s])
+                    keep = choose(A, node, min_leaf, (r0, 0, goes)) < 0
                 kind = _KEEP_LEAF if keep else _MAKE_STALE
             else:
                 keep = s >= 0 and not stops
                 if keep:
-                    best = choose(
-                        A, A.counts[v], n_v, A.cleft[s], A.ncand[s], min_leaf, r0, 0, goes
-                    )
+                    node = (A.counts[v], n_v, A.cleft[s], A.ncand[s])
+                    best = choose(A, node, min_leaf, (r0, 0, goes))
                     keep = best == A.choice[v]
                 kind = _REHASH if keep else _MAKE_STALE
         if kind == _MAKE_STALE:
@@ -220,9 +220,11 @@ def plan_batch_tree(A, t, rows, sgn, work):
 
 
 @jit
-def batch_needs(acts, n_acts):
-    """(nodes, perm entries) that carrying out a plan may take: a node per new stale node,
-    and the rows it copies (at most the node's rows and the batch's there)."""
+def batch_needs(plan):
+    """(nodes, perm entries) that carrying out a ``plan`` = (actions, count) may take: a node
+    per new stale node, and the rows it copies (at most the node's rows and the batch's
+    there)."""
+    acts, n_acts = plan
     n_stale = 0
     rows_needed = 0
     for i in range(n_acts):
@@ -234,12 +236,18 @@ def batch_needs(acts, n_acts):
 
 
 @jit
-def apply_batch_tree(A, t, sgn, work, acts, n_acts, mark, buf):
+def apply_batch_tree(A, t, batch, plan, buf):
     """The second half (serial: it allocates): carry out tree t's plan — rows dropped
     (``mark`` flags them) or added (work[a:b]) at stale nodes and kept leaves, stale nodes
-    made and linked, kept nodes rehashed bottom-up. Returns 0, or FAIL with nothing done
-    when the arrays may not hold it (grow, and call again)."""
-    n_stale, rows_needed = batch_needs(acts, n_acts)
+    made and linked, kept nodes rehashed bottom-up.
+
+    IN: ``batch`` = (sgn, work (B,) int32 the rows as :func:`plan_batch_tree` grouped them,
+    mark (rows,) uint8 flagging the rows removed, all 0 to add); ``plan`` = (actions, count)
+    from :func:`plan_batch_tree`. SCRATCH: ``buf`` (rows + 1,) int32.
+    Returns 0, or FAIL with nothing done when the arrays may not hold it (grow, and call
+    again)."""
+    acts, n_acts = plan
+    n_stale, rows_needed = batch_needs(plan)
     if (
         A.top[TOP_NODES] + n_stale > A.feat.shape[0]
         or A.top[TOP_PERM] + rows_needed > A.perm.shape[0]
@@ -249,11 +257,11 @@ def apply_batch_tree(A, t, sgn, work, acts, n_acts, mark, buf):
         kind, v, parent = acts[i, ACT_KIND], acts[i, ACT_NODE], acts[i, ACT_PARENT]
         side, a, b, old_n = acts[i, ACT_SIDE], acts[i, ACT_A], acts[i, ACT_B], acts[i, ACT_OLD_N]
         if kind == _KEEP_STALE or kind == _KEEP_LEAF:
-            change_rows(A, v, work, a, b, sgn, old_n, mark)
+            change_rows(A, v, batch, a, b, old_n)
             if kind == _KEEP_LEAF:
                 leaf_hash(A, v)
         elif kind == _MAKE_STALE:
-            new = stale_batch(A, v, work, a, b, sgn, mark, buf)
+            new = stale_batch(A, v, batch, a, b, buf)
             if parent < 0:
                 A.roots[t] = new
             elif side == 0:

@@ -65,19 +65,21 @@ def node_hash(A, v):
 
 
 @jit
-def build(A, buf, a, b, depth, seed, lo0, hi0, expand=False):
-    """Build the subtree of rows buf[a:b] at a node of this depth, seed and feasible ranges,
-    exactly as a fit builds it.
+def build(A, buf, a, b, place, expand=False):
+    """Build the subtree of rows buf[a:b] at a node of this place, exactly as a fit builds
+    it.
 
-    IN: ``buf[a:b]`` int32 the subtree's stored rows (reordered in place); ``depth``, ``seed``
-    (uint64) and ``lo0``, ``hi0`` (d,) int32 the root's feasible codes; ``expand``: build the
-    root only, its children made STALE nodes holding their rows (what a prediction that
-    reads one path needs; the rest is built when read).
+    IN: ``buf[a:b]`` int32 the subtree's stored rows (reordered in place); ``place`` =
+    (depth, seed (uint64), lo0, hi0 (d,) int32 the feasible codes): what besides its rows a
+    subtree is a function of; ``expand``: build the root only, its children made STALE nodes
+    holding their rows (what a prediction that reads one path needs; the rest is built when
+    read).
     OUT: the new nodes, cache slots and perm entries appended to A (``A.top``); hashes set.
     Returns the subtree's root, or FAIL when the node, slot or perm arrays are full (then
     nothing is committed: ``A.top`` is unchanged)."""
     k, K, min_leaf = A.params[P_CLASSES], A.params[P_CANDIDATES], A.params[P_MIN_LEAF]
     max_depth, cache_min = A.params[P_MAX_DEPTH], A.params[P_CACHE_MIN]
+    depth, seed, lo0, hi0 = place
     d = lo0.shape[0]
     n_nodes, n_slots, n_perm = A.top[TOP_NODES], A.top[TOP_SLOTS], A.top[TOP_PERM]
     first = n_nodes
@@ -149,9 +151,9 @@ def build(A, buf, a, b, depth, seed, lo0, hi0, expand=False):
                     if A.codes[r, cf[j]] <= ct[j]:
                         add_row(L, j, A, r, 1)
             if regression:
-                best = best_candidate_mse(P, m, L, ncand, min_leaf, 0, 0, no_left)
+                best = best_candidate_mse((P, m, L, ncand), min_leaf, (0, 0, no_left))
             else:
-                best = best_candidate(P, m, L, ncand, min_leaf, 0, 0, no_left)
+                best = best_candidate((P, m, L, ncand), min_leaf, (0, 0, no_left))
         if (best >= 0 or ncand > 0) and m >= cache_min:
             # cache the candidates of big nodes: internal ones, and leaves no candidate could
             # split (a forget or insert re-evaluates them from these counts, not the rows)

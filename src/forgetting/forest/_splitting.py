@@ -68,14 +68,17 @@ def draw_candidates(seed, lo, hi, K, cf, ct, feas):
 
 
 @jit
-def best_candidate(P, n, L, ncand, min_leaf, yc, s, goes_left):
+def best_candidate(node, min_leaf, change):
     """Index of the candidate with the largest Gini gain, -1 when none has a positive gain
     with min_leaf rows each side.
 
-    IN: ``P`` (k,) the node's class counts, ``n`` its rows; ``L`` (≥ ncand, k) each
-    candidate's left-side class counts; ``ncand`` candidates to read. With s != 0 the counts
-    are read as if one row of class ``yc`` were added (s = 1) or removed (s = -1), and
-    ``goes_left`` (≥ ncand,) bool says whether it goes left at candidate j."""
+    IN: ``node`` = (P (k,) the node's class counts, n its rows, L (≥ ncand, k) each
+    candidate's left-side class counts, ncand the candidates to read); ``change`` = (yc, s,
+    goes_left): with s != 0 the counts are read as if one row of class yc were added (s = 1)
+    or removed (s = -1), ``goes_left`` (≥ ncand,) bool saying whether it goes left at
+    candidate j (s = 0: no change)."""
+    P, n, L, ncand = node
+    yc, s, goes_left = change
     k = P.shape[0]
     sp = np.int64(0)
     for c in range(k):
@@ -110,10 +113,13 @@ def best_candidate(P, n, L, ncand, min_leaf, yc, s, goes_left):
 
 
 @jit
-def best_candidate_mse(P, n, L, ncand, min_leaf, q, s, goes_left):
+def best_candidate_mse(node, min_leaf, change):
     """:func:`best_candidate` for regression: channels (rows, sum of q); the gain is the
-    squared-error reduction S_L²/n_L + S_R²/n_R − S²/n. With s != 0 the counts are read as if
-    one row of target q were added (s = 1) or removed (s = -1)."""
+    squared-error reduction S_L²/n_L + S_R²/n_R − S²/n. With s != 0 in ``change`` = (q, s,
+    goes_left) the counts are read as if one row of target q were added (s = 1) or removed
+    (s = -1)."""
+    P, n, L, ncand = node
+    q, s, goes_left = change
     total = np.int64(P[1]) + s * q
     base = (total * total) / n
     best = -1
@@ -136,12 +142,14 @@ def best_candidate_mse(P, n, L, ncand, min_leaf, q, s, goes_left):
 
 
 @jit
-def choose(A, P, n, L, ncand, min_leaf, r, s, goes_left):
-    """The split rule of the forest's task (A.params) for stored row r's change s (0: none):
-    :func:`best_candidate` or :func:`best_candidate_mse`."""
+def choose(A, node, min_leaf, change):
+    """The split rule of the forest's task (A.params) for ``node`` = (P, n, L, ncand) and a
+    stored row's ``change`` = (r, s, goes_left) (s = 0: none): :func:`best_candidate` or
+    :func:`best_candidate_mse` with that row's class or target."""
+    r, s, goes_left = change
     if A.params[P_REGRESSION] == 1:
-        return best_candidate_mse(P, n, L, ncand, min_leaf, np.int64(A.y[r]), s, goes_left)
-    return best_candidate(P, n, L, ncand, min_leaf, A.y[r], s, goes_left)
+        return best_candidate_mse(node, min_leaf, (np.int64(A.y[r]), s, goes_left))
+    return best_candidate(node, min_leaf, (A.y[r], s, goes_left))
 
 
 @jit

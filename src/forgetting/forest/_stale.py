@@ -133,13 +133,14 @@ def mark_stale(A, v, r, sgn, buf):
 
 
 @jit
-def rebuild_stale(A, v, depth, seed, lo, hi, buf, expand):
-    """Build stale node v's subtree from the rows it holds (FAIL when an array is full:
-    nothing committed); v becomes dead. Returns the new subtree's root."""
+def rebuild_stale(A, v, place, buf, expand):
+    """Build stale node v's subtree from the rows it holds, at its ``place`` (depth, seed,
+    lo, hi: :func:`._grower.build`), FAIL when an array is full (nothing committed); v
+    becomes dead. Returns the new subtree's root."""
     m = A.n[v]
     for i in range(m):
         buf[i] = A.perm[A.lstart[v] + i]
-    new = build(A, buf, 0, m, depth, seed, lo, hi, expand)
+    new = build(A, buf, 0, m, place, expand)
     if new < 0:
         return FAIL
     kill(A, v)
@@ -147,10 +148,11 @@ def rebuild_stale(A, v, depth, seed, lo, hi, buf, expand):
 
 
 @jit
-def flush_tree(A, t, lo0, hi0, buf):
+def flush_tree(A, t, ranges, buf):
     """Rebuild every stale node of tree t, then recompute the tree's hashes bottom-up.
-    Returns 0, or FAIL when an array is full (the nodes rebuilt so far stay rebuilt: call
-    again after growing)."""
+    ``ranges`` = (lo0, hi0): the root's feasible codes. Returns 0, or FAIL when an array is
+    full (the nodes rebuilt so far stay rebuilt: call again after growing)."""
+    lo0, hi0 = ranges
     d = lo0.shape[0]
     cap = 64
     st_v = np.empty(cap, np.int64)
@@ -170,7 +172,8 @@ def flush_tree(A, t, lo0, hi0, buf):
         sp -= 1
         v, parent, side = st_v[sp], st_parent[sp], st_side[sp]
         if A.feat[v] == STALE:
-            new = rebuild_stale(A, v, st_depth[sp], st_seed[sp], st_lo[sp], st_hi[sp], buf, False)
+            place = (st_depth[sp], st_seed[sp], st_lo[sp], st_hi[sp])
+            new = rebuild_stale(A, v, place, buf, False)
             if new < 0:
                 return FAIL
             if parent < 0:
@@ -219,7 +222,7 @@ def flush_tree(A, t, lo0, hi0, buf):
 
 
 @jit
-def flush_rows(A, codes, start_row, lo0, hi0, buf, path, budget):
+def flush_rows(A, codes, start_row, ranges, scratch, budget):
     """Build the stale nodes on the paths of rows with these bin codes (what a prediction
     of them reads), rows[start_row:] in every tree, rehashing each rebuilt node's ancestors:
     whole subtrees while the rows rebuilt stay within ``budget``, then one node at a time
@@ -227,8 +230,14 @@ def flush_rows(A, codes, start_row, lo0, hi0, buf, path, budget):
     path costs its nodes' rows, not whole subtrees). Whole rebuilds leave nothing stale for
     later forgets to walk into (a stale node drops a row by a scan of its rows); node at a
     time bounds the wait after a batch that left much of the forest stale.
+
+    IN: ``codes`` (n, d) uint8 the rows' bin codes; ``ranges`` = (lo0, hi0) the root's
+    feasible codes; ``budget`` rows that whole rebuilds may take. SCRATCH: ``scratch`` =
+    (buf, path).
     Returns -1 when done, else the index i * trees + t of the (row, tree) that found an
     array full: grow, and call again from there."""
+    lo0, hi0 = ranges
+    buf, path = scratch
     T = A.roots.shape[0]
     lo = lo0.copy()
     hi = hi0.copy()
@@ -244,7 +253,7 @@ def flush_rows(A, codes, start_row, lo0, hi0, buf, path, budget):
                     whole = A.n[v] <= budget
                     if whole:
                         budget -= A.n[v]
-                    new = rebuild_stale(A, v, depth, seed, lo, hi, buf, not whole)
+                    new = rebuild_stale(A, v, (depth, seed, lo, hi), buf, not whole)
                     if new < 0:
                         return i * T + t
                     if depth == 0:

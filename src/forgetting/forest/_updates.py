@@ -100,14 +100,16 @@ def update_tree(A, t, r, sgn, buf, path, goes):
             if not stops and s >= 0:
                 goes_left_of(A, s, r, goes)
                 n_c = A.ncand[s]
-                keep = choose(A, A.counts[v], n_after, A.cleft[s], n_c, min_leaf, r, sgn, goes) < 0
+                node = (A.counts[v], n_after, A.cleft[s], n_c)
+                keep = choose(A, node, min_leaf, (r, sgn, goes)) < 0
             action = (_REMOVE if sgn < 0 else _APPEND) if keep else _REBUILD
             break
         if s < 0 or stops:
             action = _REBUILD
             break
         goes_left_of(A, s, r, goes)
-        best = choose(A, A.counts[v], n_after, A.cleft[s], A.ncand[s], min_leaf, r, sgn, goes)
+        node = (A.counts[v], n_after, A.cleft[s], A.ncand[s])
+        best = choose(A, node, min_leaf, (r, sgn, goes))
         if best != A.choice[v]:
             action = _REBUILD
             break

@@ -258,7 +258,7 @@ class ExactForest:
                 raise FitCancelled
             while True:
                 buf[:] = rows
-                root = _grower.build(A, buf, 0, n, 0, A.seeds[t], self._lo0, self._hi0)
+                root = _grower.build(A, buf, 0, n, (0, A.seeds[t], self._lo0, self._hi0))
                 if root >= 0:
                     break
                 A = _resized(A, nodes=2 * A.feat.shape[0], slots=2 * A.ncand.shape[0])
@@ -393,7 +393,7 @@ class ExactForest:
             return
         buf = np.empty(self.n_rows + 1, np.int32)
         for t in range(self.config.n_trees):
-            while _stale.flush_tree(self.A, t, self._lo0, self._hi0, buf) < 0:
+            while _stale.flush_tree(self.A, t, (self._lo0, self._hi0), buf) < 0:
                 self._grow_for_builds()
 
     def _flush_paths(self, codes: np.ndarray) -> None:
@@ -409,9 +409,8 @@ class ExactForest:
         budget = self.n_rows // WHOLE_REBUILD_SHARE
         start = 0
         while True:
-            stop = _stale.flush_rows(
-                self.A, codes, start, self._lo0, self._hi0, buf, self._path, budget
-            )
+            ranges, scratch = (self._lo0, self._hi0), (buf, self._path)
+            stop = _stale.flush_rows(self.A, codes, start, ranges, scratch, budget)
             if stop < 0:
                 return
             start = stop // self.config.n_trees
@@ -477,13 +476,13 @@ class ExactForest:
         for chunk, done in zip(chunks, map_instances(plan, chunks), strict=True):
             for t, p in zip(chunk, done, strict=True):
                 plans[t] = p
-        needs = np.array([_batches.batch_needs(acts, n_acts) for acts, n_acts in plans]).sum(axis=0)
+        needs = np.array([_batches.batch_needs(plan) for plan in plans]).sum(axis=0)
         self._reserve(int(needs[0]), int(needs[1]))
         mark = np.zeros(self.A.codes.shape[0], np.uint8)
         if sgn < 0:
             mark[pos] = 1
-        for t, (acts, n_acts) in enumerate(plans):
-            if _batches.apply_batch_tree(self.A, t, sgn, work[t], acts, n_acts, mark, buf) < 0:
+        for t, plan in enumerate(plans):
+            if _batches.apply_batch_tree(self.A, t, (sgn, work[t], mark), plan, buf) < 0:
                 raise AssertionError("a batch plan outgrew the room reserved for it")
 
     def _reserve(self, nodes: int, perm: int) -> None:
