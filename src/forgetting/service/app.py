@@ -16,8 +16,13 @@ Decided here, at start-up, and why:
   the hash of any id, so an open ``/receipts/{hash}`` would tell whether and when a person
   was forgotten. The app refuses to start with open receipt reads under such a key, and logs
   one warning line whenever it serves one.
-* **The body limit** is the largest body a request within ``max_batch`` can need, plus slack;
-  the request gate enforces it while the body streams in.
+* **The body limits** (:func:`body_limits`) are the largest body a request within
+  ``max_batch`` can need, plus slack: rows as wide as the model for ``/predict`` and
+  ``/insert``, ids for the rest. A request without a valid token (an open read) gets at most
+  ``max_open_body`` whatever the width, and such bodies share a budget of
+  :data:`OPEN_BUDGET_BODIES` times that in flight; the request gate enforces both while the
+  body streams in, and the routes parse rows in memory bounded by a small multiple of the
+  body (:mod:`.body`).
 """
 
 from __future__ import annotations
@@ -25,12 +30,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import numpy as np
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 
 from .. import __version__
 from ..store.errors import StoreError
@@ -44,6 +51,7 @@ from .middleware import RequestGate
 from .model import ServableModel, as_model_input, groups_writes, key_is_derived
 from .recovery import Recovery
 from .routes import Access, build_router
+from .schemas import InsertRequest, PredictRequest
 
 log = logging.getLogger("forgetting.service")
 
@@ -51,10 +59,47 @@ log = logging.getLogger("forgetting.service")
 BODY_SLACK = 1 << 20
 
 
+#: How many bodies of ``max_open_body`` bytes requests without a token may hold at once.
+OPEN_BUDGET_BODIES = 4
+
+#: Routes whose body holds rows (as wide as the model); the others' hold ids.
+ROW_ROUTES = frozenset({"/predict", "/insert"})
+
+
 def max_body_bytes(config: ServiceConfig, n_features: int) -> int:
-    """The largest body a request within ``max_batch`` can need (numbers as long JSON
+    """The largest body a request of rows within ``max_batch`` can need (numbers as long JSON
     literals, ids up to 512 characters), plus slack."""
     return max(config.max_batch * (n_features + 2) * 32, config.max_batch * 600) + BODY_SLACK
+
+
+def body_limits(config: ServiceConfig, n_features: int) -> Callable[[str, str, bool], int]:
+    """``limit(method, path, authenticated)``: the largest body of a request (module
+    docstring)."""
+    rows = max_body_bytes(config, n_features)
+    ids = config.max_batch * 600 + BODY_SLACK
+
+    def limit(method: str, path: str, authenticated: bool) -> int:
+        largest = rows if path in ROW_ROUTES else ids
+        return largest if authenticated else min(largest, config.max_open_body)
+
+    return limit
+
+
+def _document_bodies(app: FastAPI, *models: type[BaseModel]) -> None:
+    """Add ``models`` (bodies the routes read themselves, :mod:`.body`) to the OpenAPI
+    schema's components, where the routes' ``requestBody`` refers to them."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in models:
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(body.pop("$defs", {}))
+            components.setdefault(model.__name__, body)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
@@ -126,9 +171,11 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
     write_lock = contextlib.nullcontext() if groups_writes(model) else mutation_lock
     add_console(app, model, config, recovery, write_lock)
     docs = add_docs(app) | {app.openapi_url}
+    _document_bodies(app, PredictRequest, InsertRequest)
     app.add_middleware(
         RequestGate,
-        max_body=max_body_bytes(config, model.n_features),
+        body_limit=body_limits(config, model.n_features),
+        open_budget=OPEN_BUDGET_BODIES * config.max_open_body,
         tokens=config.tokens,
         needs_token=access.needs_token,
         recovery=recovery,

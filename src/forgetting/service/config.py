@@ -21,6 +21,11 @@ TOKENS_ENV = "FORGETTING_TOKENS"
 #: Default cap on rows (predict/insert) or ids (forget) in one request.
 DEFAULT_MAX_BATCH = 10_000
 
+#: Default cap on the body of a request without a valid token (an open read), in bytes:
+#: about 1,000 rows of 784 features as 8-character numbers. A token holder's requests may be
+#: as large as ``max_batch`` rows of the model's width need.
+DEFAULT_MAX_OPEN_BODY = 8 << 20
+
 #: Shortest accepted token. Shorter ones are guessable; refusing them at start-up is cheaper
 #: than discovering it after an incident. Placeholders and tokens of too little estimated
 #: entropy are refused too (:mod:`.tokens`).
@@ -75,12 +80,16 @@ class ServiceConfig:
     which anyone can compute an id's hash and learn whether and when it was forgotten.
     ``max_batch``: the most rows or ids one request may carry (larger -> 413), so a
     single client cannot hold the mutation lock or the worker pool for minutes.
+    ``max_open_body``: the largest body of a request without a valid token, in bytes
+    (larger -> 413), whatever the model's width: what an anonymous client can make the
+    server read and parse (see :mod:`.app`).
     """
 
     tokens: tuple[str, ...] = field(default=(), repr=False)
     open_reads: bool = True
     max_batch: int = DEFAULT_MAX_BATCH
     open_receipts: bool = False
+    max_open_body: int = DEFAULT_MAX_OPEN_BODY
 
     def __post_init__(self) -> None:
         if isinstance(self.tokens, str):
@@ -96,13 +105,22 @@ class ServiceConfig:
             or self.max_batch < 1
         ):
             raise ConfigError(f"max_batch must be a positive integer, got {self.max_batch!r}")
+        if (
+            isinstance(self.max_open_body, bool)
+            or not isinstance(self.max_open_body, int)
+            or self.max_open_body < 1024
+        ):
+            raise ConfigError(
+                f"max_open_body must be a whole number of bytes, at least 1024; got "
+                f"{self.max_open_body!r}"
+            )
 
     def __repr__(self) -> str:
         """Shows how many tokens are configured, never the tokens themselves."""
         return (
             f"ServiceConfig(tokens=<{len(self.tokens)} configured>, "
             f"open_reads={self.open_reads}, open_receipts={self.open_receipts}, "
-            f"max_batch={self.max_batch})"
+            f"max_batch={self.max_batch}, max_open_body={self.max_open_body})"
         )
 
     __str__ = __repr__
@@ -116,6 +134,7 @@ class ServiceConfig:
         open_reads: bool = True,
         max_batch: int = DEFAULT_MAX_BATCH,
         open_receipts: bool = False,
+        max_open_body: int = DEFAULT_MAX_OPEN_BODY,
     ) -> ServiceConfig:
         """Gather tokens from ``token_file`` (commas or one per line, ``#`` comments) and from
         the ``FORGETTING_TOKENS`` environment variable (comma separated); both are accepted
@@ -145,4 +164,5 @@ class ServiceConfig:
             open_reads=open_reads,
             max_batch=max_batch,
             open_receipts=open_receipts,
+            max_open_body=max_open_body,
         )

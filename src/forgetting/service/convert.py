@@ -1,4 +1,5 @@
-"""Between JSON and numpy: input checks before the model is touched, and plain JSON out.
+"""Between JSON and numpy: input checks before the model is touched, and plain JSON out
+(rows themselves are read by :mod:`.body`).
 
 Why the checks here as well as in the model: each one raises before anything changes, with a
 message that names the offending row, so every 4xx leaves the model exactly as it was.
@@ -44,60 +45,6 @@ def check_batch(n: int, what: str, limit: int) -> None:
             status_code=status.HTTP_413_CONTENT_TOO_LARGE,
             detail=f"{n} {what} in one request; the limit is {limit}: split the request",
         )
-
-
-def check_matrix(X: list[list[Any]], n_features: int, table: bool = False) -> np.ndarray:
-    """The rows as a float64 matrix — an object one for a model fitted on a raw table
-    (``table``: numbers, strings and None, checked by column kind in the model) — or a 422
-    naming the first row of the wrong width, or a string or null sent to a numeric model."""
-    for i, row in enumerate(X):
-        if len(row) != n_features:
-            raise unprocessable(
-                f"X[{i}] has {len(row)} values; the model expects {n_features} features per row"
-            )
-    return _matrix(X, n_features, table, lambda i, j: f"X[{i}][{j}]")
-
-
-def _matrix(values: list[list[Any]], d: int, table: bool, where: Callable) -> np.ndarray:
-    if table:
-        out = np.empty((len(values), d), dtype=object)
-        for i, row in enumerate(values):
-            out[i, :] = row
-        return out
-    for i, row in enumerate(values):
-        for j, v in enumerate(row):
-            if not isinstance(v, int | float):
-                raise unprocessable(
-                    f"{where(i, j)} is {'null' if v is None else 'a string'}; this model was "
-                    "fitted on numbers: send finite numbers (strings and null are for a model "
-                    "fitted on a raw table)"
-                )
-    return np.asarray(values, dtype=np.float64).reshape(len(values), d)
-
-
-def check_records(
-    rows: list[dict[str, Any]], names: list[str] | None, table: bool = False
-) -> np.ndarray:
-    """Named records as a matrix in the model's column order (:func:`check_matrix`'s types),
-    or a 422 naming the first record with a missing or unknown column."""
-    if names is None:
-        raise unprocessable(
-            "this model was fitted without column names, so rows cannot be matched by name: "
-            "send X, each row a list of values in the fitted column order"
-        )
-    known = set(names)
-    for i, row in enumerate(rows):
-        unknown = [c for c in row if c not in known]
-        if unknown:
-            raise unprocessable(
-                f"rows[{i}] has unknown column(s) {listing(unknown)}; the model's columns are "
-                f"{listing(names)}"
-            )
-        missing = [c for c in names if c not in row]
-        if missing:
-            raise unprocessable(f"rows[{i}] lacks column(s) {listing(missing)}")
-    values = [[row[c] for c in names] for row in rows]
-    return _matrix(values, len(names), table, lambda i, j: f"rows[{i}][{names[j]!r}]")
 
 
 def check_labels(y: list, classes: list | None) -> None:

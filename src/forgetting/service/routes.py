@@ -25,19 +25,19 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, HTTPException, Path, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
+from fastapi.concurrency import run_in_threadpool
 
 from .. import __version__
 from ..store.errors import ReceiptCorrupt, StoreCorrupt, StoreError
 from .auth import token_dependency
 from .batcher import PredictBatcher
+from .body import parse_rows, read_body
 from .config import ServiceConfig
 from .convert import (
     DamagedReceipt,
     check_batch,
     check_labels,
-    check_matrix,
-    check_records,
     finite,
     jsonable,
     stored_receipt,
@@ -160,9 +160,32 @@ def _add_health(router: APIRouter, routes: _Routes) -> None:
         )
 
 
+def _body_of(model_type: type) -> dict:
+    """``openapi_extra`` documenting a body that the route reads itself (:mod:`.body`) as
+    ``model_type`` (added to the schema's components by the app)."""
+    ref = {"$ref": f"#/components/schemas/{model_type.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
 def _add_predict(router: APIRouter, routes: _Routes) -> None:
     """POST /predict, through the micro-batcher."""
     model, config, batcher, recovery = routes.model, routes.config, routes.batcher, routes.recovery
+
+    # (dependencies as defaults: under postponed annotations FastAPI resolves an annotation
+    # in the module's globals, where these closures are not)
+    async def rows(request: Request) -> np.ndarray:
+        """The body's rows, read without a Python object per number (:mod:`.body`)."""
+        text = await read_body(request)
+        X, _ = await run_in_threadpool(
+            lambda: parse_rows(
+                text,
+                n_features=model.n_features,
+                names=feature_names(model),
+                table=takes_tables(model),
+                max_batch=config.max_batch,
+            )
+        )
+        return X
 
     @router.post(
         "/predict",
@@ -170,17 +193,12 @@ def _add_predict(router: APIRouter, routes: _Routes) -> None:
         response_model_exclude_none=True,
         dependencies=routes.reads,
         responses={k: v for k, v in ERRORS.items() if k != 401 or not routes.access.open_reads},
+        openapi_extra=_body_of(PredictRequest),
         tags=["model"],
     )
-    def predict(body: PredictRequest) -> PredictResponse:
+    def predict(X: np.ndarray = Depends(rows)) -> PredictResponse:  # noqa: B008
         """Predict rows, sent as arrays (``X``) or as named records (``rows``, matched by
         column name). Reflects every forget and insert acknowledged before this request."""
-        if body.rows is not None:
-            check_batch(len(body.rows), "rows", config.max_batch)
-            X = check_records(body.rows, feature_names(model), takes_tables(model))
-        else:
-            check_batch(len(body.X), "rows", config.max_batch)
-            X = check_matrix(body.X, model.n_features, takes_tables(model))
         try:
             labels, proba = batcher(X)
         except StoreError:
@@ -237,27 +255,41 @@ def _add_writes(router: APIRouter, routes: _Routes) -> None:
             shown = reply.id_hashes[0] if reply.id_hashes else "of these ids"
             raise damaged_receipt(str(shown)[:128], err) from None
 
+    async def inserted(request: Request) -> tuple[np.ndarray, list, list]:
+        """The body's rows, labels and ids, read without a Python object per number."""
+        text = await read_body(request)
+        X, fields = await run_in_threadpool(
+            lambda: parse_rows(
+                text,
+                n_features=model.n_features,
+                names=None,
+                table=takes_tables(model),
+                max_batch=config.max_batch,
+                extra=("y", "ids"),
+            )
+        )
+        return X, fields["y"], fields["ids"]
+
     @router.post(
         "/insert",
         response_model=ReceiptResponse,
         dependencies=routes.token,
         responses=ERRORS,
+        openapi_extra=_body_of(InsertRequest),
         tags=["model"],
     )
-    def insert(body: InsertRequest) -> dict:
+    def insert(body: tuple = Depends(inserted)) -> dict:  # noqa: B008
         """Learn new labeled rows (ids must be new); the receipt is returned once durable.
 
         A classifier's labels are sent as its classes: JSON integers for integer classes
         (``1.0`` is refused), strings for string classes."""
-        n = len(body.X)
-        check_batch(max(n, len(body.y), len(body.ids)), "rows", config.max_batch)
-        if not (n == len(body.y) == len(body.ids)):
+        X, y, ids = body
+        n = len(X)
+        if not (n == len(y) == len(ids)):
             raise unprocessable(
-                f"X has {n} rows, y has {len(body.y)} labels and ids has {len(body.ids)} "
+                f"X has {n} rows, y has {len(y)} labels and ids has {len(ids)} "
                 "entries; they must match"
             )
-        X = check_matrix(body.X, model.n_features, takes_tables(model))
-        y: Any = list(body.y)
         if classification:
             check_labels(y, model.classes)
         else:
@@ -269,7 +301,7 @@ def _add_writes(router: APIRouter, routes: _Routes) -> None:
         try:
             with write_lock:
                 recovery.require_available()
-                return model.insert(as_model_input(model, X), y, list(body.ids)).to_dict()
+                return model.insert(as_model_input(model, X), y, list(ids)).to_dict()
         except StoreError:
             raise
         except (ValueError, TypeError, KeyError) as err:
