@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FAST, classification_data
 from fastapi.testclient import TestClient
 from test_service_limits import FakeModel, call_asgi
 
@@ -312,3 +313,36 @@ def test_request_memory_is_a_small_multiple_of_the_body_whatever_the_width(wide_
     assert process.poll() is None, log_path.read_text()
     assert b"MemoryError" not in log_path.read_bytes()
 
+
+# -- no error echoes a long value -----------------------------------------------------------
+
+LONG_ID = int("7" * 4000)
+ROW = [0.0, 1.0, 0.5, -0.5, 2.0, 1.5]
+
+
+@pytest.fixture(scope="module")
+def real_client(tmp_path_factory):
+    X, y = classification_data()
+    path = tmp_path_factory.mktemp("echo") / "s.db"
+    model = DurableModel.create(str(path), QSSClassifier(**FAST), X, y, list(range(len(y))))
+    yield TestClient(create_app(model, ServiceConfig(tokens=(TOKEN,))))
+    model.close()
+
+
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/forget", {"ids": [LONG_ID]}),
+        ("/forget", {"ids": [4, "u" * 500]}),
+        ("/insert", {"X": [ROW], "y": [LONG_ID], "ids": ["new"]}),
+        ("/insert", {"X": [ROW], "y": [1], "ids": [LONG_ID]}),
+        ("/predict", {"X": [ROW], "w" * 3000: 1}),
+    ],
+    ids=["forget-int", "forget-str", "insert-label", "insert-id", "predict-field"],
+)
+def test_errors_echo_at_most_40_characters_of_a_value(real_client, path, body):
+    r = real_client.post(path, json=body, headers=AUTH)
+    assert r.status_code in (404, 422), r.text
+    detail = r.json()["detail"]
+    assert "7" * 41 not in detail and "u" * 41 not in detail and "w" * 41 not in detail, detail
+    assert len(detail) < 600

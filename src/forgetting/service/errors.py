@@ -1,5 +1,9 @@
 """How failures become HTTP answers: one readable line each, never a traceback or an echo.
 
+* Every message made from a client's input or a model error is :func:`clipped`: a value in
+  it (a run of more than :data:`MAX_ECHO` characters without a space or punctuation, such as
+  a 4,000-digit id) is cut to its first :data:`MAX_ECHO` characters and ``…``.
+
 * Invalid input -> 422 with a summary and each problem's location in the request (FastAPI's
   default would echo the input, which may be huge, or NaN, which JSON cannot carry).
 * A store error -> 503 with ``Retry-After``: nothing was changed and retrying later is right.
@@ -14,6 +18,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,9 +34,20 @@ BUSY_RETRY_AFTER = 2
 RETRY_AFTER = 1
 
 
+#: The most characters of one value an error message repeats.
+MAX_ECHO = 40
+_VALUE = re.compile(r"[^\s,;()\[\]{}'\"]{" + str(MAX_ECHO + 1) + ",}")
+
+
+def clipped(message: str) -> str:
+    """``message`` with each value longer than :data:`MAX_ECHO` characters cut (module
+    docstring)."""
+    return _VALUE.sub(lambda m: m.group()[:MAX_ECHO] + "…", message)
+
+
 def unprocessable(message: str) -> HTTPException:
     """A 422: the input is invalid and nothing was changed."""
-    return HTTPException(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, detail=message)
+    return HTTPException(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, detail=clipped(message))
 
 
 def damaged_receipt(id_hash: str, why: Any) -> HTTPException:
@@ -66,6 +82,8 @@ async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
         if kind == "json_invalid":
             loc, msg = "body", f"malformed JSON: {e.get('ctx', {}).get('error', msg)}"
         errors.append({"loc": loc, "msg": msg, "type": kind})
+    for e in errors:
+        e["loc"], e["msg"] = clipped(e["loc"]), clipped(e["msg"])
     summary = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors[:5]) or "invalid request"
     if len(problems) > 5:
         summary += f"; and {len(problems) - 5} more"
@@ -76,10 +94,11 @@ async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
 
 
 def error_message(err: BaseException) -> str:
-    """The message of a model error (KeyError's str() would add quotes around it)."""
+    """The message of a model error (KeyError's str() would add quotes around it),
+    :func:`clipped`."""
     if isinstance(err, KeyError) and err.args:
-        return str(err.args[0])
-    return str(err) or type(err).__name__
+        return clipped(str(err.args[0]))
+    return clipped(str(err) or type(err).__name__)
 
 
 def store_error_response(err: BaseException) -> JSONResponse:
