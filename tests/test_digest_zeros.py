@@ -150,12 +150,6 @@ def test_qss_rows_in_another_order_have_equal_digests(regression):
     assert a.state_digest() == b.state_digest()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="QSS's schema (its partitions' thresholds) follows the sign of zero in its D° "
-    "rows: its features need making canonical where they enter (the estimators' edge and "
-    "the distributed fit's chunks), as the forest's grid and every row hash now are",
-)
 def test_qss_with_zeros_of_the_other_sign_has_equal_digests():
     from forgetting import QSSClassifier
 

@@ -31,6 +31,7 @@ from ..engine.builds import (
     chunk_bounds,
     chunk_contributions,
 )
+from ..rows.hashing import canonical_floats
 from ..schema.membership import draws as keyed_draws
 from ..schema.membership import id_bytes
 
@@ -55,7 +56,7 @@ def prepare_chunk(
         raise ValueError(f"expected 2-D features, got shape {X64.shape}")
     if not np.all(np.isfinite(X64)):
         raise ValueError("Input X contains NaN or infinity.")
-    X32 = np.ascontiguousarray(X64.astype(np.float32))
+    X32 = canonical_floats(X64.astype(np.float32))  # as the local fit: every zero +0.0
     if not np.all(np.isfinite(X32)):
         raise ValueError("X has values beyond float32 range")
     if isinstance(ids, tuple):

@@ -17,61 +17,47 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
 
 from .._parallel import PARALLEL_ROWS, map_instances, serial_map
 from .._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
 from ..content.fingerprint import Contributions
-from ..content.heads import GramCache, head_features, solve_stacked
-from ..content.tables import FlatContent, FlatTables, certified_flat_content
+from ..content.heads import GramCache, solve_stacked
+from ..content.tables import FlatContent
 from ..instance import (
     Instance,
     RowData,
     contributions_for,
     contributions_with_features,
-    empty_instance,
     schema_rows,
 )
 from ..privacy import PrivacyLedger, public_state_digest
 from ..receipts import Receipt
 from ..rows import RowStore
+from ..schema.membership import draws as keyed_draws
 from ..schema.membership import (
-    canonical_id,
-    id_bytes,
     key_fingerprint,
-    receipt_hash,
     receipt_hashes,
 )
-from ..schema.membership import draws as keyed_draws
 from ..schema.selection import schema_problem
-from ..snapshots import EngineSnapshot, InstanceSnapshot
-from . import rebuilds
-from .builds import RowWork, build_instance, build_instances, computed_by, matches_rows
+from .builds import RowWork, computed_by, matches_rows
+from .certified import CertifiedLabels
 from .config import EngineConfig, RebuildError
+from .rebuilding import Rebuilding
+from .restore import EngineSnapshots
 from .serving import combine, contents_in_jobs, encode_served, privatizer, serves_head
-from .validation import check_snapshot
 
 STATE_FORMAT = b"forgetting-state-v1"
 REMOTE_INSERT_ROWS = 4096
 """An insert of at least this many labeled rows into a model fitted on a cluster
 (``row_work`` with ``remote``: forgetting.distributed) computes its rows' contributions on the
 workers; below it, shipping the schema and the rows costs more than computing them here."""
-CERTIFIED_ROWS = 256
-"""Rows up to which :meth:`QSSEngine.certified_labels` tries to certify a prediction's
-labels (it encodes them under the engine's lock); a larger batch takes the exact route,
-whose solve its encoding then outweighs anyway."""
-SUM_ROUNDING = 2.0**-40
-"""Room, relative to the magnitudes summed, for the roundings in which two computations of
-the p-instance mean differ (an addition per instance and a division, u = 2^-53 each, in
-both): enough up to thousands of instances."""
 
 
-class QSSEngine:
+class QSSEngine(Rebuilding, CertifiedLabels, EngineSnapshots):
     """The stateful core behind QSSClassifier and QSSRegressor (no scikit-learn surface)."""
 
     def __init__(self, config: EngineConfig, key: bytes, n_features: int, target_dtype):
@@ -216,71 +202,6 @@ class QSSEngine:
                 raise
             for r, result in enumerate(built):
                 self._install(r, *result)
-
-    def _sibling_gram(
-        self, r: int, stale: Sequence[int] = ()
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        """A copy of a valid sibling's head Gram sums and fold counts, when its head takes the
-        input as given (the same integers every instance holds over the current rows): what a
-        rebuild of instance ``r`` started now adopts instead of recomputing. ``stale``: the
-        instances the change being handled hit — not yet cleared, and not updated by it, so
-        their sums are not over the current rows. Under the lock."""
-        for s, inst in enumerate(self.instances):
-            if s != r and s not in stale and inst is not None and inst.input_head:
-                return inst.head.gram.copy(), inst.head.counts.copy()
-        return None
-
-    def _build_all(self, data: RowData, each) -> list:
-        """Build every instance on ``data`` (a fit): :meth:`_build`'s results, bit for bit,
-        with the work that instances sharing an input head have in common — the head's
-        features and their Gram sums over every row — done once
-        (:func:`.builds.build_instances`). Each instance's seconds (its own
-        work and its share of the common work) go to ``rebuild_seconds``."""
-        seconds: list[float] = []
-        built = build_instances(
-            self.config.schema,
-            data,
-            range(self.config.n_instances),
-            self.config.random_state,
-            self.config.label_mode,
-            work=self._row_work,
-            each=each,
-            seconds=seconds,
-        )
-
-        def refresh(i: int) -> None:
-            started = time.perf_counter()
-            built[i][0].refresh()  # here, not in the first prediction after the fit
-            seconds[i] += time.perf_counter() - started
-
-        each(refresh, range(len(built)))
-        self.rebuild_seconds.extend(seconds)
-        return built
-
-    def _build(self, r: int, data: RowData, head_gram=None):
-        """Build instance ``r`` on ``data``: its schema from D°_r (small, trained here), then
-        every labeled row's contribution in chunks, reduced exactly.
-
-        The chunks run through the row work when one is set (:meth:`set_row_work`;
-        forgetting.distributed sets a dask one: fit and rebuilds then run on the workers) and
-        in this process otherwise,
-        one chunk at a time, so a build's transient memory is one chunk's. Chunks start at
-        multiples of the float block size, so the result equals
-        :func:`forgetting.instance.build_instance` bit for bit (tests/test_distributed.py).
-        """
-        started = time.perf_counter()
-        result = build_instance(
-            self.config.schema,
-            data,
-            r,
-            self.config.random_state,
-            self.config.label_mode,
-            work=self._row_work,
-            head_gram=head_gram,
-        )
-        result[0].refresh()  # here (a fit, or a rebuild's thread), not in the next prediction
-        self.rebuild_seconds.append(time.perf_counter() - started)
-        return result
 
     def _install(self, r: int, instance: Instance, pos, contrib: Contributions) -> None:
         # _install only receives _build results nothing else holds (a fit, a sync rebuild):
@@ -453,89 +374,6 @@ class QSSEngine:
             total = total + out
         return total / len(parts)
 
-    def certified_labels(self, X: np.ndarray) -> np.ndarray | None:
-        """Each row's index of the largest output — ``argmax`` of :meth:`predict_outputs`,
-        the first on ties — when that is certain without solving a changed head; None when it
-        is not (the caller asks :meth:`predict_outputs`).
-
-        Why: after a change, the exact outputs of an instance that serves its ridge head need
-        the head's (D, D) factorization (tens of ms at D ≈ 1000); a label does not. Where the
-        gain filter tracks the heads (content.heads.gain_filter), each such instance serves its
-        tracked weights with a bound on how far each output can be from the exact route's
-        (content.heads.certified); a row is certain when its winning class leads every other
-        by more than their bounds together — then no output the exact weights give can change
-        the winner, and the label is the refit's. Anything unsure (the head-vs-tables choice,
-        a weight's exponent, one row's margin) sends the whole call to the exact route.
-        Classification in exact or label mode, at most :data:`CERTIFIED_ROWS` rows."""
-        if self.privacy is not None or len(X) > CERTIFIED_ROWS:
-            return None
-        alpha, shrinkage = self.config.alpha, self.config.shrinkage
-        with one_blas_thread(), self._changed:
-            served = self._serving()
-            if served[0].schema.base_model.task == "regression":
-                return None
-            schemas = [inst.schema for inst in served]
-
-            def contents() -> list | None:
-                parts = []
-                for inst in served:
-                    head = inst.head
-                    if (
-                        inst.content is None
-                        and head is not None
-                        and head.solved is None
-                        and isinstance(inst.accumulators, FlatTables)
-                    ):
-                        found = certified_flat_content(inst.accumulators, alpha, shrinkage, head)
-                        if found is None:
-                            return None
-                        parts.append((inst, *found))
-                    else:  # exact: already solved, or nothing to solve
-                        parts.append((inst, self._content(inst), None))
-                return parts
-
-            def encode() -> list:
-                # the heads' inputs wherever there is a head (an instance the tables serve
-                # ignores them; with "shared-rf" they are computed once for all anyway)
-                return encode_served(schemas, X, [inst.head is not None for inst in served])[0]
-
-            if self._gram_cache.gains.behind():
-                # the choice first runs the gain filter's row updates — compiled passes that
-                # release the GIL — so the rows are encoded beside them, on the other core
-                parts, encoded = map_instances(lambda job: job(), [contents, encode])
-            else:
-                parts, encoded = contents(), encode()
-            if parts is None:
-                return None
-            total = radius = size = None
-            features: dict[int, np.ndarray] = {}  # the heads' features, once per input
-            for (inst, content, bounded), (codes, g, Z) in zip(parts, encoded, strict=True):
-                if bounded is None:
-                    out = combine(inst.schema, content, codes, g, Z)
-                    near = np.zeros_like(out)
-                else:
-                    if id(Z) not in features:
-                        features[id(Z)] = head_features(Z, np.float64)
-                    out, near = bounded.served(features[id(Z)], g)
-                scale = np.abs(g) + np.abs(out) + near
-                if total is None:
-                    total, radius, size = out, near, scale
-                else:  # summed in instance order, as predict_outputs does
-                    total, radius, size = total + out, radius + near, size + scale
-        p = len(parts)
-        outputs = total / p
-        # how far the exact outputs can be: the weights' bounds, and the rounding of the
-        # p additions and the division, which differ between the two (a few ulps of the sums)
-        radius = (radius + size * SUM_ROUNDING) / p
-        labels = np.argmax(outputs, axis=1)
-        rows = np.arange(len(outputs))
-        lead = outputs[rows, labels][:, None] - outputs
-        room = radius[rows, labels][:, None] + radius
-        lead[rows, labels] = np.inf
-        if not np.all(lead > room):
-            return None
-        return labels
-
     def _content(self, inst: Instance):
         """The instance's served content; in mode="dp" materialized from noised fold sums."""
         if self.privacy is None:
@@ -682,126 +520,6 @@ class QSSEngine:
             self._start_rebuilds(hit)
             return self.receipt("insert", "instance", id_bytes, hit, started)
 
-    # -- rebuilds ------------------------------------------------------------------------
-    def _start_rebuilds(self, hit: Sequence[int]) -> None:
-        for r in hit:
-            running = self._threads[r]
-            if (
-                self.instances[r] is None
-                and running is not None
-                and running.is_alive()
-                and self._errors[r] is None
-            ):
-                # A rebuild is in flight: when it finishes it sees that rows of its D° changed
-                # and starts over from a fresh snapshot. Starting a second one would only
-                # compete with it for the CPU.
-                continue
-            self.instances[r] = None
-            self._gram_cache.release(r)  # its head leaves the stacked solve until rebuilt
-            self._generation[r] += 1
-            if self.config.rebuild == "sync":
-                self._rebuild_now(r, hit)
-            else:
-                # The rows are copied by the rebuild's thread, in pieces (_snapshot): a copy
-                # of every row here would hold the caller, and every prediction, for as long
-                # as copying all the features takes.
-                gen = self._generation[r]
-                thread = threading.Thread(
-                    target=self._rebuild_worker,
-                    args=(r, gen),
-                    daemon=True,
-                    name=f"qss-rebuild-{r}",
-                )
-                self._threads[r] = thread
-                thread.start()
-
-    def _rebuild_now(self, r: int, stale: Sequence[int] = ()) -> None:
-        data = self._row_data(copy=False)
-        self._install(r, *self._build(r, data, self._sibling_gram(r, stale)))
-
-    def _rebuild_worker(self, r: int, gen: int) -> None:
-        """Build instance ``r`` from a snapshot of the rows (:meth:`_snapshot`, with a
-        sibling's Gram sums over the same rows when it has one) and reconcile it with the rows
-        present now; start over from a fresh snapshot when rows of its D° changed meanwhile."""
-        while True:
-            try:
-                taken = self._snapshot(r, gen)
-                if taken is None:  # superseded while copying
-                    return
-                data, head_gram, copied_at = taken
-                built = self._build(r, data, head_gram)
-                # matching rows by serial needs the snapshot's serials sorted: done here, not
-                # under the lock, when rows changed since the copy (a peek; decided below)
-                order = None if self.rows.changes == copied_at else np.argsort(data.serial)
-            except BaseException as err:  # surfaced to callers by _raise_errors
-                with self._lock:
-                    if self._generation[r] == gen:
-                        self._errors[r] = err
-                        self._changed.notify_all()
-                return
-            with self._lock:
-                if self._generation[r] != gen:
-                    return
-                if self.rows.changes == copied_at:  # the rows are the copy's, row for row
-                    self._install(r, *built)  # nothing to reconcile
-                    return
-                label_mode = self.config.label_mode
-                if rebuilds.reconcile(self.rows, r, label_mode, data, *built, order=order):
-                    self._activate(r, built[0])
-                    return
-
-    def _snapshot(self, r: int, gen: int) -> tuple[RowData, Any, int | None] | None:
-        """A private copy of the rows for a background rebuild of instance ``r``, a current
-        sibling's Gram sums when they are over exactly the copied rows (else None: the build
-        computes its own), and the row store's change count the copy is the state of (None
-        when rows changed during the copy). None when the rebuild was superseded meanwhile.
-
-        The copy is made in pieces with the lock released between them
-        (:func:`~.rebuilds.copy_in_pieces`), so forgets and predictions proceed meanwhile.
-        When nothing changed during the copy (the row store's change count) it is the state
-        of one moment, the one the sibling's Gram sums were taken at. Features on disk are
-        copied as one file, under the lock."""
-        with self._lock:
-            rows = self.rows
-            if self._generation[r] != gen:
-                return None
-            if not isinstance(rows.X, np.ndarray) or rows.size <= rebuilds.SNAPSHOT_CHUNK_ROWS:
-                return self._row_data(copy=True), self._sibling_gram(r), rows.changes
-            changes, n = rows.changes, rows.size
-            gram = self._sibling_gram(r)
-            columns = [
-                np.empty((n,) + column.shape[1:], dtype=column.dtype)
-                for column in rows.primary_columns()
-            ]
-        copied = rebuilds.copy_in_pieces(
-            self._lock, lambda: self.rows, lambda: self._generation[r] != gen, columns
-        )
-        if copied is None:
-            return None
-        with self._lock:
-            consistent = self.rows.changes == changes
-        if copied < n:
-            columns = [column[:copied] for column in columns]
-        if not consistent:
-            return RowData(*columns), None, None
-        return RowData(*columns), gram, changes
-
-    def retire(self) -> None:
-        """Abandon pending rebuilds (the estimator was refitted): their results are dropped."""
-        with self._lock:
-            for r in range(self.config.n_instances):
-                self._generation[r] += 1
-
-    def wait_for_rebuilds(self, timeout: float | None = None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._changed:
-            while self.pending_rebuilds():
-                self._raise_errors()
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"rebuilds still pending: {self.pending_rebuilds()}")
-                self._changed.wait(remaining)
-
     # -- digests and receipts ------------------------------------------------------------
     def state_digest(self) -> str:
         """SHA-256 over configuration, key fingerprint, row multiset and every schema.
@@ -847,110 +565,3 @@ class QSSEngine:
             seconds=time.perf_counter() - started,
             effective_rho=self.rows.mean_effective_rho(),
         )
-
-    # -- snapshots (the one state boundary for persistence and the store) ----------------
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the engine lock: no change, rebuild installation or prediction set-up runs
-        meanwhile. Lock order for callers that hold their own lock: theirs first, then this."""
-        with self._lock:
-            yield
-
-    def present(self, ids: Sequence) -> np.ndarray:
-        """Mask of ``ids`` held now (a lookup in the row store, under no lock: callers hold
-        :meth:`locked` when it must not change)."""
-        return self.rows.lookup(ids) >= 0
-
-    def set_install_hook(self, hook: Callable[[int], None] | None) -> None:
-        """Call ``hook(r)`` after instance r is (re)installed, under the engine lock (the
-        durable store wakes its persister with it)."""
-        self._on_install = hook
-
-    def schema_of(self, r: int) -> Any:
-        """Instance ``r``'s schema, or None while it is rebuilding."""
-        inst = self.instances[r]
-        return None if inst is None else inst.schema
-
-    def receipt_hash(self, row_id: Any) -> str:
-        """The keyed hash receipts carry for ``row_id`` (the key never leaves the engine)."""
-        return receipt_hash(self._key, id_bytes(canonical_id(row_id)))
-
-    def key_fingerprint(self) -> str:
-        return key_fingerprint(self._key)
-
-    def snapshot(
-        self,
-        ids: Sequence | None = None,
-        instances: Sequence[int] | None = None,
-        features: bool = True,
-    ) -> EngineSnapshot:
-        """The primary state: rows (all, or ``ids`` in that order) and, for each instance in
-        ``instances`` (default all) that is valid, its schema and those rows' contributions.
-
-        Instances not asked for, or rebuilding, are None. ``features=False``: the rows'
-        features left out (``RowStore.snapshot``). Call under :meth:`locked` (or after
-        :meth:`wait_for_rebuilds`) when the snapshot must match a state digest.
-        """
-        with self._lock:
-            rows = self.rows
-            pos = np.arange(rows.size) if ids is None else rows.positions_of(list(ids))
-            wanted = range(self.config.n_instances) if instances is None else set(instances)
-            labeled = pos[rows.labeled(pos)]
-            out: list[InstanceSnapshot | None] = []
-            for r, inst in enumerate(self.instances):
-                if inst is None or r not in wanted:
-                    out.append(None)
-                    continue
-                contrib = rows.contributions(r, labeled)
-                out.append(
-                    InstanceSnapshot(inst.schema, contrib.codes.copy(), contrib.residuals.copy())
-                )
-            privacy = None if self.privacy is None else self.privacy.to_dict()
-            return EngineSnapshot(rows.snapshot(pos, features), out, privacy)
-
-    @classmethod
-    def from_snapshot(cls, config: EngineConfig, key: bytes, snapshot: EngineSnapshot) -> QSSEngine:
-        """Rebuild an engine from a snapshot: the one restore path.
-
-        The snapshot is checked whole first (:func:`.validation.check_snapshot`: counts,
-        shapes, ranges and sizes against ``config``), so an inconsistent one raises
-        :class:`~forgetting.snapshots.SnapshotError` before anything is allocated or run.
-        Everything derived (draws, row hashes, contribution digests, accumulators) is
-        recomputed from the snapshot's primary data; instances without a snapshot rebuild
-        (in the background, or before returning with ``rebuild="sync"``).
-        """
-        check_snapshot(config, snapshot)
-        rows = snapshot.rows
-        engine = cls(config, key, rows.X.shape[1], rows.targets.dtype)
-        with engine._lock:
-            id_raw = [id_bytes(i) for i in rows.ids]
-            store = engine.rows
-            pos = store.append(
-                rows.ids, id_raw, rows.X, rows.targets, engine._draws(id_raw), rows.in_pool
-            )
-            labeled = pos[store.labeled(pos)]
-            for r, inst_snap in enumerate(snapshot.instances):
-                if inst_snap is None:
-                    continue
-                contrib = Contributions.of(
-                    store.row_hash[labeled], inst_snap.codes, inst_snap.residuals
-                )
-                inst = empty_instance(config.schema, inst_snap.schema)
-                inst.add_rows(contrib, store.folds(labeled), store.X[labeled])
-                inst.refresh()  # a load pays the tables' totals, not the first prediction
-                engine._share(r, inst)
-                engine.instances[r] = inst
-                store.set_instance_rows(r, labeled, contrib)
-            if snapshot.privacy is not None:
-                engine.privacy = PrivacyLedger.from_dict(snapshot.privacy)
-            engine._start_rebuilds(engine.pending_rebuilds())  # every instance not restored
-        return engine
-
-    # -- pickling: locks and threads are rebuilt, pending rebuilds finish first ----------
-    def __getstate__(self) -> dict[str, Any]:
-        self.wait_for_rebuilds()
-        return {"config": self.config, "key": self._key, "snapshot": self.snapshot()}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        restored = QSSEngine.from_snapshot(state["config"], state["key"], state["snapshot"])
-        self.__dict__.update(restored.__dict__)

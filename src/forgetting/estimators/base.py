@@ -40,6 +40,7 @@ from .._masked_repr import MaskedKeyRepr
 from ..ids import listing, normalize_ids
 from ..persistence import load_model, save_model
 from ..receipts import Receipt
+from ..rows.hashing import canonical_floats
 from ..schema.membership import derive_key, id_bytes, key_fingerprint
 from ..snapshots import ModelSnapshot, SnapshotError
 
@@ -119,7 +120,7 @@ class UnlearningEstimator(MaskedKeyRepr, BaseEstimator):
             and X.shape[1] == self.n_features_in_
             and "feature_names_in_" not in self.__dict__
         ):
-            X32 = X.astype(np.float32)  # a copy: C-contiguous, never the caller's array
+            X32 = canonical_floats(X.astype(np.float32))  # a copy, C order; ±0 as +0
             if self._missing_values:
                 if not np.isinf(X32).any():
                     return X32

@@ -28,6 +28,7 @@ from ..engine.validation import check_rows
 from ..forest.config import ForestConfig, fit_bytes
 from ..forest.core import MAX_REGRESSION_ROWS
 from ..forest.engine import ForestEngine
+from ..rows.hashing import canonical_floats
 from ..snapshots import SnapshotError, memory_budget
 from .base import UnlearningEstimator
 from .targets import ClassifierTargets, RegressorTargets
@@ -176,10 +177,10 @@ class _ExactForestBase(UnlearningEstimator):
         A DataFrame's pandas ``category`` columns become their codes (:meth:`_category_codes`)."""
         X = self._category_codes(X, reset=reset)
         X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
-        X32 = X.astype(np.float32)
+        X32 = canonical_floats(X.astype(np.float32))  # ±0 as +0, one NaN
         if np.isinf(X32).any():
             raise ValueError("X has values beyond float32 range; NaN marks a missing value")
-        return np.ascontiguousarray(X32)
+        return X32
 
     def _category_codes(self, X: Any, *, reset: bool) -> Any:
         """A DataFrame's ``category`` columns as float codes in the order of their dtype's

@@ -34,6 +34,7 @@ from ..parameters import PARAMETER_CONSTRAINTS, check_params, engine_config, res
 from ..preprocessing.frames import wants_encoding
 from ..privacy import PrivacyReport
 from ..receipts import Receipt
+from ..rows.hashing import canonical_floats
 from ..snapshots import ModelSnapshot, SnapshotError
 from .base import UnlearningEstimator
 from .tables import RawTables, _float32
@@ -119,14 +120,15 @@ class _QSSBase(RawTables, UnlearningEstimator):
         check_params(self.get_params(deep=False), self._task)
 
     def _validate_X(self, X: Any, *, reset: bool) -> np.ndarray:
-        """Dense, finite, float32 features (the precision rows are stored and hashed in)."""
+        """Dense, finite, float32 features (the precision rows are stored and hashed in),
+        every zero +0.0: a value, not its bits, decides the schema and the digest."""
         X = validate_data(
             self, X, reset=reset, dtype=np.float64, ensure_min_samples=1, ensure_all_finite=True
         )
-        X32 = X.astype(np.float32)
+        X32 = canonical_floats(X.astype(np.float32))
         if not np.all(np.isfinite(X32)):
             raise ValueError("X has values beyond float32 range")
-        return np.ascontiguousarray(X32)
+        return X32
 
     def _check_X(self, X: Any) -> np.ndarray:
         """Features for a fitted model; a table model encodes its raw DataFrame first."""

@@ -20,6 +20,7 @@ import numpy as np
 from ..ids import listing, normalize_ids
 from ..preprocessing.frames import FrameEncoding
 from ..receipts import Receipt
+from ..rows.hashing import canonical_floats
 from ..schema.membership import derive_key
 from ..snapshots import SnapshotError
 
@@ -131,8 +132,8 @@ class RawTables:
 
 
 def _float32(X: np.ndarray) -> np.ndarray:
-    """An encoded table as the engine stores rows: float32, finite."""
-    X32 = np.ascontiguousarray(X, dtype=np.float32)
+    """An encoded table as the engine stores rows: float32, finite, every zero +0.0."""
+    X32 = canonical_floats(np.asarray(X, dtype=np.float32))
     if not np.all(np.isfinite(X32)):
         raise ValueError("X has values beyond float32 range")
     return X32
