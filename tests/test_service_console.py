@@ -278,3 +278,87 @@ def test_health_shows_the_dp_budget_spent(tmp_path):
         assert f"composed ε = {composed:.3f}" in page and "dp" in page
     finally:
         model.close()
+
+
+# -- sign-in under load (issue 73) ------------------------------------------------------------
+
+
+def test_anonymous_visits_cannot_expire_a_pending_sign_in(console):
+    """520 anonymous GET / used to evict the operator's pre-sign-in session (a pool of 512),
+    whose correct token then met "form expired". Twice the pool's size now: nothing is kept
+    for them, and the operator's form still signs in."""
+    from forgetting.service.console import MAX_SESSIONS
+
+    _, client, _ = console
+    form = client.get("/")
+    state = client.app.state.console
+    for _ in range(2 * MAX_SESSIONS + 10):
+        assert TestClient(client.app).get("/").status_code == 200
+    assert len(state.sessions) == 0
+    r = client.post("/console/login", data={"token": TOKEN, "csrf": csrf_of(form.text)})
+    assert r.status_code == 200 and "Find a person" in r.text
+    assert len(state.sessions) == 1
+
+
+def test_a_sign_in_form_is_tied_to_its_browser_and_expires(console):
+    _, client, _ = console
+    state = client.app.state.console
+    now = [1000.0]
+    state.forms.clock = lambda: now[0]
+    form = csrf_of(client.get("/").text)
+    other = TestClient(client.app)
+    other.get("/")
+    stolen = other.post("/console/login", data={"token": TOKEN, "csrf": form})
+    assert stolen.status_code == 403 and "nothing was changed" in stolen.text
+    now[0] += state.forms.lifetime + 1
+    late = client.post("/console/login", data={"token": TOKEN, "csrf": form})
+    assert late.status_code == 403 and "expired" in late.text
+    fresh = csrf_of(client.get("/").text)
+    r = client.post("/console/login", data={"token": TOKEN, "csrf": fresh})
+    assert r.status_code == 200 and "Find a person" in r.text
+
+
+def _attempt(client: TestClient, token: str):
+    form = csrf_of(client.get("/").text)
+    return client.post("/console/login", data={"token": token, "csrf": form})
+
+
+def test_failed_sign_ins_are_limited_per_address_then_overall(console):
+    from forgetting.service.signin import OVERALL, PER_ADDRESS
+
+    _, client, _ = console
+    limiter = client.app.state.console.limiter
+    now = [50.0]
+    limiter.clock = lambda: now[0]
+    guesser = TestClient(client.app, client=("203.0.113.7", 4000))
+    for _ in range(PER_ADDRESS):
+        assert _attempt(guesser, "x" * 32).status_code == 401
+    held = _attempt(guesser, TOKEN)  # even the right token waits: it is not looked at
+    assert held.status_code == 429 and "from this address" in held.text
+    assert held.headers["Retry-After"] == str(int(limiter.window))
+    operator = TestClient(client.app, client=("198.51.100.1", 4000))
+    assert _attempt(operator, TOKEN).status_code == 200  # another address is not held
+    now[0] += limiter.window
+    assert _attempt(guesser, TOKEN).status_code == 200  # a window later it may try again
+    # overall: failures from many addresses hold every address for a window
+    for i in range(OVERALL):
+        assert (
+            _attempt(TestClient(client.app, client=(f"10.0.{i}.1", 1)), "y" * 32).status_code == 401
+        )
+    late = _attempt(TestClient(client.app, client=("192.0.2.99", 1)), TOKEN)
+    assert late.status_code == 429 and "on this service" in late.text
+    assert limiter.refused == 2
+
+
+def test_the_limiter_remembers_a_bounded_number_of_addresses():
+    from forgetting.service.signin import SignInLimiter
+
+    now = [0.0]
+    limiter = SignInLimiter(per_address=2, overall=10**6, window=60, max_addresses=100)
+    limiter.clock = lambda: now[0]
+    for i in range(1000):
+        limiter.failed(f"a{i}")
+        now[0] += 0.001
+    assert len(limiter._by_address) <= 100
+    limiter.failed("a999")
+    assert limiter.wait("a999") is not None and limiter.wait("a0") is None

@@ -10,10 +10,12 @@ Security, and why:
 * **Sign-in** takes one of the service's bearer tokens and opens a server-side session: the
   cookie holds only a random session id (``HttpOnly``: no script reads it; ``SameSite=Strict``:
   no other site's page sends it; ``Secure`` over HTTPS). The id is replaced at sign-in, so a
-  session id planted before it is worth nothing.
-* **CSRF.** Every form that changes state (sign-in, sign-out, deletion, verify) carries the
-  session's random token in a hidden field, compared in constant time; a POST without it
-  changes nothing (403).
+  session id planted before it is worth nothing. Before it nothing is kept on the server:
+  the sign-in form is stateless and failed sign-ins are rate-limited (:mod:`.signin`), so no
+  number of anonymous visits can expire an operator's pending sign-in.
+* **CSRF.** Every form that changes state (sign-in, sign-out, deletion, verify) carries a
+  token in a hidden field, compared in constant time: the session's random one, or for
+  sign-in one signed for the browser's cookie; a POST without it changes nothing (403).
 * **Hashes** of ids are shown only to a signed-in session, like the API's receipt log.
 * **Escaping.** Templates are Jinja2 with autoescaping on: an id or a CSV cell is text, never
   markup.
@@ -28,6 +30,8 @@ from __future__ import annotations
 import csv
 import hmac
 import io
+import math
+import re
 import secrets
 import threading
 import time
@@ -47,20 +51,24 @@ from ..store.receipt_log import ReceiptFilter, csv_lines, json_chunks, parse_tim
 from .auth import token_matches
 from .config import ServiceConfig
 from .convert import DamagedReceipt, stored_receipt
-from .errors import error_message
+from .errors import clipped, error_message
 from .model import ServableModel
 from .recovery import Recovery, one_line
+from .signin import SignInForms, SignInLimiter, new_binding
 
 #: The session cookie's name.
 COOKIE = "forgetting_console"
 #: How long a signed-in session lasts without use, in seconds.
 SESSION_IDLE = 8 * 3600
-#: The most sessions held at once (anonymous ones are dropped first, oldest first).
+#: The most signed-in sessions held at once (the one used longest ago is dropped first; only
+#: a correct token opens one).
 MAX_SESSIONS = 512
 #: Rows per page of the request log.
 PAGE = 50
 #: Where the console's stylesheet is served.
 CSS_PATH = "/console/assets/console.css"
+#: A cookie value a sign-in form may be tied to (what :func:`.signin.new_binding` makes).
+_BINDING = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
 @dataclass
@@ -73,11 +81,15 @@ class Session:
 
 
 class Sessions:
-    """Server-side sessions by random id, bounded in number and idle time."""
+    """Signed-in sessions by random id, bounded in number and idle time (an anonymous visitor
+    has none: :mod:`.signin`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_id: dict[str, Session] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
 
     def get(self, sid: str | None) -> Session | None:
         if not sid:
@@ -92,12 +104,14 @@ class Sessions:
             session.seen = time.monotonic()
             return session
 
-    def new(self, *, signed_in: bool = False) -> tuple[str, Session]:
+    def new(self) -> tuple[str, Session]:
+        """Open a signed-in session."""
         sid = secrets.token_urlsafe(32)
-        session = Session(signed_in=signed_in)
+        session = Session(signed_in=True)
         with self._lock:
             if len(self._by_id) >= MAX_SESSIONS:
-                self._evict()
+                oldest = min(self._by_id, key=lambda k: self._by_id[k].seen)
+                del self._by_id[oldest]
             self._by_id[sid] = session
         return sid, session
 
@@ -105,11 +119,15 @@ class Sessions:
         with self._lock:
             self._by_id.pop(sid or "", None)
 
-    def _evict(self) -> None:
-        """Drop the oldest anonymous session, else the oldest one (under the lock)."""
-        pool = [k for k, s in self._by_id.items() if not s.signed_in] or list(self._by_id)
-        oldest = min(pool, key=lambda k: self._by_id[k].seen)
-        del self._by_id[oldest]
+
+@dataclass
+class ConsoleState:
+    """What the console keeps, on ``app.state.console``: the signed-in sessions, the
+    sign-in forms and the limit on failed sign-ins."""
+
+    sessions: Sessions
+    forms: SignInForms
+    limiter: SignInLimiter
 
 
 class VerifyJob:
@@ -181,6 +199,9 @@ def add_console(
     """Serve the console's pages on ``app`` (none in the OpenAPI schema)."""
     templates = _templates()
     sessions = Sessions()
+    forms = SignInForms()
+    limiter = SignInLimiter()
+    app.state.console = ConsoleState(sessions, forms, limiter)
     verify_job = VerifyJob(model)
     last_rebuild = LastRebuild(model)
     css = resources.files(__package__).joinpath("static", "console.css").read_bytes()
@@ -241,32 +262,51 @@ def add_console(
             "changed. Reload the page and try again.",
         )
 
+    def sign_in_page(
+        request: Request, binding: str, code: int = 200, error: str | None = None
+    ) -> HTMLResponse:
+        form = Session(csrf=forms.issue(binding))  # rendered only, not kept
+        return page(request, "login.html", form, code=code, error=error)
+
     @app.get("/", include_in_schema=False)
     def home(request: Request) -> Response:
         sid, session = current(request)
         if session is not None and session.signed_in:
             return RedirectResponse("/console/find", status_code=status.HTTP_303_SEE_OTHER)
-        if session is None:
-            sid, session = sessions.new()
-        response = page(request, "login.html", session)
-        set_cookie(response, request, sid)
+        binding = sid if sid and _BINDING.fullmatch(sid) else new_binding()
+        response = sign_in_page(request, binding)
+        set_cookie(response, request, binding)
         return response
 
     @app.post("/console/login", include_in_schema=False)
     def login(request: Request, token: str = Form(""), csrf: str = Form("")) -> Response:
-        sid, session = current(request)
-        if not csrf_ok(session, csrf):
-            return refused(request, session)
-        if not token or not token_matches(token, config.tokens):
-            return page(
+        binding = request.cookies.get(COOKIE)
+        if not forms.valid(binding, csrf):
+            return refused(request, None)
+        address = request.client.host if request.client else "unknown"
+        held = limiter.wait(address)
+        if held is not None:
+            seconds, whose = held
+            retry = max(1, math.ceil(seconds))
+            where = "from this address" if whose == "address" else "on this service"
+            response = sign_in_page(
                 request,
-                "login.html",
-                session,
+                binding,
+                code=status.HTTP_429_TOO_MANY_REQUESTS,
+                error=f"Too many failed sign-ins {where}: try again in {retry} s.",
+            )
+            response.headers["Retry-After"] = str(retry)
+            return response
+        if not token or not token_matches(token, config.tokens):
+            limiter.failed(address)
+            return sign_in_page(
+                request,
+                binding,
                 code=status.HTTP_401_UNAUTHORIZED,
                 error="That token is not one of the service's tokens.",
             )
-        sessions.drop(sid)  # a fresh id at sign-in: a planted one is worthless
-        new_sid, _ = sessions.new(signed_in=True)
+        sessions.drop(binding)  # a fresh id at sign-in: a planted one is worthless
+        new_sid, _ = sessions.new()
         response = RedirectResponse("/console/find", status_code=status.HTTP_303_SEE_OTHER)
         set_cookie(response, request, new_sid)
         return response
@@ -298,7 +338,7 @@ def add_console(
                 except (StoreCorrupt, DamagedReceipt, RecursionError) as err:
                     context["error"] = f"A receipt of this id is damaged: {one_line(err, 200)}"
                 except (TypeError, ValueError) as err:
-                    context["error"] = f"id: {one_line(err, 200)}"
+                    context["error"] = f"id: {clipped(one_line(err, 200))}"
         return page(request, "find.html", session, **context)
 
     def log_filter(query: dict[str, str]) -> ReceiptFilter:
@@ -414,7 +454,9 @@ def add_console(
             for raw in ids:
                 parse_id(raw, id_type)
         except (TypeError, ValueError) as err:
-            return page(request, "forget.html", session, code=422, active="forget", error=str(err))
+            return page(
+                request, "forget.html", session, code=422, active="forget", error=clipped(str(err))
+            )
         return page(request, "confirm.html", session, active="forget", ids=ids, id_type=id_type)
 
     @app.post("/console/forget", include_in_schema=False)
@@ -435,7 +477,9 @@ def add_console(
             ids = list(ids)
             parsed = [parse_id(v, id_type) for v in ids]
         except (TypeError, ValueError) as err:
-            return page(request, "forget.html", session, code=422, active="forget", error=str(err))
+            return page(
+                request, "forget.html", session, code=422, active="forget", error=clipped(str(err))
+            )
         try:
             with write_lock:
                 recovery.require_available()
@@ -453,7 +497,9 @@ def add_console(
                 error=f"Nothing was forgotten: {error_message(err)}",
             )
         except (ValueError, TypeError, DamagedReceipt) as err:
-            return page(request, "forget.html", session, code=422, active="forget", error=str(err))
+            return page(
+                request, "forget.html", session, code=422, active="forget", error=clipped(str(err))
+            )
         return page(request, "receipt.html", session, active="forget", receipt=receipt, ids=ids)
 
     @app.get("/console/health", include_in_schema=False)
