@@ -15,6 +15,10 @@ Safety rules enforced here:
   same lock; it is taken by the writing session itself, so a killed writer's last commit
   lands first. A second writer gets :class:`StoreBusy` naming the holder, instead of
   silently writing behind a running server's back.
+* **The database holds the store's tables only**: every open compares the catalogue with
+  what the library writes before it reads a table, and a read or write checks again once
+  the schema changed (:meth:`Connection._guard`; :mod:`.catalogue`), so a planted trigger,
+  view or extra table is refused, never run or read.
 * **Read-only opens change nothing**: SQLite is opened with ``mode=ro`` (``immutable=1`` in a
   read-only directory, where no writer can exist), PostgreSQL with read-only transactions;
   no lock is taken and no file is created.
@@ -44,9 +48,10 @@ from .locks import StoreLock, check_location, os_error, resolved
 BUSY_TIMEOUT_S = 5.0
 """How long a statement waits for a lock held by another connection before failing."""
 CHECKPOINT_TRIES = 3
-SQLITE_PRAGMAS = ["journal_mode=WAL", "synchronous=FULL", "secure_delete=ON"]
+SQLITE_PRAGMAS = ["journal_mode=WAL", "synchronous=FULL", "secure_delete=ON", "trusted_schema=OFF"]
 """Set on every writable SQLite connection (tests append e.g. ``max_page_count`` to simulate a
-full disk)."""
+full disk). ``trusted_schema=OFF`` (read-only connections too): no function with side effects
+runs from the schema, a second guard behind the catalogue check."""
 PG_LOCK_GRACE_S = 5.0
 """How long a PostgreSQL writer waits for a lock still held by a crashed writer's session."""
 
@@ -148,6 +153,13 @@ class Connection:
         which the creator's locks cover)."""
         self.location = location
         self.read_only = read_only
+        self._creating = create
+        """A store being created: its tables are not there yet to check (the creation
+        checks them once written: :meth:`.sql.SQLStore.create_tables`)."""
+        self._schema_cookie: int | None = None
+        """SQLite writer: the schema version its catalogue was last checked at."""
+        self._checked_session: Any = None
+        """PostgreSQL: the session whose catalogue was checked (once per session)."""
         self._lock: StoreLock | None = None
         self._schema_oid: int | None = None
         """PostgreSQL: the schema the store's tables resolve to (:meth:`_pin_schema`)."""
@@ -160,6 +172,12 @@ class Connection:
             self._open_postgres()
         else:
             self._open_sqlite(Path(location), create, lock)
+        if not create:
+            try:  # the catalogue, before anything reads a table
+                self.read(lambda cur: None, "opening the store")
+            except BaseException:
+                self.close()
+                raise
 
     # -- connecting ----------------------------------------------------------------------
     def _open_sqlite(self, path: Path, create: bool, lock: bool | StoreLock) -> None:
@@ -371,6 +389,30 @@ class Connection:
             "open read-only for inspect/verify"
         )
 
+    def check_catalogue(self, cur) -> None:
+        """Refuse a database holding anything but the store's tables
+        (:meth:`.sql.SQLStore.check_catalogue`); nothing to check for a bare connection."""
+
+    def _guard(self, cur) -> None:
+        """Check the catalogue at the start of a read or write transaction, before ``cur``
+        reads a table: on each read-only SQLite connection (a new one per read), on a SQLite
+        writer whenever the schema version moved since its last check (someone changed the
+        schema behind its back; SQLite itself re-reads the schema on that version), and
+        once per PostgreSQL session (at open and after a reconnect)."""
+        if self._creating:
+            return
+        if self.dialect is POSTGRES:
+            if self._checked_session is not self._conn:
+                self.check_catalogue(cur)
+                self._checked_session = self._conn
+        elif self.read_only:
+            self.check_catalogue(cur)
+        else:
+            cookie = cur.execute("PRAGMA schema_version").fetchone()[0]
+            if cookie != self._schema_cookie:
+                self.check_catalogue(cur)
+                self._schema_cookie = cookie
+
     def reloaded(self) -> None:
         """The model is being rebuilt from a read just made: writes may go again after a
         retaken writer lock (:meth:`_reconnect`)."""
@@ -402,6 +444,7 @@ class Connection:
         try:
             if self.dialect is SQLITE:
                 cur.execute("BEGIN IMMEDIATE")
+            self._guard(cur)
             yield cur
             self._conn.commit()
         except BaseException as err:
@@ -433,6 +476,7 @@ class Connection:
             uri += "&immutable=1"
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute("PRAGMA trusted_schema=OFF")
         return conn, fingerprint
 
     def _files_fingerprint(self) -> tuple:
@@ -441,9 +485,10 @@ class Connection:
         st = path.stat()
         return (st.st_ino, st.st_size, st.st_mtime_ns, wal.exists())
 
-    def read(self, fn, doing: str = "reading the store") -> Any:
+    def read(self, fn, doing: str = "reading the store", *, check: bool = True) -> Any:
         """Run ``fn(cursor)`` in one read transaction (a consistent view even while another
-        process writes); driver errors become store errors."""
+        process writes), the catalogue checked first (:meth:`_guard`; ``check=False`` for a
+        reader of the catalogue itself); driver errors become store errors."""
         errors = driver_errors()
         if self.dialect is SQLITE and self.read_only:
             for attempt in range(2):
@@ -454,6 +499,8 @@ class Connection:
                 try:
                     cur = conn.cursor()
                     cur.execute("BEGIN")
+                    if check:
+                        self._guard(cur)
                     out = fn(cur)
                     cur.execute("COMMIT")
                 except errors as err:
@@ -471,6 +518,8 @@ class Connection:
                 cur.execute("BEGIN")
             else:
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            if check:
+                self._guard(cur)
             out = fn(cur)
             if self.dialect is SQLITE:
                 cur.execute("COMMIT")

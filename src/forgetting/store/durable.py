@@ -279,9 +279,21 @@ class DurableModel(StoreReads):
         restores instances from, and a read ignores those of no row: ``problems`` lists, one
         line each, orphan contributions, labeled rows missing theirs under a stored schema
         and stale ones (:meth:`SQLStore.contribution_problems`). ``ok`` needs equal digests
-        and no problem.
+        and no problem. What the database holds besides the store's tables
+        (:meth:`SQLStore.schema_problems`) is reported first, and then nothing is refit.
         """
         started = time.perf_counter()
+        with self._lock:  # the catalogue first: a foreign object could act on any read
+            foreign = self._store.schema_problems()
+        if foreign:
+            return {
+                "ok": False,
+                "state_digest": self.state_digest(),
+                "refit_digest": None,
+                "problems": foreign,
+                "n_rows": self.estimator.n_rows_,
+                "seconds": time.perf_counter() - started,
+            }
         if self._store.read_only:
             # Another process may write meanwhile: compare against one consistent read (the
             # store's model and its rows from the same transaction), adopted as a reload.

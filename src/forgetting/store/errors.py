@@ -25,6 +25,14 @@ class StoreCorrupt(StoreError, ValueError):
     """The store's contents are unreadable or fail their integrity checks (tampered?)."""
 
 
+class StoreTampered(StoreCorrupt):
+    """The database holds objects the library never writes — a trigger, view, rule, policy,
+    extra table, column, index or meta entry, a table defined otherwise — or, in
+    PostgreSQL, the store's schema holds objects of its own: refused before any table is
+    read, since such an object acts on its own (a trigger keeping forgotten rows, a view that
+    never returns)."""
+
+
 class ReceiptCorrupt(StoreCorrupt):
     """A stored receipt is unreadable: the rows and model may be sound, but the evidence of
     a past change was altered (the service answers 409 rather than "retry later")."""

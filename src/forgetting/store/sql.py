@@ -22,6 +22,11 @@ empties a table without a ``WHERE`` page by page), and a rebuilt instance is wri
 inserts into it. A v2 store is converted on its first writable open, in one transaction
 (:meth:`SQLStore.upgrade`), and read as it is by read-only opens.
 
+**Nothing but these tables**: the tables are declared once in :mod:`.catalogue`, which
+:meth:`SQLStore.create_tables` executes and every open compares the database's catalogue with
+before it reads a table (:meth:`SQLStore.check_catalogue`): a trigger, view or other object
+planted in the database is refused, never run.
+
 **No code from data**: structured values are written with :mod:`forgetting.io.model_format`
 (arrays + JSON, allowlisted types), never pickled.
 """
@@ -31,6 +36,22 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from .catalogue import (
+    FIXED_TABLES,
+    FORMAT,
+    FORMAT_V2,
+    INDEXES,
+    TABLES,
+    Found,
+    content_problems,
+    contrib_instance,
+    contrib_table,
+    contrib_table_spec,
+    index_sql,
+    layout_problems,
+    postgres_catalogue,
+    sqlite_catalogue,
+)
 from .connection import (
     POSTGRES,
     SQLITE,
@@ -39,25 +60,15 @@ from .connection import (
     driver_errors,
     store_error,
 )
-from .errors import ReceiptCorrupt, StoreCorrupt, StoreError
+from .errors import ReceiptCorrupt, StoreCorrupt, StoreError, StoreTampered
 from .locks import StoreLock
 
-FORMAT = "forgetting-store-v3"
-"""v1 stores held pickles; they are refused (opening one could run code). v2 stores (the
-contributions as columns of ``rows``) are read, and converted by a writable open."""
-FORMAT_V2 = "forgetting-store-v2"
-TABLES = ("meta", "rows", "schemas", "receipts", "receipt_ids")
-"""The fixed tables; besides them, one ``contrib_r`` per instance (:func:`contrib_table`)."""
-
-
-def contrib_table(instance: int) -> str:
-    """The table of instance ``instance``'s contributions (id_key → blob)."""
-    return f"contrib_{int(instance)}"
+__all__ = ["FORMAT", "FORMAT_V2", "TABLES", "SQLStore", "contrib_table", "is_contrib_table"]
 
 
 def is_contrib_table(name: str) -> bool:
     """Whether ``name`` is a :func:`contrib_table` name (digits only after the prefix)."""
-    return name.startswith("contrib_") and name.removeprefix("contrib_").isdigit()
+    return contrib_instance(name) is not None
 
 
 class SQLStore(Connection):
@@ -86,19 +97,13 @@ class SQLStore(Connection):
             self.execute(cur, f"DROP TABLE IF EXISTS {table}")
         self.n_instances = n_instances
         self.format = FORMAT
-        self.execute(cur, f"CREATE TABLE meta (name TEXT PRIMARY KEY, value {d.blob})")
-        self.execute(
-            cur,
-            f"CREATE TABLE rows (id_key {d.blob} PRIMARY KEY, seq BIGINT NOT NULL, "
-            f"features {d.blob} NOT NULL, target {d.real}, in_pool INTEGER NOT NULL)",
-        )
-        self.execute(cur, "CREATE INDEX rows_seq ON rows (seq)")
-        for r in range(n_instances):
-            self._create_contrib_table(cur, r)
-        self.execute(cur, f"CREATE TABLE schemas (instance INTEGER PRIMARY KEY, body {d.blob})")
-        self.execute(cur, f"CREATE TABLE receipts (seq {d.serial_pk}, body TEXT NOT NULL)")
-        self.execute(cur, "CREATE TABLE receipt_ids (id_hash TEXT NOT NULL, seq BIGINT)")
-        self.execute(cur, "CREATE INDEX receipt_ids_hash ON receipt_ids (id_hash)")
+        for table in FIXED_TABLES:  # the catalogue an open compares with (catalogue.py)
+            self.execute(cur, table.sql(d))
+            if table.name == "rows":
+                for r in range(n_instances):
+                    self._create_contrib_table(cur, r)
+        for index in INDEXES:
+            self.execute(cur, index_sql(index))
         self.executemany(
             cur,
             "INSERT INTO meta (name, value) VALUES (?, ?)",
@@ -110,15 +115,14 @@ class SQLStore(Connection):
             "INSERT INTO schemas (instance, body) VALUES (?, NULL)",
             [(r,) for r in range(n_instances)],
         )
+        # A PostgreSQL schema holding objects of its own cannot be a store: the next open
+        # would refuse it (a new SQLite file holds nothing else).
+        self.check_catalogue(cur)
+        self._creating = False
 
     def _create_contrib_table(self, cur, instance: int) -> None:
         # WITHOUT ROWID: the id_key is the b-tree's key, stored once (SQLite)
-        rowid = " WITHOUT ROWID" if self.dialect is SQLITE else ""
-        self.execute(
-            cur,
-            f"CREATE TABLE {contrib_table(instance)} (id_key {self.dialect.blob} PRIMARY KEY, "
-            f"blob {self.dialect.blob} NOT NULL){rowid}",
-        )
+        self.execute(cur, contrib_table_spec(instance).sql(self.dialect))
 
     def _contrib_tables(self, cur) -> list[str]:
         """The contrib_r tables present (any r), read from the catalog."""
@@ -371,14 +375,84 @@ class SQLStore(Connection):
             ) from None
         return receipt
 
+    # -- the catalogue -------------------------------------------------------------------
+    def check_catalogue(self, cur) -> None:
+        """Refuse a database that holds anything but the store's tables as the library
+        writes them (:mod:`.catalogue`), reading the catalogue before any table: one
+        :class:`StoreTampered` line naming what is foreign. Called by every open, and again
+        by each read or write once the schema changed (:meth:`Connection._guard`)."""
+        found = self._catalogue(cur)
+        where = describe(self.location)
+        if not found.has_meta:
+            raise StoreCorrupt(
+                f"{where} is not a forgetting store (no meta table); create one with "
+                "`forgetting fit`"
+            )
+        if found.problems:
+            acting = ("view ", "materialized view ", "trigger ", "rule ", "policy ")
+            problems = sorted(found.problems, key=lambda p: not p.startswith(acting))
+            shown = "; ".join(problems[:3])
+            if len(problems) > 3:
+                shown += f"; and {len(problems) - 3} more"
+            hint = (
+                "drop it, or keep the store in a schema of its own"
+                if self.dialect is POSTGRES
+                else "remove it (e.g. with sqlite3) or restore a backup"
+            )
+            raise StoreTampered(
+                f"{where}: {shown} — the database holds what the library never writes "
+                f"(tampered?), so none of it was read; {hint}"
+            )
+
+    def schema_problems(self) -> list[str]:
+        """What the database holds besides the store's tables as the library writes them,
+        one line each (empty for a sound store), and for SQLite what its ``quick_check``
+        finds in the file's pages. The verifiers (:meth:`DurableModel.verify`,
+        :meth:`DurableForest.verify`) report them before reading any table."""
+
+        def check(cur) -> list[str]:
+            problems = list(self._catalogue(cur).problems)
+            if self.dialect is SQLITE and not problems:
+                rows = self.execute(cur, "PRAGMA quick_check(5)").fetchall()
+                problems += [
+                    f"SQLite's quick_check: {' '.join(str(r[0]).split())[:160]}"
+                    for r in rows
+                    if r[0] != "ok"
+                ]
+            return problems
+
+        return self.read(check, "checking the store's tables", check=False)
+
+    def _catalogue(self, cur) -> Found:
+        """The catalogue's problems, then (once it holds only the library's tables, so that
+        reading them runs nothing) those that depend on meta: the contribution tables or
+        columns against n_instances, meta entries and SQLite's sequence rows."""
+        if self.dialect is SQLITE:
+            found = sqlite_catalogue(lambda query: self.execute(cur, query).fetchall())
+        else:
+            found = postgres_catalogue(
+                lambda query, params: cur.execute(query, params).fetchall(), self._schema_oid
+            )
+        if found.problems or not found.has_meta:
+            return found
+        meta = self.meta(cur)
+        found.problems += layout_problems(found, self.n_instances, self.format == FORMAT_V2)
+        sequences = []
+        if "sqlite_sequence" in found.tables:
+            query = "SELECT name FROM sqlite_sequence"
+            sequences = [name for (name,) in self.execute(cur, query).fetchall()]
+        found.problems += content_problems(meta, sequences)
+        return found
+
     # -- audits -------------------------------------------------------------------------
     def contribution_problems(self) -> list[str]:
         """What the contributions hold that the rows and schemas do not explain, one line per
         defect (empty for a sound store), read in one transaction: contributions of no
         labeled row (orphans, e.g. of a row deleted behind a writer's back), labeled rows
         without their contribution to an instance whose schema is stored (missing), any
-        contribution of an instance stored without a schema (stale), and contribution tables
-        of no instance. :meth:`~forgetting.store.durable.DurableModel.verify` reports them.
+        contribution of an instance stored without a schema (stale); a contribution table of
+        no instance is foreign to the catalogue (:meth:`schema_problems`).
+        :meth:`~forgetting.store.durable.DurableModel.verify` reports them.
         """
 
         def check(cur) -> list[str]:
@@ -390,13 +464,6 @@ class SQLStore(Connection):
             problems = []
             for r in range(self.n_instances):
                 problems += self._contribution_problems(cur, r, r in has_schema)
-            if self.format != FORMAT_V2:
-                for table in self._contrib_tables(cur):
-                    if int(table.removeprefix("contrib_")) >= self.n_instances:
-                        problems.append(
-                            f"table {table}: a contribution table of no instance "
-                            f"(n_instances is {self.n_instances})"
-                        )
             return problems
 
         return self.read(check, "checking the contributions")
