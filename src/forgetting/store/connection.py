@@ -19,6 +19,9 @@ Safety rules enforced here:
   what the library writes before it reads a table, and a read or write checks again once
   the schema changed (:meth:`Connection._guard`; :mod:`.catalogue`), so a planted trigger,
   view or extra table is refused, never run or read.
+* **Files only their owner reads**: a new SQLite store file is created mode 0600 (SQLite
+  gives its ``-wal``, ``-shm`` and ``-journal`` the database file's mode), and opening a
+  store whose files other users may read warns, saying ``chmod 600``.
 * **Read-only opens change nothing**: SQLite is opened with ``mode=ro`` (``immutable=1`` in a
   read-only directory, where no writer can exist), PostgreSQL with read-only transactions;
   no lock is taken and no file is created.
@@ -43,7 +46,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .errors import StoreBusy, StoreCorrupt, StoreError, StoreUnusable
-from .locks import StoreLock, check_location, os_error, resolved
+from .locks import StoreLock, check_location, create_private, os_error, resolved, warn_if_shared
 
 BUSY_TIMEOUT_S = 5.0
 """How long a statement waits for a lock held by another connection before failing."""
@@ -194,6 +197,9 @@ class Connection:
                     f"{path} is an empty file, not a forgetting store; create one with "
                     "`forgetting fit`"
                 )
+            warn_if_shared(path, real, found)
+        elif found is None:
+            create_private(path, real)  # before SQLite creates it 0644
         self._path = real
         if self.read_only:
             return  # a connection per read: see _read_only_connection

@@ -23,6 +23,10 @@ Within one process the held locks are also kept in a table (by device and inode)
 second writer in the same process is refused without opening the file: closing any
 descriptor of a file drops every POSIX lock this process holds on it, SQLite's included.
 
+A new store file is created mode 0600 (:func:`create_private`), so SQLite gives its
+``-wal``, ``-shm`` and ``-journal`` the same mode; opening a store whose files other users may
+read warns once per open, saying ``chmod 600`` (:func:`warn_if_shared`).
+
 Locations that cannot be a store as given — a directory, a read-only file system or a file
 without write permission for a writer, a hard-linked file — raise :class:`StoreUnusable`
 with one line saying what to change (retrying would not help).
@@ -36,6 +40,7 @@ import os
 import stat
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 from .errors import StoreBusy, StoreError, StoreUnusable
@@ -126,6 +131,56 @@ def _shown(args: list[str]) -> str:
 
 def _me() -> str:
     return f"pid {os.getpid()}: {_shown(sys.argv)}"
+
+
+def create_private(given: str | os.PathLike, real: Path) -> None:
+    """Create the new, empty database file ``real`` with mode 0600 (the umask may only
+    narrow it) before SQLite opens it: SQLite would create it 0644, readable by every local
+    user, and gives the ``-wal``, ``-shm`` and ``-journal`` files it makes beside it the
+    database file's mode."""
+    try:
+        fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return  # made meanwhile by whoever holds the creators' lock: theirs to mode
+    except OSError as err:
+        raise os_error(str(given), err, "creating the store") from err
+    os.close(fd)
+
+
+SHARED_MODE_BITS = 0o077
+"""Permission bits that let users other than the owner at a store's file."""
+
+
+def warn_if_shared(given: str | os.PathLike, real: Path, st: os.stat_result) -> None:
+    """Warn (a UserWarning, once per open) when the store file or its ``-wal``/``-shm``
+    may be read or written by other users: they hold every row and, with ``store_key=True``,
+    the secret key."""
+    shared = []
+    for path, found in ((real, st), *((Path(f"{real}{s}"), None) for s in ("-wal", "-shm"))):
+        try:
+            mode = (found or os.stat(path)).st_mode
+        except OSError:
+            continue
+        if mode & SHARED_MODE_BITS:
+            shared.append((path, stat.S_IMODE(mode)))
+    if shared:
+        modes = ", ".join(f"{p.name} {m:04o}" for p, m in shared)
+        names = " ".join(str(p) for p, _ in shared)
+        warnings.warn(
+            f"{given}: other users may read or change the store's files ({modes}), which "
+            f"hold every row and may hold the secret key; run `chmod 600 {names}`",
+            UserWarning,
+            stacklevel=_outside_the_store(),
+        )
+
+
+def _outside_the_store() -> int:
+    """The ``stacklevel`` of the first caller outside this package (the user's open)."""
+    here = os.path.dirname(__file__)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(frame.f_code.co_filename) == here:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _flock_holder(st: os.stat_result) -> str:
