@@ -1,9 +1,11 @@
-"""Who else can read a store: its files are the owner's alone.
+"""Who else can read a store: its files are the owner's alone, and a busy store names its
+holder without repeating its command line.
 
 A SQLite store holds every row and, with ``store_key=True``, the secret key: the database
 file, SQLite's ``-wal``/``-shm``/``-journal`` beside it and the scratch file of a creation are
 created mode 0600 whatever the umask; a store another user may read warns once per open,
-saying ``chmod 600``.
+saying ``chmod 600``. A second writer's ``StoreBusy`` names the holder by pid and program name
+only: its arguments may hold a DSN's password or a token.
 """
 
 from __future__ import annotations
@@ -11,18 +13,22 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST, classification_data, user_ids
+from conftest import FAST, classification_data, postgres_dsn, user_ids
 
 from forgetting import QSSClassifier
 from forgetting.store import DurableModel
 from forgetting.store.create import create_atomically
+from forgetting.store.errors import StoreBusy
 
 IDS = user_ids(200)
+SECRET = "s3cr3t-token-in-argv-Zq81"
 
 
 def _mode(path: Path | str) -> int:
@@ -117,3 +123,79 @@ def test_stores_made_by_earlier_releases_still_open_after_a_warning(tmp_path):
     with pytest.warns(UserWarning, match="chmod 600"):
         with DurableModel.open(str(location)) as model:
             assert model.state_digest() == digest
+
+
+# -- StoreBusy names the holder by pid and program, not its arguments --------------------------
+HOLDER = """
+import sys
+from forgetting.store import DurableModel
+model = DurableModel.open(sys.argv[-1])
+print("ready", flush=True)
+sys.stdin.read()
+model.close()
+"""
+
+
+@contextlib.contextmanager
+def _holder(location: str) -> Iterator[subprocess.Popen]:
+    """Another process holding the store as its writer, with a secret among its arguments
+    (as ``forgetting serve --token ...`` or a DSN with a password would have)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, f"--token={SECRET}", location],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline().strip()
+        assert line == "ready", proc.stderr.read()
+        yield proc
+    finally:
+        with contextlib.suppress(Exception):
+            proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_store_busy_names_the_holder_without_its_arguments(tmp_path, backend):
+    location = postgres_dsn() if backend == "postgres" else str(tmp_path / "model.db")
+    _store(location, overwrite=True).close()
+    with _holder(location) as proc:
+        with pytest.raises(StoreBusy) as info:
+            DurableModel.open(location)
+        text = str(info.value)
+        assert "\n" not in text
+        assert SECRET not in text and "--token" not in text, text
+        assert f"pid {proc.pid}" in text, text
+        program = Path(f"/proc/{proc.pid}/comm").read_text().strip()
+        assert f"pid {proc.pid}: {program}" in text, text
+    if backend == "postgres":  # every role of the database may read application names
+        import psycopg
+
+        with psycopg.connect(location) as conn:
+            names = [n for (n,) in conn.execute("SELECT application_name FROM pg_stat_activity")]
+        assert not [n for n in names if SECRET in (n or "")]
+
+
+def _empty_store(new) -> None:
+    with new.transaction() as cur:
+        new.create_tables(cur, {}, 0)
+
+
+def test_a_creation_in_progress_is_named_without_its_arguments(tmp_path, monkeypatch):
+    """The creators' lock file names its holder for the next creator: pid and program."""
+    location = tmp_path / "model.db"
+    monkeypatch.setattr(sys, "argv", ["forgetting", "fit", f"--token={SECRET}"])
+    refused: list[str] = []
+
+    def fit():  # a second creation while this one runs
+        with pytest.raises(StoreBusy) as info:
+            create_atomically(str(location), False, lambda: None, _empty_store)
+        refused.append(str(info.value))
+
+    store, _ = create_atomically(str(location), False, fit, _empty_store)
+    store.close()
+    assert refused and f"pid {os.getpid()}" in refused[0], refused
+    assert SECRET not in refused[0] and "--token" not in refused[0], refused
+    assert SECRET not in Path(f"{location}.lock").read_text()

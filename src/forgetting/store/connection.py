@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -46,7 +47,15 @@ from typing import Any
 from urllib.parse import quote
 
 from .errors import StoreBusy, StoreCorrupt, StoreError, StoreUnusable
-from .locks import StoreLock, check_location, create_private, os_error, resolved, warn_if_shared
+from .locks import (
+    StoreLock,
+    check_location,
+    create_private,
+    os_error,
+    program,
+    resolved,
+    warn_if_shared,
+)
 
 BUSY_TIMEOUT_S = 5.0
 """How long a statement waits for a lock held by another connection before failing."""
@@ -133,9 +142,20 @@ def store_error(location: str, err: BaseException, doing: str) -> StoreError:
 
 
 def _application_name() -> str:
-    """Who we are, for another writer's StoreBusy message (PostgreSQL keeps 63 bytes)."""
-    args = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv[:3]))
-    return " ".join(f"forgetting pid {os.getpid()}: {args}".split())[:63]
+    """Who we are, for another writer's StoreBusy message (PostgreSQL keeps 63 bytes):
+    the pid and program name, never the arguments (every role of the database may read
+    it in ``pg_stat_activity``, and a command line may hold a DSN's password or a token)."""
+    return f"forgetting pid {os.getpid()}: {program(os.getpid())}"[:63]
+
+
+def _holder_name(backend: int, application: str | None) -> str:
+    """A PostgreSQL lock holder for a message: its backend, and the pid and program of a
+    writer of ours (an application name of another kind, or of an older release that
+    recorded arguments, is not repeated)."""
+    found = re.match(r"forgetting pid (\d+): (\S+)", application or "")
+    if found is None:
+        return f"backend {backend}"
+    return f"backend {backend}: forgetting pid {found[1]}: {Path(found[2]).name}"
 
 
 class Connection:
@@ -389,7 +409,7 @@ class Connection:
             )
             found = cur.fetchone()
             conn.rollback()
-        holder = "unknown session" if found is None else f"backend {found[0]}: {found[1]}"
+        holder = "unknown session" if found is None else _holder_name(found[0], found[1])
         raise StoreBusy(
             f"{describe(self.location)} is in use by another writer ({holder}); stop it, or "
             "open read-only for inspect/verify"

@@ -25,7 +25,9 @@ descriptor of a file drops every POSIX lock this process holds on it, SQLite's i
 
 A new store file is created mode 0600 (:func:`create_private`), so SQLite gives its
 ``-wal``, ``-shm`` and ``-journal`` the same mode; opening a store whose files other users may
-read warns once per open, saying ``chmod 600`` (:func:`warn_if_shared`).
+read warns once per open, saying ``chmod 600`` (:func:`warn_if_shared`). A busy store's holder
+is named by pid and program name only, never its arguments (a command line may hold a DSN's
+password or a token).
 
 Locations that cannot be a store as given — a directory, a read-only file system or a file
 without write permission for a writer, a hard-linked file — raise :class:`StoreUnusable`
@@ -113,24 +115,18 @@ def os_error(location: str, err: OSError, doing: str) -> StoreError:
     return StoreError(f"{location}: {doing} failed ({text}); nothing was acknowledged, retry")
 
 
-def _command_of(pid: int) -> str:
+def program(pid: int) -> str:
+    """The program name of process ``pid`` (Linux's ``/proc/<pid>/comm``: the executable's or
+    script's name, no arguments), or "" when unknown."""
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        name = Path(f"/proc/{pid}/comm").read_bytes().decode(errors="replace")
     except OSError:
-        return ""
-    args = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-    if args:
-        args[0] = Path(args[0]).name
-    return _shown(args)
-
-
-def _shown(args: list[str]) -> str:
-    """A command line for a one-line message: whitespace collapsed, 200 characters at most."""
-    return " ".join(" ".join(args).split())[:200]
+        name = Path(sys.argv[0]).name if pid == os.getpid() and sys.argv else ""
+    return "".join(c for c in name.strip() if c.isprintable() and not c.isspace())[:40]
 
 
 def _me() -> str:
-    return f"pid {os.getpid()}: {_shown(sys.argv)}"
+    return f"pid {os.getpid()}: {program(os.getpid())}"
 
 
 def create_private(given: str | os.PathLike, real: Path) -> None:
@@ -185,7 +181,7 @@ def _outside_the_store() -> int:
 
 def _flock_holder(st: os.stat_result) -> str:
     """Who holds an ``flock`` on the file ``st`` describes, from Linux's ``/proc/locks``
-    (pid and command line), or "unknown process"."""
+    (pid and program name), or "unknown process"."""
     device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     pids = []
     try:
@@ -203,8 +199,8 @@ def _flock_holder(st: os.stat_result) -> str:
     if not pids:
         return "unknown process"
     pid = min(pids)[1]  # an exact device match first
-    command = _command_of(pid)
-    return f"pid {pid}: {command}" if command else f"pid {pid}"
+    name = program(pid)
+    return f"pid {pid}: {name}" if name else f"pid {pid}"
 
 
 def _busy(given: str | os.PathLike, holder: str) -> StoreBusy:
@@ -298,7 +294,7 @@ class StoreLock:
 class PathLock:
     """An exclusive ``flock`` on ``<real path>.lock``: serializes the creators of a store at
     one path while no database file exists there to lock (:mod:`.create`). The holder writes
-    its pid and command line into the file for the next creator's error message."""
+    its pid and program name into the file for the next creator's error message."""
 
     def __init__(self, given: str | os.PathLike) -> None:
         import fcntl
@@ -323,11 +319,17 @@ class PathLock:
             os.pwrite(self._fd, _me().encode(errors="replace"), 0)
 
     def _holder(self) -> str:
+        """The holder as its file names it: "pid N: program" (a release that wrote its
+        whole command line there is shown by pid and program alone too)."""
         try:
-            text = os.pread(self._fd, 300, 0).decode(errors="replace").strip()
+            text = os.pread(self._fd, 300, 0).decode(errors="replace")
         except OSError:
             text = ""
-        return text or "unknown process"
+        pid, _, command = text.partition(":")
+        if not pid.startswith("pid ") or not pid[4:].isdigit():
+            return "unknown process"
+        words = command.split()
+        return f"{pid}: {Path(words[0]).name}" if words else pid
 
     def release(self) -> None:
         if self._fd >= 0:
