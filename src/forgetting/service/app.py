@@ -1,14 +1,15 @@
 """The app factory: puts the service's parts together around one model.
 
 The parts, one job each: :mod:`.schemas` (the API's types and docs), :mod:`.routes` (the
-endpoints), :mod:`.middleware` (what is refused before a body is read), :mod:`.auth` (bearer
-tokens), :mod:`.batcher` (micro-batching of predictions), :mod:`.recovery` (503 and reload
-after a store error), :mod:`.errors` (failures as HTTP answers), :mod:`.convert` (JSON in and
-out), :mod:`.receipt_log` (receipts by raw id, listing, export), :mod:`.docs` (``/docs``
-from bundled assets), :mod:`.tokens` (weak tokens refused), :mod:`.console` (the
-operator's web console at ``/``). How ``forgetting serve`` runs
-the app under uvicorn (connections bounded under the open-file limit, slow clients closed,
-repeated log lines collapsed) is :mod:`.server`'s.
+endpoints), :mod:`.body` (rows read into numpy, memory bounded by the body),
+:mod:`.middleware` (what is refused before a body is read), :mod:`.auth` (bearer tokens),
+:mod:`.batcher` (micro-batching of predictions), :mod:`.recovery` (503 and reload after a
+store error), :mod:`.errors` (failures as HTTP answers), :mod:`.convert` (JSON in and out),
+:mod:`.receipt_log` (receipts by raw id, listing, export), :mod:`.docs` (``/docs`` from
+bundled assets), :mod:`.tokens` (weak tokens refused), :mod:`.console` (the operator's web
+console at ``/``; its sign-in in :mod:`.signin`). How ``forgetting serve`` runs the app
+under uvicorn (connections bounded under the open-file limit, slow clients closed, repeated
+log lines collapsed) is :mod:`.server`'s.
 
 Decided here, at start-up, and why:
 
