@@ -4,8 +4,6 @@ history — random deletions, D° hits, inserts, adversarial deletions that flip
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pytest
 
@@ -113,7 +111,7 @@ def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
             break
         best_row, best_margin = None, np.inf
         for r in alive[:: max(1, len(alive) // 120)]:
-            p = forest._pos[r]
+            p = forest.rows.slots_of([r])[0]
             Pr = P.copy()
             Pr[A.y[p]] -= 1
             Lr = L.copy()
@@ -291,9 +289,16 @@ def test_an_insert_that_joins_the_pool_refits_to_the_same_bits():
 
     X, y = _data(n=500, seed=19)
     model = ExactForestClassifier(**{**PARAMS, "min_bin_rows": 0, "rho": 0.1}).fit(X[:450], y[:450])
-    forest = model.engine_.instance(0)
-    member = next(i for i in range(450, 500) if draws(forest._key, [id_bytes(i)], 1)[0, 0] < 0.1)
-    outsider = next(i for i in range(450, 500) if draws(forest._key, [id_bytes(i)], 1)[0, 0] >= 0.1)
+    member = next(
+        i
+        for i in range(450, 500)
+        if draws(model.engine_.membership_key, [id_bytes(i)], 1)[0, 0] < 0.1
+    )
+    outsider = next(
+        i
+        for i in range(450, 500)
+        if draws(model.engine_.membership_key, [id_bytes(i)], 1)[0, 0] >= 0.1
+    )
     assert model.insert(X[[outsider]], y[[outsider]], [outsider]).instances_hit == ()
     assert model.insert(X[[member]], y[[member]], [member]).instances_hit == (0,)
     _assert_same(model, _refit(model, X, y, list(range(450)) + [outsider, member]), X)
@@ -333,21 +338,3 @@ def test_stale_subtrees_rebuilt_when_read_give_the_refits_bits():
     assert model.engine_.n_stale == 0
     keep = sorted(set(range(len(y))) - set(victims))
     _assert_same(copy, _refit(model, X, y, keep), X)
-
-
-def test_a_forest_pickled_without_its_row_hashes_recomputes_them():
-    """Each row's hash is kept so a forget subtracts it; a forest pickled before that (its
-    state has no ``_hashes``) recomputes them from its rows and forgets to the same digest."""
-    X, y = _data(n=800)
-    model = ExactForestClassifier(**PARAMS).fit(X, y)
-    forest = model.engine_.instance(0)
-    state = copy.deepcopy(forest.__getstate__())  # its own rows, not the forest's
-    del state["_hashes"]
-    old = type(forest).__new__(type(forest))
-    old.__setstate__(state)
-    victims = [i for i in range(800) if i not in set(model.pool_ids_)][:5]
-    for v in victims:
-        forest.forget([v])
-        old.forget([v])
-        assert old.state_digest() == forest.state_digest()
-    assert old.structure_digest() == forest.structure_digest()

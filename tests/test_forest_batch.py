@@ -85,7 +85,7 @@ def test_a_batch_that_flips_the_root_equals_a_refit():
     forest = model.engine_.instance(0)
     root = forest.A.roots[0]
     f, th = forest.A.feat[root], forest.A.thr[root]
-    side = {i: forest.A.codes[forest._pos[i], f] <= th for i in model.ids_}
+    side = {i: forest.A.codes[forest.rows.slots_of([i])[0], f] <= th for i in model.ids_}
     # each side of the root's split left with equal class counts: its gain is zero, so the
     # root must choose again — all in one batch
     victims = []

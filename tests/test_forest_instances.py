@@ -23,6 +23,16 @@ from forgetting.schema.membership import draws, id_bytes
 PARAMS = {"n_estimators": 9, "n_instances": 3, "min_bin_rows": 40, "max_features": 3}
 
 
+def _threshold_with(model, r, new_draws):
+    """Instance r's D° threshold once a row with ``new_draws`` is in (the rule a fit uses)."""
+    from forgetting.schema.membership import MembershipRule
+
+    table, forest = model.engine_.table, model.engine_.instance(r)
+    held = table.draws[table.live(), r]
+    rule = MembershipRule(forest.config.rho, forest.config.min_bin_rows)
+    return rule.threshold(np.concatenate([held, new_draws[:, r]]))
+
+
 def _data(n=1500, seed=0):
     X, y = make_classification(n, 8, n_informative=5, n_classes=3, random_state=seed)
     return X.astype(np.float32), y, [f"u{i}" for i in range(n)]
@@ -70,10 +80,10 @@ class Gate:
         self.entered = threading.Event()
         self.fits = 0
         self.fail = fail
-        real = forest_core.ExactForest.fit
+        real = forest_core.ExactForest.grow
         gate = self
 
-        def fit(forest, *args, **kwargs):
+        def grow(forest, *args, **kwargs):
             if threading.current_thread().name.startswith("forest-rebuild"):
                 gate.fits += 1
                 gate.entered.set()
@@ -83,7 +93,7 @@ class Gate:
                     raise MemoryError("no room for the rebuild")
             return real(forest, *args, **kwargs)
 
-        monkeypatch.setattr(forest_core.ExactForest, "fit", fit)
+        monkeypatch.setattr(forest_core.ExactForest, "grow", grow)
 
     def reached(self) -> None:
         assert self.entered.wait(60)
@@ -136,7 +146,7 @@ def test_changes_during_a_rebuild_reach_the_rebuilt_instance(monkeypatch):
 def _joins_a_pool(model, row_id) -> bool:
     p = model.n_instances
     d = draws(model.engine_.membership_key, [id_bytes(row_id)], p)[0]
-    return any(d[r] < model.engine_.instance(r)._threshold for r in range(p))
+    return any(d[r] < model.engine_.instance(r).pool_threshold for r in range(p))
 
 
 def test_a_second_hit_on_a_rebuilding_instance_starts_it_over(monkeypatch):
@@ -215,7 +225,7 @@ def test_rebuilds_fit_one_at_a_time_and_the_first_lands_first(monkeypatch):
     first lands in its own fit's time rather than all three late together."""
     X, y, ids = _data()
     model = ExactForestClassifier(**PARAMS).fit(X, y, ids)
-    real = forest_core.ExactForest.fit
+    real = forest_core.ExactForest.grow
     running, most, landed = [0], [0], []
     count = threading.Lock()
 
@@ -233,7 +243,7 @@ def test_rebuilds_fit_one_at_a_time_and_the_first_lands_first(monkeypatch):
                 with count:
                     running[0] -= 1
 
-    monkeypatch.setattr(forest_core.ExactForest, "fit", fit)
+    monkeypatch.setattr(forest_core.ExactForest, "grow", fit)
     for r in (1, 2, 0):
         assert model.forget([_only_in(model, r)[0]]).rebuild_started
     _assert_refit(model, X, y, ids)
@@ -259,9 +269,7 @@ def test_an_insert_joining_a_d_pool_rebuilds_that_instance(monkeypatch):
         for i in range(1000, 1500)
         if sum(
             draws(model.engine_.membership_key, [id_bytes(ids[i])], p)[0, r]
-            < model.engine_.instance(r)._insert_threshold(
-                draws(model.engine_.membership_key, [id_bytes(ids[i])], p)[:, r]
-            )
+            < _threshold_with(model, r, draws(model.engine_.membership_key, [id_bytes(ids[i])], p))
             for r in range(p)
         )
         == 1
@@ -319,7 +327,7 @@ def test_a_failed_rebuild_runs_again_on_wait(monkeypatch):
 def test_a_rebuild_that_fails_again_raises_on_wait_and_others_serve(monkeypatch):
     X, y, ids = _data()
     model = ExactForestClassifier(**PARAMS).fit(X, y, ids)
-    real = forest_core.ExactForest.fit
+    real = forest_core.ExactForest.grow
     gate = Gate(monkeypatch, fail=1)
     model.forget([_only_in(model, 2)[0]])
     gate.reached()
@@ -328,11 +336,11 @@ def test_a_rebuild_that_fails_again_raises_on_wait_and_others_serve(monkeypatch)
     def fails(forest, *args, **kwargs):
         raise MemoryError("still no room")
 
-    monkeypatch.setattr(forest_core.ExactForest, "fit", fails)
+    monkeypatch.setattr(forest_core.ExactForest, "grow", fails)
     with pytest.raises(MemoryError, match="still no room"):
         model.wait_for_rebuilds(timeout=60)
     model.predict_proba(X[:3])  # instances 0 and 1 serve
-    monkeypatch.setattr(forest_core.ExactForest, "fit", real)
+    monkeypatch.setattr(forest_core.ExactForest, "grow", real)
     _assert_refit(model, X, y, ids)
 
 

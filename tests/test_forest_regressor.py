@@ -121,7 +121,7 @@ def test_adversarial_deletions_that_flip_the_root_split_equal_a_refit():
         L = A.cleft[slot][: A.ncand[slot]].astype(np.int64)
         best_row, best_margin = None, np.inf
         for r in alive[:: max(1, len(alive) // 120)]:
-            p = model.engine_.instance(0)._pos[r]
+            p = model.engine_.instance(0).rows.slots_of([r])[0]
             q = int(A.y[p])
             goes = A.codes[p, feats[: len(L)]] <= thrs[: len(L)]
             Lr = L - np.outer(goes, [1, q])
@@ -145,12 +145,12 @@ def test_missing_values_stay_exact_and_targets_beyond_the_grid_are_clipped():
     outside = [
         i
         for i in range(10_000, 10_100)
-        if draws(forest._key, [id_bytes(i)], 1)[0, 0] >= forest._threshold
+        if draws(model.engine_.membership_key, [id_bytes(i)], 1)[0, 0] >= forest.pool_threshold
     ]
     far = outside[:3]
     receipt = model.insert(X[:3], np.array([1e6, -1e6, 0.0]), far)  # beyond the grid: clipped
     assert receipt.instances_hit == ()
-    levels = forest.A.y[[forest._pos[i] for i in far[:2]]]
+    levels = forest.A.y[forest.rows.slots_of(far[:2])]
     assert levels.tolist() == [TARGET_LEVELS - 1, 0]
     victims = _outside_pool(model, list(range(0, 500, 7)))
     model.forget(victims)

@@ -79,14 +79,14 @@ def test_instances_rebuild_in_the_background_and_reopen_equal(db, monkeypatch):
         row = sorted(pools[2] - pools[0] - pools[1])[0]
         outside = next(i for i in ids if i not in pools[0] | pools[1] | pools[2])
         opened = threading.Event()
-        real = forest_core.ExactForest.fit
+        real = forest_core.ExactForest.grow
 
         def gated(forest, *args, **kwargs):
             if threading.current_thread().name.startswith("forest-rebuild"):
                 assert opened.wait(60)
             return real(forest, *args, **kwargs)
 
-        monkeypatch.setattr(forest_core.ExactForest, "fit", gated)
+        monkeypatch.setattr(forest_core.ExactForest, "grow", gated)
         receipt = store.forget([row])
         assert receipt.rebuild_started and receipt.instances_hit == (2,)
         stats = store.stats()

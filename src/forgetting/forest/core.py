@@ -1,4 +1,5 @@
-"""ExactForest: the forest's state — its rows, bin grid and trees — and exact forget/insert.
+"""ExactForest: one forest's state — its bin grid, the rows' codes and the trees — and exact
+forget/insert.
 
 The state is a pure function of (current rows, configuration, key): D° (a keyed hash of each
 row's id, :mod:`forgetting.schema.membership`) fixes the bin grid; every tree is grown from
@@ -7,6 +8,11 @@ inserting a D• row walks its path in each tree, re-evaluates the cached candid
 there, and rebuilds the first subtree whose choice changes exactly as a fit would
 (:mod:`._updates`, :mod:`._batches`, :mod:`._stale`). A change to D° (or a batch too large to
 be worth walking) refits from the rows that remain.
+
+The rows themselves (ids, features, targets, keyed draws) are a :class:`~forgetting.rows.
+slots.SlotRows` that the instances of one model share (:mod:`.instances`): an instance
+keeps only its own structures — the rows' bin codes on its grid, its trees, the rows'
+hashes under its D° — indexed by the rows' slots. A forest fitted alone owns its table.
 
 The compiled kernels, by role: ``_arrays`` (the arrays every tree shares and their named
 fields), ``_splitting`` (candidates and the split rule), ``_grower`` (a subtree built from
@@ -27,7 +33,8 @@ import numpy as np
 
 from .._parallel import PARALLEL_ROWS, map_instances, worker_count
 from ..rows.hashing import row_hashes
-from ..schema.membership import MembershipRule, draws, key_fingerprint
+from ..rows.slots import SlotRows
+from ..schema.membership import MembershipRule, key_fingerprint
 from . import _batches, _copying, _grower, _predictor, _stale, _updates
 from ._arrays import (
     P_CANDIDATES,
@@ -73,7 +80,12 @@ class ExactForest:
     counts (or, for regression, by squared-error gain over all-row sums of quantized
     targets), with exact forget and insert. Rows are addressed by normalized ids (and their
     canonical bytes, :func:`forgetting.schema.membership.id_bytes`); labels are class indices
-    0..k-1, or float targets with ``n_classes=None``. Validation is the caller's."""
+    0..k-1, or float targets with ``n_classes=None``. Validation is the caller's.
+
+    :meth:`fit`, :meth:`forget` and :meth:`insert` work on a table of rows the forest owns;
+    under :class:`~.instances.ForestInstances` the table is shared (``rows``), and the
+    instances take changes by slot: :meth:`grow`, :meth:`forget_slots`,
+    :meth:`insert_slots` (the table is changed by its owner)."""
 
     def __init__(
         self,
@@ -85,6 +97,7 @@ class ExactForest:
         instance: int = 0,
         n_instances: int = 1,
         first_tree: int = 0,
+        rows: SlotRows | None = None,
     ):
         """``instance`` of ``n_instances`` picks the column of the keyed draws that decides
         D° (:func:`~forgetting.schema.membership.draws`), ``first_tree`` numbers the trees'
@@ -96,6 +109,8 @@ class ExactForest:
         self.regression = n_classes is None
         self.k = 2 if self.regression else n_classes
         self._instance, self._n_instances, self._first_tree = instance, n_instances, first_tree
+        self.rows = rows
+        """The rows (shared by the instances of one model, or this forest's own)."""
         self._lock = threading.RLock()
         self._prefix = b"".join(
             [
@@ -109,27 +124,31 @@ class ExactForest:
     # -- rows ------------------------------------------------------------------------------
     @property
     def n_rows(self) -> int:
-        return len(self._pos)
+        return self.rows.n_rows
 
     def ids(self) -> list:
-        return [self._ids[p] for p in sorted(self._pos.values())]
+        return self.rows.ids()
 
     def pool_ids(self) -> list:
         """Ids of the D° rows, in storage order."""
-        live = sorted(self._pos.values())
-        return [self._ids[p] for p in live if self._draws[p] < self._threshold]
+        live = self.rows.live()
+        return self.rows.ids_at(live[self._draws(live) < self._threshold])
 
     def unknown_ids(self, id_list: list) -> list:
-        return [i for i in id_list if i not in self._pos]
+        return self.rows.unknown_ids(id_list)
 
     def known_ids(self, id_list: list) -> list:
-        return [i for i in id_list if i in self._pos]
+        return self.rows.known_ids(id_list)
+
+    def _draws(self, slots: np.ndarray) -> np.ndarray:
+        """The keyed draws that decide this instance's D°, of the rows at ``slots``."""
+        return self.rows.draws[slots, self._instance]
 
     def _targets_of(self, pos: np.ndarray) -> np.ndarray:
         """The stored targets of rows at ``pos``: float targets (regression) or class
         indices."""
         if self.regression:
-            return self._targets[pos].copy()
+            return self.rows.targets[pos].copy()
         return self.A.y[pos].astype(np.int64)
 
     def _quantize(self, y: np.ndarray) -> np.ndarray:
@@ -142,21 +161,12 @@ class ExactForest:
 
     def class_counts_without(self, id_list: list) -> np.ndarray:
         counts = self.class_counts()
-        gone = np.array([self._pos[i] for i in id_list], dtype=np.int64)
+        gone = self.rows.slots_of(id_list)
         return counts - np.bincount(self.A.y[gone], minlength=self.k)
 
-    def rows(self) -> tuple[list, list, np.ndarray, np.ndarray]:
+    def rows_held(self) -> tuple[list, list, np.ndarray, np.ndarray]:
         """(ids, id bytes, X, y) of the rows held, in storage order."""
-        live = self._live_positions()
-        return (
-            [self._ids[p] for p in live],
-            [self._id_bytes[p] for p in live],
-            self._X[live].copy(),
-            self._targets_of(live),
-        )
-
-    def _live_positions(self) -> np.ndarray:
-        return np.array(sorted(self._pos.values()), dtype=np.int64)
+        return self.rows.rows()
 
     @property
     def pool_threshold(self) -> float:
@@ -182,36 +192,53 @@ class ExactForest:
         y: np.ndarray,
         cancelled: Callable[[], bool] | None = None,
     ) -> None:
-        """Build from scratch on rows (X float32, y class indices or float targets).
-        ``cancelled`` is asked between trees; when it answers True the fit raises
-        :class:`FitCancelled` (a background rebuild that a later change made useless)."""
+        """Build from scratch on these rows (X float32, y class indices or float targets),
+        in a table of this forest's own. ``cancelled``: see :meth:`grow`."""
+        table = SlotRows(
+            self.d, self._n_instances, self._key, np.float64 if self.regression else np.int64
+        )
+        table.reset(id_list, id_raw, X, y)
+        self.rows = table
+        self.grow(cancelled)
+
+    def grow(
+        self, cancelled: Callable[[], bool] | None = None, exclude: np.ndarray | None = None
+    ) -> None:
+        """Build from scratch on the rows of the table (but those at ``exclude``: a forget
+        that refits, before the table drops them). ``cancelled`` is asked between trees;
+        when it answers True the fit raises :class:`FitCancelled` (a background rebuild
+        that a later change made useless)."""
         c = self.config
-        n = X.shape[0]
+        table = self.rows
+        live = table.live()
+        if exclude is not None:
+            live = live[~np.isin(live, exclude)]
+        n = len(live)
         if self.regression and n > MAX_REGRESSION_ROWS:
             raise ValueError(
                 f"a regression forest holds at most {MAX_REGRESSION_ROWS} rows, got {n}"
             )
-        self._ids = list(id_list)
-        self._id_bytes = list(id_raw)
-        self._pos = {row_id: p for p, row_id in enumerate(id_list)}
-        self._free: list[int] = []
-        self._X = np.ascontiguousarray(X, dtype=np.float32)
-        self._draws = self._draws_of(id_raw)
+        row_draws = self._draws(live)
         rule = MembershipRule(c.rho, c.min_bin_rows)
-        self._threshold = rule.threshold(self._draws)
-        pool = self._draws < self._threshold
-        if self.regression:
-            y = np.asarray(y, np.float64)
-            self._targets = y.copy()
-        g = grid(self._X[pool], c.max_bins, y[pool] if self.regression else None, TARGET_LEVELS)
+        self._threshold = rule.threshold(row_draws)
+        pool = row_draws < self._threshold
+        if n and live[-1] == n - 1:  # slots 0..n-1 (a fit's): views, not copies
+            X, y = table.X[:n], table.targets[:n]
+        else:
+            X, y = table.X[live], table.targets[live]
+        g = grid(X[pool], c.max_bins, y[pool] if self.regression else None, TARGET_LEVELS)
         self.edges, self._edge_table, self._n_edges = g.edges, g.table, g.n_edges
         self._y_lo, self._y_step, self._grid_digest, nb = g.y_lo, g.y_step, g.digest, g.nbins
         self._lo0 = np.zeros(self.d, np.int32)
         self._hi0 = nb.copy()  # the NaN code is a bin too: thresholds up to nbins - 1
         K_ = c.candidates(self.d)
+        codes = np.zeros((table.capacity, self.d), np.uint8)  # by slot, as the table
+        codes[live] = encode(X, self.edges)
+        levels = np.zeros(table.capacity, np.int32)
+        levels[live] = self._quantize(y) if self.regression else y
         shared = {
-            "codes": encode(self._X, self.edges),
-            "y": (self._quantize(y) if self.regression else np.asarray(y)).astype(np.int32),
+            "codes": codes,
+            "y": levels,
             "nbins": nb.astype(np.int32),
             "params": params_of(
                 self.k, K_, c.min_leaf, c.max_depth, c.cache_min_rows, self.regression
@@ -220,9 +247,12 @@ class ExactForest:
                 [root_seed(c.random_state, self._first_tree + t) for t in range(c.n_trees)]
             ),
         }
+        roots = live.astype(np.int32)
         parts = min(worker_count() + 1, c.n_trees) if n >= PARALLEL_ROWS else 1
         chunks = [range(c.n_trees * i // parts, c.n_trees * (i + 1) // parts) for i in range(parts)]
-        built = map_instances(lambda chunk: self._grow_trees(shared, chunk, n, cancelled), chunks)
+        built = map_instances(
+            lambda chunk: self._grow_trees(shared, chunk, roots, cancelled), chunks
+        )
         if parts == 1:
             self.A = built[0]
         else:  # one set of arrays, each chunk's trees copied in (children after parents)
@@ -237,21 +267,24 @@ class ExactForest:
             self._class_counts = np.bincount(y, minlength=self.k).astype(np.int64)
         self._n_pool = int(pool.sum())
         # each row's hash is kept: a forget subtracts it instead of hashing the row again
-        self._hashes = row_hashes(id_raw, self._targets_of(np.arange(n)), pool, self._X).view("<u8")
-        self._row_sum = self._hashes.sum(axis=0, dtype=np.uint64)
+        self._hashes = np.zeros((table.capacity, 4), np.uint64)
+        held = y if self.regression else y.astype(np.int64)
+        self._hashes[live] = row_hashes(table.raw_at(live), held, pool, X).view("<u8")
+        self._row_sum = self._hashes[live].sum(axis=0, dtype=np.uint64)
 
     def _grow_trees(
-        self, shared: dict, chunk: range, n: int, cancelled: Callable[[], bool] | None
+        self, shared: dict, chunk: range, rows: np.ndarray, cancelled: Callable[[], bool] | None
     ) -> Arrays:
-        """Trees ``chunk`` grown on all n rows into arrays of their own (the rows' codes and
-        labels shared, read only): what a fit builds, so a chunk's trees are the same bits
-        whichever thread grows them and wherever their nodes land."""
+        """Trees ``chunk`` grown on every row (``rows``: their slots) into arrays of their
+        own (the rows' codes and labels shared, read only): what a fit builds, so a chunk's
+        trees are the same bits whichever thread grows them and wherever their nodes and
+        rows land."""
         c = self.config
+        n = len(rows)
         guess = c.first_nodes(len(chunk), n)
         K_ = int(shared["params"][P_CANDIDATES])
         A = allocate(0, self.d, self.k, K_, guess, max(16, guess // 8), len(chunk) * n + n,
                      c.n_trees)._replace(**shared)  # fmt: skip
-        rows = np.arange(n, dtype=np.int32)
         buf = rows.copy()
         for t in chunk:
             if cancelled is not None and cancelled():
@@ -265,120 +298,87 @@ class ExactForest:
             A.roots[t] = root
         return A
 
-    def _draws_of(self, id_raw: list) -> np.ndarray:
-        return draws(self._key, id_raw, self._n_instances)[:, self._instance]
-
     # -- forget / insert -------------------------------------------------------------------
-    def forget_refits(self, id_list: list) -> bool:
-        """Whether forgetting these (known) ids refits: one of them is in D°, or the batch is
-        larger than ``refit_fraction`` of the rows."""
-        pos = np.array([self._pos[i] for i in id_list], dtype=np.int64)
-        return bool(np.any(self._draws[pos] < self._threshold)) or (
-            len(pos) > self.config.refit_fraction * self.n_rows
+    def forget_refits(self, slots: np.ndarray) -> bool:
+        """Whether forgetting the rows at these (held) slots refits: one of them is in D°, or
+        the batch is larger than ``refit_fraction`` of the rows."""
+        return bool(np.any(self._draws(slots) < self._threshold)) or (
+            len(slots) > self.config.refit_fraction * self.n_rows
         )
 
-    def insert_refits(self, id_raw: list) -> bool:
-        """Whether inserting rows with these (new) ids refits: one of them joins D°."""
-        new_draws = self._draws_of(id_raw)
-        return bool(np.any(new_draws < self._insert_threshold(new_draws)))
+    def insert_refits(self, slots: np.ndarray) -> bool:
+        """Whether the rows just added to the table at ``slots`` make this forest refit: one
+        of them joins D°."""
+        return bool(np.any(self._draws(slots) < self._insert_threshold()))
 
-    def _insert_threshold(self, new_draws: np.ndarray) -> float:
-        """D°'s draw threshold once rows with these draws are in."""
+    def _insert_threshold(self) -> float:
+        """D°'s draw threshold with every row of the table (the new ones included)."""
         if self._threshold == self.config.rho:
             return self._threshold
         # D° holds its minimum of rows: recount with the new rows' draws
         rule = MembershipRule(self.config.rho, self.config.min_bin_rows)
-        live = self._live_positions()
-        return rule.threshold(np.concatenate([self._draws[live], new_draws]))
+        return rule.threshold(self._draws(self.rows.live()))
 
     def forget(self, id_list: list) -> bool:
-        """Remove rows by id (all known). Returns True when the forest was refitted (a D°
-        row was among them, or the batch was large)."""
+        """Remove rows by id (all known) from this forest and its own table. Returns True
+        when the forest was refitted (a D° row was among them, or the batch was large)."""
         with self._lock:
-            return self._forget(id_list)
+            slots = self.rows.slots_of(id_list)
+            refitted = self.forget_slots(slots)
+            self.rows.remove(slots)
+            return refitted
 
-    def _forget(self, id_list: list) -> bool:
-        pos = np.array([self._pos[i] for i in id_list], dtype=np.int64)
-        if self.forget_refits(id_list):
-            gone = set(pos.tolist())
-            keep = np.array([p for p in self._live_positions() if p not in gone], dtype=np.int64)
-            self._refit(keep)
-            return True
-        self._update(pos.astype(np.int32), -1)
-        if not self.regression:
-            self._class_counts -= np.bincount(self.A.y[pos], minlength=self.k)
-        self._row_sum -= self._hashes[pos].sum(axis=0, dtype=np.uint64)
-        for p in pos.tolist():
-            del self._pos[self._ids[p]]
-            self._ids[p] = None
-            self._id_bytes[p] = None
-            self._free.append(p)
-        self._maybe_compact()
-        return False
+    def forget_slots(self, slots: np.ndarray) -> bool:
+        """Take the rows at ``slots`` out of the trees (they are still in the table, which
+        drops them next); True when that refits the forest on the other rows."""
+        with self._lock:
+            if self.forget_refits(slots):
+                self.grow(exclude=slots)
+                return True
+            self._update(slots.astype(np.int32), -1)
+            if not self.regression:
+                self._class_counts -= np.bincount(self.A.y[slots], minlength=self.k)
+            self._row_sum -= self._hashes[slots].sum(axis=0, dtype=np.uint64)
+            self._hashes[slots] = 0
+            self._maybe_compact()
+            return False
 
     def insert(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> bool:
-        """Add rows (ids all new). Returns True when the forest was refitted (a new row
-        joined D°)."""
+        """Add rows (ids all new) to this forest's own table and trees. Returns True when
+        the forest was refitted (a new row joined D°)."""
         with self._lock:
-            return self._insert(id_list, id_raw, X, y)
+            return self.insert_slots(self.rows.add(id_list, id_raw, X, y))
 
-    def _insert(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> bool:
-        new_draws = self._draws_of(id_raw)
-        if np.any(new_draws < self._insert_threshold(new_draws)):
-            ids, raw, X_old, y_old = self.rows()
-            self.fit(
-                ids + list(id_list),
-                raw + list(id_raw),
-                np.vstack([X_old, X]),
-                np.concatenate([y_old, y]),
-            )
-            return True
-        pos = self._allocate(len(id_list))
-        for p, row_id, raw in zip(pos.tolist(), id_list, id_raw, strict=True):
-            self._ids[p], self._id_bytes[p] = row_id, raw
-            self._pos[row_id] = p
-        self._X[pos] = X
-        self._draws[pos] = new_draws
-        self.A.codes[pos] = self._encode(X)
-        if self.regression:
-            self._targets[pos] = y
-            self.A.y[pos] = self._quantize(y)
-        else:
-            self.A.y[pos] = y
-        self._update(pos.astype(np.int32), 1)
-        if not self.regression:
-            self._class_counts += np.bincount(self.A.y[pos], minlength=self.k)
-        self._hashes[pos] = self._row_hashes(pos)
-        self._row_sum += self._hashes[pos].sum(axis=0, dtype=np.uint64)
-        self._maybe_compact()
-        return False
-
-    def _allocate(self, m: int) -> np.ndarray:
-        take = min(m, len(self._free))
-        pos = [self._free.pop() for _ in range(take)]
-        cap = self._X.shape[0]
-        extra = m - take
-        if extra:
-            size = max(2 * cap, cap + extra)
-            X = np.zeros((size, self.d), np.float32)
-            X[:cap] = self._X
-            self._X = X
-            dr = np.ones(size, np.float64)
-            dr[:cap] = self._draws
-            self._draws = dr
-            hashes = np.zeros((size, 4), np.uint64)
-            hashes[:cap] = self._hashes
-            self._hashes = hashes
+    def insert_slots(self, slots: np.ndarray) -> bool:
+        """Take the rows the table just added at ``slots`` into the trees; True when one
+        joined D° and the forest was refitted on every row."""
+        with self._lock:
+            if self.insert_refits(slots):
+                self.grow()
+                return True
+            self._fit_capacity()
+            table = self.rows
+            self.A.codes[slots] = self._encode(table.X[slots])
             if self.regression:
-                targets = np.zeros(size, np.float64)
-                targets[:cap] = self._targets
-                self._targets = targets
-            self._ids += [None] * (size - cap)
-            self._id_bytes += [None] * (size - cap)
-            self.A = _resized(self.A, rows=size)
-            pos += list(range(cap, cap + extra))
-            self._free += list(range(size - 1, cap + extra - 1, -1))
-        return np.array(pos, dtype=np.int64)
+                self.A.y[slots] = self._quantize(table.targets[slots])
+            else:
+                self.A.y[slots] = table.targets[slots]
+            self._update(slots.astype(np.int32), 1)
+            if not self.regression:
+                self._class_counts += np.bincount(self.A.y[slots], minlength=self.k)
+            self._hashes[slots] = self._row_hashes(slots)
+            self._row_sum += self._hashes[slots].sum(axis=0, dtype=np.uint64)
+            self._maybe_compact()
+            return False
+
+    def _fit_capacity(self) -> None:
+        """Grow the arrays kept by slot (codes, levels, hashes) to the table's capacity."""
+        cap = self.rows.capacity
+        if self.A.codes.shape[0] < cap:
+            self.A = _resized(self.A, rows=cap)
+            hashes = np.zeros((cap, 4), np.uint64)
+            hashes[: self._hashes.shape[0]] = self._hashes
+            self._hashes = hashes
 
     # -- stale subtrees ---------------------------------------------------------------------
     @property
@@ -434,10 +434,6 @@ class ExactForest:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
-        if "_hashes" not in state:  # pickled before the rows' hashes were kept
-            self._hashes = np.zeros((self._X.shape[0], 4), np.uint64)
-            live = self._live_positions()
-            self._hashes[live] = self._row_hashes(live)
 
     def _update(self, pos: np.ndarray, sgn: int) -> None:
         buf = np.empty(self.n_rows + len(pos) + 1, np.int32)
@@ -528,18 +524,10 @@ class ExactForest:
             _copying.compact(A, B)
             self.A = B
 
-    def _refit(self, keep: np.ndarray) -> None:
-        self.fit(
-            [self._ids[p] for p in keep],
-            [self._id_bytes[p] for p in keep],
-            self._X[keep],
-            self._targets_of(keep),
-        )
-
     def _row_hashes(self, pos: np.ndarray) -> np.ndarray:
-        pool = self._draws[pos] < self._threshold
-        raw = [self._id_bytes[p] for p in pos.tolist()]
-        return row_hashes(raw, self._targets_of(pos), pool, self._X[pos]).view("<u8")
+        pool = self._draws(pos) < self._threshold
+        table = self.rows
+        return row_hashes(table.raw_at(pos), self._targets_of(pos), pool, table.X[pos]).view("<u8")
 
     # -- serving ---------------------------------------------------------------------------
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
@@ -591,6 +579,7 @@ class ExactForest:
         return out[: _copying.serialize(A, tree, out)].copy()
 
     def nbytes(self) -> int:
-        """Bytes held by the rows and the trees (arrays' capacity)."""
+        """Bytes held by this forest's own arrays (capacity): the trees, the rows' codes and
+        hashes — not the rows' table, which the instances share."""
         arrays = sum(a.nbytes for a in self.A if isinstance(a, np.ndarray))
-        return int(arrays + self._X.nbytes + self._draws.nbytes + self._hashes.nbytes)
+        return int(arrays + self._hashes.nbytes)

@@ -3,12 +3,16 @@
 One D° means a forget that hits it (or an insert that joins it) refits the whole forest
 before the call returns. Here, as for the QSS estimators (SPEC §4, docs/design.md §4), the
 trees are split into p instances, each an :class:`~.core.ExactForest` over *all* rows with its
-own D°_r (column r of the keyed draws) and so its own bin grid. A change that moves D°_r marks
-instance r invalid and rebuilds it on a thread from the rows as they are then; the others take
+own D°_r (column r of the keyed draws) and so its own bin grid. The rows are held once, in a
+:class:`~forgetting.rows.slots.SlotRows` every instance reads; an instance keeps only its own
+structures (bin codes, trees, row hashes), by slot. A change that moves D°_r marks instance r
+invalid and rebuilds it on a thread from a copy of the rows as they are then; the others take
 the change at once and keep serving. Changes that arrive meanwhile are logged and replayed on
-the rebuilt instance before it is swapped in (one that moves its D°_r again starts it over).
-Rebuilds fit one at a time, each on every core. Requests wait only while every instance
-rebuilds, for the first to land.
+the rebuilt instance and its copy before it is swapped in (one that moves its D°_r again
+starts it over); the copy, having replayed what the live rows took, puts every row in the
+slot the live rows did, and the instance then reads the live rows. Rebuilds fit one at a
+time, each on every core (and copy the rows only once it is their turn). Requests wait only
+while every instance rebuilds, for the first to land; the rows' own queries never wait.
 
 Predictions average the serving instances' trees; once no rebuild is pending the model is a
 fit on the rows held, bit for bit (each instance is, and the average runs in instance order).
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .._parallel import PARALLEL_ROWS, map_instances, serial_map
-from ..schema.membership import draws, id_bytes
+from ..rows.slots import SlotRows
 from .core import ExactForest, FitCancelled, ForestConfig
 
 INSTANCES_FORMAT = b"forgetting-forest-instances-1"
@@ -41,10 +45,10 @@ than the instance's walk (measured on sets on both sides of it: CHANGELOG.md).""
 
 @dataclass
 class _Rebuild:
-    """A pending rebuild of one instance: the rows it rebuilds from (once taken) and the
-    changes since, in order."""
+    """A pending rebuild of one instance: the copy of the rows it rebuilds from (once taken)
+    and the changes since, in order."""
 
-    rows: tuple | None = None
+    rows: SlotRows | None = None
     started: float = field(default_factory=time.perf_counter)
     changes: list = field(default_factory=list)
     thread: threading.Thread | None = None
@@ -54,7 +58,7 @@ class _Rebuild:
 
 class ForestInstances:
     """``n_instances`` exact forests sharing the trees of ``config`` (instance r holds a
-    contiguous share) and the rows, each with its own D°; the surface of
+    contiguous share) and the rows (:attr:`table`), each with its own D°; the surface of
     :class:`~.core.ExactForest` plus :meth:`wait_for_rebuilds`."""
 
     def __init__(
@@ -77,6 +81,8 @@ class ForestInstances:
         bounds = [config.n_trees * r // n_instances for r in range(n_instances + 1)]
         self._trees = [bounds[r + 1] - bounds[r] for r in range(n_instances)]
         self._first = bounds[:-1]
+        self.table: SlotRows | None = None
+        """The rows every instance reads (set by :meth:`fit`)."""
         self._forests: list[ExactForest | None] = [None] * n_instances
         self._rho = [0.0] * n_instances  # ρ_r of an instance when its rebuild started
         self._thresholds = [0.0] * n_instances  # and its D° threshold
@@ -89,11 +95,18 @@ class ForestInstances:
         burst of hits the first rebuild lands in its own fit's time (three at once would share
         the cores and land together, late, while requests wait for the first)."""
 
-    def _new(self, r: int) -> ExactForest:
+    def _new(self, r: int, rows: SlotRows) -> ExactForest:
         key, d, k = self._make
         config = replace(self.config, n_trees=self._trees[r])
         return ExactForest(
-            config, key, d, k, instance=r, n_instances=self.n_instances, first_tree=self._first[r]
+            config,
+            key,
+            d,
+            k,
+            instance=r,
+            n_instances=self.n_instances,
+            first_tree=self._first[r],
+            rows=rows,
         )
 
     # -- instances -------------------------------------------------------------------------
@@ -109,10 +122,6 @@ class ForestInstances:
             if valid:
                 return valid
             self._wait_one()
-
-    def _any(self) -> ExactForest:
-        """A valid instance (they all hold the same rows). Call with the lock."""
-        return self._forests[self._serving()[0]]
 
     def _wait_one(self) -> None:
         """Wait for a rebuild to land (or fail: then it runs here). Call with the lock."""
@@ -165,23 +174,29 @@ class ForestInstances:
             for job in self._rebuilds.values():  # superseded: they end without landing
                 job.cancelled = True
             self._rebuilds.clear()
+            key, d, k = self._make
+            table = SlotRows(d, self.n_instances, key, np.int64 if k else np.float64)
+            table.reset(id_list, id_raw, X, y)
             forests = []
             for r in range(self.n_instances):
-                forest = self._new(r)
-                forest.fit(id_list, id_raw, X, y)
+                forest = self._new(r, table)
+                forest.grow()
                 forests.append(forest)
+            self.table = table
             self._forests = forests
             self._cond.notify_all()
 
     # -- forget / insert -------------------------------------------------------------------
     def forget(self, id_list: list) -> tuple[tuple[int, ...], bool]:
-        """Remove rows by id (all known). Returns the instances whose D° held one of them
-        (or all, for a batch large enough to refit), and whether they rebuild in the
-        background (with p > 1 they do; a single instance refits in the call)."""
+        """Remove rows by id (all known: KeyError before anything changes otherwise).
+        Returns the instances whose D° held one of them (or all, for a batch large enough
+        to refit), and whether they rebuild in the background (with p > 1 they do; a single
+        instance refits in the call)."""
         with self._cond:
+            slots = self.table.slots_of(id_list)
             valid = self._serving()
-            hit = [r for r in valid if self._forests[r].forget_refits(id_list)]
-            return self._change(valid, hit, ("forget", id_list))
+            hit = [r for r in valid if self._forests[r].forget_refits(slots)]
+            return self._change(valid, hit, ("forget", id_list), slots)
 
     def insert(
         self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray
@@ -190,39 +205,44 @@ class ForestInstances:
         whether they rebuild in the background, as :meth:`forget`."""
         with self._cond:
             valid = self._serving()
-            hit = [r for r in valid if self._forests[r].insert_refits(id_raw)]
-            return self._change(valid, hit, ("insert", id_list, id_raw, X, y))
+            slots = self.table.add(id_list, id_raw, X, y)
+            hit = [r for r in valid if self._forests[r].insert_refits(slots)]
+            return self._change(valid, hit, ("insert", id_list, id_raw, X, y), slots)
 
     def _change(
-        self, valid: list[int], hit: list[int], change: tuple
+        self, valid: list[int], hit: list[int], change: tuple, slots: np.ndarray
     ) -> tuple[tuple[int, ...], bool]:
-        """Apply ``change`` to the valid instances it does not hit, start the rebuilds of
-        those it hits, restart the rebuilds in flight whose D° it moves (their snapshot is
-        then useless: the old fit is cancelled between trees), log it for the others. Call
-        with the lock."""
+        """Apply ``change`` (its rows at ``slots``) to the valid instances it does not hit
+        and to the rows, start the rebuilds of those it hits, restart the rebuilds in flight
+        whose D° it moves (the old fit is cancelled between trees), log it for the others.
+        A forget reaches the instances while its rows are in the table, an insert after
+        they are. Call with the lock."""
         background = bool(hit) and self.n_instances > 1
-        restart = self._moved_while_rebuilding(change)
-        rows = None
-        if background and len(hit) == len(valid):
-            # none is left serving to copy the rows from later: the rows after the change
-            rows = _rows_after(self._forests[valid[0]].rows(), change)
+        restart = self._moved_while_rebuilding(slots)
         take = [self._forests[r] for r in valid if not (background and r in hit)]
         for r in valid:
             if background and r in hit:
                 self._rho[r] = self._forests[r].effective_rho
                 self._thresholds[r] = self._forests[r].pool_threshold
                 self._forests[r] = None
-                self._start_rebuild(r, rows)
+        apply = (
+            (lambda f: f.forget_slots(slots))
+            if change[0] == "forget"
+            else (lambda f: f.insert_slots(slots))
+        )
         if take:
-            self._each(len(change[1]), change=True)(lambda forest: _apply(forest, change), take)
+            self._each(len(slots), change=True)(apply, take)
+        if change[0] == "forget":
+            self.table.remove(slots)
         for r, job in list(self._rebuilds.items()):
-            if background and r in hit:
-                continue
             if r in restart:
                 job.cancelled = True
-                self._start_rebuild(r, rows, started=job.started)
+                self._start_rebuild(r, started=job.started)
             else:
                 job.changes.append(change)
+        if background:
+            for r in hit:
+                self._start_rebuild(r)
         return tuple(hit), background
 
     def _each(self, n_rows: int, change: bool):
@@ -247,24 +267,22 @@ class ForestInstances:
         waits for an instance to serve. Call with the lock."""
         d = self._make[1]
         candidates = max(1, min(self.config.n_candidates, 16 * d))
-        rows = max((f.n_rows for f in self._forests if f is not None), default=2)
-        return max(self._trees) * candidates * math.log2(max(rows, 2))
+        return max(self._trees) * candidates * math.log2(max(self.table.n_rows, 2))
 
-    def _moved_while_rebuilding(self, change: tuple) -> list[int]:
-        """The rebuilding instances whose D° this change moves, judged by the rows' keyed
-        draws against the instance's D° threshold before its rebuild (a guess: a rebuild
-        that lands still checks every change it replays). Call with the lock."""
+    def _moved_while_rebuilding(self, slots: np.ndarray) -> list[int]:
+        """The rebuilding instances whose D° a change of the rows at ``slots`` moves, judged
+        by the rows' keyed draws against the instance's D° threshold before its rebuild (a
+        guess: a rebuild that lands still checks every change it replays). Call with the
+        lock (an insert's rows are in the table already, a forget's still are)."""
         if not self._rebuilds:
             return []
-        raw = [id_bytes(i) for i in change[1]] if change[0] == "forget" else change[2]
-        own = draws(self._make[0], raw, self.n_instances)
+        own = self.table.draws[slots]
         return [r for r in self._rebuilds if np.any(own[:, r] < self._thresholds[r])]
 
-    def _start_rebuild(self, r: int, rows: tuple | None = None, started: float | None = None):
-        """Rebuild instance r on a thread from ``rows`` (ids, id bytes, X, y), or from a
-        copy of a serving instance's rows that the thread takes under the lock. Call with
-        the lock."""
-        job = _Rebuild(rows=rows)
+    def _start_rebuild(self, r: int, started: float | None = None) -> None:
+        """Rebuild instance r on a thread, from a copy of the rows the thread takes under
+        the lock when it is its turn to fit. Call with the lock."""
+        job = _Rebuild()
         if started is not None:
             job.started = started
         self._rebuilds[r] = job
@@ -273,28 +291,26 @@ class ForestInstances:
         )
         job.thread.start()
 
-    def _snapshot(self, job: _Rebuild) -> tuple:
-        """The rows ``job`` rebuilds from (its own copy). Call with the lock."""
+    def _snapshot(self, job: _Rebuild) -> SlotRows:
+        """The copy of the rows ``job`` rebuilds from, taken now if it has none (its log
+        starts there). Call with the lock."""
         if job.rows is None:
-            job.rows = self._any().rows()  # waits while none serves
+            job.rows = self.table.copy()
             job.changes.clear()
-            return job.rows
-        ids, raw, X, y = job.rows
-        return ids, raw, X.copy(), y  # a snapshot shared by several rebuilds
+        return job.rows
 
     def _rebuild(self, r: int, job: _Rebuild) -> None:
         try:
-            with self._cond:
-                if self._rebuilds.get(r) is not job:
-                    return
-                rows = self._snapshot(job)
-            forest = self._new(r)
             # taken before the lock, never while holding it (the lock waits for no fit), and
-            # kept until the instance has landed: the next fit starts after it serves
+            # kept until the instance has landed: the next fit starts after it serves; the
+            # rows are copied only then, so rebuilds waiting their turn hold no copy
             with self._fitting:
-                if job.cancelled:
-                    return
-                forest.fit(*rows, cancelled=lambda: job.cancelled)
+                with self._cond:
+                    if self._rebuilds.get(r) is not job or job.cancelled:
+                        return
+                    rows = self._snapshot(job)
+                forest = self._new(r, rows)
+                forest.grow(cancelled=lambda: job.cancelled)
                 with self._cond:
                     if self._rebuilds.get(r) is not job:
                         return
@@ -308,32 +324,52 @@ class ForestInstances:
                     self._cond.notify_all()
 
     def _land(self, r: int, job: _Rebuild, forest: ExactForest) -> None:
-        """Replay the changes logged since the snapshot and swap the instance in; start over
-        if one of them moves the new D°_r. Call with the lock."""
-        for k, change in enumerate(job.changes):
-            if _refits(forest, change):
-                rows = None
-                if all(f is None for f in self._forests):  # nothing to copy rows from later
-                    rows = forest.rows()
-                    for later in job.changes[k:]:
-                        rows = _rows_after(rows, later)
-                del self._rebuilds[r]
-                self._start_rebuild(r, rows, started=job.started)
-                return
-            _apply(forest, change)
+        """Replay the changes logged since the copy on the rebuilt instance and its copy of
+        the rows, then swap the instance in, reading the live rows; start over if one of the
+        changes moves the new D°_r. Call with the lock."""
+        rows = job.rows
+        for change in job.changes:
+            if change[0] == "forget":
+                slots = rows.slots_of(change[1])
+                if forest.forget_refits(slots):
+                    return self._restart(r, job)
+                forest.forget_slots(slots)
+                rows.remove(slots)
+            else:
+                slots = rows.add(*change[1:])
+                if forest.insert_refits(slots):
+                    return self._restart(r, job)
+                forest.insert_slots(slots)
+        table = self.table
+        if (rows.changes, rows.n_rows, rows.capacity) != (
+            table.changes,
+            table.n_rows,
+            table.capacity,
+        ):
+            raise RuntimeError(
+                f"instance {r}: the rebuilt instance's rows are not the live rows after "
+                "replaying the changes (a bug: please report it)"
+            )
+        forest.rows = table
         del self._rebuilds[r]
         self._forests[r] = forest
         self._thresholds[r] = forest.pool_threshold
         self.rebuild_seconds.append(time.perf_counter() - job.started)
         self._cond.notify_all()
+        return None
+
+    def _restart(self, r: int, job: _Rebuild) -> None:
+        """Start instance r's rebuild over from a fresh copy. Call with the lock."""
+        del self._rebuilds[r]
+        self._start_rebuild(r, started=job.started)
 
     def _rebuild_here(self, r: int) -> None:
         """Run instance r's failed rebuild in this thread (its error raised if it fails
         again). Call with the lock."""
         job = self._rebuilds[r]
-        forest = self._new(r)
+        forest = self._new(r, self._snapshot(job))
         try:
-            forest.fit(*self._snapshot(job))
+            forest.grow()
         except BaseException as err:
             job.error = err
             raise
@@ -344,28 +380,28 @@ class ForestInstances:
     @property
     def n_rows(self) -> int:
         with self._cond:
-            return self._any().n_rows
+            return self.table.n_rows
 
     def ids(self) -> list:
         with self._cond:
-            return self._any().ids()
+            return self.table.ids()
 
     def rows(self) -> tuple[list, list, np.ndarray, np.ndarray]:
         """(ids, id bytes, X, y) of the rows held, in storage order."""
         with self._cond:
-            return self._any().rows()
+            return self.table.rows()
 
     def unknown_ids(self, id_list: list) -> list:
         with self._cond:
-            return self._any().unknown_ids(id_list)
+            return self.table.unknown_ids(id_list)
 
     def known_ids(self, id_list: list) -> list:
         with self._cond:
-            return self._any().known_ids(id_list)
+            return self.table.known_ids(id_list)
 
     def class_counts_without(self, id_list: list) -> np.ndarray:
         with self._cond:
-            return self._any().class_counts_without(id_list)
+            return self.table.class_counts_without(id_list, self._make[2])
 
     def pool_ids(self) -> list:
         """Ids in any instance's D° (forgetting one rebuilds that instance), in storage
@@ -375,7 +411,7 @@ class ForestInstances:
             pools = set()
             for forest in self._forests:
                 pools.update(forest.pool_ids())
-            return [i for i in self._any().ids() if i in pools]
+            return [i for i in self.table.ids() if i in pools]
 
     @property
     def effective_rho(self) -> float:
@@ -384,7 +420,7 @@ class ForestInstances:
         instance counts with its share before the rebuild). Computed without waiting."""
         with self._cond:
             if self.n_instances == 1:
-                return self._any().effective_rho
+                return self._forests[self._serving()[0]].effective_rho
             keep = 1.0
             for r, forest in enumerate(self._forests):
                 keep *= 1.0 - (forest.effective_rho if forest is not None else self._rho[r])
@@ -431,7 +467,7 @@ class ForestInstances:
         order (``invalid`` for one rebuilding: the digest equals a refit's once it lands)."""
         with self._cond:
             if self.n_instances == 1:
-                return self._any().state_digest()
+                return self._forests[self._serving()[0]].state_digest()
             h = hashlib.sha256(INSTANCES_FORMAT)
             for forest in self._forests:
                 h.update(b"invalid" if forest is None else forest.state_digest().encode())
@@ -455,8 +491,9 @@ class ForestInstances:
         return self.instance(r).structure(tree - self._first[r])
 
     def nbytes(self) -> int:
+        """Bytes of the rows (held once) and of every serving instance's own arrays."""
         with self._cond:
-            return sum(f.nbytes() for _, f in self._valid())
+            return self.table.nbytes() + sum(f.nbytes() for _, f in self._valid())
 
     def __getstate__(self) -> dict:
         """Pickled after the pending rebuilds, without the lock."""
@@ -470,37 +507,3 @@ class ForestInstances:
         self._rebuilds = {}
         self._cond = threading.Condition(threading.RLock())
         self._fitting = threading.Lock()
-
-
-def _apply(forest: ExactForest, change: tuple) -> None:
-    if change[0] == "forget":
-        forest.forget(change[1])
-    else:
-        forest.insert(*change[1:])
-
-
-def _rows_after(rows: tuple, change: tuple) -> tuple:
-    """(ids, id bytes, X, y) once ``change`` is made to these rows."""
-    ids, raw, X, y = rows
-    if change[0] == "forget":
-        gone = set(change[1])
-        keep = np.array([i not in gone for i in ids], dtype=bool)
-        return (
-            [i for i, k in zip(ids, keep, strict=True) if k],
-            [b for b, k in zip(raw, keep, strict=True) if k],
-            X[keep],
-            y[keep],
-        )
-    _, new_ids, new_raw, new_X, new_y = change
-    return (
-        ids + list(new_ids),
-        raw + list(new_raw),
-        np.vstack([X, np.asarray(new_X, np.float32)]),
-        np.concatenate([y, np.asarray(new_y, y.dtype)]),
-    )
-
-
-def _refits(forest: ExactForest, change: tuple) -> bool:
-    if change[0] == "forget":
-        return forest.forget_refits(change[1])
-    return forest.insert_refits(change[2])
