@@ -179,3 +179,78 @@ def test_imports_only_go_down_the_layers():
             if level[room] >= level[source]:
                 upward.append(f"{module} -> {target}")
     assert not upward, f"imports that do not go down the layers: {upward}"
+
+
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+"""Underscored names that are a namedtuple's public API, not a private field."""
+
+
+def _private_names_by_room(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Each underscored (not dunder) attribute a class of the library defines — a method, or
+    a field assigned on ``self``/``cls`` — and the rooms that define it."""
+    rooms: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        room = _room(module)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for item in ast.walk(node):
+                name = None
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                    name = item.name
+                elif (
+                    isinstance(item, ast.Attribute)
+                    and isinstance(item.ctx, ast.Store)
+                    and isinstance(item.value, ast.Name)
+                    and item.value.id in ("self", "cls")
+                ):
+                    name = item.attr
+                if name and name.startswith("_") and not name.startswith("__"):
+                    rooms.setdefault(name, set()).add(room)
+    return rooms
+
+
+def _cross_room_private_reaches(package_dir: Path) -> list[str]:
+    """``other._field`` in one room where ``_field`` is only defined by another room's
+    classes (``self``/``cls``/``super()`` are a class's own business)."""
+    modules = _modules(package_dir)
+    owners = _private_names_by_room(modules)
+    found = []
+    for module, path in modules.items():
+        room = _room(module)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")):
+                continue
+            if node.attr.startswith("__") or node.attr in NAMEDTUPLE_API:
+                continue
+            value = node.value
+            if isinstance(value, ast.Name) and value.id in ("self", "cls"):
+                continue
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "super":
+                continue
+            rooms = owners.get(node.attr, set())
+            if rooms and room not in rooms:
+                where = path.relative_to(package_dir.parent)
+                found.append(f"{where}:{node.lineno} .{node.attr} (a field of {sorted(rooms)})")
+    return found
+
+
+def test_no_room_reaches_into_another_rooms_private_fields():
+    """docs/architecture.md, "The seams": a room changes another's state through its methods,
+    never its private fields — so a room may change its internals without breaking another."""
+    reaches = _cross_room_private_reaches(LIBRARY)
+    assert not reaches, f"private fields reached across rooms: {reaches}"
+
+
+def test_the_private_reach_finder_finds_one(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "a").mkdir(parents=True)
+    (package / "b").mkdir()
+    for init in (package, package / "a", package / "b"):
+        (init / "__init__.py").write_text("")
+    (package / "a" / "thing.py").write_text(
+        "class Thing:\n    def __init__(self):\n        self._secret = 1\n"
+    )
+    (package / "b" / "user.py").write_text("def peek(thing):\n    return thing._secret\n")
+    (package / "b" / "fine.py").write_text("def own(x):\n    return x._replace(a=1)\n")
+    assert _cross_room_private_reaches(package) == ["pkg/b/user.py:2 ._secret (a field of ['a'])"]

@@ -219,7 +219,7 @@ def _released_head_noise(model, r=0):
     engine = model.engine_
     inst = engine.instances[r]
     _, private = privatizer(engine.privacy, engine._key, inst, r)(inst.accumulators, inst.head)
-    unit = 2.0**-14 * inst.head._target_unit()
+    unit = 2.0**-14 * inst.head.target_unit()
     return (private.head.cross - inst.head.cross).astype(np.float64) * unit
 
 

@@ -1,6 +1,6 @@
 """Exact preprocessing steps: every change of rows leaves a step as a fit on the rows held.
 
-Each step is driven through the protocol the pipeline uses (``_update`` with the changed rows
+Each step is driven through the protocol the pipeline uses (``update_rows`` with the changed rows
 and the rows held after the change) over random interleavings of forgets and inserts, and
 compared with a fresh fit on the rows held: equal digests (so equal integer statistics and
 parameters), and when the step answers "output unchanged" the output for every held row must
@@ -71,7 +71,7 @@ class Driver:
         self.schema = np.random.default_rng(seed + 1).random(self.n) < 1 / 3
         self.held = np.ones(self.n, dtype=bool)
         self.step = step
-        step._fit_rows(Rows(X, None, self.schema))
+        step.fit_rows(Rows(X, None, self.schema))
 
     def rows(self, mask, which="all"):
         idx = np.flatnonzero(mask & self.schema) if which == "schema" else np.flatnonzero(mask)
@@ -88,14 +88,14 @@ class Driver:
         def current(which):
             return self.rows(staying if which == "staying" else after, which)
 
-        changed = self.step._update(old, delta, sign, schema_changed, current)
+        changed = self.step.update_rows(old, delta, sign, schema_changed, current)
         self.held = after
         held = self.rows(after).X
         if not changed:
             stay = self.rows(staying).X
             assert same_output(old.transform(stay), self.step.transform(stay))
         fresh = copy.deepcopy(self.step)
-        fresh._fit_rows(self.rows(after))
+        fresh.fit_rows(self.rows(after))
         assert digest(self.step) == digest(fresh)
         assert same_output(fresh.transform(held), self.step.transform(held))
         return changed

@@ -423,7 +423,7 @@ def _head_label_flipped(head: str, task: str = "classification", new_label=None)
 
 
 def _cross_real(head) -> np.ndarray:
-    return head.cross.astype(np.float64) * 2.0**-14 * head._target_unit()
+    return head.cross.astype(np.float64) * 2.0**-14 * head.target_unit()
 
 
 @pytest.mark.parametrize("head", ["shared-ridge", "shared-rf", "ridge"])

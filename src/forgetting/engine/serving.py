@@ -150,7 +150,7 @@ def noisy_head(
     curvature = head.weights if isinstance(head, LogitRidgeHead) else None
     cross, curv, sigma = ledger.noisy_head(
         head.cross,
-        2.0**-FEATURE_BITS * head._target_unit(),
+        2.0**-FEATURE_BITS * head.target_unit(),
         curvature,
         2.0**-WEIGHT_BITS,
         key=key,

@@ -235,7 +235,7 @@ class ForgettingPipeline(_BaseComposition):
         order = canonical_order(row_draws, id_raw)
         X_sorted = take(Xr, order)
         rows = Rows(X_sorted, y_arr[order], members[order])
-        chain._fit_rows(rows)
+        chain.fit_rows(rows)
         Xt = to_matrix(chain.transform(X_sorted), "the pipeline's steps")
         id_array = object_array(id_list)
         est.fit(Xt, y_arr[order], ids=id_array[order].tolist())
@@ -415,7 +415,7 @@ class ForgettingPipeline(_BaseComposition):
         commit: nothing changes unless every part succeeded."""
         est = self._final_estimator
         chain = copy.deepcopy(self.chain_)
-        changed = chain._update(self.chain_, delta, sign, schema_changed, current)
+        changed = chain.update_rows(self.chain_, delta, sign, schema_changed, current)
         id_raw = [id_bytes(i) for i in id_list]
         if changed:
             rows = current("all")
@@ -431,7 +431,7 @@ class ForgettingPipeline(_BaseComposition):
         moved = [
             name
             for (name, a), (_, b) in zip(self.chain_.steps, chain.steps, strict=True)
-            if a._fingerprint() != b._fingerprint()
+            if a.fingerprint() != b.fingerprint()
         ]
         self._install(chain)
         commit()

@@ -249,7 +249,7 @@ def _inconsistency(pipeline: Any, snap: PipelineSnapshot) -> str | None:
     members = pipeline._members
     refit = copy.deepcopy(pipeline.chain_)
     try:
-        refit._fit_rows(Rows(take(X, order), buf.get("y")[order], members[order]))
+        refit.fit_rows(Rows(take(X, order), buf.get("y")[order], members[order]))
     except Exception as err:  # noqa: BLE001 - a step that cannot refit from its rows
         return f"the steps cannot be refitted from the rows ({type(err).__name__}: {err})"
     h_file, h_rows = new_hash(), new_hash()

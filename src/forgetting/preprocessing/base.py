@@ -10,11 +10,11 @@ them are the pipeline's schema rows D°), by one of three rules (SPEC §5 decisi
   refitted from the D° rows;
 * ``"none"`` — no state that depends on rows (a constant fill, given categories, passthrough).
 
-The pipeline drives a change through :meth:`ExactStep._update` with the changed rows
+The pipeline drives a change through :meth:`ExactStep.update_rows` with the changed rows
 (``delta``), the step as it was before (``old``), whether D° changed, and ``current``: a
 function giving the step's input for every row held after the change (or only the D° rows),
 computed only when asked. Each step answers whether its output *for the rows that stay*
-changed — compared bit for bit when its transform's parameters (``_fingerprint``) moved — so a
+changed — compared bit for bit when its transform's parameters (``fingerprint``) moved — so a
 pipeline refits its estimator only when the estimator's input for some remaining row really
 changed, and otherwise forgets in the estimator.
 
@@ -116,7 +116,7 @@ class ExactStep(TransformerMixin, BaseEstimator):
     # -- scikit-learn surface ----------------------------------------------------------------
     def fit(self, X: Any, y: Any = None) -> ExactStep:
         X = as_input(X)
-        self._fit_rows(Rows(X, None if y is None else np.asarray(y)))
+        self.fit_rows(Rows(X, None if y is None else np.asarray(y)))
         return self
 
     def transform(self, X: Any) -> Any:
@@ -134,7 +134,7 @@ class ExactStep(TransformerMixin, BaseEstimator):
         """Which rows the fitted state depends on: "all", "schema" or "none"."""
         return self._uses
 
-    def _fit_rows(self, rows: Rows) -> None:
+    def fit_rows(self, rows: Rows) -> None:
         """Fit from ``rows`` (the rows :attr:`uses` names: all of them, or the D° ones)."""
         self._changed()
         self.__dict__.pop("_params_cache", None)
@@ -172,7 +172,7 @@ class ExactStep(TransformerMixin, BaseEstimator):
     def _check_rows(self, delta: Rows) -> None:
         """Refuse rows a fit could not take (e.g. a category outside given categories)."""
 
-    def _update(
+    def update_rows(
         self, old: ExactStep, delta: Rows, sign: int, schema_changed: bool, current: Current
     ) -> bool:
         """Follow a change of the rows; returns whether the output for the rows held after
@@ -184,22 +184,22 @@ class ExactStep(TransformerMixin, BaseEstimator):
         if self.uses == "schema":
             if not schema_changed:
                 return False
-            self._fit_rows(current("schema"))
+            self.fit_rows(current("schema"))
         elif not self._add_rows(delta, sign):
-            self._fit_rows(current("all"))
+            self.fit_rows(current("all"))
         return self._output_changed(old, current)
 
     def _output_changed(self, old: ExactStep, current: Current) -> bool:
-        if old._fingerprint() == self._fingerprint():
+        if old.fingerprint() == self.fingerprint():
             return False
         X = current("staying").X
         return not same_output(old.transform(X), self.transform(X))
 
     def _transform_params(self) -> Any:
-        """What ``transform`` computes from (compared by :meth:`_fingerprint`)."""
+        """What ``transform`` computes from (compared by :meth:`fingerprint`)."""
         return None
 
-    def _fingerprint(self) -> bytes:
+    def fingerprint(self) -> bytes:
         """SHA-256 of :meth:`_transform_params`: equal fingerprints, equal transforms."""
         cached = self.__dict__.get("_fingerprint_cache")
         if cached is not None:
@@ -217,7 +217,7 @@ class ExactStep(TransformerMixin, BaseEstimator):
     def digest_into(self, h: Any) -> None:
         """Feed this step's class, parameters and fitted state to the hash ``h``."""
         h.update(self._params_digest())
-        h.update(self._fingerprint())
+        h.update(self.fingerprint())
         self._stats_into(h)
 
     def _params_digest(self) -> bytes:
@@ -285,11 +285,11 @@ class Chain(ExactStep):
                     out[f"{name}__{key}"] = value
         return out
 
-    def _fit_rows(self, rows: Rows) -> None:
-        super()._fit_rows(rows)
+    def fit_rows(self, rows: Rows) -> None:
+        super().fit_rows(rows)
         X = rows.X
         for _, step in self.steps:
-            step._fit_rows(Rows(X, rows.y, rows.schema))
+            step.fit_rows(Rows(X, rows.y, rows.schema))
             X = step.transform(X)
 
     def transform(self, X: Any) -> Any:
@@ -302,7 +302,7 @@ class Chain(ExactStep):
         if self.steps:
             self.steps[0][1]._check_rows(delta)
 
-    def _update(
+    def update_rows(
         self, old: ExactStep, delta: Rows, sign: int, schema_changed: bool, current: Current
     ) -> bool:
         inputs: list[Current] = [current]
@@ -322,9 +322,9 @@ class Chain(ExactStep):
         changed = False
         for i, ((_, step), (_, before)) in enumerate(zip(self.steps, old.steps, strict=True)):
             if changed:
-                step._fit_rows(inputs[i]("all" if step.uses == "all" else "schema"))
+                step.fit_rows(inputs[i]("all" if step.uses == "all" else "schema"))
             else:
-                changed = step._update(
+                changed = step.update_rows(
                     before, Rows(x, delta.y, delta.schema), sign, schema_changed, inputs[i]
                 )
             x = (before if sign < 0 else step).transform(x)
@@ -332,7 +332,7 @@ class Chain(ExactStep):
         return changed
 
     def _transform_params(self) -> Any:
-        return [step._fingerprint() for _, step in self.steps]
+        return [step.fingerprint() for _, step in self.steps]
 
     def digest_into(self, h: Any) -> None:
         h.update(b"Chain")
@@ -360,8 +360,8 @@ class OnSchemaRows(ExactStep):
     def __init__(self, transformer: Any):
         self.transformer = transformer
 
-    def _fit_rows(self, rows: Rows) -> None:
-        super()._fit_rows(rows)
+    def fit_rows(self, rows: Rows) -> None:
+        super().fit_rows(rows)
         rows = rows.schema_rows()
         X = to_matrix(rows.X, f"OnSchemaRows({type(self.transformer).__name__})")
         est = clone(self.transformer)

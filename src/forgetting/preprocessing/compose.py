@@ -1,6 +1,6 @@
 """ColumnTransformer made exact: exact steps on chosen columns, side by side.
 
-Each part follows a change of the rows on its own columns (:meth:`ExactStep._update`); the
+Each part follows a change of the rows on its own columns (:meth:`ExactStep.update_rows`); the
 output for the remaining rows changed if any part's did. Columns are chosen by name (needs a
 DataFrame), position, slice or boolean mask, once at fit; a callable selector (scikit-learn's
 ``make_column_selector``) is refused — name the columns instead.
@@ -108,8 +108,8 @@ class ColumnTransformer(ExactStep):
             )
         return combined_uses(parts)
 
-    def _fit_rows(self, rows: Rows) -> None:
-        super()._fit_rows(rows)
+    def fit_rows(self, rows: Rows) -> None:
+        super().fit_rows(rows)
         X = rows.X
         used: set[int] = set()
         parts = []
@@ -128,7 +128,7 @@ class ColumnTransformer(ExactStep):
             parts.append(("remainder", remainder, rest))
         for _, part, cols in parts:
             if part != "drop":
-                part._fit_rows(Rows(select(X, cols), rows.y, rows.schema))
+                part.fit_rows(Rows(select(X, cols), rows.y, rows.schema))
         self.transformers_ = parts
 
     def transform(self, X: Any) -> Any:
@@ -146,7 +146,7 @@ class ColumnTransformer(ExactStep):
             if part != "drop":
                 part._check_rows(Rows(select(delta.X, cols), delta.y, delta.schema))
 
-    def _update(
+    def update_rows(
         self, old: ExactStep, delta: Rows, sign: int, schema_changed: bool, current: Current
     ) -> bool:
         changed = False
@@ -161,12 +161,12 @@ class ColumnTransformer(ExactStep):
                 return Rows(select(r.X, cols), r.y, r.schema)
 
             part_delta = Rows(select(delta.X, cols), delta.y, delta.schema)
-            changed |= part._update(before, part_delta, sign, schema_changed, part_rows)
+            changed |= part.update_rows(before, part_delta, sign, schema_changed, part_rows)
         return changed
 
     def _transform_params(self) -> Any:
         return [
-            (name, cols, part if part == "drop" else part._fingerprint())
+            (name, cols, part if part == "drop" else part.fingerprint())
             for name, part, cols in self.transformers_
         ]
 

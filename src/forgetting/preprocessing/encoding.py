@@ -43,9 +43,9 @@ class _CategoryEncoder(ExactStep):
         if isinstance(self.categories, str) and self.categories != "auto":
             raise ValueError(f"{type(self).__name__}: categories must be 'auto' or a list")
 
-    def _fit_rows(self, rows: Rows) -> None:
+    def fit_rows(self, rows: Rows) -> None:
         self._check_params()
-        super()._fit_rows(rows)
+        super().fit_rows(rows)
         cols = columns_of(rows.X)
         self.text_ = [is_text(c) for c in cols]
         self.names_ = getattr(rows.X, "names", None)

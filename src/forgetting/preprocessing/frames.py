@@ -176,7 +176,7 @@ class FrameEncoding:
         parts = _parts(table, y, ids, key)
         parts["member"] = rule.members(parts["draws"], np.ones(len(ids), dtype=bool))
         encoder = _encoder(layout)
-        encoder._fit_rows(Rows(table, None, parts["member"]))
+        encoder.fit_rows(Rows(table, None, parts["member"]))
         frame = cls(layout, encoder, RowBuffer(parts), key, rule)
         return frame, _encoded(encoder, table)
 
@@ -289,7 +289,7 @@ class FrameEncoding:
         current = _Current(lambda: self.rows_at(kept), after)
         encoder = copy.deepcopy(self.encoder)
         delta = Rows(self.rows_at(pos), None, members[pos])
-        changed = encoder._update(self.encoder, delta, -1, schema_changed, current)
+        changed = encoder.update_rows(self.encoder, delta, -1, schema_changed, current)
         staying = current.table
 
         def rows() -> tuple[np.ndarray, np.ndarray, list]:
@@ -328,7 +328,7 @@ class FrameEncoding:
         new["member"] = after[n:]
         current = _Current(lambda: concat_rows([old, table]), after, old, after[:n])
         encoder = copy.deepcopy(self.encoder)
-        changed = encoder._update(
+        changed = encoder.update_rows(
             self.encoder, Rows(table, None, after[n:]), +1, schema_changed, current
         )
         every = current.table

@@ -75,12 +75,12 @@ class SimpleImputer(ExactStep):
         """The present values of ``column`` (missing ones left out)."""
         return column[~self._mask(column)]
 
-    def _fit_rows(self, rows: Rows) -> None:
+    def fit_rows(self, rows: Rows) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"SimpleImputer: strategy must be one of {STRATEGIES}")
         if self.rows not in ROWS:
             raise ValueError(f"SimpleImputer: rows must be 'schema' or 'all', got {self.rows!r}")
-        super()._fit_rows(rows)
+        super().fit_rows(rows)
         cols = columns_of(rows.X)
         self.text_ = [is_text(c) for c in cols]
         if self.strategy == "mean":
@@ -222,8 +222,8 @@ class MissingIndicator(ExactStep):
 
     _uses = "all"
 
-    def _fit_rows(self, rows: Rows) -> None:
-        super()._fit_rows(rows)
+    def fit_rows(self, rows: Rows) -> None:
+        super().fit_rows(rows)
         M = self._matrix(rows.X)
         self.missing_counts_ = np.isnan(M).sum(axis=0).astype(np.int64)
         self._derive()

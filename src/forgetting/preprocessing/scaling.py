@@ -44,9 +44,9 @@ class StandardScaler(ExactStep):
     def uses(self) -> str:
         return self.rows
 
-    def _fit_rows(self, rows: Rows) -> None:
+    def fit_rows(self, rows: Rows) -> None:
         _check_rows_param(self)
-        super()._fit_rows(rows)
+        super().fit_rows(rows)
         if self.rows == "schema":
             rows = rows.schema_rows()
         self.moments_ = Moments.of(to_matrix(rows.X, "StandardScaler"))
@@ -99,12 +99,12 @@ class MinMaxScaler(ExactStep):
     def uses(self) -> str:
         return self.rows
 
-    def _fit_rows(self, rows: Rows) -> None:
+    def fit_rows(self, rows: Rows) -> None:
         _check_rows_param(self)
         lo, hi = self.feature_range
         if not lo < hi:
             raise ValueError("MinMaxScaler: feature_range must be (min, max) with min < max")
-        super()._fit_rows(rows)
+        super().fit_rows(rows)
         if self.rows == "schema":
             rows = rows.schema_rows()
         M = to_matrix(rows.X, "MinMaxScaler")

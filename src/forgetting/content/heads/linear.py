@@ -139,7 +139,7 @@ class LinearHead:
         if gram and cache is not None and self._slot is not None:
             # the gain filter tracks the head's solution through this change (content.heads.
             # gain_filter); a change without its Gram terms is not logged, so it resets there
-            cache.gains.log(self, v, r, self._target_unit(), folds, sign)
+            cache.gains.log(self, v, r, self.target_unit(), folds, sign)
 
     def _update_one(self, v: np.ndarray, r: np.ndarray, folds: np.ndarray, sign: int) -> None:
         """:meth:`_update` of one row (a one-row forget or insert, the latency path): the
@@ -162,7 +162,7 @@ class LinearHead:
         self.counts[f] += sign
         cache = self._gram_cache
         if cache is not None and self._slot is not None:
-            cache.gains.log(self, v, r, self._target_unit(), folds, sign)
+            cache.gains.log(self, v, r, self.target_unit(), folds, sign)
 
     def _defer(self, v: np.ndarray, folds: np.ndarray, sign: int) -> None:
         """Keep a small change's rows for the Gram sums (:attr:`gram` adds them)."""
@@ -417,7 +417,7 @@ class LinearHead:
         """What serves the solved weights W: their fixed-point copy, added to g."""
         return FixedWeights.of(W)
 
-    def _target_unit(self) -> float:
+    def target_unit(self) -> float:
         """A head residual's grid step in real units (2^-20 classification, 2^-10 regression)."""
         return 2.0**-TARGET_LIMIT_BITS if self.scale_bits >= 32 else 2.0**-10
 
@@ -426,7 +426,7 @@ class LinearHead:
         H = np.add(self.cross[0], self.cross[1]).astype(np.float64)
         H0 = self.cross[0].astype(np.float64)
         H1 = self.cross[1].astype(np.float64)
-        unit = 2.0**-FEATURE_BITS * self._target_unit()  # powers of two: exact
+        unit = 2.0**-FEATURE_BITS * self.target_unit()  # powers of two: exact
         H *= unit
         H0 *= unit
         H1 *= unit
