@@ -585,7 +585,7 @@ def _crash_child(location: str, op: str, point: str, ack: str) -> None:
     else:
         import threading
 
-        from forgetting.engine import core as engine_core
+        from forgetting.engine import rebuilding as engine_core  # where rebuilds build
 
         release = threading.Event()
         build = engine_core.build_instance
