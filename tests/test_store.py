@@ -26,11 +26,12 @@ from conftest import (
     user_ids,
     wait_until,
 )
+from sklearn.linear_model import LogisticRegression
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting.receipts import Receipt
 from forgetting.store import DurableModel
-from forgetting.store.errors import StoreError
+from forgetting.store.errors import StoreError, StoreKindError
 
 BG = {**FAST, "rebuild": "background"}
 FLAT = dict(rho=0.25, n_instances=3, rebuild="background", random_state=0)
@@ -622,13 +623,19 @@ def test_feature_names_default_to_the_dataframe_columns(sqlite_db):
 
 
 def test_another_estimator_is_refused_before_anything_is_written(tmp_path):
+    """A family's store takes its own estimators only; the facade any of the library's."""
     from forgetting import ExactForestClassifier
+    from forgetting.store import QSSDurable
 
     X, y = classification_data(d=5)
     path = tmp_path / "model.db"
     with pytest.raises(TypeError, match="not ExactForestClassifier"):
-        DurableModel.create(str(path), ExactForestClassifier(n_estimators=2), X, y)
+        QSSDurable.create(str(path), ExactForestClassifier(n_estimators=2), X, y)
+    with pytest.raises(StoreKindError, match="no store holds a LogisticRegression"):
+        DurableModel.create(str(path), LogisticRegression(), X, y)
     assert not path.exists()
+    with DurableModel.create(str(path), ExactForestClassifier(n_estimators=2), X, y) as m:
+        assert m.stats()["estimator"] == "ExactForestClassifier"
 
 
 def test_a_read_only_open_sees_receipts_and_refuses_writes(db):

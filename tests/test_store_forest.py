@@ -19,7 +19,7 @@ import pytest
 
 from forgetting import ExactForestClassifier, ExactForestRegressor
 from forgetting.store import DurableForest, DurableModel
-from forgetting.store.errors import StoreBusy, StoreCorrupt, StoreError
+from forgetting.store.errors import StoreBusy, StoreCorrupt, StoreError, StoreKindError
 
 
 def _data(n=1200, seed=0):
@@ -173,17 +173,17 @@ def test_locks_read_only_and_the_other_kind_of_store(tmp_path):
     with DurableForest.create(path, ExactForestClassifier(n_estimators=3), X, y, ids):
         with pytest.raises(StoreBusy):
             DurableForest.open(path)
-        with pytest.raises(StoreError, match="open it with forgetting.store.DurableForest"):
-            DurableModel.open(path, read_only=True)
+        with pytest.raises(StoreBusy):
+            DurableModel.open(path)  # the one facade takes the same writer lock
+        with DurableModel.open(path, read_only=True) as other:
+            assert isinstance(other, DurableForest)
     with DurableForest.open(path, read_only=True) as ro:
         with pytest.raises(StoreError, match="read-only"):
             ro.forget(["user-1"])
-    with pytest.raises(TypeError, match="DurableForest holds"):
+    with pytest.raises(TypeError, match="DurableForest holds .* not object"):
         DurableForest.create(tmp_path / "x.db", object(), X, y)
-    with pytest.raises(TypeError, match="DurableForest.create"):
-        from forgetting import ExactForestClassifier as Forest
-
-        DurableModel.create(tmp_path / "y.db", Forest(), X, y)
+    with pytest.raises(StoreKindError, match="no store holds a object"):
+        DurableModel.create(tmp_path / "y.db", object(), X, y)
 
 
 def test_a_qss_store_is_refused_by_name(tmp_path):
@@ -192,8 +192,30 @@ def test_a_qss_store_is_refused_by_name(tmp_path):
     X, y, ids = _data(500)
     path = tmp_path / "q.db"
     DurableModel.create(path, QSSClassifier(n_instances=2), np.nan_to_num(X), y, ids).close()
-    with pytest.raises(StoreError, match="holds a QSSClassifier, not an exact forest"):
+    with pytest.raises(StoreKindError, match="holds a QSSClassifier, not ExactForest"):
         DurableForest.open(path)
+
+
+def test_one_facade_opens_any_store_and_one_digest_proves_it(tmp_path):
+    """``DurableModel`` creates and opens a forest's store as a QSS one; the digest that
+    ``verify`` reports is the last receipt's ``state_digest`` and ``stats``' (what inspect
+    and the console show), and a refit from the stored rows has it too."""
+    X, y, ids = _data(600)
+    path = tmp_path / "any.db"
+    with DurableModel.create(path, ExactForestClassifier(n_estimators=4), X, y, ids) as store:
+        assert type(store) is DurableForest
+        pool = set(store.estimator.pool_ids_)
+        gone = [i for i in ids if i not in pool][:2]  # no rebuild: the receipt's is final
+        receipt = store.forget(gone)
+        assert not receipt.rebuild_started
+        last = store.lookup(gone[0])["receipts"][-1]
+    with DurableModel.open(path) as store:
+        report = store.verify()
+        assert report["ok"] and report["problems"] == []
+        assert report["state_digest"] == report["refit_digest"] == store.stats()["state_digest"]
+        assert report["state_digest"] == receipt.state_digest == last["state_digest"]
+        assert store.stats()["estimator"] == "ExactForestClassifier"
+        assert store.lookup(gone[0])["status"] == "forgotten"
 
 
 @pytest.mark.parametrize(

@@ -340,14 +340,9 @@ def secret_key(args: argparse.Namespace) -> bytes | None:
 
 
 def durable_class(model: str = "qss"):
-    """The class ``fit`` creates a store with: :class:`forgetting.store.durable.DurableModel`,
-    or :class:`forgetting.store.forest.DurableForest` for ``--model forest`` (the other
-    commands open either through :func:`open_store`)."""
-    if model == "forest":
-        from ..store.forest import DurableForest
-
-        return DurableForest
-    from ..store.durable import DurableModel
+    """The class ``fit`` creates a store with: :class:`forgetting.store.DurableModel`, the
+    one facade, for every model (it writes the store of the estimator's family)."""
+    from ..store import DurableModel
 
     return DurableModel
 
@@ -359,6 +354,6 @@ def open_store(args: argparse.Namespace, *, read_only: bool):
     location = args.store
     if not is_dsn(location) and not Path(location).is_file():
         raise usage(f"no store at {location!r}: create one with `forgetting fit --store ...`")
-    from ..store.kinds import open_store as open_any
+    from ..store import DurableModel
 
-    return open_any(location, read_only=read_only, secret_key=secret_key(args))
+    return DurableModel.open(location, read_only=read_only, secret_key=secret_key(args))

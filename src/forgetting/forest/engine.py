@@ -107,6 +107,10 @@ class ForestEngine(ForestInstances):
         :attr:`ForestInstances.effective_rho`)."""
         return ForestInstances.effective_rho.fget(self)
 
+    def pending_rebuilds(self) -> list[int]:
+        """Instances whose rebuild has not landed yet."""
+        return self.rebuilding
+
     def present(self, ids: Sequence) -> np.ndarray:
         """Mask of ``ids`` held now."""
         with self._cond:

@@ -1,5 +1,5 @@
-"""The HTTP service: a durable model (:class:`~forgetting.store.durable.DurableModel`, or
-:class:`~forgetting.store.forest.DurableForest` for an exact forest) behind FastAPI.
+"""The HTTP service: a durable model of any family (:class:`~forgetting.store.DurableModel`)
+behind FastAPI.
 
 ``create_app(model, config)`` builds the app; ``ServiceConfig`` holds the bearer tokens
 (never shown), whether reads and receipt lookups are open, and the batch limit. FastAPI is an

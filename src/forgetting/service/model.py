@@ -2,8 +2,8 @@
 
 Why a Protocol rather than the concrete class: the app is tested against a small fake that
 fails on demand (store errors, reloads), and the store may change its internals freely as long
-as it keeps these members. :class:`forgetting.store.durable.DurableModel` and
-:class:`forgetting.store.forest.DurableForest` implement it.
+as it keeps these members. :class:`forgetting.store.DurableModel` — the one facade, whatever
+family the store holds — implements it.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from .errors import StoreCorrupt, StoreKindError
 from .sql import FORMAT_V2, SQLStore, contrib_table
 
 FOREST_CLASSES = ("ExactForestClassifier", "ExactForestRegressor")
-"""Estimators whose stores :class:`~forgetting.store.forest.DurableForest` opens."""
+"""Estimators whose stores are :class:`~forgetting.store.forest.DurableForest`'s."""
 
 
 def _decode_id(key: bytes) -> int | str:
@@ -109,8 +109,8 @@ def read_model(store: SQLStore, secret_key: bytes | str | None) -> Loaded:
         info = loads(meta["model"], META_KIND, "model entry")
         if isinstance(info, dict) and info.get("estimator") in FOREST_CLASSES:
             raise StoreKindError(
-                f"{describe(loc)} holds an {info['estimator']}: open it with "
-                "forgetting.store.DurableForest"
+                f"{describe(loc)} holds an {info['estimator']}, not a QSS model: open it "
+                "with forgetting.store.DurableModel"
             )
         _check_info(info, store.n_instances)
     except (ModelFileError, ValueError, TypeError, KeyError) as err:

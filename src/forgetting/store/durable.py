@@ -1,32 +1,33 @@
-"""DurableModel: a QSS estimator whose every acknowledged change is in a database first.
+"""DurableModel: a fitted model of any family whose every acknowledged change is in a
+database first — the one durable facade.
 
-A deletion is acknowledged (``forget`` returns) only after the transaction that removes the
-row, clears the schemas it invalidated and records the receipt has committed — and, for
-SQLite, after the write-ahead log holding old page images has been checkpointed away. Crash
-at any moment and :meth:`DurableModel.open` rebuilds the very state a fit on the stored rows
-would give: the model is a pure function of (rows, configuration), the store holds exactly
-those, and instances whose schema was not durably persisted are rebuilt on open.
+A deletion is acknowledged (``forget`` returns) only after the transaction that records it
+has committed (and, for SQLite, the write-ahead log's old images of the rows are purged).
+Crash at any moment and :meth:`DurableModel.open` serves exactly the last committed state:
+every model is a pure function of (rows, configuration, key), and the store holds those.
+
+**One facade, any model.** ``DurableModel.create(location, estimator, ...)`` writes a store
+for any estimator of the library, and ``DurableModel.open(location)`` opens any store —
+whatever model ``forgetting fit`` or a program put in it — as the model it holds. What a
+family keeps differs, and each family's store is a subclass:
+
+* :class:`~.qss_store.QSSDurable` (QSS): the rows, each instance's schema and the rows'
+  contributions, written by a group commit and, for rebuilt instances, by a persister
+  thread; a reopen restores instances from them;
+* :class:`~.forest.DurableForest` (the exact forest): the rows only; a reopen grows the
+  forest again from them.
+
+Everything a caller sees besides is written here once: predictions, the state digest, what
+the store knows of an id (:meth:`lookup`), the receipt log's reads, :meth:`verify` (the
+database's catalogue first, then a refit from the stored rows alone whose state digest must
+equal the live one — the digest every receipt, ``inspect`` and the console show),
+:meth:`stats`' common part, the lifecycle and the errors of a closed, unavailable or
+read-only store.
 
 **Invariant** — after any ``forget``/``insert`` returns *or raises*, the live model equals a
-fit on the store's rows. A change is applied in memory, then written in one transaction; if
-the transaction fails, the in-memory model is restored from the store (:meth:`reload`) before
-the error is raised. While that reload has not succeeded, :attr:`available` is False and every
-call raises :class:`StoreError` (the service answers 503 and retries ``reload()``).
-
-Everything crosses the model boundary as snapshots (:mod:`forgetting.snapshots`) and public
-engine methods: the store never touches the estimator's or engine's private state, and what it
-stores is plain data (:mod:`forgetting.io.model_format`: arrays + JSON, never pickles).
-
-This module is the facade; the work is done beside it: :mod:`.create` (fit and write a new
-store), :mod:`.decode` (read and check a store), :mod:`.writes` (the group commit of forgets
-and inserts), :mod:`.persister` (the thread writing rebuilt instances), :mod:`.mirror` (what
-the store holds of the live model, shared by those), :mod:`.sql` and :mod:`.connection` (the
-database).
-
-Lock order is always DurableModel lock → engine lock. The engine calls its install hook
-(``QSSEngine.set_install_hook``) under its own lock when a background rebuild lands; that only
-wakes the persister thread, which then takes both locks in the usual order and writes the new
-schema and contributions.
+fit on the store's rows; if a write fails, the model is read again from the store
+(:meth:`reload`) before the error is raised, and while that has not succeeded
+:attr:`available` is False and every call raises :class:`StoreError`.
 """
 
 from __future__ import annotations
@@ -35,56 +36,45 @@ import contextlib
 import threading
 import time
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from ..engine import RebuildError
-from ..estimators import restore_estimator
+from ..io.model_format import ModelFileError, loads
 from ..receipts import Receipt
 from ..schema.membership import canonical_id
-from ..snapshots import EngineSnapshot
 from .connection import describe
-from .create import create_store
-from .decode import Loaded, code_layout, model_snapshot, read_model, read_rows
-from .errors import StoreError
-from .mirror import Mirror
-from .persister import Persister
-from .reads import StoreReads, as_receipt
+from .encode import META_KIND
+from .errors import StoreError, StoreKindError
+from .reads import StoreReads
 from .receipt_log import STATUSES, id_status
 from .sql import SQLStore
-from .writes import GroupCommit, WriteQueue, WriteRequest
 
 
 class DurableModel(StoreReads):
-    """A fitted QSS estimator mirrored in a store (SQLite file path or PostgreSQL DSN)."""
+    """A fitted model mirrored in a store (SQLite file path or PostgreSQL DSN): the one
+    facade (module docstring). ``DurableModel.create`` and ``DurableModel.open`` give the
+    store of the model's family."""
 
-    groups_writes = True
-    """Concurrent :meth:`forget` and :meth:`insert` calls are ordered here and committed
-    together: a caller (the HTTP service) need not serialize them
-    (forgetting.service.model.groups_writes)."""
+    families: ClassVar[list[type[DurableModel]]] = []
+    """Each family's store class (registered when defined, :meth:`__init_subclass__`)."""
+    estimators: ClassVar[tuple[str, ...]] = ()
+    """Class names of the estimators a family's store holds."""
+    groups_writes = False
+    """Whether concurrent :meth:`forget` and :meth:`insert` calls are committed together
+    here (then a caller such as the HTTP service need not serialize them)."""
+    takes_missing_values = False
+    """Whether the model takes NaN features (the CLI then reads empty cells as missing)."""
 
-    def __init__(self, store: SQLStore, loaded: Loaded):
-        self._store = store
-        self._lock = threading.RLock()
-        self._writes = WriteQueue()
-        self._closed = False
-        self._available = True
-        self._persister: Persister | None = None
-        hook = None
-        if not store.read_only:
-            hook = self._wake_persister
-        self._mirror = Mirror(store, hook)
-        self._group_commit = GroupCommit(self._mirror, self._recover)
-        if not store.read_only:
-            self._persister = Persister(self._lock, self._mirror, lambda: self._available)
-        self._mirror.adopt(loaded)
-        if self._persister is not None:
-            self._persister.start()
+    _store: SQLStore
+    _lock: threading.RLock
+    _closed: bool
+    _available: bool
 
-    def _wake_persister(self, _instance: int | None = None) -> None:
-        if self._persister is not None:
-            self._persister.wake()
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.estimators:
+            DurableModel.families.append(cls)
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -100,15 +90,19 @@ class DurableModel(StoreReads):
         overwrite: bool = False,
         store_key: bool = False,
     ) -> DurableModel:
-        """Fit ``estimator`` and write a new store at ``location``, all or nothing.
-
-        SQLite: the store is written to a temporary file beside ``location`` in one
-        transaction and renamed into place, so a crash leaves either no store (or the old one)
-        or the complete new one. PostgreSQL: one transaction. The writer lock of ``location``
+        """Fit ``estimator`` (of any family) and write a new store at ``location``, all or
+        nothing: SQLite writes a scratch file beside ``location`` in one transaction and
+        renames it into place, PostgreSQL one transaction. The writer lock of ``location``
         is taken first, so a running server makes this raise :class:`StoreBusy` before any
-        fitting. The secret key is stored only if ``store_key=True``.
-        """
-        store, loaded = create_store(
+        fitting. ``feature_names`` records the columns of an array ``X`` (a DataFrame's are
+        the estimator's own). The secret key is stored only with ``store_key=True``."""
+        family = cls if cls.estimators else cls._family_of(type(estimator).__name__)
+        if type(estimator).__name__ not in family.estimators:
+            raise TypeError(
+                f"a {family.__name__} holds {' or '.join(family.estimators)}, not "
+                f"{type(estimator).__name__}: create it with DurableModel.create"
+            )
+        return family._create(
             location,
             estimator,
             X,
@@ -118,77 +112,104 @@ class DurableModel(StoreReads):
             overwrite=overwrite,
             store_key=store_key,
         )
-        return cls(store, loaded)
 
     @classmethod
     def open(
         cls, location: str, *, read_only: bool = False, secret_key: bytes | str | None = None
     ) -> DurableModel:
-        """Restore the model from its store (after a restart or a crash).
+        """Open the store at ``location`` as the model it holds (after a restart or a crash).
 
         ``read_only=True`` creates and modifies nothing (not even a lock file) and refuses
         changes; a writable open takes the store's writer lock for its lifetime
         (:class:`StoreBusy` if another writer holds it, through whatever path, link or
         PostgreSQL role; :class:`StoreUnusable` for a directory, a hard-linked file or, for
-        a writer, a read-only file system). ``secret_key`` is the key the model
-        was fitted with, unless it was stored with ``store_key=True`` or derived.
+        a writer, a read-only file system). ``secret_key`` is the key the model was fitted
+        with, unless it was stored with ``store_key=True`` or derived from
+        ``random_state``. On a family's class (``DurableForest.open``) a store of another
+        family raises :class:`StoreKindError`.
         """
         store = SQLStore(str(location), read_only=read_only)
         try:
-            store.upgrade()  # a v2 store, opened writable: converted to v3 (sql.py)
-            loaded = read_model(store, secret_key)
+            family = cls
+            if not cls.estimators:
+                family = cls._family_of(_recorded_estimator(store))
+            elif (recorded := _recorded_estimator(store)) is not None and (
+                recorded not in cls.estimators
+            ):
+                raise StoreKindError(
+                    f"{describe(store.location)} holds a {recorded[:40]}, not "
+                    f"{' or '.join(cls.estimators)}: open it with DurableModel.open"
+                )
+            return family._open(store, secret_key)
         except BaseException:
             store.close()
             raise
-        return cls(store, loaded)
 
-    # -- properties ----------------------------------------------------------------------
+    @classmethod
+    def _family_of(cls, estimator: str | None) -> type[DurableModel]:
+        """The family whose store holds ``estimator`` (a class name); the first family for
+        a store whose model entry is unreadable (its reader says what is wrong)."""
+        for family in cls.families:
+            if estimator in family.estimators:
+                return family
+        if estimator is None:
+            return cls.families[0]
+        raise StoreKindError(f"no store holds a {str(estimator)[:40]}")
+
+    @classmethod
+    def _create(cls, location, estimator, X, y, ids, **options) -> DurableModel:
+        raise NotImplementedError
+
+    @classmethod
+    def _open(cls, store: SQLStore, secret_key: bytes | str | None) -> DurableModel:
+        raise NotImplementedError
+
+    # -- what every family answers alike --------------------------------------------------
     @property
     def estimator(self):
-        """The live estimator (replaced when the model is reloaded from the store)."""
-        return self._mirror.estimator
-
-    @property
-    def feature_names(self) -> list[str] | None:
-        """Column names recorded at fit (None when fitted on a plain array)."""
-        names = self._mirror.info.get("feature_names")
-        return None if names is None else list(names)
-
-    @property
-    def key_is_derived(self) -> bool:
-        """True when the membership key is derived from ``random_state`` (public)."""
-        return bool(self._mirror.info["key_derived"])
+        """The live estimator (replaced when the model is read again from the store); read
+        it, change it only through this object."""
+        raise NotImplementedError
 
     @property
     def available(self) -> bool:
         """False while the in-memory model may differ from the store (until :meth:`reload`)."""
-        return self._available
+        return self._available and not self._closed
 
     @property
     def read_only(self) -> bool:
         return self._store.read_only
 
     @property
-    def queued_writes(self) -> int:
-        """Forgets and inserts waiting for the next group commit (:meth:`forget`)."""
-        return len(self._writes)
+    def key_is_derived(self) -> bool:
+        """True when the membership key is derived from ``random_state`` (public)."""
+        return self.estimator.secret_key is None
 
-    # -- reads ---------------------------------------------------------------------------
     def predict(self, X) -> np.ndarray:
         self._require_available()
-        with self._rebuild_errors():
+        with self._serving_errors():
             return self.estimator.predict(X)
 
     def predict_proba(self, X) -> np.ndarray:
         self._require_available()
         if self.task != "classification":
             raise TypeError("predict_proba is only defined for classifiers")
-        with self._rebuild_errors():
+        with self._serving_errors():
             return self.estimator.predict_proba(X)
 
     def state_digest(self) -> str:
+        """The live model's state digest: the one its receipts, :meth:`stats` and
+        :meth:`verify` show."""
         self._require_available()
         return self.estimator.state_digest()
+
+    def receipts_for(self, row_id: Hashable) -> list[dict]:
+        """Every receipt naming ``row_id``, oldest first (by the keyed id hash receipts
+        carry: the id itself is never stored in them)."""
+        self._require_available()
+        id_hash = self.estimator.receipt_hash(canonical_id(row_id))
+        with self._lock:
+            return self._store.receipts_for(id_hash)
 
     def lookup(self, row_id: Hashable) -> dict:
         """What the store knows of one id, hashed here with the membership key: its
@@ -204,13 +225,11 @@ class DurableModel(StoreReads):
             receipts = self._store.receipts_for(id_hash)
             with engine.locked():
                 present = bool(engine.present([row_id])[0])
-                status = id_status(receipts, present)
-                pending = status == "forgotten" and any(
-                    isinstance(r, int)
-                    and 0 <= r < len(engine.instances)
-                    and engine.schema_of(r) is None
-                    for r in receipts[-1].get("instances_hit") or ()
-                )
+                rebuilding = set(engine.pending_rebuilds())
+        status = id_status(receipts, present)
+        pending = status == "forgotten" and any(
+            r in rebuilding for r in receipts[-1].get("instances_hit") or ()
+        )
         return {
             "id_hash": id_hash,
             "status": status,
@@ -220,26 +239,28 @@ class DurableModel(StoreReads):
         }
 
     def stats(self) -> dict:
+        """What the service's /stats, ``forgetting inspect`` and the console show: the
+        model, its rows and instances, its rebuilds, the state digest and the store."""
         self._require_available()
         with self._lock:  # the store's connection, like every read of it
             size = self._store.size_bytes()
-        est = self.estimator
-        engine = est.engine_
+        estimator = self.estimator
+        engine = estimator.engine_
         with engine.locked():
-            instances = [self._instance_stats(r) for r in range(est.n_instances)]
             seconds = list(engine.rebuild_seconds)
-            return {
+            out = {
                 "task": self.task,
-                "mode": est.mode,
-                "n_rows": est.n_rows_,
+                "estimator": type(estimator).__name__,
+                "n_rows": estimator.n_rows_,
                 "n_features": self.n_features,
                 "feature_names": self.feature_names,
                 "classes": self.classes,
-                "instances": instances,
+                **self._family_stats(),
                 "pending_rebuilds": engine.pending_rebuilds(),
                 "queued_writes": self.queued_writes,
                 "rebuilds_run": len(seconds),
                 "mean_rebuild_seconds": float(np.mean(seconds)) if seconds else None,
+                "effective_rho": estimator.effective_rho_,
                 "state_digest": engine.state_digest(),
                 "key_is_derived": self.key_is_derived,
                 "read_only": self.read_only,
@@ -247,41 +268,21 @@ class DurableModel(StoreReads):
                 "store_format": self._store.format,
                 "store_bytes": size,
             }
+        return out
 
-    def _instance_stats(self, r: int) -> dict[str, Any]:
-        """:meth:`stats` of instance r (under the engine lock)."""
-        schema = self.estimator.engine_.schema_of(r)
-        info: dict[str, Any] = {
-            "instance": r,
-            "valid": schema is not None,
-            # the store holds this schema and its contributions (the persister wrote them):
-            # a reopen would not rebuild the instance
-            "persisted": self._mirror.is_persisted(r, schema),
-        }
-        if schema is not None:
-            _, n_codes, n_cells = code_layout(schema)
-            flat = getattr(schema, "partition", None) is not None
-            info.update(
-                schema_rows=schema.n_schema_rows,
-                partition="flat" if flat else "rq",
-                n_levels=n_codes,
-                n_centroids=n_cells,
-            )
-        return info
+    @property
+    def queued_writes(self) -> int:
+        """Forgets and inserts waiting for the next commit (none unless writes are
+        grouped)."""
+        return 0
 
     def verify(self) -> dict:
-        """Refit every instance from the stored rows alone and compare state digests, and
-        check the contribution tables against the rows.
-
-        The refit restores the store's rows with no schema at all, so every instance is
-        trained again from the rows (exactly what a fit on them does), whatever the label
-        type and whether some rows are unlabeled. The contributions are what a reopen
-        restores instances from, and a read ignores those of no row: ``problems`` lists, one
-        line each, orphan contributions, labeled rows missing theirs under a stored schema
-        and stale ones (:meth:`SQLStore.contribution_problems`). ``ok`` needs equal digests
-        and no problem. What the database holds besides the store's tables
-        (:meth:`SQLStore.schema_problems`) is reported first, and then nothing is refit.
-        """
+        """Check the store can reproduce the live model: the database's catalogue first
+        (:meth:`SQLStore.schema_problems`: anything besides the store's tables is reported
+        and nothing is refit), then a model refitted from the stored rows alone, whose state
+        digest must equal the live one (the digest the receipts carry), and what the family
+        checks besides (``problems``, one line each). ``ok`` needs equal digests and no
+        problem."""
         started = time.perf_counter()
         with self._lock:  # the catalogue first: a foreign object could act on any read
             foreign = self._store.schema_problems()
@@ -294,126 +295,51 @@ class DurableModel(StoreReads):
                 "n_rows": self.estimator.n_rows_,
                 "seconds": time.perf_counter() - started,
             }
-        if self._store.read_only:
-            # Another process may write meanwhile: compare against one consistent read (the
-            # store's model and its rows from the same transaction), adopted as a reload.
-            with self._lock:
-                self._require_open()
-                loaded = read_model(self._store, self.estimator.secret_key)
-                self._replace(loaded)
-        self.wait_for_rebuilds()
-        with self._lock:
-            digest = self.state_digest()
-            info = self._mirror.info
-            if self._store.read_only:
-                rows, columns = loaded.rows, loaded.columns
-            else:  # we are the only writer, and hold our lock: the rows match memory
-                rows, columns = read_rows(self._store.location, info, self._store.load_rows())
-            privacy = self.estimator.engine_.snapshot(ids=[], instances=[]).privacy
-            instances = [None] * self.estimator.n_instances  # every instance rebuilt: a refit
-            snapshot = model_snapshot(info, EngineSnapshot(rows, instances, privacy), columns)
-            fresh = restore_estimator(snapshot, secret_key=self.estimator.secret_key)
-            fresh.wait_for_rebuilds()
-            refit = fresh.state_digest()
-            problems = self._store.contribution_problems()
+        live, refit, problems, n_rows = self._refit_digest()
         return {
-            "ok": refit == digest and not problems,
-            "state_digest": digest,
+            "ok": refit == live and not problems,
+            "state_digest": live,
             "refit_digest": refit,
             "problems": problems,
-            "n_rows": len(rows.ids),
+            "n_rows": n_rows,
             "seconds": time.perf_counter() - started,
         }
 
-    # -- writes --------------------------------------------------------------------------
+    # -- a family's part -----------------------------------------------------------------
+    @property
+    def feature_names(self) -> list[str] | None:
+        """Column names recorded at fit (None when fitted on a plain array)."""
+        raise NotImplementedError
+
+    def _family_stats(self) -> dict:
+        """The family's entries of :meth:`stats` (under the engine's lock)."""
+        return {}
+
+    def _refit_digest(self) -> tuple[str, str, list[str], int]:
+        """(live digest, the digest of a refit from the stored rows, problems, rows)."""
+        raise NotImplementedError
+
     def forget(self, ids: Sequence[Hashable], *, erase_inputs: bool = False) -> Receipt:
-        """Forget rows durably; returns the :class:`~forgetting.receipts.Receipt` once the
-        deletion is committed.
-
-        Ids already forgotten (with a forget receipt in the store; in label mode also rows
-        whose label is already gone) make the call idempotent: if no requested id is still
-        to forget, the stored receipt is returned with ``already_forgotten=True``. Unknown ids
-        raise KeyError and change nothing.
-
-        Concurrent calls — forgets and inserts (:meth:`insert`) alike — share one commit
-        (group commit, :mod:`forgetting.store.writes`): each is applied in memory in the order
-        it came, with its own receipt exactly as if called alone, and all are written in one
-        transaction (:data:`~forgetting.store.writes.GROUP_REQUESTS` at most). A request that
-        fails its own checks (an unknown id, say) raises for its caller alone; if the shared
-        transaction fails, every request in it raises and memory is restored from the
-        store, as for a single request.
-        """
-        reply = self._writes.submit(WriteRequest("forget", (ids, erase_inputs)), self._commit)
-        return as_receipt(reply)
+        raise NotImplementedError
 
     def insert(self, X, y, ids) -> Receipt:
-        """Insert labeled rows durably; returns the receipt once committed. Concurrent
-        inserts and forgets are committed together, in the order they came (:meth:`forget`)."""
-        return as_receipt(self._writes.submit(WriteRequest("insert", (X, y, ids)), self._commit))
-
-    def _commit(self) -> None:
-        """Take the next group of queued writes and commit it, under this model's lock; every
-        request taken is answered, by a receipt or an error."""
-        with self._lock:
-            group = self._writes.take()
-            try:
-                self._require_writable()
-            except Exception as err:
-                for request in group:
-                    request.fail(err)
-                return
-            self._group_commit.run(group)
+        raise NotImplementedError
 
     def reload(self) -> None:
-        """Rebuild the in-memory model from the store (after a store error, or to pick up
-        the store's state); :attr:`available` is True once it succeeded."""
-        with self._lock:
-            self._require_open()
-            loaded = read_model(self._store, self.estimator.secret_key)
-            self._replace(loaded)
-            self._wake_persister()
+        raise NotImplementedError
 
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
-        """Wait until rebuilds have landed in memory *and* been written to the store."""
-        self._require_available()
-        with self._rebuild_errors():
-            self.estimator.wait_for_rebuilds(timeout)
-        if self._persister is None:
-            return
-        with self._lock:
-            self._persister.persist_now()
+        raise NotImplementedError
 
     def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._persister is not None:
-                self._persister.stop()
-        if self._persister is not None:
-            self._persister.join(timeout=30)
-        with self._lock:
-            ledger = self._mirror.ledger() if self._available else None
-            if ledger is not None and not self._store.read_only:
-                with contextlib.suppress(StoreError):  # releases since the last write
-                    with self._store.transaction("recording the privacy ledger") as cur:
-                        self._store.set_meta(cur, "privacy", ledger)
-            self._store.close()
+        raise NotImplementedError
 
+    # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> DurableModel:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    # -- internals -----------------------------------------------------------------------
-    def _replace(self, loaded: Loaded) -> None:
-        """Serve the model just read from the store, and retire the one it replaces."""
-        old = self.estimator
-        self._mirror.adopt(loaded)
-        self._available = True
-        with contextlib.suppress(Exception):
-            old.engine_.retire()
 
     def _require_open(self) -> None:
         if self._closed:
@@ -423,8 +349,8 @@ class DurableModel(StoreReads):
         self._require_open()
         if not self._available:
             raise StoreError(
-                f"{describe(self._store.location)}: the model is being reloaded from the store "
-                "after a store error; retry shortly"
+                f"{describe(self._store.location)}: the model is being read again from the "
+                "store after a store error; retry shortly"
             )
 
     def _require_writable(self) -> None:
@@ -435,23 +361,18 @@ class DurableModel(StoreReads):
             )
 
     @contextlib.contextmanager
-    def _rebuild_errors(self):
-        """A rebuild from the stored rows that fails (it succeeded when they were written)
-        says the store cannot reproduce its model: one StoreError line, not a traceback."""
-        try:
-            yield
-        except RebuildError as err:
-            raise StoreError(
-                f"{describe(self._store.location)}: {' '.join(str(err).split())}; the stored "
-                "rows cannot rebuild the model: run `forgetting verify`, restore a backup or "
-                "refit"
-            ) from err
+    def _serving_errors(self):
+        """How a family turns its serving failures into store errors (none by default)."""
+        yield
 
-    def _recover(self, err: BaseException) -> None:
-        """A write failed after memory changed: restore memory from the store (the truth),
-        or stay unavailable until :meth:`reload` succeeds."""
-        self._available = False
-        try:
-            self.reload()
-        except BaseException:  # noqa: BLE001 - the service keeps calling reload()
-            pass
+
+def _recorded_estimator(store: SQLStore) -> str | None:
+    """The estimator class a store's model entry names, or None when it names none or
+    cannot be read (the family's reader then says what is wrong)."""
+    try:
+        entry = store.meta().get("model")
+        info = None if entry is None else loads(entry, META_KIND, "model entry")
+    except (ModelFileError, StoreError, ValueError, TypeError, KeyError):
+        return None
+    name = info.get("estimator") if isinstance(info, dict) else None
+    return name if isinstance(name, str) else None

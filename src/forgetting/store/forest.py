@@ -1,4 +1,5 @@
-"""DurableForest: an exact forest whose every acknowledged change is in a database first.
+"""DurableForest: the durable store of an exact forest (:class:`~.durable.DurableModel`'s
+family for ExactForestClassifier and ExactForestRegressor).
 
 The forest (:class:`~forgetting.forest.ExactForestClassifier` or
 :class:`~forgetting.forest.ExactForestRegressor`) is a pure function of (rows, parameters,
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -39,21 +39,27 @@ from ..io.model_format import ModelFileError, dumps, loads
 from ..persistence import library_versions, restored, version_mismatch
 from ..persistence.forest_state import forest_snapshot, forest_state
 from ..receipts import Receipt
-from ..schema.membership import canonical_id, id_bytes
+from ..schema.membership import id_bytes
 from .connection import describe
 from .create import create_atomically
 from .decode import FOREST_CLASSES, _decode_id
+from .durable import DurableModel
 from .encode import KEY_KIND, META_KIND
 from .errors import StoreCorrupt, StoreError, StoreKindError
-from .reads import StoreReads, as_receipt
-from .receipt_log import STATUSES, id_status
+from .reads import as_receipt
 from .sql import SQLStore
 
 _CLASSES = {cls.__name__: cls for cls in (ExactForestClassifier, ExactForestRegressor)}
 
 
-class DurableForest(StoreReads):
-    """An exact forest mirrored in a store (SQLite file path or PostgreSQL DSN)."""
+class DurableForest(DurableModel):
+    """An exact forest mirrored in a store: its rows only (opened and created through
+    :class:`~.durable.DurableModel`; ``DurableForest.open`` refuses another family's store)."""
+
+    estimators = FOREST_CLASSES
+    takes_missing_values = True
+    """A forest takes NaN features natively (their own bin): the CLI reads empty cells as
+    missing values for it."""
 
     def __init__(self, store: SQLStore, estimator, next_seq: int, names: list[str] | None):
         self._store = store
@@ -66,7 +72,7 @@ class DurableForest(StoreReads):
 
     # -- construction --------------------------------------------------------------------
     @classmethod
-    def create(
+    def _create(
         cls,
         location: str,
         estimator,
@@ -78,16 +84,7 @@ class DurableForest(StoreReads):
         overwrite: bool = False,
         store_key: bool = False,
     ) -> DurableForest:
-        """Fit ``estimator`` (an exact forest) and write a new store at ``location``, all or
-        nothing (:func:`.create.create_atomically`: a running writer makes this raise
-        :class:`StoreBusy` before any fitting). ``feature_names`` records the columns of an
-        array ``X`` (a DataFrame's are the estimator's own). The secret key is stored only
-        with ``store_key=True``."""
-        if type(estimator) not in _CLASSES.values():
-            raise TypeError(
-                "a DurableForest holds an ExactForestClassifier or ExactForestRegressor, not "
-                f"{type(estimator).__name__} (QSS models go to DurableModel.create)"
-            )
+        """Fit the forest and write a new store (:func:`.create.create_atomically`)."""
         names = None if feature_names is None else [str(n) for n in feature_names]
 
         def fit() -> None:
@@ -103,22 +100,9 @@ class DurableForest(StoreReads):
         return cls(store, estimator, next_seq, names)
 
     @classmethod
-    def open(
-        cls, location: str, *, read_only: bool = False, secret_key: bytes | str | None = None
-    ) -> DurableForest:
-        """Grow the forest again from its store (after a restart or a crash).
-
-        ``read_only=True`` creates and changes nothing and refuses changes; a writable open
-        holds the store's writer lock for its lifetime (:class:`StoreBusy` if another writer
-        holds it). ``secret_key``: the key the forest was fitted with, unless it was stored
-        with ``store_key=True`` or derived from ``random_state``.
-        """
-        store = SQLStore(str(location), read_only=read_only)
-        try:
-            estimator, next_seq, names = _read(store, secret_key)
-        except BaseException:
-            store.close()
-            raise
+    def _open(cls, store: SQLStore, secret_key: bytes | str | None) -> DurableForest:
+        """Grow the forest again from its store's rows (one fit), every field checked."""
+        estimator, next_seq, names = _read(store, secret_key)
         return cls(store, estimator, next_seq, names)
 
     # -- serving -------------------------------------------------------------------------
@@ -130,15 +114,6 @@ class DurableForest(StoreReads):
         return self._model
 
     @property
-    def available(self) -> bool:
-        """False while the model must be grown again from the store before it serves."""
-        return self._available and not self._closed
-
-    @property
-    def read_only(self) -> bool:
-        return self._store.read_only
-
-    @property
     def feature_names(self) -> list[str] | None:
         """Column names recorded at fit (None when fitted on a plain array without them)."""
         names = getattr(self.estimator, "feature_names_in_", None)
@@ -146,117 +121,34 @@ class DurableForest(StoreReads):
             return None if self._names is None else list(self._names)
         return [str(n) for n in names]
 
-    @property
-    def key_is_derived(self) -> bool:
-        """True when the membership key is derived from ``random_state`` (public)."""
-        return self.estimator.secret_key is None
-
-    queued_writes = 0
-    """Writes are committed one at a time under the lock: none is ever queued here."""
-
-    takes_missing_values = True
-    """A forest takes NaN features natively (their own bin): the CLI reads empty cells as
-    missing values for it."""
-
-    def predict(self, X) -> np.ndarray:
-        return self.estimator.predict(X)
-
-    def predict_proba(self, X) -> np.ndarray:
-        return self.estimator.predict_proba(X)
-
-    def state_digest(self) -> str:
-        return self.estimator.state_digest()
-
-    def receipts_for(self, row_id: Hashable) -> list[dict]:
-        """Every receipt naming ``row_id``, oldest first (the keyed id hash the receipts
-        carry, so the id itself is never stored in them)."""
-        id_hash = self.estimator.receipt_hash(row_id)
-        with self._lock:
-            return self._store.receipts_for(id_hash)
-
-    def lookup(self, row_id: Hashable) -> dict:
-        """What the store knows of one id: its ``id_hash``, every receipt naming it (oldest
-        first), ``status`` (a key of :data:`~.receipt_log.STATUSES`) and
-        ``rebuild_pending``: whether an instance its deletion hit still rebuilds."""
-        with self._lock:
-            model = self.estimator
-            row_id = canonical_id(row_id)
-            id_hash = model.receipt_hash(row_id)
-            receipts = self._store.receipts_for(id_hash)
-            status = id_status(receipts, not model.engine_.unknown_ids([row_id]))
-            rebuilding = set(model.engine_.rebuilding)
-        pending = status == "forgotten" and any(
-            r in rebuilding for r in receipts[-1].get("instances_hit") or ()
-        )
+    def _family_stats(self) -> dict:
+        model = self._model
         return {
-            "id_hash": id_hash,
-            "status": status,
-            "explanation": STATUSES[status],
-            "rebuild_pending": pending,
-            "receipts": receipts,
+            "mode": "forest",
+            "n_estimators": model.n_estimators,
+            "instances": model.engine_.instance_stats(),
         }
 
-    def stats(self) -> dict:
-        """What the service's /stats and the console's health page show."""
+    def _refit_digest(self) -> tuple[str, str, list[str], int]:
+        """Grow a forest from the stored rows alone: its state digest must be the live
+        one's, and its trees the live trees (their structure digests are compared too: a
+        problem line if they differ). Read-only opens compare against one consistent read
+        of the store, adopted as a reload (another process may write meanwhile)."""
         with self._lock:
-            model = self.estimator
-            forest = model.engine_
-            seconds = list(forest.rebuild_seconds)
-            size = self._store.size_bytes()
-            return {
-                "task": self.task,
-                "mode": "forest",
-                "estimator": type(model).__name__,
-                "n_estimators": model.n_estimators,
-                "n_rows": model.n_rows_,
-                "n_features": self.n_features,
-                "feature_names": self.feature_names,
-                "classes": self.classes,
-                "instances": forest.instance_stats(),
-                "pending_rebuilds": forest.rebuilding,
-                "queued_writes": 0,
-                "rebuilds_run": len(seconds),
-                "mean_rebuild_seconds": float(np.mean(seconds)) if seconds else None,
-                "effective_rho": model.effective_rho_,
-                "state_digest": model.state_digest(),
-                "key_is_derived": self.key_is_derived,
-                "read_only": self.read_only,
-                "backend": self._store.dialect.name,
-                "store_format": self._store.format,
-                "store_bytes": size,
-            }
-
-    def verify(self) -> dict:
-        """Grow a forest from the stored rows alone and compare its structure digest with
-        the live one's (``ok`` when equal). Read-only opens compare against one consistent
-        read of the store, adopted as a reload (another process may write meanwhile). What
-        the database holds besides the store's tables is reported first
-        (:meth:`SQLStore.schema_problems`), and then nothing is refit."""
-        started = time.perf_counter()
-        with self._lock:
-            foreign = self._store.schema_problems()  # first: a foreign object acts on reads
-            if foreign:
-                return {
-                    "ok": False,
-                    "state_digest": self.state_digest(),
-                    "refit_digest": None,
-                    "problems": foreign,
-                    "n_rows": self.estimator.n_rows_,
-                    "seconds": time.perf_counter() - started,
-                }
             if self._store.read_only:
                 self.reload()
-            live = self.estimator.structure_digest()
+            model = self.estimator
+            model.wait_for_rebuilds()
+            live = model.state_digest()
             fresh, _, _ = _read(self._store, self._secret())
-            refit = fresh.structure_digest()
-            return {
-                "ok": refit == live,
-                "state_digest": live,
-                "refit_digest": refit,
-                "problems": [],
-                "n_rows": fresh.n_rows_,
-                "seconds": time.perf_counter() - started,
-            }
+            refit = fresh.state_digest()
+            problems = []
+            if refit == live and fresh.structure_digest() != model.structure_digest():
+                problems.append(
+                    "the live trees differ from the trees the stored rows grow (structure "
+                    "digests differ)"
+                )
+            return live, refit, problems, fresh.n_rows_
 
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
         """Block until no instance rebuilds in the background (``n_instances`` > 1: a forget
@@ -363,33 +255,12 @@ class DurableForest(StoreReads):
     def _secret(self) -> bytes | str | None:
         return self._model.secret_key
 
-    # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
         """Release the store (and its writer lock); the object serves no more."""
         with self._lock:
             if not self._closed:
                 self._closed = True
                 self._store.close()
-
-    def __enter__(self) -> DurableForest:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _require_available(self) -> None:
-        if self._closed:
-            raise StoreError("the store is closed")
-        if not self._available:
-            raise StoreError(
-                f"{describe(self._store.location)}: the model is not in step with its store "
-                "after a failed write; call reload() (retry later)"
-            )
-
-    def _require_writable(self) -> None:
-        self._require_available()
-        if self._store.read_only:
-            raise StoreError(f"{describe(self._store.location)} was opened read-only")
 
 
 # -- what the store holds ------------------------------------------------------------------

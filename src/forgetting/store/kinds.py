@@ -1,25 +1,13 @@
-"""Opening a store as the kind of model it holds.
-
-A store holds either a QSS model (:class:`~.durable.DurableModel`: rows, schemas and
-contributions) or an exact forest (:class:`~.forest.DurableForest`: rows only); each class
-refuses the other's store with :class:`~.errors.StoreKindError`. Callers that take any store
-(the CLI, ``forgetting serve``) open it through :func:`open_store`.
-"""
+"""Opening a store as the kind of model it holds: :meth:`DurableModel.open` does it for any
+store; :func:`open_store` is the same call, kept for the callers that name it."""
 
 from __future__ import annotations
 
 from .durable import DurableModel
-from .errors import StoreKindError
-from .forest import DurableForest
 
 
 def open_store(
     location: str, *, read_only: bool = False, secret_key: bytes | str | None = None
-) -> DurableModel | DurableForest:
-    """Open the store at ``location`` as the model it holds (the arguments are
-    :meth:`DurableModel.open`'s). A forest store is read once by the QSS reader before it is
-    told apart; its open is a fit anyway."""
-    try:
-        return DurableModel.open(location, read_only=read_only, secret_key=secret_key)
-    except StoreKindError:
-        return DurableForest.open(location, read_only=read_only, secret_key=secret_key)
+) -> DurableModel:
+    """Open the store at ``location`` as the model it holds (:meth:`DurableModel.open`)."""
+    return DurableModel.open(location, read_only=read_only, secret_key=secret_key)
