@@ -6,13 +6,15 @@ trees are split into p instances, each an :class:`~.core.ExactForest` over *all*
 own D°_r (column r of the keyed draws) and so its own bin grid. The rows are held once, in a
 :class:`~forgetting.rows.slots.SlotRows` every instance reads; an instance keeps only its own
 structures (bin codes, trees, row hashes), by slot. A change that moves D°_r marks instance r
-invalid and rebuilds it on a thread from a copy of the rows as they are then; the others take
-the change at once and keep serving. Changes that arrive meanwhile are logged and replayed on
-the rebuilt instance and its copy before it is swapped in (one that moves its D°_r again
-starts it over); the copy, having replayed what the live rows took, puts every row in the
-slot the live rows did, and the instance then reads the live rows. Rebuilds fit one at a
-time, each on every core (and copy the rows only once it is their turn). Requests wait only
-while every instance rebuilds, for the first to land; the rows' own queries never wait.
+invalid and rebuilds it on a thread from a copy of the rows; the others take the change at
+once and keep serving. The rebuild is QSS's (:mod:`forgetting.engine.rebuilding`): when it
+lands it is reconciled with the rows present *now* — the rows' serials say which left and
+which came since the copy (:meth:`~forgetting.rows.slots.SlotRows.diff`), and the rebuilt
+instance forgets and inserts them as any instance would — unless one of them moves its new
+D°_r: then it starts over from a fresh copy. A newer change of the instance cancels the fit
+between trees. Rebuilds fit one at a time, each on every core (and copy the rows only once
+it is their turn). Requests wait only while every instance rebuilds, for the first to land;
+the rows' own queries never wait.
 
 Predictions average the serving instances' trees; once no rebuild is pending the model is a
 fit on the rows held, bit for bit (each instance is, and the average runs in instance order).
@@ -45,12 +47,9 @@ than the instance's walk (measured on sets on both sides of it: CHANGELOG.md).""
 
 @dataclass
 class _Rebuild:
-    """A pending rebuild of one instance: the copy of the rows it rebuilds from (once taken)
-    and the changes since, in order."""
+    """A pending rebuild of one instance (superseded when ``cancelled``)."""
 
-    rows: SlotRows | None = None
     started: float = field(default_factory=time.perf_counter)
-    changes: list = field(default_factory=list)
     thread: threading.Thread | None = None
     error: BaseException | None = None
     cancelled: bool = False
@@ -213,10 +212,10 @@ class ForestInstances:
         self, valid: list[int], hit: list[int], change: tuple, slots: np.ndarray
     ) -> tuple[tuple[int, ...], bool]:
         """Apply ``change`` (its rows at ``slots``) to the valid instances it does not hit
-        and to the rows, start the rebuilds of those it hits, restart the rebuilds in flight
-        whose D° it moves (the old fit is cancelled between trees), log it for the others.
-        A forget reaches the instances while its rows are in the table, an insert after
-        they are. Call with the lock."""
+        and to the rows, start the rebuilds of those it hits, and restart the rebuilds in
+        flight whose D° it moves (the old fit is cancelled between trees; the others see it
+        when they reconcile). A forget reaches the instances while its rows are in the
+        table, an insert after they are. Call with the lock."""
         background = bool(hit) and self.n_instances > 1
         restart = self._moved_while_rebuilding(slots)
         take = [self._forests[r] for r in valid if not (background and r in hit)]
@@ -234,12 +233,10 @@ class ForestInstances:
             self._each(len(slots), change=True)(apply, take)
         if change[0] == "forget":
             self.table.remove(slots)
-        for r, job in list(self._rebuilds.items()):
-            if r in restart:
-                job.cancelled = True
-                self._start_rebuild(r, started=job.started)
-            else:
-                job.changes.append(change)
+        for r in restart:
+            job = self._rebuilds[r]
+            job.cancelled = True
+            self._start_rebuild(r, started=job.started)
         if background:
             for r in hit:
                 self._start_rebuild(r)
@@ -280,8 +277,7 @@ class ForestInstances:
         return [r for r in self._rebuilds if np.any(own[:, r] < self._thresholds[r])]
 
     def _start_rebuild(self, r: int, started: float | None = None) -> None:
-        """Rebuild instance r on a thread, from a copy of the rows the thread takes under
-        the lock when it is its turn to fit. Call with the lock."""
+        """Rebuild instance r on a thread. Call with the lock."""
         job = _Rebuild()
         if started is not None:
             job.started = started
@@ -291,30 +287,28 @@ class ForestInstances:
         )
         job.thread.start()
 
-    def _snapshot(self, job: _Rebuild) -> SlotRows:
-        """The copy of the rows ``job`` rebuilds from, taken now if it has none (its log
-        starts there). Call with the lock."""
-        if job.rows is None:
-            job.rows = self.table.copy()
-            job.changes.clear()
-        return job.rows
-
     def _rebuild(self, r: int, job: _Rebuild) -> None:
+        """Grow instance r from a copy of the rows and reconcile it with the rows present
+        when it is done; start over from a fresh copy when one of the rows that changed
+        meanwhile moves its D°."""
         try:
             # taken before the lock, never while holding it (the lock waits for no fit), and
             # kept until the instance has landed: the next fit starts after it serves; the
             # rows are copied only then, so rebuilds waiting their turn hold no copy
             with self._fitting:
-                with self._cond:
-                    if self._rebuilds.get(r) is not job or job.cancelled:
-                        return
-                    rows = self._snapshot(job)
-                forest = self._new(r, rows)
-                forest.grow(cancelled=lambda: job.cancelled)
-                with self._cond:
-                    if self._rebuilds.get(r) is not job:
-                        return
-                    self._land(r, job, forest)
+                while True:
+                    with self._cond:
+                        if self._rebuilds.get(r) is not job or job.cancelled:
+                            return
+                        rows = self.table.copy()
+                    forest = self._new(r, rows)
+                    forest.grow(cancelled=lambda: job.cancelled)
+                    with self._cond:
+                        if self._rebuilds.get(r) is not job:
+                            return
+                        if self._reconcile(forest, rows):
+                            self._land(r, job, forest)
+                            return
         except FitCancelled:
             return
         except BaseException as err:  # kept for wait_for_rebuilds / the next request
@@ -323,57 +317,46 @@ class ForestInstances:
                     job.error = err
                     self._cond.notify_all()
 
+    def _reconcile(self, forest: ExactForest, rows: SlotRows) -> bool:
+        """Bring ``forest``, grown from the copy ``rows``, up to the live rows: it forgets
+        the rows that left since the copy (while the copy still holds them), then reads the
+        live rows and inserts the rows that came. False — nothing to serve — when one of
+        them moves its D° (a full refit, which is the caller's to run off the lock). Call
+        with the lock."""
+        gone, came = rows.diff(self.table)
+        if len(gone):
+            if forest.forget_refits(gone):
+                return False
+            forest.forget_slots(gone)
+        forest.rows = self.table
+        if len(came):
+            if forest.insert_refits(came):
+                return False
+            forest.insert_slots(came)
+        return True
+
     def _land(self, r: int, job: _Rebuild, forest: ExactForest) -> None:
-        """Replay the changes logged since the copy on the rebuilt instance and its copy of
-        the rows, then swap the instance in, reading the live rows; start over if one of the
-        changes moves the new D°_r. Call with the lock."""
-        rows = job.rows
-        for change in job.changes:
-            if change[0] == "forget":
-                slots = rows.slots_of(change[1])
-                if forest.forget_refits(slots):
-                    return self._restart(r, job)
-                forest.forget_slots(slots)
-                rows.remove(slots)
-            else:
-                slots = rows.add(*change[1:])
-                if forest.insert_refits(slots):
-                    return self._restart(r, job)
-                forest.insert_slots(slots)
-        table = self.table
-        if (rows.changes, rows.n_rows, rows.capacity) != (
-            table.changes,
-            table.n_rows,
-            table.capacity,
-        ):
-            raise RuntimeError(
-                f"instance {r}: the rebuilt instance's rows are not the live rows after "
-                "replaying the changes (a bug: please report it)"
-            )
-        forest.rows = table
+        """Swap the reconciled instance in. Call with the lock."""
         del self._rebuilds[r]
         self._forests[r] = forest
         self._thresholds[r] = forest.pool_threshold
         self.rebuild_seconds.append(time.perf_counter() - job.started)
         self._cond.notify_all()
-        return None
-
-    def _restart(self, r: int, job: _Rebuild) -> None:
-        """Start instance r's rebuild over from a fresh copy. Call with the lock."""
-        del self._rebuilds[r]
-        self._start_rebuild(r, started=job.started)
 
     def _rebuild_here(self, r: int) -> None:
         """Run instance r's failed rebuild in this thread (its error raised if it fails
-        again). Call with the lock."""
+        again). Call with the lock: no change lands meanwhile, so it reconciles at once."""
         job = self._rebuilds[r]
-        forest = self._new(r, self._snapshot(job))
+        rows = self.table.copy()
+        forest = self._new(r, rows)
         try:
             forest.grow()
         except BaseException as err:
             job.error = err
             raise
         job.error = None
+        if not self._reconcile(forest, rows):  # pragma: no cover - nothing changed
+            raise RuntimeError(f"instance {r}: rows changed under the lock")
         self._land(r, job, forest)
 
     # -- rows ------------------------------------------------------------------------------

@@ -11,10 +11,12 @@ Why slots and not the row store's compact positions (:class:`~forgetting.rows.Ro
 which fills a removed row's hole with the tail row): a tree's leaves list the rows they
 hold by index, in every tree of every instance, so a row must keep its index while it is
 held. A removed row's slot goes on a free list, overwritten (no residue: its id, features
-and target are cleared) and reused by the next insert; the table grows by doubling. Slot
-assignment is a pure function of the sequence of changes, so a copy of the table
-(:meth:`copy`, what a background rebuild trains on) replaying the same changes lands every
-row in the slot the live table gave it.
+and target are cleared) and reused by the next insert; the table grows by doubling.
+
+Each row also gets a *serial* (from a counter that only grows): a copy of the table
+(:meth:`copy`, what a background rebuild grows an instance from) and the live table say by
+:meth:`diff` which rows left and which came since the copy — what the rebuilt instance is
+reconciled with before it serves, as the QSS row store's serials are.
 
 The caller (the forest's engine) orders a change: a forget is applied to the instances
 while its rows are still here (an instance that refits reads every other row), then
@@ -45,6 +47,7 @@ class SlotRows:
         self._raw: list = []
         self._slot: dict[Hashable, int] = {}
         self._free: list[int] = []
+        self._next_serial = 0
         self.changes = 0
         """Counts the changes (adds, removals): a copy that replayed the changes the live
         table made since it was taken has the same count."""
@@ -54,6 +57,8 @@ class SlotRows:
         self.X = np.zeros((capacity, self.n_features), np.float32)
         self.targets = np.zeros(capacity, self.target_dtype)
         self.draws = np.ones((capacity, self.n_instances + 1), np.float64)
+        self.serial = np.full(capacity, -1, np.int64)
+        """Each held row's serial (-1: a free slot)."""
 
     # -- the rows ----------------------------------------------------------------------------
     def reset(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> None:
@@ -63,6 +68,8 @@ class SlotRows:
         self.X[:] = X
         self.targets[:] = y
         self.draws[:] = keyed_draws(self._key, id_raw, self.n_instances)
+        self.serial[:] = np.arange(self._next_serial, self._next_serial + n)
+        self._next_serial += n
         self._ids = list(id_list)
         self._raw = list(id_raw)
         self._slot = {row_id: p for p, row_id in enumerate(id_list)}
@@ -80,6 +87,8 @@ class SlotRows:
         self.X[slots] = X
         self.targets[slots] = y
         self.draws[slots] = keyed_draws(self._key, id_raw, self.n_instances)
+        self.serial[slots] = np.arange(self._next_serial, self._next_serial + len(slots))
+        self._next_serial += len(slots)
         if self.target_dtype.kind == "i":
             self._count(slots, 1)
         self.changes += 1
@@ -97,6 +106,7 @@ class SlotRows:
         self.X[slots] = 0.0
         self.targets[slots] = 0
         self.draws[slots] = 1.0
+        self.serial[slots] = -1
         self.changes += 1
 
     def _count(self, slots: np.ndarray, sign: int) -> None:
@@ -116,9 +126,10 @@ class SlotRows:
         extra = m - take
         if extra:
             size = max(2 * cap, cap + extra)
-            X, targets, draws = self.X, self.targets, self.draws
+            X, targets, draws, serial = self.X, self.targets, self.draws, self.serial
             self._alloc(size)
             self.X[:cap], self.targets[:cap], self.draws[:cap] = X, targets, draws
+            self.serial[:cap] = serial
             self._ids += [None] * (size - cap)
             self._raw += [None] * (size - cap)
             slots += list(range(cap, cap + extra))
@@ -131,10 +142,24 @@ class SlotRows:
         out = SlotRows.__new__(SlotRows)
         out.__dict__.update(self.__dict__)
         out.X, out.targets, out.draws = self.X.copy(), self.targets.copy(), self.draws.copy()
+        out.serial = self.serial.copy()
         out._ids, out._raw = list(self._ids), list(self._raw)
         out._slot, out._free = dict(self._slot), list(self._free)
         out._class_counts = self._class_counts.copy()
         return out
+
+    def diff(self, later: SlotRows) -> tuple[np.ndarray, np.ndarray]:
+        """(slots of the rows held here that ``later`` — a later state of the same table —
+        no longer holds, slots of the rows ``later`` holds that are not here), by serial:
+        a slot freed and reused since is in both."""
+        mine = self.live()
+        cap = later.capacity
+        kept = (mine < cap) & (later.serial[np.minimum(mine, cap - 1)] == self.serial[mine])
+        theirs = later.live()
+        own = theirs < self.capacity
+        same = np.zeros(len(theirs), dtype=bool)
+        same[own] = self.serial[theirs[own]] == later.serial[theirs[own]]
+        return mine[~kept], theirs[~same]
 
     # -- reads -------------------------------------------------------------------------------
     @property
