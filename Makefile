@@ -55,11 +55,12 @@ test: $(FULL)
 # The core of the suite in a few minutes (exactness, files, store, service, pipelines,
 # scikit-learn checks), without the lab, torch or the crash tests: what CI runs on Python 3.12
 # and 3.13 and on the oldest supported libraries.
-FAST_TESTS := tests/test_exactness.py tests/test_persistence.py tests/test_versions.py \
-	tests/test_rebuilds.py tests/test_estimator_checks.py tests/test_dp_mode.py \
-	tests/test_pipeline.py tests/test_preprocessing.py tests/test_store.py tests/test_service.py \
-	tests/test_tables.py tests/test_validation.py tests/test_crafted_files.py \
-	tests/test_random_configurations.py
+FAST_TESTS := tests/estimators/test_exactness.py tests/persistence/test_persistence.py \
+	tests/test_versions.py tests/engine/test_rebuilds.py tests/estimators/test_estimator_checks.py \
+	tests/privacy/test_dp_mode.py tests/pipeline/test_pipeline.py \
+	tests/preprocessing/test_preprocessing.py tests/store/test_store.py tests/service/test_service.py \
+	tests/io/test_tables.py tests/estimators/test_validation.py tests/persistence/test_crafted_files.py \
+	tests/estimators/test_random_configurations.py
 test-fast: $(FULL)
 	$(PY) -m pytest -p no:cacheprovider -k "not sigkill" $(FAST_TESTS)
 print-fast-tests:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import FAST
+from helpers import FAST
 
 from forgetting import QSSClassifier
 from forgetting.audit.unlearning import (

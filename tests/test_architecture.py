@@ -131,6 +131,7 @@ LAYERS = (
     (
         "_rowwise",
         "_parallel",
+        "_rebuilds",
         "_sklearn_pandas",
         "_masked_repr",
         "labels",

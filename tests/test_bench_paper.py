@@ -175,7 +175,7 @@ def test_cli_forwards_bench(capsys):
 def test_image_rows_use_the_chosen_features(features, width):
     """MNIST rows get HOG features by default (all models see the same matrix), raw pixels on
     request; digits stays raw (8×8 is too small for 7-pixel cells)."""
-    from conftest import source_missing
+    from helpers import source_missing
 
     from forgetting.encoders import EncoderUnavailableError
     from forgetting_lab.datasets import DatasetUnavailableError
@@ -303,7 +303,7 @@ def test_fast_forgets_stop_at_the_budget_but_not_below_the_minimum():
 
 def test_letter_is_a_paper_set():
     """The k ≥ 20 set loads through the benchmark with its own features and ρ rule."""
-    from conftest import source_missing
+    from helpers import source_missing
 
     from forgetting_lab.datasets import DatasetUnavailableError
 
@@ -321,7 +321,7 @@ def test_letter_is_a_paper_set():
 def test_accuracy_only_run_with_raw_anchor(tmp_path):
     """``--stages accuracy --modes exact``: QSS-E against the anchors only, the skipped stages'
     tables left out and said so; a mixed table gets the HGB raw anchor on its DataFrame."""
-    from conftest import source_missing
+    from helpers import source_missing
 
     from forgetting_lab.datasets import DatasetUnavailableError
 

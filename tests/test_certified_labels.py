@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_same_model
+from helpers import assert_same_model
 
 from forgetting import QSSClassifier, QSSRegressor
 from forgetting.content import kernels

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import outside_all_schemas, schema_ids, source_missing
+from helpers import outside_all_schemas, schema_ids, source_missing
 
 from forgetting import QSSRegressor
 from forgetting_lab import datasets as fd

@@ -62,7 +62,7 @@ def test_the_forest_benchmark_times_dare_on_binary_sets_when_it_imports(tmp_path
 
 def test_the_regression_forest_benchmark_runs_quick(tmp_path):
     """forgetting_lab.bench.forest_regression --quick: every table written, forget = refit."""
-    from conftest import source_missing
+    from helpers import source_missing
 
     from forgetting_lab.bench import forest_regression
     from forgetting_lab.datasets import DatasetUnavailableError

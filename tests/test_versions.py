@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FAST, classification_data
+from helpers import FAST, classification_data
 
 from forgetting import ModelFileError, QSSClassifier, persistence
 from forgetting.store import DurableModel
