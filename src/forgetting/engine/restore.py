@@ -131,6 +131,31 @@ class EngineSnapshots:
             engine._start_rebuilds(engine.pending_rebuilds())  # every instance not restored
         return engine
 
+    # -- the history a refit continues -----------------------------------------------------
+    def continue_history(
+        self, previous: Any, forgotten: Sequence[bytes] = (), inserted: Sequence[bytes] = ()
+    ) -> None:
+        """Before this engine is fitted as the next state of the model ``previous`` served (a
+        refit after a forget or insert: a class's last rows, a raw table's encoding or a
+        pipeline's step moved), take over ``previous``'s history — in mode="dp" its ledger:
+        every release and forgotten-id tag, so no refit drops the count or lets a forgotten
+        id back in. ``inserted`` (id bytes) forgotten earlier are refused (ValueError, before
+        anything changes) and ``forgotten`` are recorded. A ``fit`` alone starts a new model
+        and a new history."""
+        ledger = getattr(previous, "privacy", None)
+        if self.privacy is None or ledger is None:
+            return  # nothing released with noise before, or nothing to release now
+        if previous.key_fingerprint() != self.key_fingerprint():
+            raise ValueError(
+                "the membership key changed since the model was fitted (secret_key or "
+                "random_state set since): its privacy ledger is keyed by the old one; fit the "
+                "model again to start a new ledger"
+            )
+        carried = ledger.continued(self.privacy)
+        carried.check_insert(self._key, inserted)
+        carried.record_forgotten(self._key, forgotten)
+        self.privacy = carried
+
     # -- pickling: locks and threads are rebuilt, pending rebuilds finish first ----------
     def __getstate__(self) -> dict[str, Any]:
         self.wait_for_rebuilds()

@@ -21,7 +21,7 @@ talks to it through one interface, the same for every family: ``fit``, ``forget`
 ``insert``, ``receipt``, ``known_ids``, ``unknown_ids``, ``ids``, ``n_rows``,
 ``n_instances``, ``effective_rho``, ``class_counts_without``, ``state_digest``,
 ``receipt_hash``, ``key_fingerprint``, ``wait_for_rebuilds``, ``retire``, ``locked``,
-``snapshot``.
+``snapshot``, ``continue_history`` (a refit takes over the served engine's history).
 """
 
 from __future__ import annotations
@@ -189,18 +189,56 @@ class UnlearningEstimator(MaskedKeyRepr, BaseEstimator):
 
         return self._fit_atomically(run)
 
-    def _fit_rows(self, X: Any, y: Any, ids: Any):
-        """Fit on raw rows (inside :meth:`_fit_atomically`): features, targets, ids, engine."""
+    def _fit_rows(self, X: Any, y: Any, ids: Any, after: tuple | None = None):
+        """Fit on raw rows (inside :meth:`_fit_atomically`): features, targets, ids, engine
+        (``after``: see :meth:`_fit_engine`)."""
         X_valid = self._validate_X(X, reset=True)
         targets, n_outputs = self._fit_targets(y, X_valid.shape[0])
-        return self._fit_engine(ids, X_valid, targets, n_outputs)
+        return self._fit_engine(ids, X_valid, targets, n_outputs, after)
 
-    def _fit_engine(self, ids, X: np.ndarray, targets: np.ndarray, n_outputs: int):
+    def _fit_engine(
+        self, ids, X: np.ndarray, targets: np.ndarray, n_outputs: int, after: tuple | None = None
+    ):
+        """Fit a new engine on the rows and serve it. ``after``: a refit, the model's next
+        state after a change — (forgotten, inserted) id bytes — whose engine continues the
+        served engine's history (``continue_history``: mode="dp"'s ledger) before it is
+        fitted; None: a new model, a new history."""
         id_list, id_raw = self._check_ids(ids, X.shape[0], allow_range=True)
         engine = self._new_engine(n_outputs, X.shape[1], targets.dtype)
+        if after is not None and "engine_" in self.__dict__:
+            engine.continue_history(self.engine_, *after)
         engine.fit(id_list, id_raw, X, targets)
         self._install_engine(engine)
         return self
+
+    def refit(
+        self,
+        X: Any,
+        y: Any,
+        ids: Sequence[Hashable] | None = None,
+        *,
+        forgotten: Sequence[Hashable] = (),
+        inserted: Sequence[Hashable] = (),
+    ):
+        """Fit this fitted model again on rows ``X``, ``y``, ``ids`` as its next state after
+        a change — what ``fit`` on them builds, bit for bit — keeping its history: in QSS's
+        mode="dp" the ledger goes on (every release so far, the ids forgotten so far and
+        ``forgotten``, the ids of the change); ``inserted`` ids forgotten earlier are refused.
+        A pipeline refits its estimator this way when a step's output moves. ``fit`` starts
+        a new model and a new history. On any error nothing changes; returns the estimator."""
+        self._check_fitted()
+        self._check_params()
+        after = tuple(
+            [id_bytes(i) for i in normalize_ids(list(named))] if len(named) else []
+            for named in (forgotten, inserted)
+        )
+
+        def run():
+            if self.random_state is not None:  # as fit sets it; None keeps the model's seed
+                self._draw_seed()
+            return self._fit_rows(X, y, ids, after)
+
+        return self._fit_atomically(run)
 
     def _install_engine(self, engine: Any) -> None:
         """Serve ``engine`` from now on; the previous one (a refit) stops its rebuilds."""

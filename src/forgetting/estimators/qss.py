@@ -190,12 +190,12 @@ class _QSSBase(RawTables, UnlearningEstimator):
             return fit_distributed(self, X, y, ids)
         return super()._fit(X, y, ids)
 
-    def _fit_rows(self, X: Any, y: Any, ids: Any):
+    def _fit_rows(self, X: Any, y: Any, ids: Any, after: tuple | None = None):
         """A raw table through the encoding, an array straight to the engine."""
         if wants_encoding(X):
-            return self._fit_frame(X, y, ids)
+            return self._fit_frame(X, y, ids, after)
         self.__dict__.pop("table_", None)
-        return super()._fit_rows(X, y, ids)
+        return super()._fit_rows(X, y, ids, after)
 
     # -- forget / insert -------------------------------------------------------------------
     def forget(self, ids: Sequence[Hashable], *, erase_inputs: bool = False) -> Receipt:

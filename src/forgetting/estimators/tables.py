@@ -28,9 +28,10 @@ from ..snapshots import SnapshotError
 class RawTables:
     """Fit, forget, insert and restore for a model fitted on a raw DataFrame (``table_``)."""
 
-    def _fit_frame(self, X: Any, y: Any, ids: Any) -> Any:
+    def _fit_frame(self, X: Any, y: Any, ids: Any, after: tuple | None = None) -> Any:
         """Fit on a raw DataFrame: encode it exactly, fit the engine on the encoding, keep
-        the raw rows (a forget that changes the encoding refits from them)."""
+        the raw rows (a forget that changes the encoding refits from them). ``after``: a
+        refit's change (``_fit_engine``)."""
         if self.mode == "label":
             raise ValueError(
                 "a raw DataFrame (categories or missing values) needs mode='exact' or 'dp': "
@@ -43,7 +44,7 @@ class RawTables:
         frame, encoded = FrameEncoding.fit(
             table, layout, self._row_labels(y), id_list, key, float(self.rho)
         )
-        self._fit_engine(id_list, _float32(encoded), targets, n_outputs)
+        self._fit_engine(id_list, _float32(encoded), targets, n_outputs, after)
         self.table_ = frame
         self.n_features_in_ = len(frame.layout.names)
         self.feature_names_in_ = np.array(frame.layout.names, dtype=object)
@@ -51,11 +52,13 @@ class RawTables:
 
     def _refit_rows(self, X, y, ids, operation: str, id_raw, started: float) -> Receipt:
         """Refit the engine on every row held after a change that re-encoded some of them
-        (what a fit on those rows builds); nothing changes if it fails."""
+        (what a fit on those rows builds, the model's history continued: ``_fit_engine``);
+        nothing changes if it fails."""
+        after = (id_raw, []) if operation == "forget" else ([], id_raw)
 
         def run():
             targets, n_outputs = self._fit_targets(y, len(ids))
-            return self._fit_engine(ids, _float32(X), targets, n_outputs)
+            return self._fit_engine(ids, _float32(X), targets, n_outputs, after)
 
         self._fit_atomically(run)
         hit = list(range(self.n_instances))

@@ -88,10 +88,11 @@ class ClassifierTargets:
         """The labels of validated ``y`` as a table model keeps them with its raw rows."""
         return column_or_1d(y)
 
-    def _fit_indices(self, X: np.ndarray, targets: np.ndarray, classes: np.ndarray, ids):
-        """Fit on validated rows whose labels are already class indices (UNLABELED = none)."""
+    def _fit_indices(self, X: np.ndarray, targets: np.ndarray, classes: np.ndarray, ids, after):
+        """Fit on validated rows whose labels are already class indices (UNLABELED = none),
+        the model's history continued after the change ``after`` (``_fit_engine``)."""
         self._set_classes(classes)
-        return self._fit_engine(ids, X, targets, classes.size)
+        return self._fit_engine(ids, X, targets, classes.size, after)
 
     def _forget_checked(self, id_list: list, id_raw: list, erase_inputs: bool) -> Receipt:
         """Forget, refitting from the stored rows if a class would disappear entirely.
@@ -111,7 +112,8 @@ class ClassifierTargets:
         return self._refit_without(id_list, id_raw, erase_inputs)
 
     def _refit_without(self, id_list: list, id_raw: list, erase_inputs: bool) -> Receipt:
-        """Refit on what remains, with the classes that remain (string or integer labels)."""
+        """Refit on what remains, with the classes that remain (string or integer labels):
+        the model's next state, its history (mode="dp"'s ledger) continued."""
         started = time.perf_counter()
         self.engine_.wait_for_rebuilds()
         rows = self.engine_.snapshot().rows
@@ -132,7 +134,8 @@ class ClassifierTargets:
         classes = self.classes_[present]
         ids = [row_id for row_id, k in zip(rows.ids, keep, strict=True) if k]
         X = rows.X[keep]
-        self._fit_atomically(lambda: self._fit_indices(X, new_targets, classes, ids))
+        after = (id_raw, [])  # the forgotten ids go on the ledger (mode="dp")
+        self._fit_atomically(lambda: self._fit_indices(X, new_targets, classes, ids, after))
         every = list(range(self.engine_.n_instances))
         return self.engine_.receipt(
             "forget", "label" if label_only else "instance", id_raw, every, started, False

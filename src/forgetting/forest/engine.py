@@ -101,6 +101,10 @@ class ForestEngine(ForestInstances):
         """Abandon pending rebuilds (the estimator was refitted)."""
         self.discard_rebuilds()
 
+    def continue_history(self, previous: Any, forgotten: Sequence = (), inserted: Sequence = ()):
+        """Nothing to take over: a forest releases no noise and keeps no history (QSS's
+        mode="dp" does: ``QSSEngine.continue_history``)."""
+
     # -- queries -------------------------------------------------------------------------------
     def effective_rho(self) -> float:  # type: ignore[override]
         """The probability that forgetting a random row rebuilds an instance (see

@@ -17,8 +17,8 @@ and its own schema rows D°: a keyed draw per id, independent of the estimator's
    recomputing categories if a category's last row left),
 2. asks whether the estimator's input for any *remaining* row changed (bit for bit), and
 3. if not, forgets the rows in the estimator (milliseconds, the estimator's own contract); if
-   so, refits the estimator on the remaining rows' new inputs (what a refit of the pipeline
-   would build, by construction). The receipt says which (``refitted``).
+   so, refits it on the remaining rows' new inputs (what a refit of the pipeline builds, by
+   construction; its history, mode="dp"'s ledger, goes on). The receipt says which.
 
 An insert goes the same way. docs/pipelines.md says which steps change how often, and why the
 scalers fit on D° by default.
@@ -75,7 +75,7 @@ class PipelineReceipt(Receipt):
 
 
 def _is_forgetting_estimator(est: Any) -> bool:
-    return all(hasattr(est, m) for m in ("forget", "insert", "state_digest", "snapshot"))
+    return all(hasattr(est, m) for m in ("forget", "insert", "refit", "state_digest", "snapshot"))
 
 
 class ForgettingPipeline(_BaseComposition):
@@ -411,8 +411,7 @@ class ForgettingPipeline(_BaseComposition):
         started: float,
         commit,
     ) -> PipelineReceipt:
-        """Update a copy of the steps, then forget/insert in (or refit) the estimator, then
-        commit: nothing changes unless every part succeeded."""
+        """Update a copy of the steps, then the estimator, then commit: all or nothing."""
         est = self._final_estimator
         chain = copy.deepcopy(self.chain_)
         changed = chain.update_rows(self.chain_, delta, sign, schema_changed, current)
@@ -420,7 +419,8 @@ class ForgettingPipeline(_BaseComposition):
         if changed:
             rows = current("all")
             Xt = to_matrix(chain.transform(rows.X), "the pipeline's steps")
-            est.fit(Xt, rows.y, ids=current.ids().tolist())
+            change = {"forgotten" if sign < 0 else "inserted": id_list}  # its history goes on
+            est.refit(Xt, rows.y, current.ids().tolist(), **change)
             every = list(range(est.engine_.n_instances))
             receipt = est.engine_.receipt(operation, "instance", id_raw, every, started, False)
         elif sign < 0:

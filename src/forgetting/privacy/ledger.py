@@ -21,6 +21,11 @@ worlds — and it is, except in one case: forget a row, then insert a row with t
 input and a guessed label. The new state equals the old one exactly when the guess is right,
 and the identical release would confirm it (ε = ∞). The ledger therefore remembers keyed tags
 of forgotten ids and :meth:`PrivacyLedger.check_insert` refuses to re-insert them.
+
+The ledger is the model's history, so no refit resets it: a change that refits the model (a
+class's last rows, a raw table's encoding, a pipeline's step) makes a new engine that takes
+it over first (:meth:`PrivacyLedger.continued`), and files and stores keep it. Only a new
+``fit`` starts a new one (docs/privacy.md, §6: the threat model).
 """
 
 from __future__ import annotations
@@ -124,7 +129,8 @@ class PrivacyReport:
     """L2 sensitivity Δ behind ``sigma``. NaN before the first release."""
     n_instances: int
     n_releases: int
-    """Distinct (instance, state) releases so far."""
+    """Distinct (instance, state) releases so far: in the model's whole history, across
+    refits, files and stores (a new ``fit`` starts at 0)."""
     composed_epsilon: float
     """ε at ``delta`` of all releases so far (the exact composition: see .accounting)."""
     task: str
@@ -146,7 +152,8 @@ class PrivacyReport:
 class PrivacyLedger:
     """The calibrated mechanism of one QSS-DP model and the record of what it released.
 
-    Create it once per ``fit`` (after :func:`check_privacy_params`); call
+    Create it once per model, at ``fit`` (after :func:`check_privacy_params`; a refit
+    continues it: :meth:`continued`); call
     :meth:`noise_fold_sums` wherever an instance's content is materialized,
     :meth:`record_forgotten` after every forget and :meth:`check_insert` before every insert;
     expose :meth:`report` as ``model.privacy_``. Thread-safe.
@@ -350,6 +357,28 @@ class PrivacyLedger:
                 "cannot be inserted again (an identical release would confirm a guessed label). "
                 "Use a new id."
             )
+
+    # -- the history across refits --------------------------------------------------------
+    def continued(self, fresh: PrivacyLedger) -> PrivacyLedger:
+        """A copy of this ledger for the next engine of the same model (a refit after a
+        forget or insert), whose own new ledger is ``fresh``: every release and forgotten id
+        so far carries over, so a refit neither drops the count (composed ε) nor lets a
+        forgotten id back in. Both must be the same mechanism (ε, δ, task, clip, p); a model
+        whose privacy parameters changed since its fit is refused (fit it again: a new
+        model, a new ledger)."""
+        mine = (self.epsilon, self.delta, self.task, self.clip, self.n_instances)
+        theirs = (fresh.epsilon, fresh.delta, fresh.task, fresh.clip, fresh.n_instances)
+        if mine != theirs:
+            raise ValueError(
+                "the privacy parameters (epsilon, delta, clip, n_instances) changed since the "
+                "model was fitted: its releases so far cannot be composed with the new ones; "
+                "fit the model again to start a new ledger"
+            )
+        carried = PrivacyLedger.from_dict(self.to_dict())
+        with fresh._lock:  # made before the new engine released anything; kept all the same
+            carried._tags |= fresh._tags
+            carried._forgotten |= fresh._forgotten
+        return carried
 
     # -- the spend -----------------------------------------------------------------------
     @property
