@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from .._parallel import PARALLEL_ROWS, map_instances, serial_map
+from .._rebuilds import RebuildJobs
 from .._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
 from ..content.fingerprint import Contributions
 from ..content.heads import GramCache, solve_stacked
@@ -51,6 +52,8 @@ from .restore import EngineSnapshots
 from .serving import combine, contents_in_jobs, encode_served, privatizer, serves_head
 
 STATE_FORMAT = b"forgetting-state-v1"
+REBUILD_THREAD_PREFIX = "qss-rebuild-"
+"""Name prefix of a background rebuild's thread (instance index appended)."""
 REMOTE_INSERT_ROWS = 4096
 """An insert of at least this many labeled rows into a model fitted on a cluster
 (``row_work`` with ``remote``: forgetting.distributed) computes its rows' contributions on the
@@ -66,11 +69,8 @@ class QSSEngine(Rebuilding, CertifiedLabels, EngineSnapshots):
         p = config.n_instances
         self.rows = RowStore(n_features, p, config.schema.membership, target_dtype)
         self.instances: list[Instance | None] = [None] * p
-        self._generation = [0] * p
-        self._threads: list[threading.Thread | None] = [None] * p
         self._bulk_change = False
         """A change of ≥ PARALLEL_ROWS rows left work for the next read (see _predict_outputs)."""
-        self._errors: list[BaseException | None] = [None] * p
         self.privacy: PrivacyLedger | None = None
         """mode="dp": the calibrated mechanism and the record of releases."""
         if config.private:
@@ -86,6 +86,8 @@ class QSSEngine(Rebuilding, CertifiedLabels, EngineSnapshots):
         """The factorization of the head Gram sums last solved (content.heads.GramCache)."""
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        self._jobs = RebuildJobs(self._changed, REBUILD_THREAD_PREFIX)
+        """The background rebuilds (forgetting._rebuilds: the one instance manager)."""
         self._digest_prefix = hashlib.sha256(STATE_FORMAT)
         """The state digest's hash over what never changes (the configuration and the key's
         fingerprint), copied by every :meth:`state_digest` (every receipt has one) rather than
@@ -189,8 +191,7 @@ class QSSEngine(Rebuilding, CertifiedLabels, EngineSnapshots):
             try:
                 data = self._row_data(copy=False)
                 self.check_trainable(data, range(self.config.n_instances))
-                for r in range(self.config.n_instances):
-                    self._generation[r] += 1
+                self._jobs.supersede_all()  # a rebuild in flight ends without landing
                 # The builds' tasks (schemas, chunks) run one per core here; with a dask
                 # ``row_work`` the workers already share every build's chunks, so they go
                 # one at a time.
@@ -233,7 +234,6 @@ class QSSEngine(Rebuilding, CertifiedLabels, EngineSnapshots):
         """Make a fully built instance serve, and tell the listener."""
         self._share(r, instance)
         self.instances[r] = instance
-        self._errors[r] = None
         self._changed.notify_all()
         if self._on_install is not None:
             self._on_install(r)
@@ -307,9 +307,10 @@ class QSSEngine(Rebuilding, CertifiedLabels, EngineSnapshots):
             return kinds
 
     def _raise_errors(self) -> None:
-        for r, err in enumerate(self._errors):
-            if err is not None:
-                raise RebuildError(f"background rebuild of instance {r} failed: {err}") from err
+        for job in self._jobs.failed():
+            raise RebuildError(
+                f"background rebuild of instance {job.instance} failed: {job.error}"
+            ) from job.error
 
     def predict_outputs(self, X: np.ndarray, instance: int | None = None) -> np.ndarray:
         """Mean over valid instances (or the one asked for) of g(x) + α Σ_m μ_m[c_m(x)].

@@ -9,13 +9,13 @@ those steps for :class:`~.core.QSSEngine` (a mixin of it), on the engine's lock 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .._rebuilds import RebuildJob
 from ..instance import (
     RowData,
 )
@@ -94,72 +94,27 @@ class Rebuilding:
     # -- rebuilds ------------------------------------------------------------------------
     def _start_rebuilds(self, hit: Sequence[int]) -> None:
         for r in hit:
-            running = self._threads[r]
-            if (
-                self.instances[r] is None
-                and running is not None
-                and running.is_alive()
-                and self._errors[r] is None
-            ):
-                # A rebuild is in flight: when it finishes it sees that rows of its D° changed
+            if self.instances[r] is None and self._jobs.running(r):
+                # A rebuild is in flight: when it lands it sees that rows of its D° changed
                 # and starts over from a fresh snapshot. Starting a second one would only
                 # compete with it for the CPU.
                 continue
             self.instances[r] = None
             self._gram_cache.release(r)  # its head leaves the stacked solve until rebuilt
-            self._generation[r] += 1
             if self.config.rebuild == "sync":
+                self._jobs.supersede(r)
                 self._rebuild_now(r, hit)
             else:
                 # The rows are copied by the rebuild's thread, in pieces (_snapshot): a copy
                 # of every row here would hold the caller, and every prediction, for as long
                 # as copying all the features takes.
-                gen = self._generation[r]
-                thread = threading.Thread(
-                    target=self._rebuild_worker,
-                    args=(r, gen),
-                    daemon=True,
-                    name=f"qss-rebuild-{r}",
-                )
-                self._threads[r] = thread
-                thread.start()
+                self._jobs.start(r, _Steps(self, r))
 
     def _rebuild_now(self, r: int, stale: Sequence[int] = ()) -> None:
         data = self._row_data(copy=False)
         self._install(r, *self._build(r, data, self._sibling_gram(r, stale)))
 
-    def _rebuild_worker(self, r: int, gen: int) -> None:
-        """Build instance ``r`` from a snapshot of the rows (:meth:`_snapshot`, with a
-        sibling's Gram sums over the same rows when it has one) and reconcile it with the rows
-        present now; start over from a fresh snapshot when rows of its D° changed meanwhile."""
-        while True:
-            try:
-                taken = self._snapshot(r, gen)
-                if taken is None:  # superseded while copying
-                    return
-                data, head_gram, copied_at = taken
-                built = self._build(r, data, head_gram)
-                # matching rows by serial needs the snapshot's serials sorted: done here, not
-                # under the lock, when rows changed since the copy (a peek; decided below)
-                order = None if self.rows.changes == copied_at else np.argsort(data.serial)
-            except BaseException as err:  # surfaced to callers by _raise_errors
-                with self._lock:
-                    if self._generation[r] == gen:
-                        self._errors[r] = err
-                        self._changed.notify_all()
-                return
-            with self._lock:
-                if self._generation[r] != gen:
-                    return
-                if self.rows.changes == copied_at:  # the rows are the copy's, row for row
-                    self._install(r, *built)  # nothing to reconcile
-                    return
-                label_mode = self.config.label_mode
-                if rebuilds.reconcile(self.rows, r, label_mode, data, *built, order=order):
-                    self._activate(r, built[0])
-                    return
-
-    def _snapshot(self, r: int, gen: int) -> tuple[RowData, Any, int | None] | None:
+    def _snapshot(self, job: RebuildJob) -> tuple[RowData, Any, int | None] | None:
         """A private copy of the rows for a background rebuild of instance ``r``, a current
         sibling's Gram sums when they are over exactly the copied rows (else None: the build
         computes its own), and the row store's change count the copy is the state of (None
@@ -170,9 +125,10 @@ class Rebuilding:
         When nothing changed during the copy (the row store's change count) it is the state
         of one moment, the one the sibling's Gram sums were taken at. Features on disk are
         copied as one file, under the lock."""
+        r = job.instance
         with self._lock:
             rows = self.rows
-            if self._generation[r] != gen:
+            if not self._jobs.current(job):
                 return None
             if not isinstance(rows.X, np.ndarray) or rows.size <= rebuilds.SNAPSHOT_CHUNK_ROWS:
                 return self._row_data(copy=True), self._sibling_gram(r), rows.changes
@@ -183,7 +139,7 @@ class Rebuilding:
                 for column in rows.primary_columns()
             ]
         copied = rebuilds.copy_in_pieces(
-            self._lock, lambda: self.rows, lambda: self._generation[r] != gen, columns
+            self._lock, lambda: self.rows, lambda: not self._jobs.current(job), columns
         )
         if copied is None:
             return None
@@ -198,8 +154,7 @@ class Rebuilding:
     def retire(self) -> None:
         """Abandon pending rebuilds (the estimator was refitted): their results are dropped."""
         with self._lock:
-            for r in range(self.config.n_instances):
-                self._generation[r] += 1
+            self._jobs.supersede_all()
 
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -210,3 +165,39 @@ class Rebuilding:
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"rebuilds still pending: {self.pending_rebuilds()}")
                 self._changed.wait(remaining)
+
+
+class _Steps:
+    """A QSS instance's part of a background rebuild (forgetting._rebuilds.RebuildSteps):
+    the rows copied in pieces, the instance built from them with a sibling's Gram sums, and
+    reconciled with the rows present when it lands (:func:`.rebuilds.reconcile`)."""
+
+    def __init__(self, engine: Rebuilding, r: int):
+        self._engine, self._r = engine, r
+
+    def copy(self, job: RebuildJob) -> tuple[RowData, Any, int | None] | None:
+        return self._engine._snapshot(job)
+
+    def build(self, job: RebuildJob, copy: tuple) -> tuple:
+        engine = self._engine
+        data, head_gram, copied_at = copy
+        built = engine._build(self._r, data, head_gram)
+        # matching rows by serial needs the snapshot's serials sorted: done here, not under
+        # the lock, when rows changed since the copy (a peek; decided when it lands)
+        order = None if engine.rows.changes == copied_at else np.argsort(data.serial)
+        return built, order
+
+    def land(self, job: RebuildJob, copy: tuple, built_order: tuple) -> bool:
+        engine, r = self._engine, self._r
+        data, _, copied_at = copy
+        built, order = built_order
+        if engine.rows.changes == copied_at:  # the rows are the copy's, row for row
+            engine._install(r, *built)  # nothing to reconcile
+        elif rebuilds.reconcile(
+            engine.rows, r, engine.config.label_mode, data, *built, order=order
+        ):
+            engine._activate(r, built[0])
+        else:
+            return False
+        engine._jobs.landed(job)
+        return True

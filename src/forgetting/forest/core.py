@@ -32,6 +32,7 @@ from dataclasses import asdict
 import numpy as np
 
 from .._parallel import PARALLEL_ROWS, map_instances, worker_count
+from .._rebuilds import Superseded
 from ..rows.hashing import row_hashes
 from ..rows.slots import SlotRows
 from ..schema.membership import MembershipRule, key_fingerprint
@@ -71,8 +72,9 @@ fits int32 up to :data:`MAX_REGRESSION_ROWS` rows."""
 MAX_REGRESSION_ROWS = (2**31 - 1) // (TARGET_LEVELS - 1)
 
 
-class FitCancelled(Exception):
-    """A fit stopped between trees because its caller no longer needs it."""
+FitCancelled = Superseded
+"""A fit stopped between trees because its caller no longer needs it (a superseded
+rebuild: :mod:`forgetting._rebuilds`)."""
 
 
 class ExactForest:

@@ -26,14 +26,14 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
 from .._parallel import PARALLEL_ROWS, map_instances, serial_map
+from .._rebuilds import RebuildJob, RebuildJobs
 from ..rows.slots import SlotRows
-from .core import ExactForest, FitCancelled, ForestConfig
+from .core import ExactForest, ForestConfig
 
 INSTANCES_FORMAT = b"forgetting-forest-instances-1"
 REBUILD_THREAD_PREFIX = "forest-rebuild-"
@@ -43,16 +43,6 @@ PARALLEL_WALK_WORK = 4_000
 """A one-row change runs the instances on the machine's cores from this much walk work per
 instance (:meth:`ForestInstances._walk_work`); below it the hand-off to a thread costs more
 than the instance's walk (measured on sets on both sides of it: CHANGELOG.md)."""
-
-
-@dataclass
-class _Rebuild:
-    """A pending rebuild of one instance (superseded when ``cancelled``)."""
-
-    started: float = field(default_factory=time.perf_counter)
-    thread: threading.Thread | None = None
-    error: BaseException | None = None
-    cancelled: bool = False
 
 
 class ForestInstances:
@@ -85,14 +75,16 @@ class ForestInstances:
         self._forests: list[ExactForest | None] = [None] * n_instances
         self._rho = [0.0] * n_instances  # ρ_r of an instance when its rebuild started
         self._thresholds = [0.0] * n_instances  # and its D° threshold
-        self._rebuilds: dict[int, _Rebuild] = {}
         self.rebuild_seconds: list[float] = []
         """Seconds from the change that started each landed background rebuild to its swap."""
         self._cond = threading.Condition(threading.RLock())
-        self._fitting = threading.Lock()
-        """Held by the background rebuild that fits: one at a time, on every core, so under a
-        burst of hits the first rebuild lands in its own fit's time (three at once would share
-        the cores and land together, late, while requests wait for the first)."""
+        self._jobs = self._new_jobs()
+
+    def _new_jobs(self) -> RebuildJobs:
+        """The background rebuilds (forgetting._rebuilds), one fit at a time, on every core:
+        under a burst of hits the first lands in its own fit's time (three at once would
+        share the cores and land together, late, while requests wait for the first)."""
+        return RebuildJobs(self._cond, REBUILD_THREAD_PREFIX, one_at_a_time=True)
 
     def _new(self, r: int, rows: SlotRows) -> ExactForest:
         key, d, k = self._make
@@ -124,7 +116,7 @@ class ForestInstances:
 
     def _wait_one(self) -> None:
         """Wait for a rebuild to land (or fail: then it runs here). Call with the lock."""
-        failed = [r for r, job in self._rebuilds.items() if job.error is not None]
+        failed = self._jobs.failed()
         if failed:
             self._rebuild_here(failed[0])
             return
@@ -143,36 +135,32 @@ class ForestInstances:
             return out
 
     @property
+    def jobs(self) -> RebuildJobs:
+        """The background rebuilds (read them; they change under the lock only)."""
+        return self._jobs
+
+    @property
     def rebuilding(self) -> list[int]:
         """Instances with a rebuild pending."""
         with self._cond:
-            return sorted(self._rebuilds)
+            return self._jobs.pending()
 
     def wait_for_rebuilds(self, timeout: float | None = None) -> None:
         """Block until no rebuild is pending (a failed one is run here and its error raised
         if it fails again). ``timeout`` in seconds: TimeoutError when it passes."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._rebuilds:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError(f"rebuilds of instances {sorted(self._rebuilds)} pending")
-                self._wait_one()
+            self._jobs.wait(timeout, self._rebuild_here)
 
     def discard_rebuilds(self) -> None:
         """Let the rebuilds in flight end without landing (for a model being replaced: a
         refit or a class that vanished). Only for an object no longer served."""
         with self._cond:
-            for job in self._rebuilds.values():
-                job.cancelled = True
-            self._rebuilds.clear()
-            self._cond.notify_all()
+            self._jobs.supersede_all()
 
     # -- fit -------------------------------------------------------------------------------
     def fit(self, id_list: list, id_raw: list, X: np.ndarray, y: np.ndarray) -> None:
         with self._cond:
-            for job in self._rebuilds.values():  # superseded: they end without landing
-                job.cancelled = True
-            self._rebuilds.clear()
+            self._jobs.supersede_all()  # they end without landing
             key, d, k = self._make
             table = SlotRows(d, self.n_instances, key, np.int64 if k else np.float64)
             table.reset(id_list, id_raw, X, y)
@@ -233,10 +221,8 @@ class ForestInstances:
             self._each(len(slots), change=True)(apply, take)
         if change[0] == "forget":
             self.table.remove(slots)
-        for r in restart:
-            job = self._rebuilds[r]
-            job.cancelled = True
-            self._start_rebuild(r, started=job.started)
+        for r in restart:  # the superseded fit stops between trees
+            self._start_rebuild(r)
         if background:
             for r in hit:
                 self._start_rebuild(r)
@@ -271,51 +257,15 @@ class ForestInstances:
         by the rows' keyed draws against the instance's D° threshold before its rebuild (a
         guess: a rebuild that lands still checks every change it replays). Call with the
         lock (an insert's rows are in the table already, a forget's still are)."""
-        if not self._rebuilds:
+        if not self._jobs.pending():
             return []
         own = self.table.draws[slots]
-        return [r for r in self._rebuilds if np.any(own[:, r] < self._thresholds[r])]
+        return [r for r in self._jobs.pending() if np.any(own[:, r] < self._thresholds[r])]
 
-    def _start_rebuild(self, r: int, started: float | None = None) -> None:
-        """Rebuild instance r on a thread. Call with the lock."""
-        job = _Rebuild()
-        if started is not None:
-            job.started = started
-        self._rebuilds[r] = job
-        job.thread = threading.Thread(
-            target=self._rebuild, args=(r, job), name=f"{REBUILD_THREAD_PREFIX}{r}", daemon=True
-        )
-        job.thread.start()
-
-    def _rebuild(self, r: int, job: _Rebuild) -> None:
-        """Grow instance r from a copy of the rows and reconcile it with the rows present
-        when it is done; start over from a fresh copy when one of the rows that changed
-        meanwhile moves its D°."""
-        try:
-            # taken before the lock, never while holding it (the lock waits for no fit), and
-            # kept until the instance has landed: the next fit starts after it serves; the
-            # rows are copied only then, so rebuilds waiting their turn hold no copy
-            with self._fitting:
-                while True:
-                    with self._cond:
-                        if self._rebuilds.get(r) is not job or job.cancelled:
-                            return
-                        rows = self.table.copy()
-                    forest = self._new(r, rows)
-                    forest.grow(cancelled=lambda: job.cancelled)
-                    with self._cond:
-                        if self._rebuilds.get(r) is not job:
-                            return
-                        if self._reconcile(forest, rows):
-                            self._land(r, job, forest)
-                            return
-        except FitCancelled:
-            return
-        except BaseException as err:  # kept for wait_for_rebuilds / the next request
-            with self._cond:
-                if self._rebuilds.get(r) is job:
-                    job.error = err
-                    self._cond.notify_all()
+    def _start_rebuild(self, r: int) -> None:
+        """Rebuild instance r on a thread (forgetting._rebuilds runs :class:`_Steps`). Call
+        with the lock."""
+        self._jobs.start(r, _Steps(self, r))
 
     def _reconcile(self, forest: ExactForest, rows: SlotRows) -> bool:
         """Bring ``forest``, grown from the copy ``rows``, up to the live rows: it forgets
@@ -335,20 +285,18 @@ class ForestInstances:
             forest.insert_slots(came)
         return True
 
-    def _land(self, r: int, job: _Rebuild, forest: ExactForest) -> None:
+    def _land(self, job: RebuildJob, forest: ExactForest) -> None:
         """Swap the reconciled instance in. Call with the lock."""
-        del self._rebuilds[r]
+        r = job.instance
         self._forests[r] = forest
         self._thresholds[r] = forest.pool_threshold
-        self.rebuild_seconds.append(time.perf_counter() - job.started)
-        self._cond.notify_all()
+        self.rebuild_seconds.append(self._jobs.landed(job))
 
-    def _rebuild_here(self, r: int) -> None:
-        """Run instance r's failed rebuild in this thread (its error raised if it fails
-        again). Call with the lock: no change lands meanwhile, so it reconciles at once."""
-        job = self._rebuilds[r]
+    def _rebuild_here(self, job: RebuildJob) -> None:
+        """Run a failed rebuild in this thread (its error raised if it fails again). Call
+        with the lock: no change lands meanwhile, so it reconciles at once."""
         rows = self.table.copy()
-        forest = self._new(r, rows)
+        forest = self._new(job.instance, rows)
         try:
             forest.grow()
         except BaseException as err:
@@ -356,8 +304,8 @@ class ForestInstances:
             raise
         job.error = None
         if not self._reconcile(forest, rows):  # pragma: no cover - nothing changed
-            raise RuntimeError(f"instance {r}: rows changed under the lock")
-        self._land(r, job, forest)
+            raise RuntimeError(f"instance {job.instance}: rows changed under the lock")
+        self._land(job, forest)
 
     # -- rows ------------------------------------------------------------------------------
     @property
@@ -482,11 +430,33 @@ class ForestInstances:
         """Pickled after the pending rebuilds, without the lock."""
         self.wait_for_rebuilds()
         with self._cond:
-            skip = ("_cond", "_fitting", "_rebuilds")
+            skip = ("_cond", "_jobs")
             return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._rebuilds = {}
         self._cond = threading.Condition(threading.RLock())
-        self._fitting = threading.Lock()
+        self._jobs = self._new_jobs()
+
+
+class _Steps:
+    """A forest instance's part of a background rebuild (forgetting._rebuilds.RebuildSteps):
+    a copy of the table, an instance grown from it, reconciled with the live rows."""
+
+    def __init__(self, instances: ForestInstances, r: int):
+        self._owner, self._r = instances, r
+
+    def copy(self, job: RebuildJob) -> SlotRows | None:
+        with self._owner._cond:
+            return self._owner.table.copy() if not job.superseded else None
+
+    def build(self, job: RebuildJob, rows: SlotRows) -> ExactForest:
+        forest = self._owner._new(self._r, rows)
+        forest.grow(cancelled=lambda: job.superseded)
+        return forest
+
+    def land(self, job: RebuildJob, rows: SlotRows, forest: ExactForest) -> bool:
+        if not self._owner._reconcile(forest, rows):
+            return False
+        self._owner._land(job, forest)
+        return True

@@ -349,8 +349,8 @@ class DurableModel(StoreReads):
         self._require_open()
         if not self._available:
             raise StoreError(
-                f"{describe(self._store.location)}: the model is being read again from the "
-                "store after a store error; retry shortly"
+                f"{describe(self._store.location)}: the model is being reloaded from the store "
+                "after a store error; retry shortly"
             )
 
     def _require_writable(self) -> None:
