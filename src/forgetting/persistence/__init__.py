@@ -36,6 +36,7 @@ from ..encoders.tabular import LightGBMLeafContrib
 from ..io.atomic import atomic_write
 from ..io.model_format import (
     ModelFileError,
+    digest,
     dumps,
     kind_of,
     loads,
@@ -59,8 +60,40 @@ from ..snapshots import (
 from .forest_state import LEGACY_FOREST_KIND, legacy_forest_state
 
 FILE_KIND = "forgetting-model-file"
-DIGESTS = ("state_digest", "structure_digest")
+SNAPSHOT_KIND = "forgetting-model-snapshot"
+"""What :func:`~forgetting.io.model_format.digest` encodes a snapshot as (``snapshot_digest``)."""
+DIGESTS = ("state_digest", "structure_digest", "snapshot_digest")
 """Digests a file may record of the model it holds; each is compared after the restore."""
+_HEX64 = "64 hex digits"
+_TEXTS = "a mapping of strings to strings"
+FILE_ENTRIES = {
+    FILE_KIND: {
+        "class": str,
+        "libraries": _TEXTS,
+        "environment": _TEXTS,
+        "snapshot": ModelSnapshot,
+        "secret_key": (type(None), str, bytes),
+        "state_digest": _HEX64,
+        "snapshot_digest": _HEX64,
+    },
+    LEGACY_FOREST_KIND: {
+        "class": str,
+        "params": dict,
+        "fitted": dict,
+        "key_derived": bool,
+        "key_fingerprint": str,
+        "libraries": _TEXTS,
+        "environment": _TEXTS,
+        "rows": dict,
+        "structure_digest": _HEX64,
+        "secret_key": (type(None), str, bytes),
+    },
+}
+"""Per file format, the entries a file holds — every one, nothing else — and their types.
+A model file's ``state_digest`` is the model's (``state_digest()``), its ``snapshot_digest``
+the digest of its snapshot's encoding: every field the restore reads, dtypes and byte order
+included, so a field the model's digest does not cover (``classes_``, a forest's
+categories, the DP ledger) cannot be edited either without the file saying so."""
 
 __all__ = [
     "ModelFileError",
@@ -140,6 +173,7 @@ def save_model(estimator, path: str | Path, *, store_key: bool = False) -> None:
         "snapshot": snapshot,
         "secret_key": estimator.secret_key if store_key and not snapshot.key_derived else None,
         "state_digest": estimator.state_digest(),
+        "snapshot_digest": digest(snapshot, SNAPSHOT_KIND),
     }
     atomic_write(path, dumps(state, FILE_KIND))
 
@@ -160,20 +194,15 @@ def load_model(
     what = str(path)
     blob = read_blob(path, what)
     if kind_of(blob, what) == LEGACY_FOREST_KIND:
-        state = legacy_forest_state(cls, loads(blob, LEGACY_FOREST_KIND, what), what)
+        legacy = loads(blob, LEGACY_FOREST_KIND, what)
+        check_entries(legacy, LEGACY_FOREST_KIND, what)
+        state = legacy_forest_state(cls, legacy, what)
     else:
         state = loads(blob, FILE_KIND, what)
+        check_entries(state, FILE_KIND, what)
     if not isinstance(state, dict) or not isinstance(state.get("snapshot"), ModelSnapshot):
         raise ModelFileError(f"{path}: the file holds no model snapshot")
-    if state.get("class") != cls.__name__:
-        found = str(state.get("class"))[:40]
-        raise ModelFileError(f"{path}: holds a {found}, not a {cls.__name__}")
-    mismatch = version_mismatch(state.get("libraries"))
-    if mismatch and not allow_version_mismatch:
-        raise ModelFileError(
-            f"{path}: {mismatch}; bitwise exactness is only guaranteed with the same versions "
-            "(install those, or pass allow_version_mismatch=True)"
-        )
+    mismatch = checked_header(state, cls.__name__, what, allow_version_mismatch)
     snapshot: ModelSnapshot = state["snapshot"]
     if secret_key is None:
         secret_key = state.get("secret_key")
@@ -187,12 +216,72 @@ def load_model(
     recorded = {k: state[k] for k in DIGESTS if state.get(k) is not None}
     if recorded and not mismatch:
         estimator.wait_for_rebuilds()
-        if any(getattr(estimator, k)() != v for k, v in recorded.items()):
+        if any(_digest_of(estimator, k) != v for k, v in recorded.items()):
             raise ModelFileError(
                 f"{path}: its rows do not give the model that was saved (the file was edited, "
                 "or written by another build of the libraries)"
             )
     return estimator
+
+
+def _digest_of(estimator: Any, name: str) -> str:
+    if name == "snapshot_digest":  # the restored model's snapshot encodes as the saved one
+        return digest(estimator.snapshot(), SNAPSHOT_KIND)
+    return getattr(estimator, name)()
+
+
+def check_entries(state: Any, kind: str, what: str) -> None:
+    """Refuse a file of format ``kind`` whose entries are not exactly :data:`FILE_ENTRIES`'
+    (one missing, one more, or one of another type), in one :class:`ModelFileError` line."""
+    wanted = FILE_ENTRIES[kind]
+    if not isinstance(state, dict):
+        raise ModelFileError(f"{what}: the file holds no model")
+    missing = sorted(set(wanted) - set(state))
+    if missing:
+        raise ModelFileError(
+            f"{what}: lacks the entries {missing} every model file of this format holds (an "
+            "edited file, or one written before they were recorded: refit and save again)"
+        )
+    extra = sorted(str(k)[:40] for k in set(state) - set(wanted))
+    if extra:
+        raise ModelFileError(f"{what}: holds entries no model file has: {extra[:5]}")
+    for name, kind_ in wanted.items():
+        value = state[name]
+        if kind_ == _HEX64:
+            ok = isinstance(value, str) and len(value) == 64 and _is_hex(value)
+        elif kind_ == _TEXTS:
+            ok = isinstance(value, dict) and all(
+                type(k) is str and type(v) is str for k, v in value.items()
+            )
+        else:
+            ok = isinstance(value, kind_) and not (kind_ is not bool and type(value) is bool)
+        if not ok:
+            expected = (
+                kind_ if isinstance(kind_, str) else getattr(kind_, "__name__", "of its type")
+            )
+            raise ModelFileError(
+                f"{what}: its entry {name!r} is a {type(value).__name__}, not {expected}"
+            )
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
+def checked_header(state: dict, cls_name: str, what: str, allow_mismatch: bool) -> str | None:
+    """A file's class and library versions checked: :class:`ModelFileError` for another
+    class, or for other versions unless ``allow_mismatch``; returns the mismatch (None when
+    the versions are this process's)."""
+    if state.get("class") != cls_name:
+        found = str(state.get("class"))[:40]
+        raise ModelFileError(f"{what}: holds a {found}, not a {cls_name}")
+    mismatch = version_mismatch(state.get("libraries"))
+    if mismatch and not allow_mismatch:
+        raise ModelFileError(
+            f"{what}: {mismatch}; bitwise exactness is only guaranteed with the same versions "
+            "(install those, or pass allow_version_mismatch=True)"
+        )
+    return mismatch
 
 
 def restored(cls, snapshot: ModelSnapshot, secret_key: Any, what: str):

@@ -28,7 +28,7 @@ from ..estimators import estimator_classes
 from ..ids import normalize_ids
 from ..io.atomic import atomic_write
 from ..io.model_format import ModelFileError, dumps, loads, register_dataclass, register_object
-from ..persistence import library_versions, restored
+from ..persistence import checked_header, library_versions, restored
 from ..preprocessing import (
     Chain,
     ColumnTransformer,
@@ -142,15 +142,7 @@ def load_pipeline(
     state = loads(Path(path).read_bytes(), FILE_KIND, what)
     if not isinstance(state, dict) or not isinstance(state.get("snapshot"), PipelineSnapshot):
         raise ModelFileError(f"{what}: the file holds no pipeline snapshot")
-    if state.get("class") != cls.__name__:
-        raise ModelFileError(
-            f"{what}: holds a {str(state.get('class'))[:40]}, not a {cls.__name__}"
-        )
-    if state.get("libraries") != library_versions() and not allow_version_mismatch:
-        raise ModelFileError(
-            f"{what}: written with {state.get('libraries')}, running {library_versions()}; "
-            "bitwise exactness is only guaranteed with the same versions"
-        )
+    checked_header(state, cls.__name__, what, allow_version_mismatch)
     snap: PipelineSnapshot = state["snapshot"]
     if secret_key is None:
         secret_key = state.get("secret_key")
