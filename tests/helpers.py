@@ -1,6 +1,7 @@
-"""Shared fixtures and helpers of the library and lab tests: small, fast datasets and helpers to
-reach D° membership in tests. `from helpers import ...` from any test folder (`tests/` is on
-pytest's `pythonpath`); the conftest.py files register its fixtures."""
+"""Shared fixtures and helpers of the library's and the lab's tests: small, fast datasets,
+helpers to reach D° membership, stores on each backend. `from helpers import ...` from any
+test folder (`tests/` is on pytest's `pythonpath`); the conftest.py files register its
+fixtures. The lab's own helpers are in benchmarks/tests/lab_helpers.py."""
 
 from __future__ import annotations
 
@@ -22,17 +23,6 @@ def source_missing(err: Exception) -> None:
     if os.environ.get("FORGETTING_REQUIRE_DATA") == "1":
         pytest.fail(f"FORGETTING_REQUIRE_DATA=1 but a source is missing: {err}")
     pytest.skip(str(err))
-
-
-def load_dataset_or_skip(name: str, **kwargs):
-    """``forgetting_lab.datasets.load_dataset``, with :func:`source_missing` when not installed."""
-    from forgetting_lab.datasets import DatasetUnavailableError, load_dataset
-
-    try:
-        return load_dataset(name, **kwargs)
-    except DatasetUnavailableError as err:
-        source_missing(err)
-        raise  # unreachable: skip/fail raise
 
 
 def classification_data(n=240, d=6, k=3, seed=0):

@@ -10,6 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "src" / "forgetting"
 LAB = ROOT / "benchmarks" / "forgetting_lab"
+TESTS = ROOT / "tests"
 
 
 def _modules(package_dir: Path) -> dict[str, Path]:
@@ -107,9 +108,10 @@ def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function(tmp_path):
     assert _cycles(_graph(_modules(package))) == [["pkg.a", "pkg.b"]]
 
 
-def test_the_library_never_imports_the_lab():
+def _lab_imports(package_dir: Path) -> list[str]:
+    """``path:line`` of every import of the lab (``forgetting_lab``) under ``package_dir``."""
     offenders = []
-    for path in sorted(LIBRARY.rglob("*.py")):
+    for path in sorted(package_dir.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = []
             if isinstance(node, ast.Import):
@@ -118,7 +120,21 @@ def test_the_library_never_imports_the_lab():
                 names = [node.module or ""]
             if any(n == "forgetting_lab" or n.startswith("forgetting_lab.") for n in names):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return offenders
+
+
+def test_the_library_never_imports_the_lab():
+    offenders = _lab_imports(LIBRARY)
     assert not offenders, f"the library imports the lab at {offenders}"
+
+
+def test_the_library_tests_never_import_the_lab():
+    """tests/ runs on the library alone: a test that needs the lab, if only for a dataset,
+    lives in benchmarks/tests/ (tests/README.md)."""
+    offenders = _lab_imports(TESTS)
+    assert not offenders, (
+        f"library tests import the lab at {offenders}: move them to benchmarks/tests"
+    )
 
 
 def test_the_lab_lives_beside_the_library():
@@ -166,6 +182,14 @@ def test_every_module_has_a_room():
     rooms = {room for layer in LAYERS for room in layer}
     homeless = {_room(m) for m in _modules(LIBRARY)} - rooms - {None}
     assert not homeless, f"modules of no layer (add them to LAYERS and the doc): {homeless}"
+
+
+def test_the_library_tests_are_filed_by_room():
+    """A folder of tests/ is named after the room it tests; "shared" holds layer 0's small
+    shared pieces (tests/README.md)."""
+    rooms = {room for layer in LAYERS for room in layer} | {"shared"}
+    folders = {path.name for path in TESTS.iterdir() if path.is_dir()} - {"__pycache__"}
+    assert folders <= rooms, f"test folders named after no room: {sorted(folders - rooms)}"
 
 
 def test_imports_only_go_down_the_layers():

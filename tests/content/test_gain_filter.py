@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import assert_same_model, schema_ids
 
-from forgetting import QSSClassifier
 from forgetting.content.accumulators import CLASSIFICATION_SCALE_BITS
 from forgetting.content.heads import (
     GramCache,
@@ -18,10 +16,7 @@ from forgetting.content.heads import (
 )
 from forgetting.content.heads import gram as gram_module
 from forgetting.content.heads import linear as linear_module
-from forgetting.content.heads import solve as solve_module
 from forgetting.content.heads.gain_filter import LOG_ROWS, TOLERANCE
-from forgetting.content.tables import flat_content as tables_module
-from forgetting_lab.bench.core import clustered_data
 
 D_IN, K, P = 24, 4, 3
 
@@ -195,77 +190,6 @@ def test_the_penalty_is_a_power_of_two_times_the_constant_and_stays_while_rows_c
     assert gram_module.GramSystem.of(head.gram).lam == lam
 
 
-@pytest.fixture
-def tables_serve(monkeypatch):
-    """Make the tables win the head-vs-tables rule (the rule reads the factor when it runs);
-    counts the exact solves."""
-    monkeypatch.setattr(tables_module, "TABLES_GAIN_FACTOR", 50.0)
-    solves = []
-    exact = solve_module._solve_columns
-
-    def counted(*args):
-        solves.append(1)
-        return exact(*args)
-
-    monkeypatch.setattr(solve_module, "_solve_columns", counted)
-    return solves
-
-
-def test_forgets_and_inserts_decided_by_the_filter_serve_the_refit(tables_serve):
-    X, y = clustered_data(3000, d=16, k=4, seed=3)
-    X, y = X.astype(np.float32), y
-    ids = list(range(len(X)))
-    params = dict(n_instances=3, rebuild="sync", random_state=0)
-    model = QSSClassifier(**params).fit(X[:2800], y[:2800], ids[:2800])
-    assert model.engine_.corrections() == ["tables"] * 3
-    rng = np.random.default_rng(0)
-    gone = set()
-    hit = schema_ids(model, 1)[0]  # one D° hit: a rebuild, then the filter re-bases
-    order = [int(i) for i in rng.choice(2800, 30, replace=False) if i != hit]
-    order.insert(12, hit)
-    del tables_serve[:]
-    for step, row_id in enumerate(order):
-        model.forget([row_id])
-        gone.add(row_id)
-        if step % 10 == 5:
-            new = 2800 + step
-            model.insert(X[new : new + 1], y[new : new + 1], [new])
-        model.predict_proba(X[:5])
-    solves = len(tables_serve)
-    assert solves < len(order) // 3, f"{solves} exact solves for {len(order)} changes"
-    keep = [i for i in ids[:2800] if i not in gone] + [2800 + s for s in range(5, 31, 10)]
-    refit = QSSClassifier(**params).fit(X[keep], y[keep], keep)
-    assert_same_model(model, refit, X[:300])
-
-
-def test_a_close_call_goes_to_the_exact_route_and_matches_the_refit(tables_serve, monkeypatch):
-    """Deletions decided by the filter (tables), then one whose result puts instance 0's head
-    gain a hair (10⁻⁹) above the threshold — inside the filter's tolerance: the filter must
-    not decide it, the exact route serves the head, as a refit does."""
-    X, y = clustered_data(3000, d=16, k=4, seed=3)
-    params = dict(n_instances=3, rebuild="sync", random_state=0)
-    model = QSSClassifier(**params).fit(X, y)
-    inside = set(schema_ids(model, 0) + schema_ids(model, 1) + schema_ids(model, 2))
-    rng = np.random.default_rng(1)
-    gone = [int(i) for i in rng.choice(len(X), 12, replace=False) if int(i) not in inside]
-    for row_id in gone[:-1]:
-        model.forget([row_id])
-        model.predict_proba(X[:3])
-    keep = np.setdiff1d(np.arange(len(X)), gone)
-    final = QSSClassifier(**params).fit(X[keep], y[keep], keep).engine_.instances[0]
-    head_gain, _ = final.head.solution()
-    _, _, tables_gain = final.accumulators.best("auto", "auto")
-    assert head_gain > 0 and tables_gain > 0
-    monkeypatch.setattr(tables_module, "TABLES_GAIN_FACTOR", head_gain * (1 - 1e-9) / tables_gain)
-    del tables_serve[:]
-    model.forget([gone[-1]])
-    assert model.engine_.corrections()[0] == "head"
-    assert tables_serve, "the close call was not solved"
-    refit = QSSClassifier(**params).fit(X[keep], y[keep], keep)
-    assert refit.engine_.corrections()[0] == "head"
-    assert_same_model(model, refit, X[:300])
-
-
 def test_pending_gram_rows_give_the_eager_sums_and_penalty(monkeypatch):
     """Small changes leave their Gram terms pending (LinearHead.gram adds them when read):
     the same integers as adding them at once, in any mix of signs and folds, also past the
@@ -311,35 +235,6 @@ def test_the_penalty_of_a_shared_gram_follows_the_sums(monkeypatch):
             assert head.penalty() == head_penalty(twin.gram), i
     assert head.penalty() == head_penalty(twin.gram) == 2 * first
     assert not head._gram.flags.writeable  # flushed into shared arrays all along
-
-
-def test_save_load_and_pickle_with_pending_rows_and_a_tracked_solution(tables_serve, tmp_path):
-    """One-row forgets leave Gram terms pending and the filter tracking; a save/load and a
-    pickle round trip at that point keep the model, and forgets after them (filter re-based
-    on the loaded model) still land on the refit."""
-    import pickle
-
-    X, y = clustered_data(2400, d=16, k=4, seed=5)
-    ids = list(range(len(X)))
-    params = dict(n_instances=3, rebuild="sync", random_state=0)
-    model = QSSClassifier(**params).fit(X, y, ids)
-    inside = set(schema_ids(model, 0) + schema_ids(model, 1) + schema_ids(model, 2))
-    outside = [i for i in ids if i not in inside]
-    for row_id in outside[:6]:
-        model.forget([row_id])
-        model.predict_proba(X[:2])
-    assert model.engine_._gram_cache.gains.engaged()
-    assert any(inst.head._pending for inst in model.engine_.instances)
-    path = tmp_path / "m.qss"
-    model.save(path)
-    for copy in (QSSClassifier.load(path), pickle.loads(pickle.dumps(model))):
-        assert_same_model(model, copy, X[:200])
-        for row_id in outside[6:10]:
-            copy.forget([row_id])
-            copy.predict_proba(X[:2])
-        keep = [i for i in ids if i not in outside[:10]]
-        refit = QSSClassifier(**params).fit(X[keep], y[keep], keep)
-        assert_same_model(copy, refit, X[:200])
 
 
 def test_the_packed_layout_is_the_lower_triangle_column_by_column():

@@ -200,25 +200,3 @@ def test_id_bytes_fast_path_matches_normalization():
     for bad in (True, 2**63, 1.0):
         with pytest.raises((TypeError, ValueError)):
             id_bytes(bad)
-
-
-def test_throughput_benchmark_small(tmp_path):
-    """The benchmark runs end to end on a small n and finds every fit's digest equal and
-    every batched hashing stage equal to the per-row loop."""
-    import csv
-
-    from forgetting_lab.bench import throughput
-
-    assert (
-        throughput.main(["--sizes", "3000", "--d", "16", "--repeats", "1", "--out", str(tmp_path)])
-        == 0
-    )
-    text = (tmp_path / "throughput.md").read_text()
-    assert "Command: `python -m forgetting_lab.bench.throughput --sizes 3000" in text
-    with open(tmp_path / "throughput-fit_per_instance_vs_faiss_s_encoder.csv") as f:
-        fits = list(csv.DictReader(f))
-    assert [r["hash_backend"] for r in fits] == ["numba", "hashlib"]
-    assert all(r["same_digest"] == "True" and float(r["fit_vs_faiss"]) > 0 for r in fits)
-    with open(tmp_path / "throughput-hashing_stages_alone.csv") as f:
-        stages = list(csv.DictReader(f))
-    assert len(stages) == 5 and all(r["equal"] == "True" for r in stages)

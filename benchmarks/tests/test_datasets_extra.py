@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import load_dataset_or_skip as _load
 from helpers import source_missing
+from lab_helpers import load_dataset_or_skip as _load
 
 from forgetting_lab import datasets as fd
 from forgetting_lab.datasets import Dataset, DatasetUnavailableError

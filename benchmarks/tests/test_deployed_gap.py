@@ -11,7 +11,7 @@ import pytest
 
 from forgetting_lab.bench import deployed_gap
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 SUMMARY = "deployed-gap"
 
 
