@@ -10,7 +10,7 @@ CACHE ?= $(HOME)/.cache/forgetting
 CORE := $(VENV)/.core-installed
 FULL := $(VENV)/.full-installed
 
-.PHONY: setup setup-full demo test test-fast print-fast-tests lint docs bench loadtest clean
+.PHONY: setup setup-full demo test test-slow test-fast print-fast-tests lint docs bench loadtest clean
 
 # The library, and the lab beside it (benchmarks/: datasets, benchmarks, the demo) with MNIST.
 $(CORE): pyproject.toml benchmarks/pyproject.toml constraints/tested.txt
@@ -49,8 +49,12 @@ setup-full: $(FULL)
 demo: $(CORE)
 	$(PY) -m forgetting_lab.demo
 
+# The suite less the tests marked slow; those (crash, browser and warm-up suites, tests over
+# ~20 s) are `make test-slow`. CI runs both.
 test: $(FULL)
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not slow"
+test-slow: $(FULL)
+	$(PY) -m pytest -m slow
 
 # The core of the suite in a few minutes (exactness, files, store, service, pipelines,
 # scikit-learn checks), without the lab, torch or the crash tests: what CI runs on Python 3.12
@@ -62,7 +66,7 @@ FAST_TESTS := tests/estimators/test_exactness.py tests/persistence/test_persiste
 	tests/io/test_tables.py tests/estimators/test_validation.py tests/persistence/test_crafted_files.py \
 	tests/estimators/test_random_configurations.py
 test-fast: $(FULL)
-	$(PY) -m pytest -p no:cacheprovider -k "not sigkill" $(FAST_TESTS)
+	$(PY) -m pytest -p no:cacheprovider -m "not slow" $(FAST_TESTS)
 print-fast-tests:
 	@echo $(FAST_TESTS)
 

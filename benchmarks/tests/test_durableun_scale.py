@@ -29,6 +29,7 @@ def _table(out, stem):
         return {r["method"]: r for r in csv.DictReader(f)}
 
 
+@pytest.mark.slow
 def test_quick_run_audits_held_out_rewordings_and_resumes(tmp_path):
     work, out = tmp_path / "work", tmp_path / "out"
     args = ["--quick", "--alphas", "0", "--work-dir", str(work), "--out-dir", str(out)]

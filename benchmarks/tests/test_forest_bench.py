@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from forgetting_lab.bench import forest
 
 
+@pytest.mark.slow
 def test_forest_benchmark_on_credit(tmp_path):
     argv = ["--datasets", "credit", "--forgets", "20", "--out", str(tmp_path)]
     argv += ["--leaves", "1,5", "--factors", "1", "--trees", "5,10"]
@@ -93,6 +96,7 @@ def test_forest_store_benchmark_on_credit(tmp_path):
     assert files[1].split(",")[files[0].split(",").index("load = saved")] == "True"
 
 
+@pytest.mark.slow
 def test_forest_instances_benchmark_on_credit(tmp_path):
     from forgetting_lab.bench import forest_instances
 
@@ -106,6 +110,7 @@ def test_forest_instances_benchmark_on_credit(tmp_path):
     assert all(r["= refit"] == "True" and r["forgets"] == "40" for r in rows)
 
 
+@pytest.mark.slow
 def test_boosting_study_on_credit(tmp_path):
     from forgetting_lab.bench import boosting_study
 

@@ -62,6 +62,7 @@ def _quality(out):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_tiny_run_resumes_and_reports_gaps_against_the_noise_floor(tmp_path):
     work, out = tmp_path / "work", tmp_path / "out"
     args = [*TINY, "--work-dir", str(work), "--out-dir", str(out)]
@@ -118,6 +119,7 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_committed_mnist_tables_rebuild_from_the_kept_jobs(tmp_path):
     """munkey-scale-mnist's tables are what ``--report-only`` makes of the jobs kept beside them:
     a figure in the docs that its jobs no longer produce fails here."""

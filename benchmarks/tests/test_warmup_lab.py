@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 WORKLOAD = r"""
 import json, numpy as np
 from forgetting import QSSClassifier
@@ -76,6 +78,7 @@ print(json.dumps(kernel_stats()))
 """
 
 
+@pytest.mark.slow  # compiles every kernel from scratch: minutes
 def test_after_the_warm_up_a_fresh_process_compiles_no_kernel(tmp_path):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
     for name in ("FORGETTING_KERNELS", "FORGETTING_HASH_BACKEND"):

@@ -185,6 +185,7 @@ def _cut_to_what_they_hold(forest) -> None:
     forest.A = type(A)(**fields)
 
 
+@pytest.mark.slow
 def test_one_row_changes_that_find_the_arrays_full_undo_grow_and_stay_exact(monkeypatch):
     """A one-row forget or insert takes the change into each kept node on its way down; when
     the node it must rebuild or append to finds no room, those nodes are put back, the arrays

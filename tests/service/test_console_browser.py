@@ -23,6 +23,9 @@ from forgetting import QSSClassifier
 from forgetting.service import ServiceConfig, create_app
 from forgetting.store import DurableModel
 
+# a real browser against a real server: `make test-slow`
+pytestmark = pytest.mark.slow
+
 TOKEN = "vXYjuqBkOab0YCDe5MXeLB-5np8ZJ0d2"  # made by secrets.token_urlsafe(24)
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")

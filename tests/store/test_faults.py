@@ -38,6 +38,9 @@ from forgetting.store.errors import StoreBusy, StoreCorrupt, StoreError
 
 BG = {**FAST, "rebuild": "background"}
 
+# the crash suite (SIGKILL at every step, full disks, second writers): `make test-slow`
+pytestmark = pytest.mark.slow
+
 
 def _one_line(err: BaseException) -> str:
     text = str(err)
@@ -634,7 +637,7 @@ def _template(location: str, sqlite_template) -> str:
 def forkserver():
     """Children forked from a server that imported the library once (fast, fork-safe)."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["forgetting.store", "conftest", "test_faults"])
+    ctx.set_forkserver_preload(["forgetting.store", "helpers", "test_faults"])
     return ctx
 
 

@@ -408,6 +408,7 @@ def test_predictions_go_on_while_a_rebuilt_instance_is_written(db, monkeypatch):
         assert reopened.verify()["ok"]
 
 
+@pytest.mark.slow  # the crash suite: a server SIGKILLed for up to 5 min
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_sigkill_of_the_server_loses_no_acknowledged_change(tmp_path, backend):
     """A real server process (`forgetting serve`) receiving a stream of forgets and inserts
@@ -484,6 +485,7 @@ def _forget_one_by_one(url: str, auth: dict, rows: list, acked: list, refused: l
             (acked if response.status_code == 200 else refused).append(row_id)
 
 
+@pytest.mark.slow  # the crash suite
 def test_sigkill_during_concurrent_forgets_loses_no_acknowledged_one(tmp_path):
     """Forget requests from several clients at once reach the model together and are
     committed in groups; the server is SIGKILLed mid-stream. Every acknowledged forget is
