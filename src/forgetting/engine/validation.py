@@ -32,6 +32,7 @@ from ..content.accumulators import (
     level_pairs,
 )
 from ..labels import UNLABELED
+from ..privacy.ledger import check_ledger_state
 from ..schema import Schema, head_kind
 from ..schema.base_model import BaseModel
 from ..schema.codebook import Codebook
@@ -108,8 +109,26 @@ def check_snapshot(config: EngineConfig, snapshot: Any) -> None:
         need += check_schema(inst.schema, d, k, where=where, already=need)
         need += _check_contributions(where, inst, n_labeled, k, task)
         _within_budget(need, f"{where}: its contributions")
-    if snapshot.privacy is not None and not isinstance(snapshot.privacy, dict):
-        raise _fail("privacy", f"expected a mapping, found {type(snapshot.privacy).__name__}")
+    _check_privacy(config, snapshot.privacy)
+
+
+def _check_privacy(config: EngineConfig, privacy: Any) -> None:
+    """mode="dp": the ledger as the library writes it (``check_ledger_state``), of the
+    mechanism the parameters give (ε, δ, task, clip, p); any other mode keeps none."""
+    if not config.private:
+        if privacy is not None:
+            raise _fail("privacy", "a model outside mode='dp' keeps no privacy ledger")
+        return
+    if privacy is None:
+        raise _fail("privacy", "a mode='dp' model's snapshot holds its privacy ledger")
+    try:
+        check_ledger_state(privacy)
+    except ValueError as err:
+        raise _fail("privacy", str(err)) from None
+    wanted = (config.epsilon, config.delta, config.schema.task, config.schema.residual_clip)
+    found = tuple(privacy[k] for k in ("epsilon", "delta", "task", "clip"))
+    if found != wanted or privacy["n_instances"] != config.n_instances:
+        raise _fail("privacy", "the ledger's epsilon, delta, clip or instances are not the model's")
 
 
 def check_rows(

@@ -526,6 +526,8 @@ def check_classes(classes: Any) -> None:
         and classes.dtype.kind in "biufUSO"
     ):
         raise SnapshotError("fitted: classes_ is not a 1-d array of at least two labels")
+    if not classes.dtype.isnative:  # fit keeps them in this machine's order (_set_classes)
+        raise SnapshotError(f"fitted: classes_ in byte order {classes.dtype.str!r}, not native")
     values = classes.tolist()
     if classes.dtype.kind == "O" and not all(type(v) is str for v in values):
         raise SnapshotError("fitted: classes_ of object dtype must be strings")

@@ -66,7 +66,8 @@ class ClassifierTargets:
                 f"need at least 2 classes, got 1 class ({classes.tolist()}): a classifier "
                 "cannot be fitted on one class"
             )
-        self.classes_ = classes
+        # in this machine's byte order, whatever the labels' (a file holds them so)
+        self.classes_ = classes.astype(classes.dtype.newbyteorder("="), copy=False)
 
     def _encode_targets(self, y: Any, n: int) -> np.ndarray:
         """Inserted labels as class indices; an unseen label is refused."""

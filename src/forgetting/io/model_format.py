@@ -19,7 +19,8 @@ Container layout (one blob, used for model files and for every structured value 
 Arrays keep their dtype (byte order included), shape and memory order, so a restored model
 computes with exactly the same bits; numeric arrays and fixed-width strings only (no object
 arrays: those are encoded element by element in the manifest). Floats are stored exactly
-(JSON's shortest round-trip repr, or ``float.hex`` for non-finite values).
+(JSON's shortest round-trip repr, or ``float.hex`` for non-finite values). Which dtype each
+field of a model must have is the snapshot checks' to say (``forgetting.engine.validation``).
 
 Sizes are checked before anything is allocated, so crafted bytes are refused, not obeyed: an
 array's declared byte count must be its dtype's item size times its shape (exact integer
@@ -209,35 +210,54 @@ class _Encoder:
         return {"$array": known}
 
 
-def dumps(value: Any, kind: str) -> bytes:
-    """Encode ``value`` as one self-checking blob (``kind`` names what it holds)."""
+def _layout(value: Any, kind: str) -> tuple[bytes, list[tuple[np.ndarray, str]]]:
+    """The header :func:`dumps` writes for ``value`` and its arrays with their memory order."""
     enc = _Encoder()
     manifest = enc.value(value)
-    specs, chunks, offset = [], [], 0
+    specs, arrays, offset = [], [], 0
     for a in enc.arrays:
         order = "F" if (a.flags.f_contiguous and not a.flags.c_contiguous) else "C"
-        raw = a.tobytes(order=order)
         specs.append(
             {
                 "dtype": a.dtype.str,
                 "shape": [int(s) for s in a.shape],
                 "order": order,
                 "offset": offset,
-                "nbytes": len(raw),
+                "nbytes": a.nbytes,  # what tobytes gives, in either order
             }
         )
-        chunks.append(raw)
-        offset += len(raw)
+        arrays.append((a, order))
+        offset += a.nbytes
     header = json.dumps(
         {"kind": kind, "value": manifest, "arrays": specs},
         allow_nan=False,
         ensure_ascii=True,
         separators=(",", ":"),
     ).encode("ascii")
+    return header, arrays
+
+
+def dumps(value: Any, kind: str) -> bytes:
+    """Encode ``value`` as one self-checking blob (``kind`` names what it holds)."""
+    header, arrays = _layout(value, kind)
+    chunks = [a.tobytes(order=order) for a, order in arrays]
     payload = b"".join([_LEN.pack(len(header)), header, *chunks])
     return _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), hashlib.sha256(payload).digest()) + (
         payload
     )
+
+
+def digest(value: Any, kind: str) -> str:
+    """SHA-256 (hex) of the payload :func:`dumps` would write for ``value``, one array at a
+    time (no blob is built): values that encode alike — the same types, dtypes, byte order,
+    shapes and bits — and only those, digest alike. A model file records its snapshot's, and
+    a loaded model must give it again (:mod:`forgetting.persistence`)."""
+    header, arrays = _layout(value, kind)
+    h = hashlib.sha256(_LEN.pack(len(header)))
+    h.update(header)
+    for a, order in arrays:
+        h.update(a.tobytes(order=order))
+    return h.hexdigest()
 
 
 # -- decoding -------------------------------------------------------------------------------

@@ -64,17 +64,17 @@ SNAPSHOT_KIND = "forgetting-model-snapshot"
 """What :func:`~forgetting.io.model_format.digest` encodes a snapshot as (``snapshot_digest``)."""
 DIGESTS = ("state_digest", "structure_digest", "snapshot_digest")
 """Digests a file may record of the model it holds; each is compared after the restore."""
-_HEX64 = "64 hex digits"
-_TEXTS = "a mapping of strings to strings"
+HEX64 = "64 hex digits"
+TEXTS = "a mapping of strings to strings"
 FILE_ENTRIES = {
     FILE_KIND: {
         "class": str,
-        "libraries": _TEXTS,
-        "environment": _TEXTS,
+        "libraries": TEXTS,
+        "environment": TEXTS,
         "snapshot": ModelSnapshot,
         "secret_key": (type(None), str, bytes),
-        "state_digest": _HEX64,
-        "snapshot_digest": _HEX64,
+        "state_digest": HEX64,
+        "snapshot_digest": HEX64,
     },
     LEGACY_FOREST_KIND: {
         "class": str,
@@ -82,10 +82,10 @@ FILE_ENTRIES = {
         "fitted": dict,
         "key_derived": bool,
         "key_fingerprint": str,
-        "libraries": _TEXTS,
-        "environment": _TEXTS,
+        "libraries": TEXTS,
+        "environment": TEXTS,
         "rows": dict,
-        "structure_digest": _HEX64,
+        "structure_digest": HEX64,
         "secret_key": (type(None), str, bytes),
     },
 }
@@ -230,10 +230,11 @@ def _digest_of(estimator: Any, name: str) -> str:
     return getattr(estimator, name)()
 
 
-def check_entries(state: Any, kind: str, what: str) -> None:
+def check_entries(state: Any, kind: str, what: str, wanted: dict | None = None) -> None:
     """Refuse a file of format ``kind`` whose entries are not exactly :data:`FILE_ENTRIES`'
-    (one missing, one more, or one of another type), in one :class:`ModelFileError` line."""
-    wanted = FILE_ENTRIES[kind]
+    (or ``wanted``: a pipeline file's) — one missing, one more, or one of another type — in
+    one :class:`ModelFileError` line."""
+    wanted = FILE_ENTRIES[kind] if wanted is None else wanted
     if not isinstance(state, dict):
         raise ModelFileError(f"{what}: the file holds no model")
     missing = sorted(set(wanted) - set(state))
@@ -247,9 +248,9 @@ def check_entries(state: Any, kind: str, what: str) -> None:
         raise ModelFileError(f"{what}: holds entries no model file has: {extra[:5]}")
     for name, kind_ in wanted.items():
         value = state[name]
-        if kind_ == _HEX64:
+        if kind_ == HEX64:
             ok = isinstance(value, str) and len(value) == 64 and _is_hex(value)
-        elif kind_ == _TEXTS:
+        elif kind_ == TEXTS:
             ok = isinstance(value, dict) and all(
                 type(k) is str and type(v) is str for k, v in value.items()
             )

@@ -27,8 +27,23 @@ import numpy as np
 from ..estimators import estimator_classes
 from ..ids import normalize_ids
 from ..io.atomic import atomic_write
-from ..io.model_format import ModelFileError, dumps, loads, register_dataclass, register_object
-from ..persistence import checked_header, library_versions, restored
+from ..io.model_format import (
+    ModelFileError,
+    digest,
+    dumps,
+    loads,
+    register_dataclass,
+    register_object,
+)
+from ..persistence import (
+    HEX64,
+    SNAPSHOT_KIND,
+    TEXTS,
+    check_entries,
+    checked_header,
+    library_versions,
+    restored,
+)
 from ..preprocessing import (
     Chain,
     ColumnTransformer,
@@ -102,8 +117,19 @@ def _allow_pipeline_types() -> None:
 _allow_pipeline_types()
 
 
-def save_pipeline(pipeline: Any, path: str | Path, *, store_key: bool = False) -> None:
-    """Write a fitted pipeline atomically (see the module docstring)."""
+ENTRIES = {
+    "class": str,
+    "libraries": TEXTS,
+    "snapshot": PipelineSnapshot,
+    "secret_key": (type(None), str, bytes),
+    "snapshot_digest": HEX64,
+}
+"""A pipeline file's entries, every one and nothing else (``persistence.check_entries``);
+``snapshot_digest`` is the digest of its snapshot's encoding, which the loaded pipeline must
+give again: an edit anywhere (the estimator's classes, a step's state) is refused."""
+
+
+def _snapshot(pipeline: Any) -> PipelineSnapshot:
     pipeline._check_fitted()
     est = pipeline._final_estimator
     est.wait_for_rebuilds()
@@ -111,7 +137,7 @@ def save_pipeline(pipeline: Any, path: str | Path, *, store_key: bool = False) -
         buf = pipeline._rows
         derived = ("ids", "id_raw", "draws", "member")
         rows = {k: buf.get(k).copy() for k in buf.names if k not in derived}
-        snapshot = PipelineSnapshot(
+        return PipelineSnapshot(
             names=[name for name, _ in pipeline.steps],
             steps=[step for _, step in pipeline.chain_.steps],
             params={"rho": pipeline.rho, "min_schema_rows": pipeline.min_schema_rows},
@@ -120,12 +146,18 @@ def save_pipeline(pipeline: Any, path: str | Path, *, store_key: bool = False) -
             ids=buf.get("ids").tolist(),
             estimator=est.snapshot(),
         )
-        secret = est.secret_key if store_key and est.secret_key is not None else None
+
+
+def save_pipeline(pipeline: Any, path: str | Path, *, store_key: bool = False) -> None:
+    """Write a fitted pipeline atomically (see the module docstring)."""
+    snapshot = _snapshot(pipeline)
+    est = pipeline._final_estimator
     state = {
         "class": type(pipeline).__name__,
         "libraries": library_versions(),
         "snapshot": snapshot,
-        "secret_key": secret,
+        "secret_key": est.secret_key if store_key and est.secret_key is not None else None,
+        "snapshot_digest": digest(snapshot, SNAPSHOT_KIND),
     }
     atomic_write(path, dumps(state, FILE_KIND))
 
@@ -142,22 +174,25 @@ def load_pipeline(
     state = loads(Path(path).read_bytes(), FILE_KIND, what)
     if not isinstance(state, dict) or not isinstance(state.get("snapshot"), PipelineSnapshot):
         raise ModelFileError(f"{what}: the file holds no pipeline snapshot")
-    checked_header(state, cls.__name__, what, allow_version_mismatch)
+    check_entries(state, FILE_KIND, what, ENTRIES)
+    mismatch = checked_header(state, cls.__name__, what, allow_version_mismatch)
     snap: PipelineSnapshot = state["snapshot"]
     if secret_key is None:
         secret_key = state.get("secret_key")
     est = _restore_estimator(snap.estimator, secret_key, what)
     try:
         pipeline = _pipeline(cls, snap, est)
+        problem = _inconsistency(pipeline, snap)  # a step missing a field fails its digest
     except ModelFileError:
         raise
     except Exception as err:  # noqa: BLE001 - any defect of decoded data is the file's
         raise ModelFileError(
             f"{what}: inconsistent pipeline ({type(err).__name__}: {err})"
         ) from None
-    problem = _inconsistency(pipeline, snap)
     if problem:
         raise ModelFileError(f"{what}: {problem}")
+    if not mismatch and digest(_snapshot(pipeline), SNAPSHOT_KIND) != state["snapshot_digest"]:
+        raise ModelFileError(f"{what}: it does not give the pipeline that was saved (edited)")
     return pipeline
 
 

@@ -434,12 +434,15 @@ class PrivacyLedger:
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> PrivacyLedger:
         """Restore a ledger with the noise multiplier it was created with, so the restored
-        model releases what the saved one did and every release keeps one multiplier.
+        model releases what the saved one did and every release keeps one multiplier. The
+        mapping must be one :meth:`to_dict` writes (:func:`check_ledger_state`: its entries,
+        their types, tags as written, σ = z·Δ of every latest release); ValueError otherwise.
 
         A multiplier at least this version's calibration for the stored (ε, δ, p) is kept
         (more noise is at least as private: a ledger calibrated with the earlier PLD search
         holds a multiplier a hair above the analytic one); a smaller one would not give the
         promised (ε, δ) and is refused."""
+        check_ledger_state(state)
         ledger = cls(
             state["epsilon"],
             state["delta"],
@@ -463,6 +466,72 @@ class PrivacyLedger:
             for r, v in state.get("latest_head", {}).items()
         }
         return ledger
+
+
+LEDGER_ENTRIES = {
+    "epsilon": float,
+    "delta": float,
+    "task": str,
+    "clip": (float, type(None)),
+    "n_instances": int,
+    "noise_multiplier": float,
+    "release_tags": list,
+    "latest": dict,
+}
+LEDGER_OPTIONAL = {"forgotten_tags": list, "latest_head": dict}
+"""A stored ledger's entries (:meth:`PrivacyLedger.to_dict`); ``forgotten_tags`` is absent
+from ledgers written before forgotten ids were kept, ``latest_head`` without a head."""
+
+
+def check_ledger_state(state: Any) -> None:
+    """Refuse, in one ValueError line naming the entry, a stored ledger :meth:`to_dict` could
+    not have written: entries missing or unknown, of another type, tags that are not sorted,
+    distinct 16-byte hex strings, latest releases of an unknown instance or whose σ is not
+    z·Δ (z the ledger's multiplier). Its mechanism against the model's parameters is the
+    restore's to check."""
+    if not isinstance(state, dict):
+        raise ValueError("the ledger is not a mapping")
+    allowed = {**LEDGER_ENTRIES, **LEDGER_OPTIONAL}
+    missing = sorted(set(LEDGER_ENTRIES) - set(state))
+    unknown = sorted(str(k)[:40] for k in set(state) - set(allowed))
+    if missing or unknown:
+        raise ValueError(f"the ledger's entries: missing {missing}, unknown {unknown[:5]}")
+    for name, kind in allowed.items():
+        if name in state and (not isinstance(state[name], kind) or type(state[name]) is bool):
+            raise ValueError(f"the ledger's {name} is a {type(state[name]).__name__}")
+    z = state["noise_multiplier"]
+    if not (math.isfinite(z) and z > 0):
+        raise ValueError("the ledger's noise_multiplier is not a finite number > 0")
+    for name in ("release_tags", "forgotten_tags"):
+        tags = state.get(name, [])
+        if not all(type(t) is str and len(t) == 32 and _lower_hex(t) for t in tags) or any(
+            a >= b for a, b in zip(tags, tags[1:], strict=False)
+        ):
+            raise ValueError(f"the ledger's {name} are not sorted, distinct 16-byte hex tags")
+    p = state["n_instances"]
+    for name, width in (("latest", 2), ("latest_head", 3)):
+        for r, values in state.get(name, {}).items():
+            if not (type(r) is str and r.isdigit() and int(r) < p and str(int(r)) == r):
+                raise ValueError(f"the ledger's {name} names an instance {str(r)[:20]!r}")
+            if not (
+                isinstance(values, list)
+                and len(values) == width
+                and all(type(v) is float and math.isfinite(v) and v > 0 for v in values)
+                and _recorded(z, *values)
+            ):
+                raise ValueError(f"the ledger's {name}[{r}] is not a release's (σ, Δ)")
+
+
+def _recorded(z: float, sigma: float, sensitivity: float, share: float | None = None) -> bool:
+    """Whether σ is what a release records: z·Δ/√(1 − s) ≥ z·Δ for the tables' sums (s the
+    head's share, 0 without one), exactly z·Δ_H/√s for a head's (its s recorded beside)."""
+    if share is None:
+        return sigma >= z * sensitivity
+    return share <= 1.0 and sigma == z * sensitivity / math.sqrt(share)
+
+
+def _lower_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
 
 
 def _check_share(share: float) -> float:
