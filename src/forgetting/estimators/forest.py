@@ -28,6 +28,7 @@ from ..engine.validation import check_rows
 from ..forest.config import ForestConfig, fit_bytes
 from ..forest.core import MAX_REGRESSION_ROWS
 from ..forest.engine import ForestEngine
+from ..preprocessing.table import refuse_unreadable
 from ..rows.hashing import canonical_floats
 from ..snapshots import SnapshotError, memory_budget
 from .base import UnlearningEstimator
@@ -174,7 +175,9 @@ class _ExactForestBase(UnlearningEstimator):
     # -- features --------------------------------------------------------------------------
     def _validate_X(self, X: Any, *, reset: bool) -> np.ndarray:
         """Dense float32 features; NaN is a missing value (its own bin), infinity is refused.
-        A DataFrame's pandas ``category`` columns become their codes (:meth:`_category_codes`)."""
+        A DataFrame's pandas ``category`` columns become their codes (:meth:`_category_codes`);
+        a text column, complex numbers, dates or a repeated column name are refused by name."""
+        refuse_unreadable(X, text=False)
         X = self._category_codes(X, reset=reset)
         X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite="allow-nan")
         X32 = canonical_floats(X.astype(np.float32))  # ±0 as +0, one NaN

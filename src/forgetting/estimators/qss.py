@@ -32,6 +32,7 @@ from ..ids import normalize_ids
 from ..labels import user_unlabeled
 from ..parameters import PARAMETER_CONSTRAINTS, check_params, engine_config, resolve_partition
 from ..preprocessing.frames import wants_encoding
+from ..preprocessing.table import refuse_unreadable
 from ..privacy import PrivacyReport
 from ..receipts import Receipt
 from ..rows.hashing import canonical_floats
@@ -122,6 +123,7 @@ class _QSSBase(RawTables, UnlearningEstimator):
     def _validate_X(self, X: Any, *, reset: bool) -> np.ndarray:
         """Dense, finite, float32 features (the precision rows are stored and hashed in),
         every zero +0.0: a value, not its bits, decides the schema and the digest."""
+        refuse_unreadable(X)
         X = validate_data(
             self, X, reset=reset, dtype=np.float64, ensure_min_samples=1, ensure_all_finite=True
         )
@@ -192,6 +194,7 @@ class _QSSBase(RawTables, UnlearningEstimator):
 
     def _fit_rows(self, X: Any, y: Any, ids: Any, after: tuple | None = None):
         """A raw table through the encoding, an array straight to the engine."""
+        refuse_unreadable(X)
         if wants_encoding(X):
             return self._fit_frame(X, y, ids, after)
         self.__dict__.pop("table_", None)

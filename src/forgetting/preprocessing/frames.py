@@ -60,6 +60,13 @@ MIN_SCHEMA_ROWS = 200
 does by default: enough for a mean and a scale."""
 
 
+MAX_CATEGORIES = 1000
+"""The most categories one column may hold in the built-in encoding: one dense 0/1 column
+each, for every row (benchmarks/results/pipeline-tables.md: 148 columns in all on flights).
+A column past it is refused before the encoding is allocated, naming it (a 100k-category
+column of 100k rows would need 74.5 GiB)."""
+
+
 def schema_key(key: bytes) -> bytes:
     """The key of the table's D° draw, from the estimator's membership key (as secret) and
     apart from every instance's draw."""
@@ -177,6 +184,7 @@ class FrameEncoding:
         parts["member"] = rule.members(parts["draws"], np.ones(len(ids), dtype=bool))
         encoder = _encoder(layout)
         encoder.fit_rows(Rows(table, None, parts["member"]))
+        _check_categories(encoder, layout, len(ids))
         frame = cls(layout, encoder, RowBuffer(parts), key, rule)
         return frame, _encoded(encoder, table)
 
@@ -331,6 +339,7 @@ class FrameEncoding:
         changed = encoder.update_rows(
             self.encoder, Rows(table, None, after[n:]), +1, schema_changed, current
         )
+        _check_categories(encoder, self.layout, after.size)
         every = current.table
 
         def rows() -> tuple[np.ndarray, np.ndarray, list]:
@@ -389,6 +398,23 @@ class _Current:
         if which == "schema":
             return Rows(take(self.table(), self._members), None, None)
         return Rows(self.table(), None, self._members)
+
+
+def _check_categories(encoder: ColumnTransformer, layout: Layout, n: int) -> None:
+    """Refuse a column past :data:`MAX_CATEGORIES` (before anything is encoded)."""
+    for name, part, cols in encoder.transformers_:
+        if name != "categories":
+            continue
+        for j, categories in zip(cols, part.categories_, strict=True):
+            k = len(categories)
+            if k > MAX_CATEGORIES:
+                raise ValueError(
+                    f"column {layout.names[j]!r:.60} has {k:,} categories, more than the "
+                    f"{MAX_CATEGORIES:,} the built-in encoding takes (a dense 0/1 column each: "
+                    f"{n:,} rows × {k:,} = {n * k * 8 / 2**30:.1f} GiB); group rare ones, "
+                    "encode it yourself (an ordinal code, a hash), or use ExactForestClassifier "
+                    "/ ExactForestRegressor with a pandas category dtype"
+                )
 
 
 def _parts(table: Table, y: np.ndarray, ids: list, key: bytes) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ row stays behind in the buffer's spare capacity.
 
 from __future__ import annotations
 
+import datetime
 import math
 import sys
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ import numpy as np
 
 NUM = "num"
 TEXT = "text"
+_DATES = (datetime.date, datetime.time, datetime.timedelta, np.datetime64, np.timedelta64)
+"""Values that are dates or times (pandas' Timestamp and Timedelta are among them)."""
 
 
 @dataclass(frozen=True)
@@ -159,13 +162,84 @@ def _missing(v: Any) -> bool:
     return pd is not None and (v is pd.NA or v is pd.NaT)
 
 
+COMPLEX_FIX = (
+    "features are real numbers: split it into its real and imaginary parts (two columns), or "
+    "keep its modulus"
+)
+DATES_FIX = (
+    "dates and times are not numbers: convert it to numbers first (e.g. seconds since an "
+    "epoch, or the year, month and day as columns)"
+)
+TEXT_FIX = "the exact forest takes text as a pandas category dtype: X[{name!r}].astype('category')"
+
+
+def refuse_unreadable(X: Any, *, text: bool = True) -> None:
+    """Refuse, in one ValueError line naming the column, what no model takes, before any
+    conversion: a repeated column name, complex numbers (a cast to float would drop their
+    imaginary part in silence), dates and times (not numbers) — and, with ``text=False``
+    (the exact forest, which reads text as a pandas ``category`` dtype), a column of
+    strings. A DataFrame is checked column by column (an object column value by value), a
+    numpy array by its dtype; anything else passes to the checks that follow."""
+    if isinstance(X, np.ndarray):
+        if X.dtype.kind == "c":
+            raise ValueError(  # scikit-learn's words first: its estimator checks match them
+                f"Complex data not supported: X has dtype {X.dtype}; "
+                + COMPLEX_FIX.replace("split it", "split each column")
+            )
+        if X.dtype.kind in "mM":
+            raise ValueError(
+                f"X has dtype {X.dtype}; {DATES_FIX.replace('convert it', 'convert X')}"
+            )
+        return
+    if not is_dataframe(X):
+        return
+    pd = _pandas()
+    repeated = X.columns[X.columns.duplicated()]
+    if len(repeated):
+        name = repeated[0]
+        count = int((X.columns == name).sum())
+        raise ValueError(
+            f"column name {name!r:.60} appears {count} times in X; give every column its own name"
+        )
+    dtypes = X.dtypes.tolist()
+    if all(isinstance(t, np.dtype) and t.kind in "biuf" for t in dtypes):
+        return  # plain numbers: nothing to look at (the common case, once per prediction)
+    for j, name in enumerate(X.columns):
+        dtype = dtypes[j]
+        label = f"column {name!r:.60}"
+        if isinstance(dtype, pd.CategoricalDtype):
+            continue
+        if pd.api.types.is_complex_dtype(dtype):
+            raise ValueError(f"{label} holds complex numbers ({dtype}); {COMPLEX_FIX}")
+        if (
+            pd.api.types.is_datetime64_any_dtype(dtype)
+            or pd.api.types.is_timedelta64_dtype(dtype)
+            or isinstance(dtype, pd.PeriodDtype)
+        ):
+            raise ValueError(f"{label} has dtype {dtype}; {DATES_FIX}")
+        if pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype):
+            _refuse_values(X.iloc[:, j], label, text, name)
+
+
+def _refuse_values(column: Any, label: str, text: bool, name: Any) -> None:
+    """An object or string column's values: complex numbers and dates refused (and strings
+    with ``text=False``), by the first one found."""
+    for v in column.tolist():
+        if isinstance(v, complex | np.complexfloating):
+            raise ValueError(f"{label} holds complex numbers (e.g. {v!r:.40}); {COMPLEX_FIX}")
+        if isinstance(v, _DATES) or (_pandas() is not None and isinstance(v, _pandas().Period)):
+            raise ValueError(f"{label} holds {type(v).__name__} values; {DATES_FIX}")
+        if isinstance(v, str) and not text:
+            raise ValueError(f"{label} holds text ({v!r:.30}); {TEXT_FIX.format(name=name)}")
+
+
 def _text_or_numbers(values: np.ndarray, label: str, kind: str | None) -> np.ndarray:
     """An object column as float64 (all numbers) or object (all strings, None = missing)."""
     flat = values.tolist()
     missing = [_missing(v) for v in flat]
     present = [v for v, m in zip(flat, missing, strict=True) if not m]
     strings = [v for v in present if isinstance(v, str)]
-    numbers = [v for v in present if isinstance(v, Number) and not isinstance(v, str)]
+    numbers = [v for v in present if isinstance(v, Number) and not isinstance(v, str | complex)]
     if len(strings) + len(numbers) != len(present):
         other = next(v for v in present if not isinstance(v, str | Number))
         raise ValueError(
@@ -228,6 +302,7 @@ def read_input(X: Any, layout: Layout | None = None) -> tuple[Any, Layout]:
     (order free, unknown and missing names refused), by position otherwise (width checked);
     each column must be of the fitted kind. Raises ValueError naming the column.
     """
+    refuse_unreadable(X)
     if is_dataframe(X):
         return _read_frame(X, layout)
     if hasattr(X, "__dataframe__") or hasattr(X, "to_pandas"):
@@ -268,8 +343,6 @@ def _read_frame(X: Any, layout: Layout | None) -> tuple[Any, Layout]:
     if any(n is None for n in names):
         bad = next(c for c in X.columns if not isinstance(c, str))
         raise ValueError(f"DataFrame column names must be strings; found {bad!r}")
-    if len(set(names)) != len(names):
-        raise ValueError("DataFrame column names must be unique")
     if X.shape[0] == 0:
         raise ValueError("X has no rows")
     if layout is None:
