@@ -19,7 +19,6 @@ import pytest
 from forgetting import ExactForestClassifier, QSSClassifier
 from forgetting.preprocessing.frames import MAX_CATEGORIES
 
-
 pd = pytest.importorskip("pandas")
 
 N = 300
