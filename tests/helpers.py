@@ -6,6 +6,8 @@ fixtures. The lab's own helpers are in benchmarks/tests/lab_helpers.py."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -203,3 +205,57 @@ class HeldCommits:
             return original(store, doing)
 
         monkeypatch.setattr(SQLStore, "transaction", counted)
+
+
+ARRAY_API_CHECK = "check_array_api_input"
+"""scikit-learn's check that array-API dispatch changes nothing: it runs only when
+SCIPY_ARRAY_API=1 was set before scipy was imported, a process-wide switch the rest of the suite
+must not see, so in the suite's process it would always skip."""
+
+
+def _check_name(value) -> str:
+    check = (value.values if hasattr(value, "values") else value)[1]
+    return getattr(check, "func", check).__name__
+
+
+def sklearn_checks(estimators, **kwargs):
+    """``parametrize_with_checks(estimators, **kwargs)`` less :data:`ARRAY_API_CHECK`, which
+    :func:`array_api_checks_run` runs in a fresh interpreter instead."""
+    from sklearn.utils.estimator_checks import parametrize_with_checks
+
+    marker = parametrize_with_checks(estimators, **kwargs)
+    argnames, argvalues = marker.args
+    kept = [value for value in argvalues if _check_name(value) != ARRAY_API_CHECK]
+    return pytest.mark.parametrize(argnames, kept, **marker.kwargs)
+
+
+def array_api_checks_run(setup: str, estimators: str) -> tuple[int, int]:
+    """(how many :data:`ARRAY_API_CHECK` scikit-learn yields for ``estimators``, how many of them
+    pass in a fresh interpreter with SCIPY_ARRAY_API=1). ``estimators``: a Python expression
+    for the list, evaluated after the statements ``setup``."""
+    from sklearn.utils.estimator_checks import estimator_checks_generator
+
+    namespace: dict = {}
+    exec(setup, namespace)
+    expected = sum(
+        _check_name(pair) == ARRAY_API_CHECK
+        for estimator in eval(estimators, namespace)
+        for pair in estimator_checks_generator(estimator)
+    )
+    code = (
+        f"{setup}\n"
+        "from sklearn.utils.estimator_checks import estimator_checks_generator\n"
+        "ran = 0\n"
+        f"for estimator in {estimators}:\n"
+        "    for est, check in estimator_checks_generator(estimator):\n"
+        f"        if getattr(check, 'func', check).__name__ == {ARRAY_API_CHECK!r}:\n"
+        "            check(est)\n"
+        "            ran += 1\n"
+        "print(ran)\n"
+    )
+    env = {**os.environ, "SCIPY_ARRAY_API": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return expected, int(done.stdout.split()[-1])

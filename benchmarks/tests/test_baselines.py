@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import array_api_checks_run, sklearn_checks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
@@ -17,7 +18,6 @@ from sklearn.datasets import make_classification, make_regression
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LogisticRegression, Ridge, RidgeClassifier
 from sklearn.tree import DecisionTreeClassifier
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from forgetting_lab.baselines import (
     ExactRidge,
@@ -516,12 +516,23 @@ def _expected_failures(est) -> dict[str, str]:
     return out
 
 
-@parametrize_with_checks(
+@sklearn_checks(
     [SISAClassifier(), SISARegressor(), ExactRidge(), ExactRidgeClassifier()],
     expected_failed_checks=_expected_failures,
 )
 def test_sklearn_estimator_checks(estimator, check) -> None:
     check(estimator)
+
+
+def test_sklearn_array_api_checks_in_a_fresh_interpreter() -> None:
+    """The one check left out above (helpers.ARRAY_API_CHECK), where it runs: every one
+    scikit-learn yields passes with SCIPY_ARRAY_API=1."""
+    expected, passed = array_api_checks_run(
+        "from forgetting_lab.baselines import ExactRidge, ExactRidgeClassifier, SISAClassifier, "
+        "SISARegressor",
+        "[SISAClassifier(), SISARegressor(), ExactRidge(), ExactRidgeClassifier()]",
+    )
+    assert passed == expected
 
 
 @pytest.mark.parametrize("make", [SISAClassifier, SISARegressor, ExactRidge, ExactRidgeClassifier])

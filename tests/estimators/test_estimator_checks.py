@@ -1,10 +1,10 @@
 """scikit-learn's own estimator checks, and the object protocols users expect of an estimator.
 
-Every check runs at default parameters; none is marked as an expected failure. One check is
-skipped by scikit-learn itself, not by us: ``check_array_api_input`` runs only when the
-environment sets ``SCIPY_ARRAY_API=1`` (a process-wide scipy switch the rest of the suite must
-not see). QSS declares no array-API support: ``validate_data`` converts such input to numpy,
-which the stored float32 rows need anyway.
+Every check runs at default parameters; none is marked as an expected failure.
+``check_array_api_input`` runs only when the environment sets ``SCIPY_ARRAY_API=1`` (a
+process-wide scipy switch the rest of the suite must not see): it runs in a fresh interpreter
+(helpers.sklearn_checks, helpers.array_api_checks_run). QSS declares no array-API support:
+``validate_data`` converts such input to numpy, which the stored float32 rows need anyway.
 """
 
 from __future__ import annotations
@@ -14,17 +14,26 @@ import pickle
 import joblib
 import numpy as np
 import pytest
+from helpers import array_api_checks_run, sklearn_checks
 from sklearn.model_selection import GridSearchCV, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from forgetting import QSSClassifier, QSSRegressor
 
 
-@parametrize_with_checks([QSSClassifier(), QSSRegressor()])
+@sklearn_checks([QSSClassifier(), QSSRegressor()])
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+def test_sklearn_array_api_checks_in_a_fresh_interpreter():
+    """The one check left out above (helpers.ARRAY_API_CHECK), where it runs: every one
+    scikit-learn yields passes with SCIPY_ARRAY_API=1."""
+    expected, passed = array_api_checks_run(
+        "from forgetting import QSSClassifier, QSSRegressor", "[QSSClassifier(), QSSRegressor()]"
+    )
+    assert passed == expected
 
 
 def _blobs(n=400, seed=0):

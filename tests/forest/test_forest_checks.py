@@ -5,14 +5,23 @@ from __future__ import annotations
 import pickle
 
 import numpy as np
-from sklearn.utils.estimator_checks import parametrize_with_checks
+from helpers import array_api_checks_run, sklearn_checks
 
 from forgetting import ExactForestClassifier
 
 
-@parametrize_with_checks([ExactForestClassifier(n_estimators=5)])
+@sklearn_checks([ExactForestClassifier(n_estimators=5)])
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+def test_sklearn_array_api_checks_in_a_fresh_interpreter():
+    """The one check left out above (helpers.ARRAY_API_CHECK), where it runs: every one
+    scikit-learn yields passes with SCIPY_ARRAY_API=1."""
+    expected, passed = array_api_checks_run(
+        "from forgetting import ExactForestClassifier", "[ExactForestClassifier(n_estimators=5)]"
+    )
+    assert passed == expected
 
 
 def test_pickle_round_trip_forgets_the_same():

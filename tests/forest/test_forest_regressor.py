@@ -8,14 +8,14 @@ import pickle
 
 import numpy as np
 import pytest
-from sklearn.utils.estimator_checks import parametrize_with_checks
+from helpers import array_api_checks_run, sklearn_checks
 
 from forgetting import ExactForestRegressor
 from forgetting.forest.core import TARGET_LEVELS
 from forgetting.schema.membership import draws, id_bytes
 
 PARAMS = dict(n_estimators=6, max_features=8, min_bin_rows=60, cache_min_rows=16, n_instances=1)
-# one forest, one D°: a D° hit refits in the call (tests/test_forest_instances.py covers the
+# one forest, one D°: a D° hit refits in the call (tests/forest/test_forest_instances.py covers the
 # default n_instances=3, where it rebuilds one instance in the background)
 
 
@@ -46,9 +46,18 @@ def _outside_pool(model, ids):
     return [i for i in ids if i not in pool]
 
 
-@parametrize_with_checks([ExactForestRegressor(n_estimators=5)])
+@sklearn_checks([ExactForestRegressor(n_estimators=5)])
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+def test_sklearn_array_api_checks_in_a_fresh_interpreter():
+    """The one check left out above (helpers.ARRAY_API_CHECK), where it runs: every one
+    scikit-learn yields passes with SCIPY_ARRAY_API=1."""
+    expected, passed = array_api_checks_run(
+        "from forgetting import ExactForestRegressor", "[ExactForestRegressor(n_estimators=5)]"
+    )
+    assert passed == expected
 
 
 def test_it_learns_a_smooth_function():

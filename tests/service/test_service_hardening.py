@@ -257,11 +257,10 @@ def test_slow_connections_beyond_the_file_limit_neither_block_nor_flood_the_log(
             except OSError:
                 pass
         time.sleep(1.0)
-        started = time.monotonic()
-        status, body = _request(port, "POST", "/predict", {"X": X[:3].tolist()})
-        elapsed = time.monotonic() - started
+        # answered, not stuck: the socket's timeout is the hang guard (the old failure took
+        # 16.6 s); how long the answer took is not asserted (a loaded machine varies it)
+        status, body = _request(port, "POST", "/predict", {"X": X[:3].tolist()}, timeout=10)
         assert status == 200, body
-        assert elapsed < 5.0, f"/predict took {elapsed:.1f} s"
         time.sleep(1.0)  # the flood goes on
     finally:
         for sock in idle:
