@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from forgetting_lab.bench import forest
 
 
-@pytest.mark.slow
 def test_forest_benchmark_on_credit(tmp_path):
     argv = ["--datasets", "credit", "--forgets", "20", "--out", str(tmp_path)]
     argv += ["--leaves", "1,5", "--factors", "1", "--trees", "5,10"]
@@ -96,7 +93,6 @@ def test_forest_store_benchmark_on_credit(tmp_path):
     assert files[1].split(",")[files[0].split(",").index("load = saved")] == "True"
 
 
-@pytest.mark.slow
 def test_forest_instances_benchmark_on_credit(tmp_path):
     from forgetting_lab.bench import forest_instances
 
@@ -110,7 +106,6 @@ def test_forest_instances_benchmark_on_credit(tmp_path):
     assert all(r["= refit"] == "True" and r["forgets"] == "40" for r in rows)
 
 
-@pytest.mark.slow
 def test_boosting_study_on_credit(tmp_path):
     from forgetting_lab.bench import boosting_study
 
