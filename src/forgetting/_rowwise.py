@@ -58,7 +58,7 @@ def one_blas_thread() -> _OneBlasThread:
     whole process, and threadpoolctl lets only the first thread that limited it change it —
     a background rebuild's limit was silently ignored, so it trained its schema on two threads
     unless the main thread happened to be inside a prediction, and the rebuilt logistic g
-    differed from a refit's (tests/test_threads.py). OpenBLAS's "thread-local" setter leaked
+    differed from a refit's (tests/schema/test_threads.py). OpenBLAS's "thread-local" setter leaked
     across threads when tried. So the libraries' own setters are called directly, under a lock
     with a depth count shared by all threads: the first entrant limits, the last one restores,
     and while any thread computes for a model every BLAS call in the process runs on one thread.

@@ -212,7 +212,7 @@ def statistics_head_features(
     of the block height. The same bits as the composed form, which every other head (and
     every model whose random features are off the grid, ``rf_exact`` False) keeps: the
     normalization is row by row — the same bits in any block height
-    (tests/test_serving_blocks.py), so a forget's few rows are normalized as they are
+    (tests/schema/test_serving_blocks.py), so a forget's few rows are normalized as they are
     (:func:`normalized_rows`) — and the random features are exact in any order."""
     d = X.shape[1]
     rf = None if schema.encoder is not None else schema.input_random_features(d)
@@ -256,7 +256,7 @@ def contributions_with_features(
 
     φ's first step, the L2 normalization, is computed once for both: it is row by row, so
     the statistics' blocks and the head's give the same normalized rows (the same bits as
-    each normalizing on its own; tests/test_serving_blocks.py) — one pass over the rows
+    each normalizing on its own; tests/schema/test_serving_blocks.py) — one pass over the rows
     instead of two or three.
 
     ``normalized`` (:func:`normalized_rows` of ``X`` in BLOCK_ROWS blocks) and ``features``

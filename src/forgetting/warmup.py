@@ -22,8 +22,8 @@ models are thrown away.
 
 It runs in a process of its own (:func:`warm_up` starts ``python -m forgetting.warmup``),
 because forcing the kernels and raising the factor are process-wide settings that must never
-touch a caller's models. ``tests/test_warmup.py`` checks that after it, in a fresh process,
-a default fit at 20k rows, its forgets (outside D°, a hit, a batch) and predictions compile
+touch a caller's models. ``benchmarks/tests/test_warmup_lab.py`` checks that after it, in a fresh
+process, a default fit at 20k rows, its forgets (outside D°, a hit, a batch) and predictions compile
 nothing — and the same where the tables serve and the gain filter runs, and for the forest's
 fit, forgets, inserts and predictions of both tasks.
 """

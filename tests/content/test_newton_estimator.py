@@ -1,5 +1,6 @@
 """head="newton" through the estimator: served, exact under insert/save-load, refused where it
-cannot run. (The sums and the step, and forget ≡ refit for both heads: tests/test_head.py.)"""
+cannot run. (The sums and the step, and forget ≡ refit for both heads:
+tests/content/test_head.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ NEWTON = dict(rho=0.1, n_instances=3, partition="trees", head="newton", rebuild=
 
 
 def linear_data(n=900, d=30, k=3, seed=0):
-    """Labels from a noisy linear score: a head beats the tables here (tests/test_head.py)."""
+    """Labels from a noisy linear score: a head beats the tables here
+    (tests/content/test_head.py)."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
     y = (X @ rng.normal(size=(d, k)) + 0.5 * rng.normal(size=(n, k))).argmax(axis=1)

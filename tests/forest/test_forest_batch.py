@@ -13,7 +13,7 @@ from forgetting.forest import _arrays as forest_arrays
 from forgetting.forest import core as forest_core
 
 PARAMS = dict(n_estimators=5, max_features=3, min_bin_rows=60, cache_min_rows=16, n_instances=1)
-# one forest, one D°: a D° hit refits in the call (tests/test_forest_instances.py covers the
+# one forest, one D°: a D° hit refits in the call (tests/forest/test_forest_instances.py covers the
 # default n_instances=3, where it rebuilds one instance in the background)
 
 

@@ -1,7 +1,7 @@
 """mode="dp" on the estimators: exact under forget, releases accounted, bad settings refused.
 
 The mechanism itself (calibration against dp-accounting, noise determinism and neighbour
-independence, the sensitivity bound) is tested in tests/test_privacy.py.
+independence, the sensitivity bound) is tested in tests/privacy/test_privacy.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ benchmarks/results/throughput.md). Here the rows of a batch go to one compiled l
 (:mod:`forgetting.content._blake2_kernel`, numba, compiled on first use and cached on disk)
 that runs the reference algorithm on each row's message. The digests are the ones ``hashlib``
 gives — stores, model files and receipts written before keep verifying — and
-``tests/test_hashing.py`` checks that for keyed and personalized hashes of every length and
+``tests/content/test_hashing.py`` checks that for keyed and personalized hashes of every length and
 digest size in use.
 
 Small batches in a process that has not loaded the kernel yet, and every batch without numba

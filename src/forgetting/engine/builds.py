@@ -217,7 +217,7 @@ def build_instance(
     The schema is trained here from D°_r (small: about ρ·n rows, gathered from wherever the
     rows live); every labeled row's contribution then runs through ``work`` (default: this
     process, one chunk at a time: :func:`build_with_schema`) and is reduced exactly. Same
-    signature and result, bit for bit (tests/test_distributed.py compares them).
+    signature and result, bit for bit (tests/distributed/test_distributed.py compares them).
 
     ``head_gram`` = (Gram sums, fold counts) of a sibling instance over these very rows: when
     this instance's head takes the input as given ("shared-ridge", no encoder) its Gram sums

@@ -75,7 +75,8 @@ class Rebuilding:
         in this process otherwise,
         one chunk at a time, so a build's transient memory is one chunk's. Chunks start at
         multiples of the float block size, so the result equals
-        :func:`forgetting.instance.build_instance` bit for bit (tests/test_distributed.py).
+        :func:`forgetting.instance.build_instance` bit for bit
+        (tests/distributed/test_distributed.py).
         """
         started = time.perf_counter()
         result = build_instance(

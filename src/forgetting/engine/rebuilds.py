@@ -25,7 +25,7 @@ SNAPSHOT_YIELD_S = 2e-4
 """The pause between two of those holds. Python's locks are not fair: a thread that releases
 a lock and takes it again at once wins against a waiter that still has to wake up, so without
 a pause a prediction that arrived during the copy waits for all of it
-(tests/test_rebuilds.py checks it lands between pieces)."""
+(tests/engine/test_rebuilds.py checks it lands between pieces)."""
 
 
 def copy_in_pieces(

@@ -54,7 +54,7 @@ def combine(schema, content, codes: np.ndarray, g: np.ndarray, Z: np.ndarray) ->
 
 def instance_outputs(schema, content, X: np.ndarray) -> np.ndarray:
     """One instance's outputs for ``X`` through the schema's own path (``Schema.serve``): the
-    definition the serving route must match bit for bit (tests/test_serving_blocks.py)."""
+    definition the serving route must match bit for bit (tests/schema/test_serving_blocks.py)."""
     return combine(schema, content, *schema.serve(X))
 
 

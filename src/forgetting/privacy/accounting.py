@@ -11,7 +11,7 @@ N(0, 1) and N(1/z, 1), and n of them compose to the test between N(0, 1) and N(�
 one Gaussian release with multiplier z/√n (Dong, Roth & Su 2019, Gaussian DP). So the ε of
 n releases costs O(1) whatever n; a privacy-loss-distribution accountant composing n events
 grows with n and, at large ε, with the width of each event's loss distribution.
-tests/test_privacy.py checks both against dp-accounting's PLD accountant, which the exact
+tests/privacy/test_privacy.py checks both against dp-accounting's PLD accountant, which the exact
 values never exceed.
 
 Conventions. A Gaussian release adds N(0, σ²·I) to a vector statistic whose L2 sensitivity is

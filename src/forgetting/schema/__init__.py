@@ -297,7 +297,7 @@ def normalized_rows(X: np.ndarray, block_rows: int = BLOCK_ROWS) -> np.ndarray:
     every instance of a model (so serving computes it once for all p)."""
     if 0 < X.shape[0] <= block_rows:
         # a forget's row or a prediction's: the normalization is row by row, the same bits
-        # in any block (tests/test_serving_blocks.py), so no padded block
+        # in any block (tests/schema/test_serving_blocks.py), so no padded block
         return l2_normalize(X)
     # a fixed row-local function: many blocks per call once checked (_rowwise)
     return rowwise(l2_normalize, X, block_rows, owner=l2_normalize)
@@ -378,7 +378,7 @@ def train_schema(
     One thread always: LAPACK's eigensolver (LDA) and the logistic fit round differently on one
     thread than on two, so a schema trained with whatever count the process had at the moment
     would depend on it — a background rebuild that ran while a prediction had pinned BLAS to
-    one thread would train another schema than a refit (tests/test_threads.py), as would a
+    one thread would train another schema than a refit (tests/schema/test_threads.py), as would a
     refit on a machine with more cores.
     """
     with one_blas_thread():

@@ -129,7 +129,7 @@ class RandomFeatures:
         """The head's fixed-point features of normalized rows ``U`` (n, d), written into
         ``out`` (n, d + E + 1) float64: [rint(2^14 u), rint(2^14 ψ(u)), 2^14], each clipped
         to ±2^14 — ``content.heads.head_features(np.hstack([U, ψ(U)]), np.float64)``, the same
-        float operations on the same numbers, so the same bits (tests/test_rf_head.py).
+        float operations on the same numbers, so the same bits (tests/content/test_rf_head.py).
         Grid only (``exact``): the product is exact in any order, so a caller may split the
         rows between threads, each writing its own rows of ``out``.
 

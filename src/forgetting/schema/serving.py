@@ -21,7 +21,7 @@ What it computes:
   columns and the cells of φ. One compiled call for the p schemas
   (``schema._kernels.serve_normalize``/``serve_scores``), or the numpy definition here
   (``np.add.accumulate`` sums in that very order): the same bits either way, so which runs
-  changes timings only (tests/test_serving.py).
+  changes timings only (tests/schema/test_serving.py).
 - Any other schema (a binary or regression g, an encoder, an LDA model without the narrow
   projection): :meth:`Schema.encode` on ``SERVE_BLOCK_ROWS`` blocks, from the same u.
 """

@@ -31,7 +31,7 @@ of slow ones it would answer the normal requests 503, which is what the cap abov
 
 The connection guard subclasses uvicorn's h11 protocol (``uvicorn==0.54.0`` is pinned by the
 ``service`` extra) and reads only its request cycle's public-looking state (``cycle``,
-``response_complete``, ``response_started``, ``more_body``); tests/test_service_hardening.py
+``response_complete``, ``response_started``, ``more_body``); tests/service/test_service_hardening.py
 runs it in a real server.
 """
 

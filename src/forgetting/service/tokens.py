@@ -25,7 +25,7 @@ under this rule the probability is bounded, by three terms:
   refused by it with probability below 2^(81-128) ≈ 7e-15 (two alphabets), 2^-175 for
   ``token_urlsafe(32)``.
 * **Reads as words.** An exact upper bound (dynamic programming over the rule's grammar,
-  tests/test_service_tokens.py): 8e-8 of ``token_urlsafe(16)``'s outputs read as words,
+  tests/service/test_service_tokens.py): 8e-8 of ``token_urlsafe(16)``'s outputs read as words,
   1.1e-14 of ``token_urlsafe(32)``'s; hex-form tokens never go to the estimator.
 * **A placeholder written out** in a random token: below 8e-10 at 22 characters, 1.7e-9 at
   43 (a union bound; the 6 letters of ``secret`` dominate).

@@ -20,8 +20,8 @@ same kind of room as the gain filter's TOLERANCE, which decides the head-vs-tabl
 on the same tracked solution (1.0·10⁻⁵ of ‖W̃_c‖ at D = 1033). It is an estimate, not a
 proof: the worst-case bound (Higham, Thm 10.4) carries another factor ~3D and would
 certify almost nothing. What makes it safe to rely on: the errors seen are ~10⁻¹¹ of ‖W̃‖
-(tests/test_certified_labels.py holds them below 10⁻³ of the tolerance over long forget and
-insert sequences), and every exact solve that finds the filter's state current compares
+(benchmarks/tests/test_certified_labels.py holds them below 10⁻³ of the tolerance over long
+forget and insert sequences), and every exact solve that finds the filter's state current compares
 the two (GainFilter.rebase): a discrepancy above a tenth of the tolerance turns
 certification off for that model.
 

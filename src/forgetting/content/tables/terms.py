@@ -11,7 +11,7 @@ integer sums, so a term is the same integer whenever the cell holds the same int
 entry's terms are the fold mean of a fold-qualified cell on the 2^-MEAN_BITS grid (k values)
 and its squared norm (one more column). The compiled kernels (``_terms_kernels``,
 ``_refresh_kernels``) perform the same float operations in the same order and decline (return
-False) where numpy must decide; ``tests/test_table_kernels.py`` compares the two.
+False) where numpy must decide; ``tests/content/test_table_kernels.py`` compares the two.
 """
 
 from __future__ import annotations
