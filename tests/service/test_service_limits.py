@@ -513,7 +513,7 @@ def test_real_store_failed_reload_means_503_until_the_background_reload_lands(
 ):
     """When the store cannot even be read back after a failed write, the model is
     unavailable: every request is a 503 until the app's background reload succeeds."""
-    from forgetting.store import durable
+    from forgetting.store import qss_store as durable  # QSS's store reads its model
 
     model, path, X = real_store
     app = create_app(model, ServiceConfig(tokens=(TOKEN,)))

@@ -127,7 +127,7 @@ def instance_rows(
     cls = QSSClassifier if data.classification else QSSRegressor
     model = cls(mode="exact", rho=data.rho, random_state=seed, head=head_kind)
     model.fit(data.X_train[fit], data.y_train[fit], np.arange(len(fit)))
-    X = model._check_X(data.X_train[val], model.n_features_in_)
+    X = model._check_X(data.X_train[val])
     y = data.y_train[val]
     engine = model.engine_
     rows, outputs = [], {"former_rule": 0.0, "rule": 0.0, "tables": 0.0, "head": 0.0}

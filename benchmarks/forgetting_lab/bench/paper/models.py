@@ -57,7 +57,7 @@ def g_only_outputs(model: QSSClassifier | QSSRegressor, X: np.ndarray) -> np.nda
     (:meth:`Schema.serve`) and order of sums as :meth:`QSSEngine.predict_outputs`: the bits
     equal those of a ``alpha=0.0`` fit (the tests check ``array_equal``).
     """
-    X = model._check_X(X, model.n_features_in_)
+    X = model._check_X(X)
     total = None
     instances = model.engine_.instances
     for inst in instances:
