@@ -147,6 +147,7 @@ LAYERS = (
     (
         "_rowwise",
         "_parallel",
+        "_clock",
         "_rebuilds",
         "_sklearn_pandas",
         "_masked_repr",

@@ -16,12 +16,12 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
 
+from .. import _clock as clock
 from .._parallel import PARALLEL_ROWS, map_instances, serial_map
 from .._rebuilds import RebuildJobs
 from .._rowwise import SERVE_BLOCK_ROWS, one_blas_thread
@@ -385,7 +385,7 @@ class QSSEngine(Rebuilding, CertifiedLabels, EngineSnapshots):
     # -- forget --------------------------------------------------------------------------
     def forget(self, ids: Sequence, id_bytes: Sequence[bytes], erase_inputs: bool) -> Receipt:
         """Remove rows (exact mode, or label mode with ``erase_inputs``) or their labels."""
-        started = time.perf_counter()
+        started = clock.start()
         with one_blas_thread(), self._lock:
             pos = self.rows.positions_of(ids)
             label_only = self.config.label_mode and not erase_inputs
@@ -478,7 +478,7 @@ class QSSEngine(Rebuilding, CertifiedLabels, EngineSnapshots):
 
     # -- insert --------------------------------------------------------------------------
     def insert(self, ids, id_bytes, X, targets) -> Receipt:
-        started = time.perf_counter()
+        started = clock.start()
         with self._lock:
             if self.privacy is not None:
                 self.privacy.check_insert(self._key, id_bytes)
@@ -563,6 +563,6 @@ class QSSEngine(Rebuilding, CertifiedLabels, EngineSnapshots):
             rebuild_started=bool(hit) if background is None else bool(background and hit),
             state_digest=self.state_digest(),
             timestamp=datetime.now(UTC).isoformat(timespec="microseconds"),
-            seconds=time.perf_counter() - started,
+            seconds=clock.elapsed(started),
             effective_rho=self.rows.mean_effective_rho(),
         )

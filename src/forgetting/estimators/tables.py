@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import time
 from typing import Any
 
 import numpy as np
 
+from .. import _clock as clock
 from ..ids import listing, normalize_ids
 from ..preprocessing.frames import FrameEncoding
 from ..receipts import Receipt
@@ -65,7 +65,7 @@ class RawTables:
         return self.engine_.receipt(operation, "instance", id_raw, hit, started)
 
     def _forget_frame(self, id_list: list, id_raw: list) -> Receipt:
-        started = time.perf_counter()
+        started = clock.start()
         try:
             change = self.table_.plan_forget(id_list)
         except KeyError as err:
@@ -81,7 +81,7 @@ class RawTables:
         return self._frame_receipt(receipt)
 
     def _insert_frame(self, X: Any, y: Any, ids: Any) -> Receipt:
-        started = time.perf_counter()
+        started = clock.start()
         self._check_fitted()
         table = self.table_.read(X)
         targets = self._encode_targets(y, table.n_rows)

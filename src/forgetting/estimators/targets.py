@@ -10,7 +10,6 @@ label mode (QSS) says which rows are unlabeled; the rest is the same for every f
 
 from __future__ import annotations
 
-import time
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
+from .. import _clock as clock
 from ..labels import UNLABELED, is_labeled
 from ..receipts import Receipt
 
@@ -115,7 +115,7 @@ class ClassifierTargets:
     def _refit_without(self, id_list: list, id_raw: list, erase_inputs: bool) -> Receipt:
         """Refit on what remains, with the classes that remain (string or integer labels):
         the model's next state, its history (mode="dp"'s ledger) continued."""
-        started = time.perf_counter()
+        started = clock.start()
         self.engine_.wait_for_rebuilds()
         rows = self.engine_.snapshot().rows
         gone = set(id_list)

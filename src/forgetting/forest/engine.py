@@ -16,7 +16,6 @@ restore") says.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _clock as clock
 from ..receipts import Receipt
 from ..schema.membership import (
     canonical_id,
@@ -56,7 +56,7 @@ class ForestEngine(ForestInstances):
     def forget(self, ids: list, id_raw: list, erase_inputs: bool = False) -> Receipt:  # type: ignore[override]
         """Remove rows by id; KeyError (naming nothing) for an unknown id and ValueError for
         a regression left with fewer than 2 rows, before anything changes."""
-        started = time.perf_counter()
+        started = clock.start()
         with self._cond:
             if self.unknown_ids(ids):
                 raise KeyError("unknown ids")
@@ -67,7 +67,7 @@ class ForestEngine(ForestInstances):
 
     def insert(self, ids: list, id_raw: list, X: np.ndarray, targets: np.ndarray) -> Receipt:  # type: ignore[override]
         """Add rows (ids all new)."""
-        started = time.perf_counter()
+        started = clock.start()
         with self._cond:
             hit, background = super().insert(ids, id_raw, X, targets)
             return self.receipt("insert", "instance", id_raw, hit, started, background)
@@ -93,7 +93,7 @@ class ForestEngine(ForestInstances):
             rebuild_started=bool(hit) if background is None else bool(background and hit),
             state_digest=self.state_digest(),
             timestamp=datetime.now(UTC).isoformat(timespec="microseconds"),
-            seconds=time.perf_counter() - started,
+            seconds=clock.elapsed(started),
             effective_rho=self.effective_rho(),
         )
 

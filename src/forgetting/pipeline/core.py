@@ -29,7 +29,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import threading
-import time
 import warnings
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields
@@ -40,6 +39,7 @@ from sklearn.base import clone
 from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import _BaseComposition
 
+from .. import _clock as clock
 from ..ids import listing, normalize_ids
 from ..preprocessing import Chain, ExactStep, exact
 from ..preprocessing.base import Rows
@@ -320,7 +320,7 @@ class ForgettingPipeline(_BaseComposition):
         """
         with self._lock:
             self._check_fitted()
-            started = time.perf_counter()
+            started = clock.start()
             id_list = normalize_ids(ids)
             if not id_list:
                 raise ValueError("no ids given")
@@ -354,7 +354,7 @@ class ForgettingPipeline(_BaseComposition):
         """
         with self._lock:
             self._check_fitted()
-            started = time.perf_counter()
+            started = clock.start()
             if ids is None:
                 raise ValueError("ids are required")
             Xr, _ = read_input(X, self.layout_)
@@ -440,7 +440,7 @@ class ForgettingPipeline(_BaseComposition):
         values.update(
             operation=operation,
             state_digest=self._digest(receipt.state_digest),
-            seconds=time.perf_counter() - started,
+            seconds=clock.elapsed(started),
         )
         return PipelineReceipt(
             **values, refitted=changed, steps_changed=tuple(moved), schema_rho=self.schema_rho_
