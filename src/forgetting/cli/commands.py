@@ -34,9 +34,11 @@ from .inputs import (
     dataset_rows,
     durable_class,
     file_rows,
+    holdout_fraction,
     model_features,
     open_store,
     read_ids_arg,
+    split_holdout,
 )
 from .inputs import secret_key as read_secret_key
 from .render import note, print_json, progress, render_stats, report_receipt
@@ -56,7 +58,28 @@ def derived_key_warning(random_state: Any) -> str:
     )
 
 
+def held_out_score(model: Any, X: Any, y: np.ndarray, name: str) -> str:
+    """The line ``fit --holdout`` prints: the stored model's accuracy on the held-out rows
+    (regression: RMSE and R²), beside the model's name."""
+    predicted = np.concatenate(
+        [
+            np.asarray(model.predict(X[start : start + PREDICT_CHUNK]))
+            for start in range(0, len(y), PREDICT_CHUNK)
+        ]
+    )
+    if model.task == "classification":
+        accuracy = float(np.mean(predicted == y))
+        return f"held-out accuracy {accuracy:.4f} on {len(y)} rows ({name})"
+    from sklearn.metrics import r2_score
+
+    truth = np.asarray(y, dtype=np.float64)
+    rmse = float(np.sqrt(np.mean((predicted.astype(np.float64) - truth) ** 2)))
+    r2 = float(r2_score(truth, predicted))
+    return f"held-out RMSE {rmse:.5g} and R² {r2:.4f} on {len(y)} rows ({name})"
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
+    holdout = holdout_fraction(getattr(args, "holdout", None))
     dataset = tables.is_dataset(args.data)
     model_kind, why = resolve_model(
         getattr(args, "model", "qss"),
@@ -87,6 +110,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
             "--scheduler and --workers fit a Parquet dataset directory on dask; "
             f"{args.data!r} is one file, fitted in memory: leave them out"
         )
+    if dataset and holdout is not None:
+        raise usage(
+            "--holdout splits a data file fitted in memory, not a Parquet dataset directory "
+            "(fitted on dask): hold out some of its files instead, and predict them"
+        )
     if model_kind == "forest" and args.raw_table:
         raise usage(
             "--model forest reads numeric feature columns (missing values welcome): leave "
@@ -99,8 +127,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
             "(name the features with --feature-cols, or embed text with --text-col)"
         )
     estimator = estimator_cls(**params)
+    seed = estimator.get_params()["random_state"]
     if key is None:
-        print(derived_key_warning(estimator.get_params()["random_state"]), file=sys.stderr)
+        print(derived_key_warning(seed), file=sys.stderr)
+    held_out, X_test, y_test = "", None, np.empty(0)
+    if holdout is not None:
+        rows, X_test, y_test = split_holdout(rows, holdout, args.task, seed)
+        held_out = f", {len(y_test)} rows held out"
     shown = ", ".join(rows.columns) if len(rows.columns) <= 8 else f"{len(rows.columns)} columns"
     with contextlib.ExitStack() as stack:
         where = ""
@@ -109,7 +142,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
             stack.enter_context(cluster_failures())
         print(
             f"fitting {estimator_cls.__name__} on {rows.X.shape[0]} rows x {rows.X.shape[1]} "
-            f"features from {shown}{where}{f' ({why})' if why else ''} ...",
+            f"features from {shown}{where}{held_out}{f' ({why})' if why else ''} ...",
             file=sys.stderr,
         )
         if dataset:
@@ -130,17 +163,22 @@ def cmd_fit(args: argparse.Namespace) -> int:
             store_key=args.store_key,
             feature_names=rows.names,
         )
+        score, scoring = "", 0.0
         with store as model:
             stats = model.stats()
+            if held_out:  # scored by the stored model, not counted in the fit's time
+                scoring = time.perf_counter()
+                score = held_out_score(model, X_test, y_test, estimator_cls.__name__)
+                scoring = time.perf_counter() - scoring
+        seconds = time.perf_counter() - started - scoring
     made = (
         f"{stats.get('n_estimators')} trees"
         if model_kind == "forest"
         else f"{len(stats.get('instances', []))} instances"
     )
-    print(
-        f"wrote {redact(args.store)}: {stats.get('n_rows')} rows, {made}, "
-        f"in {time.perf_counter() - started:.2f} s"
-    )
+    print(f"wrote {redact(args.store)}: {stats.get('n_rows')} rows, {made}, in {seconds:.2f} s")
+    if score:
+        print(score)
     print(f"feature columns: {','.join(rows.columns)}")
     print(f"state digest: {stats.get('state_digest')}")
     return 0

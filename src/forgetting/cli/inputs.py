@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import importlib.util
 import logging
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -133,6 +134,79 @@ def _raw_rows(args: argparse.Namespace, table: tables.Table, ids: list, y: np.nd
     frame = tables.raw_frame(table, names)
     tables.check_rows(table, ids=ids, labels=y, features=frame.to_numpy())
     return FitRows(frame, y, ids, names, names)
+
+
+#: The fewest rows ``fit --holdout`` scores on: fewer make a score that says nothing.
+MIN_HELD_OUT_ROWS = 10
+
+
+def holdout_fraction(text: str | None) -> float | None:
+    """``fit --holdout``: a fraction in (0, 0.5], or None without the option (checked here,
+    not by argparse, so that a bad value is one line)."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value <= 0.5:
+        raise usage(
+            f"--holdout {text}: give the fraction of the rows to hold out, in (0, 0.5] (e.g. 0.2)"
+        )
+    return value
+
+
+def split_holdout(
+    rows: FitRows, fraction: float, task: str, seed: int | None
+) -> tuple[FitRows, Any, np.ndarray]:
+    """``fit --holdout``: the rows to fit and store, and the held-out features and labels.
+
+    The split is sklearn's ``train_test_split`` seeded by ``seed`` (``--random-state``),
+    stratified by class for classification; both parts keep the file's row order, so the
+    store is what ``fit`` writes for the file without the held-out rows. Refused, in one
+    line, when the held-out part would be too small to score or a class too small to split.
+    """
+    from sklearn.model_selection import train_test_split
+
+    n = len(rows.y)
+    n_test = math.ceil(fraction * n)  # train_test_split's count for a float test_size
+    need = MIN_HELD_OUT_ROWS
+    stratify = None
+    if task == "classification":
+        classes, counts = np.unique(rows.y, return_counts=True)
+        need = max(need, len(classes))
+        if counts.min() < 2:
+            lonely = classes[counts.argmin()].item()  # 9 or 'eel', not np.int64(9)
+            raise usage(
+                f"--holdout: class {lonely!r} has 1 row, and a split stratified by class needs "
+                "at least 2 of each: leave --holdout out or add rows of that class"
+            )
+        stratify = rows.y
+    if n_test < need:
+        raise usage(
+            f"--holdout {fraction:g} holds out {n_test} of {n} rows, and a held-out score needs "
+            f"at least {need}: hold out a larger fraction (up to 0.5) or give more rows"
+        )
+    fit_at, test_at = train_test_split(
+        np.arange(n), test_size=n_test, stratify=stratify, random_state=seed, shuffle=True
+    )
+    fit_at, test_at = np.sort(fit_at), np.sort(test_at)
+
+    def take(X: Any, at: np.ndarray) -> Any:
+        if hasattr(X, "iloc"):  # --raw-table: a DataFrame
+            return X.iloc[at].reset_index(drop=True)
+        return X[at]
+
+    kept = FitRows(
+        take(rows.X, fit_at),
+        rows.y[fit_at],
+        [rows.ids[i] for i in fit_at.tolist()],
+        rows.names,
+        rows.columns,
+        rows.skipped,
+        rows.source,
+    )
+    return kept, take(rows.X, test_at), rows.y[test_at]
 
 
 def require_dask(data: str) -> None:

@@ -138,6 +138,15 @@ def _add_fit(sub: Any) -> None:
     _add_store(fit, key=False)
     add_cluster_options(fit)
     fit.add_argument("--overwrite", action="store_true", help="replace an existing store file")
+    fit.add_argument(
+        "--holdout",
+        metavar="FRACTION",
+        help="hold out this fraction of the rows, in (0, 0.5] (e.g. 0.2; a split seeded by "
+        "--random-state, stratified by class for classification), fit on the rest and print "
+        "the stored model's held-out accuracy (regression: RMSE and R²) beside its name. The "
+        "store holds the rest only: the held-out rows are neither fitted nor stored (`forgetting "
+        "insert` adds them later). A data file only, not a dataset directory",
+    )
     add_estimator_options(fit)
     fit.set_defaults(func=_Command(".commands", "cmd_fit"))
 
