@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # pyproject.toml declares ranges; every install here takes the exact versions CI tests from
-# the lock (also inside pip's isolated build environments: PIP_CONSTRAINT).
+# the lock: `-c` for what is installed, PIP_BUILD_CONSTRAINT inside pip's isolated build
+# environments (setuptools; PIP_CONSTRAINT no longer reaches those from pip 26.2 on).
 CONSTRAINTS ?= $(CURDIR)/constraints/tested.txt
-PIP := PIP_CONSTRAINT=$(CONSTRAINTS) $(PY) -m pip install --quiet
+PIP := PIP_BUILD_CONSTRAINT=$(CONSTRAINTS) $(PY) -m pip install --quiet -c $(CONSTRAINTS)
 CACHE ?= $(HOME)/.cache/forgetting
 CORE := $(VENV)/.core-installed
 FULL := $(VENV)/.full-installed
