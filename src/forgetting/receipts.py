@@ -40,12 +40,18 @@ class Receipt:
     forgetting one more random row hits an instance's D° (ρ, or more on small data)."""
     already_forgotten: bool = False
     already_forgotten_ids: int = 0
+    operator: str = ""
+    """Who asked for the change: a name (``cli:alice``, a service's caller name), never a
+    token or a password; empty when nobody was named."""
+    reason: str = ""
+    """Why, as the operator wrote it (a ticket number, "GDPR art. 17 request"); empty when
+    none was given."""
 
     def to_dict(self) -> dict:
-        """A JSON-ready dict (tuples become lists); the two retry fields only when set, so
-        a stored receipt keeps the shape it always had."""
+        """A JSON-ready dict (tuples become lists); the retry fields, ``operator`` and
+        ``reason`` only when set, so a stored receipt keeps the shape it always had."""
         out = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-        for name in _RETRY_FIELDS:
+        for name in _WHEN_SET:
             if not out[name]:
                 del out[name]
         return out
@@ -103,8 +109,42 @@ class Receipt:
         return self[key] if key in self else default
 
 
+MAX_OPERATOR = 100
+"""The most characters an operator name may have."""
+MAX_REASON = 500
+"""The most characters a reason may have."""
+
+
+def attribution(operator: str | None = None, reason: str | None = None) -> dict[str, str]:
+    """The ``operator`` and ``reason`` fields a change's receipt records, checked: only those
+    given and not empty. The operator is a name of at most :data:`MAX_OPERATOR` printable
+    characters (never a token: it is stored in clear); the reason is text of at most
+    :data:`MAX_REASON` characters. A ValueError in one line says what is wrong."""
+    out: dict[str, str] = {}
+    if operator is not None:
+        if not isinstance(operator, str):
+            raise ValueError(f"operator must be a string (a name), not {type(operator).__name__}")
+        if len(operator) > MAX_OPERATOR:
+            raise ValueError(
+                f"operator is {len(operator)} characters long; at most {MAX_OPERATOR} (a name)"
+            )
+        if not operator.isprintable():
+            raise ValueError("operator must be printable characters only (a name)")
+        if operator:
+            out["operator"] = operator
+    if reason is not None:
+        if not isinstance(reason, str):
+            raise ValueError(f"reason must be a string, not {type(reason).__name__}")
+        if len(reason) > MAX_REASON:
+            raise ValueError(f"reason is {len(reason)} characters long; at most {MAX_REASON}")
+        if reason:
+            out["reason"] = reason
+    return out
+
+
 _RETRY_FIELDS = ("already_forgotten", "already_forgotten_ids")
-_OPTIONAL = frozenset(("effective_rho", *_RETRY_FIELDS))
+_WHEN_SET = (*_RETRY_FIELDS, "operator", "reason")
+_OPTIONAL = frozenset(("effective_rho", *_WHEN_SET))
 _TYPES: dict = {"tuple[str, ...]": (tuple, str), "tuple[int, ...]": (tuple, int)}
 _TYPES.update({"str": str, "int": int})
 _TYPES.update({"bool": bool, "float": float})

@@ -129,3 +129,36 @@ def test_the_commands_read_a_postgresql_store(capsys):
     assert code == 0 and json.loads(out)["receipts"][-1]["state_digest"] == receipt["state_digest"]
     code, out, _ = run(capsys, "receipts", "export", "--store", dsn, "--format", "json")
     assert code == 0 and [r["n_rows"] for r in json.loads(out)] == [1]
+
+
+def test_forget_and_insert_record_operator_and_reason(history, capsys, tmp_path, monkeypatch):
+    store, first = history
+    import getpass
+
+    monkeypatch.setattr(getpass, "getuser", lambda: "carol")
+    assert first["operator"].startswith("cli")
+    code, out, _ = run(
+        capsys, "forget", "--store", store, "--ids", "u9", "--reason", "ticket 42", "--json"
+    )
+    assert code == 0
+    receipt = json.loads(out)
+    assert (receipt["operator"], receipt["reason"]) == ("cli:carol", "ticket 42")
+    code, out, _ = run(
+        capsys,
+        "forget",
+        "--store",
+        store,
+        "--ids",
+        "u10",
+        "--operator",
+        "dpo-team",
+        "--reason",
+        "GDPR art. 17",
+    )
+    assert code == 0 and "operator:      dpo-team" in out and "GDPR art. 17" in out
+    code, out, _ = run(capsys, "receipts", "find", "u10", "--store", store, "--json")
+    assert json.loads(out)["receipts"][-1]["operator"] == "dpo-team"
+    code, _, err = run(capsys, "forget", "--store", store, "--ids", "u11", "--reason", "r" * 501)
+    assert code == 2 and "at most 500" in err
+    code, out, _ = run(capsys, "receipts", "find", "u11", "--store", store, "--json")
+    assert json.loads(out)["status"] == "present"

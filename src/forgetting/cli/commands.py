@@ -233,23 +233,46 @@ def settle(model: Any, no_wait: bool) -> None:
     model.wait_for_rebuilds()
 
 
+def attribution_args(args: argparse.Namespace) -> dict[str, str]:
+    """``--operator`` (default ``cli:<login name>``, or ``cli`` when there is none) and
+    ``--reason``, checked before the store opens: a usage error saying what is wrong."""
+    from ..receipts import attribution
+
+    operator = args.operator
+    if operator is None:
+        import getpass
+
+        try:
+            operator = f"cli:{getpass.getuser()}"
+        except Exception:  # noqa: BLE001 - no login name (no USER, no passwd entry)
+            operator = "cli"
+        if len(operator) > 100 or not operator.isprintable():
+            operator = "cli"
+    try:
+        return attribution(operator, args.reason)
+    except ValueError as err:
+        raise usage(f"--{str(err)}") from None
+
+
 def cmd_forget(args: argparse.Namespace) -> int:
     ids = read_ids_arg(args)
+    notes = attribution_args(args)
     with open_store(args, read_only=False) as model:
-        receipt = model.forget(ids, erase_inputs=args.erase_inputs)
+        receipt = model.forget(ids, erase_inputs=args.erase_inputs, **notes)
         settle(model, args.no_wait)
     report_receipt(receipt.to_dict(), args.json)
     return 0
 
 
 def cmd_insert(args: argparse.Namespace) -> int:
+    notes = attribution_args(args)
     table = tables.read_table(args.data, max_bytes=args.max_data_size)
     ids = tables.id_column(table, args.id_col, id_type=args.id_type)
     with open_store(args, read_only=False) as model:
         y = tables.label_column(table, args.label_col, task=model.task)
         X = model_features(args, table, model)
         tables.check_rows(table, ids=ids, labels=y, features=X)
-        receipt = model.insert(X, y, ids)
+        receipt = model.insert(X, y, ids, **notes)
         settle(model, args.no_wait)
     report_receipt(receipt.to_dict(), args.json)
     return 0

@@ -175,6 +175,23 @@ def _add_predict(sub) -> None:
     predict.set_defaults(func=_Command(".commands", "cmd_predict"))
 
 
+def _add_attribution(parser: argparse.ArgumentParser, change: str) -> None:
+    """``--operator`` and ``--reason``: who asked for the change and why, in its receipt."""
+    parser.add_argument(
+        "--operator",
+        metavar="NAME",
+        help=f"who asked for the {change}, recorded in its receipt: a name (at most 100 "
+        "printable characters; never a token or password, it is stored in clear). Default: "
+        "cli:<your login name>",
+    )
+    parser.add_argument(
+        "--reason",
+        metavar="TEXT",
+        help=f"why, recorded in the {change}'s receipt (at most 500 characters), e.g. a "
+        "ticket number or 'GDPR art. 17 request'",
+    )
+
+
 def _add_forget(sub) -> None:
     """``forgetting forget``: rows forgotten by id, with a receipt."""
     forget = sub.add_parser(
@@ -203,6 +220,7 @@ def _add_forget(sub) -> None:
         action="store_true",
         help="label mode only: also erase the rows' inputs (rebuilds every instance)",
     )
+    _add_attribution(forget, "deletion")
     forget.add_argument("--json", action="store_true", help="print the receipt as JSON")
     forget.add_argument("--no-wait", action="store_true", help=_NO_WAIT_HELP)
     forget.set_defaults(func=_Command(".commands", "cmd_forget"))
@@ -224,6 +242,7 @@ def _add_insert(sub) -> None:
         feature_help=_BY_NAME,
         text_help="default: the text column recorded at fit",
     )
+    _add_attribution(insert, "insertion")
     insert.add_argument("--json", action="store_true", help="print the receipt as JSON")
     insert.add_argument("--no-wait", action="store_true", help=_NO_WAIT_HELP)
     insert.set_defaults(func=_Command(".commands", "cmd_insert"))
@@ -332,15 +351,35 @@ def _add_serve(sub) -> None:
         "/receipts/{id_hash}, /stats, /health; OpenAPI docs at /docs. Mutations need "
         "'Authorization: Bearer <token>' with a token from --token-file and/or the "
         "FORGETTING_TOKENS environment variable (comma separated, 16+ characters each). "
-        "The server is the store's one writer while it runs: CLI forget/insert are refused.",
+        "The server is the store's one writer while it runs: CLI forget/insert are refused. "
+        "Repeat --store to serve several models, each named after its store's file stem: a "
+        "deletion without ?model= then goes to every model that holds the ids.",
     )
-    _add_store(serve)
+    serve.add_argument(
+        "--store",
+        required=True,
+        action="append",
+        metavar="PATH_OR_DSN",
+        help=_STORE_HELP + "; repeat it to serve several models (each named after its file "
+        "stem, or a PostgreSQL database's name; two with one name are refused)",
+    )
+    serve.add_argument(
+        "--secret-key-file",
+        action="append",
+        metavar="FILE",
+        help=_KEY_HELP + "; given once it serves every --store, or repeat it once per --store "
+        "in the same order",
+    )
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
     )
     serve.add_argument("--port", type=port, default=8000, help="port (default 8000)")
     serve.add_argument(
-        "--token-file", metavar="FILE", help="file of bearer tokens (one per line or commas)"
+        "--token-file",
+        metavar="FILE",
+        help="file of bearer tokens, one per line (or commas): TOKEN, or NAME TOKEN to name "
+        "its operator, whom receipts of changes made with it name (a bare TOKEN is named "
+        "token-<8 hex digits of its SHA-256>)",
     )
     reads = serve.add_mutually_exclusive_group()
     reads.add_argument(

@@ -62,12 +62,19 @@ def receipt_summary(receipt: dict) -> str:
         f"  instances hit: {list(hit) if hit else 'none (fast path)'}"
         + ("; rebuild started" if receipt.get("rebuild_started") else ""),
         f"  state digest:  {receipt['state_digest']}",
+        *([f"  operator:      {receipt['operator']}"] if receipt.get("operator") else []),
+        *([f"  reason:        {_shown(receipt['reason'])}"] if receipt.get("reason") else []),
         f"  took:          {receipt['seconds'] * 1000:.1f} ms",
         "  id hashes:     "
         + ", ".join(list(receipt.get("id_hashes", []))[:5])
         + (" ..." if len(receipt.get("id_hashes", [])) > 5 else ""),
     ]
     return "\n".join(lines)
+
+
+def _shown(text: str) -> str:
+    """Free text as one terminal-safe line (control characters escaped)."""
+    return text if text.isprintable() else repr(text)
 
 
 def report_receipt(receipt: Any, as_json: bool) -> None:

@@ -319,10 +319,25 @@ class DurableModel(StoreReads):
         """(live digest, the digest of a refit from the stored rows, problems, rows)."""
         raise NotImplementedError
 
-    def forget(self, ids: Sequence[Hashable], *, erase_inputs: bool = False) -> Receipt:
+    def forget(
+        self,
+        ids: Sequence[Hashable],
+        *,
+        erase_inputs: bool = False,
+        operator: str | None = None,
+        reason: str | None = None,
+    ) -> Receipt:
+        """Forget rows by id, durably; the receipt once committed. ``operator`` (who asked:
+        a name, never a token) and ``reason`` (why) are recorded in the stored receipt;
+        ValueError when the operator is over 100 printable characters or the reason over
+        500 (:func:`forgetting.receipts.attribution`)."""
         raise NotImplementedError
 
-    def insert(self, X, y, ids) -> Receipt:
+    def insert(
+        self, X, y, ids, *, operator: str | None = None, reason: str | None = None
+    ) -> Receipt:
+        """Insert labeled rows, durably; the receipt once committed (``operator`` and
+        ``reason`` as :meth:`forget`)."""
         raise NotImplementedError
 
     def reload(self) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Hashable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ from ..ids import listing, normalize_ids
 from ..io.model_format import ModelFileError, dumps, loads
 from ..persistence import library_versions, restored, version_mismatch
 from ..persistence.forest_state import forest_snapshot, forest_state
-from ..receipts import Receipt
+from ..receipts import Receipt, attribution
 from ..schema.membership import id_bytes
 from .connection import describe
 from .create import create_atomically
@@ -156,15 +157,24 @@ class DurableForest(DurableModel):
         self.estimator.wait_for_rebuilds(timeout)
 
     # -- changes -------------------------------------------------------------------------
-    def forget(self, ids: Sequence[Hashable], *, erase_inputs: bool = False) -> Receipt:
+    def forget(
+        self,
+        ids: Sequence[Hashable],
+        *,
+        erase_inputs: bool = False,
+        operator: str | None = None,
+        reason: str | None = None,
+    ) -> Receipt:
         """Forget rows by id; returns after the removal and its receipt are committed (and,
         for SQLite, the log's old images of the rows purged). A forest always removes the
         whole row (``erase_inputs`` is accepted for the service's sake and changes nothing).
+        ``operator`` (a name) and ``reason`` are recorded in the receipt.
 
         Ids forgotten earlier (a forget receipt names them) make the call idempotent: when
         none of the ids is left to forget, the stored receipt is returned with
         ``already_forgotten=True``; otherwise the reply counts them in
         ``already_forgotten_ids``. Ids never held raise KeyError, and nothing changes."""
+        notes = attribution(operator, reason)
         with self._lock:
             self._require_writable()
             model = self._model
@@ -176,7 +186,7 @@ class DurableForest(DurableModel):
                 self._store.purge_logs()  # a retry after a busy purge finishes it here
                 return as_receipt({**earlier[-1], "already_forgotten": True})
             id_list = [i for i in id_list if i not in set(unknown)] if earlier else id_list
-            receipt = model.forget(id_list)
+            receipt = replace(model.forget(id_list), **notes)
             keys = [id_bytes(i) for i in id_list]
 
             rewrite = classes is not None and not np.array_equal(classes, model.classes_)
@@ -210,13 +220,23 @@ class DurableForest(DurableModel):
             raise KeyError(f"unknown ids (never inserted, or already forgotten): {listing(never)}")
         return earlier
 
-    def insert(self, X, y, ids: Sequence[Hashable]) -> Receipt:
-        """Add labeled rows; returns after they and their receipt are committed."""
+    def insert(
+        self,
+        X,
+        y,
+        ids: Sequence[Hashable],
+        *,
+        operator: str | None = None,
+        reason: str | None = None,
+    ) -> Receipt:
+        """Add labeled rows; returns after they and their receipt are committed (with
+        ``operator`` and ``reason``, as :meth:`forget`)."""
+        notes = attribution(operator, reason)
         with self._lock:
             self._require_writable()
             model = self._model
             id_list = normalize_ids(ids)
-            receipt = model.insert(X, y, id_list)
+            receipt = replace(model.insert(X, y, id_list), **notes)
             rows = _records(model, id_list, self._next_seq)
 
             def write(cur) -> None:

@@ -39,7 +39,7 @@ from typing import Any
 
 from ..engine import RebuildError
 from ..estimators import restore_estimator
-from ..receipts import Receipt
+from ..receipts import Receipt, attribution
 from ..snapshots import EngineSnapshot
 from .connection import describe
 from .create import create_store
@@ -180,9 +180,18 @@ class QSSDurable(DurableModel):
         return digest, refit, problems, len(rows.ids)
 
     # -- writes --------------------------------------------------------------------------
-    def forget(self, ids: Sequence[Hashable], *, erase_inputs: bool = False) -> Receipt:
+    def forget(
+        self,
+        ids: Sequence[Hashable],
+        *,
+        erase_inputs: bool = False,
+        operator: str | None = None,
+        reason: str | None = None,
+    ) -> Receipt:
         """Forget rows durably; returns the :class:`~forgetting.receipts.Receipt` once the
-        deletion is committed.
+        deletion is committed. ``operator`` (a name, never a token) and ``reason`` are
+        recorded in the stored receipt (:func:`~forgetting.receipts.attribution`: a
+        ValueError when too long).
 
         Ids already forgotten (with a forget receipt in the store; in label mode also rows
         whose label is already gone) make the call idempotent: if no requested id is still
@@ -197,13 +206,18 @@ class QSSDurable(DurableModel):
         transaction fails, every request in it raises and memory is restored from the
         store, as for a single request.
         """
-        reply = self._writes.submit(WriteRequest("forget", (ids, erase_inputs)), self._commit)
-        return as_receipt(reply)
+        notes = attribution(operator, reason)
+        request = WriteRequest("forget", (ids, erase_inputs), notes)
+        return as_receipt(self._writes.submit(request, self._commit))
 
-    def insert(self, X, y, ids) -> Receipt:
+    def insert(
+        self, X, y, ids, *, operator: str | None = None, reason: str | None = None
+    ) -> Receipt:
         """Insert labeled rows durably; returns the receipt once committed. Concurrent
-        inserts and forgets are committed together, in the order they came (:meth:`forget`)."""
-        return as_receipt(self._writes.submit(WriteRequest("insert", (X, y, ids)), self._commit))
+        inserts and forgets are committed together, in the order they came (:meth:`forget`,
+        which says what ``operator`` and ``reason`` are)."""
+        request = WriteRequest("insert", (X, y, ids), attribution(operator, reason))
+        return as_receipt(self._writes.submit(request, self._commit))
 
     def _commit(self) -> None:
         """Take the next group of queued writes and commit it, under this model's lock; every

@@ -33,11 +33,12 @@ long the first of them waits for the others' in-memory changes."""
 class WriteRequest:
     """One caller's forget or insert, queued for the next group commit, and its answer."""
 
-    __slots__ = ("kind", "args", "done", "leads", "_receipt", "_error", "_event")
+    __slots__ = ("kind", "args", "notes", "done", "leads", "_receipt", "_error", "_event")
 
-    def __init__(self, kind: str, args: tuple):
+    def __init__(self, kind: str, args: tuple, notes: dict[str, str] | None = None):
         self.kind = kind  # "forget": (ids, erase_inputs); "insert": (X, y, ids)
         self.args = args
+        self.notes = dict(notes or {})  # operator and reason, checked (receipts.attribution)
         self.done = False
         self.leads = False
         self._receipt: dict | None = None
@@ -149,9 +150,11 @@ class GroupCommit:
                     before = est.state_digest()
                     try:
                         if request.kind == "insert":
-                            outcome = self._insert_in_memory(*request.args)
+                            outcome = self._insert_in_memory(*request.args, request.notes)
                         else:
-                            outcome = self._forget_in_memory(*request.args, uncommitted)
+                            outcome = self._forget_in_memory(
+                                *request.args, uncommitted, request.notes
+                            )
                     except Exception as err:
                         if est.state_digest() != before:  # it failed after changing memory:
                             self._recover(err)  # the store is the truth (the group is lost)
@@ -197,11 +200,13 @@ class GroupCommit:
             return err
         return None
 
-    def _forget_in_memory(self, ids, erase_inputs: bool, uncommitted: dict[str, dict]):
+    def _forget_in_memory(
+        self, ids, erase_inputs: bool, uncommitted: dict[str, dict], notes: dict[str, str]
+    ):
         """One request's checks and in-memory forget: (receipt to store, row keys, reply to
         the caller) when rows were removed, or the earlier receipt (a dict) when every id was
         already forgotten — found in the store or among ``uncommitted``, this group's
-        receipts (updated here)."""
+        receipts (updated here). ``notes``: the operator and reason the receipt records."""
         est = self._mirror.estimator
         if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
             raise TypeError("ids must be a sequence of ints or strings")
@@ -234,18 +239,18 @@ class GroupCommit:
             )
         if not present:
             return {**earlier[-1], "already_forgotten": True}
-        receipt = est.forget(present, erase_inputs=erase_inputs).to_dict()
+        receipt = {**est.forget(present, erase_inputs=erase_inputs).to_dict(), **notes}
         for id_hash in receipt["id_hashes"]:  # present's keyed hashes, made by the forget
             uncommitted[id_hash] = receipt
         reply = {**receipt, "already_forgotten_ids": len(earlier)} if earlier else receipt
         return receipt, [id_bytes(i) for i in present], reply
 
-    def _insert_in_memory(self, X, y, ids) -> tuple[dict, list, dict]:
+    def _insert_in_memory(self, X, y, ids, notes: dict[str, str]) -> tuple[dict, list, dict]:
         """One insert in memory: (receipt, the new rows' records for the store, reply). The
         records carry the contributions of the instances whose stored schema is current;
         the others are written whole by the commit (Mirror.sync_instances)."""
         mirror = self._mirror
-        receipt = mirror.estimator.insert(X, y, ids).to_dict()
+        receipt = {**mirror.estimator.insert(X, y, ids).to_dict(), **notes}
         new_ids = [canonical_id(i) for i in ids]
         engine = mirror.estimator.engine_
         with engine.locked():
