@@ -351,15 +351,36 @@ def _add_serve(sub) -> None:
         "/receipts/{id_hash}, /stats, /health; OpenAPI docs at /docs. Mutations need "
         "'Authorization: Bearer <token>' with a token from --token-file and/or the "
         "FORGETTING_TOKENS environment variable (comma separated, 16+ characters each). "
-        "The server is the store's one writer while it runs: CLI forget/insert are refused.",
+        "The server is the store's one writer while it runs: CLI forget/insert are refused. "
+        "Repeat --store to serve several models, each named after its store's file stem: a "
+        "deletion without ?model= then goes to every model that holds the ids.",
     )
-    _add_store(serve)
+    serve.add_argument(
+        "--store",
+        dest="stores",
+        required=True,
+        action="append",
+        metavar="PATH_OR_DSN",
+        help=_STORE_HELP + "; repeat it to serve several models (each named after its file "
+        "stem, or a PostgreSQL database's name; two with one name are refused)",
+    )
+    serve.add_argument(
+        "--secret-key-file",
+        action="append",
+        metavar="FILE",
+        help=_KEY_HELP + "; given once it serves every --store, or repeat it once per --store "
+        "in the same order",
+    )
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
     )
     serve.add_argument("--port", type=port, default=8000, help="port (default 8000)")
     serve.add_argument(
-        "--token-file", metavar="FILE", help="file of bearer tokens (one per line or commas)"
+        "--token-file",
+        metavar="FILE",
+        help="file of bearer tokens, one per line (or commas): TOKEN, or NAME TOKEN to name "
+        "its operator, whom receipts of changes made with it name (a bare TOKEN is named "
+        "token-<8 hex digits of its SHA-256>)",
     )
     reads = serve.add_mutually_exclusive_group()
     reads.add_argument(

@@ -9,11 +9,45 @@ lines collapsed) is :mod:`forgetting.service.server`'s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from pathlib import Path
+from urllib.parse import urlparse
 
-from .errors import CLIError, redact, usage
+from .errors import CLIError, is_dsn, redact, usage
 from .inputs import open_store
 from .render import note
+
+
+def model_name(location: str) -> str:
+    """The name a served store's model goes by: its file's stem, or a PostgreSQL DSN's
+    database name."""
+    if is_dsn(location):
+        return urlparse(location).path.strip("/") or "postgres"
+    return Path(location).stem
+
+
+def served_stores(args: argparse.Namespace) -> list[tuple[str, argparse.Namespace]]:
+    """(name, the options that open it) of each ``--store``, in order; a usage error for two
+    with one name, or a number of ``--secret-key-file`` other than none, one or one each."""
+    stores = list(args.stores)
+    keys = list(args.secret_key_file or [])
+    if len(keys) not in (0, 1, len(stores)):
+        raise usage(
+            f"{len(keys)} --secret-key-file for {len(stores)} --store: give one for every "
+            "store, or one per store in the same order"
+        )
+    named: dict[str, argparse.Namespace] = {}
+    for position, location in enumerate(stores):
+        name = model_name(location)
+        if name in named:
+            raise usage(
+                f"two stores are named {name!r} (a model's name is its store's file stem): "
+                "rename one"
+            )
+        key = keys[0] if len(keys) == 1 else (keys[position] if keys else None)
+        named[name] = argparse.Namespace(store=location, secret_key_file=key)
+    return list(named.items())
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -48,10 +82,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # its own process: compiles what the first forget needs while the store loads
         warming = warm_up(wait=False, quiet=True)
         print("compiling kernels in the background (--no-warmup skips)", file=sys.stderr)
+    stores = served_stores(args)
     try:
-        with open_store(args, read_only=False) as model:
+        with contextlib.ExitStack() as opened:
+            models = {
+                name: opened.enter_context(open_store(options, read_only=False))
+                for name, options in stores
+            }
             try:
-                app = create_app(model, config)
+                app = create_app(models, config)
                 # after the store opened: the files it holds count against the cap
                 options = server_options(args.max_connections)
             except ConfigError as err:
@@ -59,8 +98,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if args.host not in ("127.0.0.1", "localhost", "::1"):
                 note(f"listening on {args.host}, beyond this machine; put TLS in front of it")
             cap = options["http"].guard.cap
+            where = ", ".join(
+                redact(o.store) + (f" as {n}" if len(stores) > 1 else "") for n, o in stores
+            )
             print(
-                f"serving {redact(args.store)} on http://{args.host}:{args.port} "
+                f"serving {where} on http://{args.host}:{args.port} "
                 f"(docs at /docs; {config!r}; at most {cap} connections)",
                 file=sys.stderr,
             )

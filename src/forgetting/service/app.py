@@ -1,4 +1,4 @@
-"""The app factory: puts the service's parts together around one model.
+"""The app factory: puts the service's parts together around one model, or several.
 
 The parts, one job each: :mod:`.schemas` (the API's types and docs), :mod:`.routes` (the
 endpoints), :mod:`.body` (rows read into numpy, memory bounded by the body),
@@ -7,7 +7,8 @@ endpoints), :mod:`.body` (rows read into numpy, memory bounded by the body),
 store error), :mod:`.errors` (failures as HTTP answers), :mod:`.convert` (JSON in and out),
 :mod:`.receipt_log` (receipts by raw id, listing, export), :mod:`.docs` (``/docs`` from
 bundled assets), :mod:`.tokens` (weak tokens refused), :mod:`.console` (the operator's web
-console at ``/``; its sign-in in :mod:`.signin`). How ``forgetting serve`` runs the app
+console at ``/``; its sign-in in :mod:`.signin`), :mod:`.fleet` (several models: which one a
+request means, one deletion for all). How ``forgetting serve`` runs the app
 under uvicorn (connections bounded under the open-file limit, slow clients closed, repeated
 log lines collapsed) is :mod:`.server`'s.
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -48,6 +49,7 @@ from .console import add_console
 from .convert import labels_from_proba
 from .docs import add_docs
 from .errors import invalid_request, store_error_handler
+from .fleet import Fleet, Served, as_fleet
 from .middleware import RequestGate
 from .model import ServableModel, as_model_input, groups_writes, key_is_derived
 from .recovery import Recovery
@@ -74,6 +76,7 @@ def max_body_bytes(config: ServiceConfig, n_features: int) -> int:
 
 
 def body_limits(config: ServiceConfig, n_features: int) -> Callable[[str, str, bool], int]:
+    # several models: n_features is the widest one's
     """``limit(method, path, authenticated)``: the largest body of a request (module
     docstring)."""
     rows = max_body_bytes(config, n_features)
@@ -103,13 +106,49 @@ def _document_bodies(app: FastAPI, *models: type[BaseModel]) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
-    """Build the FastAPI app serving ``model`` (a fitted DurableModel) under ``config``.
+def _predictor(model: ServableModel) -> Callable[[np.ndarray], tuple]:
+    """What the batcher calls: labels (and probabilities for a classifier) of rows."""
+    classification = model.task == "classification"
 
-    Raises :class:`ConfigError` if ``config`` opens receipt reads while the model's
+    def predict_rows(X: np.ndarray) -> tuple:
+        if not classification:
+            return np.asarray(model.predict(as_model_input(model, X))), None
+        proba = np.asarray(model.predict_proba(as_model_input(model, X)))
+        ties = lambda rows: model.predict(as_model_input(model, X[rows]))  # noqa: E731
+        return labels_from_proba(proba, model.classes, ties), proba
+
+    return predict_rows
+
+
+def _served(config: ServiceConfig) -> Callable[[str, ServableModel], Served]:
+    def make(name: str, model: ServableModel) -> Served:
+        lock = threading.Lock()
+        served = Served(
+            name=name,
+            model=model,
+            recovery=Recovery(model, lock),
+            mutation_lock=lock,
+            write_lock=contextlib.nullcontext() if groups_writes(model) else lock,
+        )
+        served.extras["batcher"] = PredictBatcher(
+            _predictor(model), max_rows=max(config.max_batch, 1024)
+        )
+        return served
+
+    return make
+
+
+def create_app(
+    models: ServableModel | Mapping[str, ServableModel], config: ServiceConfig
+) -> FastAPI:
+    """Build the FastAPI app serving ``models`` (a fitted DurableModel, or names to several)
+    under ``config``.
+
+    Raises :class:`ConfigError` if ``config`` opens receipt reads while a model's
     membership key is derived (public).
     """
-    derived = key_is_derived(model)
+    fleet = as_fleet(models, _served(config))
+    derived = any(key_is_derived(s.model) for s in fleet)
     if config.open_receipts and derived:
         raise ConfigError(
             "open receipt reads need a secret membership key: with a key derived from "
@@ -123,14 +162,12 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
             "an id's hash and D° membership; receipts need a token. Fit with a secret key "
             "(`forgetting fit --secret-key-file`) to keep them private."
         )
-
-    mutation_lock = threading.Lock()
-    recovery = Recovery(model, mutation_lock)
+    model, recovery = fleet.first.model, fleet.first.recovery
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
-        recovery.close()
+        fleet.close()
 
     access = Access(open_reads=config.open_reads, open_receipts=config.open_receipts)
     app = FastAPI(
@@ -138,9 +175,12 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
         version=__version__,
         summary="Exact machine unlearning: predict, forget with receipts, insert.",
         description=(
-            "A QSS model whose deletions are exact and durable: once `/forget` answers, the "
+            _family(fleet) + " whose deletions are exact and durable: once `/forget` answers, the "
             "served model is bit for bit a model trained without those rows, and the change "
-            "survives a crash. Mutations need `Authorization: Bearer <token>`; receipt "
+            "survives a crash. "
+            + _several(fleet)
+            + "Mutations need `Authorization: Bearer <token>`; each receipt names the "
+            "operator whose token made the change, and the request's `reason`. Receipt "
             "lookups "
             + ("are open" if config.open_receipts else "need one too")
             + "; predictions and stats "
@@ -151,35 +191,46 @@ def create_app(model: ServableModel, config: ServiceConfig) -> FastAPI:
         redoc_url=None,
     )
     app.add_exception_handler(RequestValidationError, invalid_request)
-    app.add_exception_handler(StoreError, store_error_handler(recovery))
+    app.add_exception_handler(StoreError, store_error_handler(fleet))
     app.state.model = model
     app.state.config = config
     app.state.recovery = recovery
+    app.state.fleet = fleet
+    app.state.predict_batcher = fleet.first.extras["batcher"]
 
-    classification = model.task == "classification"
-
-    def predict_rows(X: np.ndarray) -> tuple:
-        if not classification:
-            return np.asarray(model.predict(as_model_input(model, X))), None
-        proba = np.asarray(model.predict_proba(as_model_input(model, X)))
-        ties = lambda rows: model.predict(as_model_input(model, X[rows]))  # noqa: E731
-        return labels_from_proba(proba, model.classes, ties), proba
-
-    batcher = PredictBatcher(predict_rows, max_rows=max(config.max_batch, 1024))
-    app.state.predict_batcher = batcher
-
-    app.include_router(build_router(model, config, access, batcher, recovery, mutation_lock))
-    write_lock = contextlib.nullcontext() if groups_writes(model) else mutation_lock
-    add_console(app, model, config, recovery, write_lock)
+    app.include_router(build_router(fleet, config, access))
+    add_console(app, fleet, config)
     docs = add_docs(app) | {app.openapi_url}
     _document_bodies(app, PredictRequest, InsertRequest)
     app.add_middleware(
         RequestGate,
-        body_limit=body_limits(config, model.n_features),
+        body_limit=body_limits(config, max(s.model.n_features for s in fleet)),
         open_budget=OPEN_BUDGET_BODIES * config.max_open_body,
         tokens=config.tokens,
         needs_token=access.needs_token,
-        recovery=recovery,
+        recovery=fleet,
         always_open={path for path in docs if path},
     )
     return app
+
+
+def _family(fleet: Fleet) -> str:
+    """The served models' family, named for /docs: a QSS model, an exact random forest."""
+    names = set()
+    for served in fleet:
+        estimator = getattr(served.model, "estimator", None)
+        kind = type(estimator).__name__ if estimator is not None else ""
+        names.add("An exact random forest" if "Forest" in kind else "A QSS model")
+    if len(fleet) > 1:
+        return "Models (" + (" and ".join(sorted(n.split(" ", 1)[1] for n in names))) + "s)"
+    return names.pop()
+
+
+def _several(fleet: Fleet) -> str:
+    if not fleet.several:
+        return ""
+    return (
+        f"This service serves {len(fleet)} models: {fleet.listing()}. Routes about one model "
+        "take `?model=NAME`; `POST /forget` without it forgets the ids in every model that "
+        "holds them, and `GET /receipts?id=` asks every model. "
+    )

@@ -213,11 +213,13 @@ def parse_rows(
     table: bool,
     max_batch: int,
     extra: tuple[str, ...] = (),
+    scalars: tuple[str, ...] = (),
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """The rows of a body ``{"X": [[...], ...]}`` or ``{"rows": [{...}, ...]}`` (exactly one)
     as a matrix (float64; object for a model fitted on a raw table), and the values of the
     ``extra`` fields (``y``, ``ids`` for an insert: lists of at most ``max_batch`` labels or
-    ids, validated). Raises a 422 (or 413) saying what is wrong."""
+    ids, validated) and of the optional ``scalars`` (one JSON value each, e.g. an insert's
+    ``reason``, checked by the caller). Raises a 422 (or 413) saying what is wrong."""
     parser = _Parser(text)
     rows: np.ndarray | None = None
     values: dict[str, Any] = {}
@@ -229,8 +231,10 @@ def parse_rows(
                 rows = _read_rows(parser, name, n_features, names, table, max_batch)
             elif name in extra:
                 values[name] = _read_list(parser, name, max_batch)
+            elif name in scalars:
+                values[name] = parser.value(name)
             else:
-                allowed = ", ".join(("X", "rows") if not extra else ("X", *extra))
+                allowed = ", ".join(("X", "rows") if not extra else ("X", *extra, *scalars))
                 raise unprocessable(f"{shown(name)}: unknown field; the fields are {allowed}")
         parser.end()
     except _Malformed as err:

@@ -4,11 +4,18 @@ Why a dedicated class rather than keyword arguments: the bearer tokens are secre
 them in one frozen object whose ``repr`` shows only *how many* there are means no log line,
 traceback or debugger print of the configuration can leak one, and every error raised while
 loading them names the source (a file path, an environment variable), never a token.
+
+Operators: each token belongs to a named operator, whose name every receipt of a change made
+with it records (``operator``). A token entry ``NAME TOKEN`` names it; a bare ``TOKEN`` gets
+a stable name derived from it (:func:`derived_name`: ``token-`` and 8 hex digits of the
+token's SHA-256), which identifies it without revealing it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +38,15 @@ DEFAULT_MAX_OPEN_BODY = 8 << 20
 #: entropy are refused too (:mod:`.tokens`).
 MIN_TOKEN_LENGTH = 16
 
+#: An operator's name: what receipts record as ``operator`` (no spaces, at most 64 characters).
+OPERATOR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
+
+
+def derived_name(token: str) -> str:
+    """The stable operator name of a token given without one: ``token-`` and the first 8 hex
+    digits of its SHA-256 (never the token itself)."""
+    return "token-" + hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
 
 class ConfigError(ValueError):
     """The service configuration is unusable; the message says what to fix (never a token)."""
@@ -45,6 +61,25 @@ def _split_tokens(text: str) -> list[str]:
             continue
         tokens.extend(part.strip() for part in line.split(","))
     return [t for t in tokens if t]
+
+
+def _named(entries: Iterable[str], source: str) -> list[tuple[str, str]]:
+    """``(name, token)`` of each entry: ``NAME TOKEN`` (one run of spaces between), or a bare
+    ``TOKEN`` named by :func:`derived_name`."""
+    named = []
+    for position, entry in enumerate(entries, start=1):
+        parts = entry.split()
+        if len(parts) == 2 and not (parts[0].isprintable() and OPERATOR_NAME.fullmatch(parts[0])):
+            raise ConfigError(
+                f"entry #{position} from {source}: an operator's name is 1 to 64 letters, "
+                "digits or ._@+- (starting with a letter or digit), then a space and the token"
+            )
+        if len(parts) > 2:
+            raise ConfigError(
+                f"entry #{position} from {source} has {len(parts)} words: give TOKEN or NAME TOKEN"
+            )
+        named.append((parts[0], parts[1]) if len(parts) == 2 else ("", entry))
+    return named
 
 
 def _check_tokens(tokens: Iterable[str], source: str) -> tuple[str, ...]:
@@ -83,9 +118,12 @@ class ServiceConfig:
     ``max_open_body``: the largest body of a request without a valid token, in bytes
     (larger -> 413), whatever the model's width: what an anonymous client can make the
     server read and parse (see :mod:`.app`).
+    ``operators``: the name of each token's operator, in the order of ``tokens`` (shorter,
+    or an empty name: :func:`derived_name`).
     """
 
     tokens: tuple[str, ...] = field(default=(), repr=False)
+    operators: tuple[str, ...] = field(default=(), repr=False)
     open_reads: bool = True
     max_batch: int = DEFAULT_MAX_BATCH
     open_receipts: bool = False
@@ -94,7 +132,13 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         if isinstance(self.tokens, str):
             raise ConfigError("tokens must be a sequence of strings, not one string")
+        names = tuple(self.operators) + ("",) * max(0, len(self.tokens) - len(self.operators))
+        given = list(zip(names, self.tokens, strict=False))
         object.__setattr__(self, "tokens", _check_tokens(self.tokens, "the configuration"))
+        first: dict[str, str] = {}
+        for name, token in given:  # a token given twice keeps its first name
+            first.setdefault(token, name or derived_name(token))
+        object.__setattr__(self, "operators", tuple(first[t] for t in self.tokens))
         if not isinstance(self.open_reads, bool):
             raise ConfigError("open_reads must be True or False")
         if not isinstance(self.open_receipts, bool):
@@ -125,6 +169,19 @@ class ServiceConfig:
 
     __str__ = __repr__
 
+    def operator_of(self, token: str | None) -> str | None:
+        """The name of the operator whose token ``token`` is (None if it is none of them),
+        comparing against every token in constant time (:func:`.auth.token_matches`)."""
+        if token is None:
+            return None
+        from .auth import token_matches
+
+        found = None
+        for name, known in zip(self.operators, self.tokens, strict=True):
+            if token_matches(token, (known,)) and found is None:
+                found = name
+        return found
+
     @classmethod
     def load(
         cls,
@@ -139,9 +196,11 @@ class ServiceConfig:
         """Gather tokens from ``token_file`` (commas or one per line, ``#`` comments) and from
         the ``FORGETTING_TOKENS`` environment variable (comma separated); both are accepted
         together so a rotation can add the new token in one place before removing the old.
+        An entry ``NAME TOKEN`` names the token's operator (module docstring).
         """
         environ = os.environ if environ is None else environ
         tokens: list[str] = []
+        names: list[str] = []
         if token_file is not None:
             path = Path(token_file)
             try:
@@ -155,12 +214,19 @@ class ServiceConfig:
             from_file = _split_tokens(text)
             if not from_file:
                 raise ConfigError(f"token file {str(path)!r} holds no token")
-            tokens += _check_tokens(from_file, f"token file {str(path)!r}")
+            named = _named(from_file, f"token file {str(path)!r}")
+            _check_tokens([t for _, t in named], f"token file {str(path)!r}")
+            names += [n for n, _ in named]
+            tokens += [t for _, t in named]
         env_value = environ.get(TOKENS_ENV, "")
         if env_value.strip():
-            tokens += _check_tokens(_split_tokens(env_value), f"${TOKENS_ENV}")
+            named = _named(_split_tokens(env_value), f"${TOKENS_ENV}")
+            _check_tokens([t for _, t in named], f"${TOKENS_ENV}")
+            names += [n for n, _ in named]
+            tokens += [t for _, t in named]
         return cls(
             tokens=tuple(tokens),
+            operators=tuple(names),
             open_reads=open_reads,
             max_batch=max_batch,
             open_receipts=open_receipts,

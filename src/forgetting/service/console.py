@@ -22,188 +22,88 @@ Security, and why:
 
 The console calls the model's public methods (``lookup``, ``receipts``, ``iter_receipts``,
 ``forget``, ``stats``, ``verify``) under the same write lock and availability check as the
-API, so a deletion from the console is the deletion ``POST /forget`` does.
+API, so a deletion from the console is the deletion ``POST /forget`` does: it names the
+operator who signed in (the name of their token) and the reason typed on the confirmation
+page. With several models (:mod:`.fleet`), "Find a person" asks every model and a deletion
+goes to every model that holds the ids (or to the one chosen); the log, the export and the
+health page show one model at a time (``?model=``, the first by default). Times show in UTC
+or in the server's local time zone, as the operator chose (remembered in a cookie).
 """
 
 from __future__ import annotations
 
-import csv
 import hmac
-import io
 import math
 import re
-import secrets
-import threading
-import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from importlib import resources
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Form, Request, UploadFile, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
-from fastapi.templating import Jinja2Templates
 
 from ..io.table_ids import parse_id
-from ..store.errors import StoreCorrupt, StoreError
+from ..store.errors import StoreCorrupt
 from ..store.receipt_log import ReceiptFilter, csv_lines, json_chunks, parse_time
 from .auth import token_matches
 from .config import ServiceConfig
+from .console_state import (
+    MAX_SESSIONS,
+    SESSION_IDLE,
+    ZONE_COOKIE,
+    ConsoleState,
+    LastRebuild,
+    Session,
+    Sessions,
+    VerifyJob,
+    _templates,
+    ids_from_csv,
+    shown_time,
+)
 from .convert import DamagedReceipt, stored_receipt
-from .errors import clipped, error_message
-from .model import ServableModel
-from .recovery import Recovery, one_line
+from .errors import clipped
+from .fleet import (
+    Fleet,
+    Served,
+    check_reason,
+    combined_status,
+    forget_everywhere,
+    forget_in,
+    lookup_in,
+)
+from .recovery import one_line
 from .signin import SignInForms, SignInLimiter, new_binding
+
+__all__ = ["COOKIE", "MAX_SESSIONS", "SESSION_IDLE", "add_console", "ids_from_csv"]
 
 #: The session cookie's name.
 COOKIE = "forgetting_console"
-#: How long a signed-in session lasts without use, in seconds.
-SESSION_IDLE = 8 * 3600
-#: The most signed-in sessions held at once (the one used longest ago is dropped first; only
-#: a correct token opens one).
-MAX_SESSIONS = 512
 #: Rows per page of the request log.
 PAGE = 50
 #: Where the console's stylesheet is served.
 CSS_PATH = "/console/assets/console.css"
+#: The longest reason the confirmation page's field takes (the service's limit).
+MAX_REASON_FORM = 500
 #: A cookie value a sign-in form may be tied to (what :func:`.signin.new_binding` makes).
 _BINDING = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
-@dataclass
-class Session:
-    """One browser's session: its CSRF token, whether it signed in, when it was last used."""
-
-    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    signed_in: bool = False
-    seen: float = field(default_factory=time.monotonic)
+def _instances(hit: Any) -> str:
+    """A receipt's instances hit, as instance numbers (``#0, #3``) or ``none``."""
+    return ", ".join(f"#{i}" for i in hit) if hit else "none"
 
 
-class Sessions:
-    """Signed-in sessions by random id, bounded in number and idle time (an anonymous visitor
-    has none: :mod:`.signin`)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_id: dict[str, Session] = {}
-
-    def __len__(self) -> int:
-        return len(self._by_id)
-
-    def get(self, sid: str | None) -> Session | None:
-        if not sid:
-            return None
-        with self._lock:
-            session = self._by_id.get(sid)
-            if session is None:
-                return None
-            if time.monotonic() - session.seen > SESSION_IDLE:
-                del self._by_id[sid]
-                return None
-            session.seen = time.monotonic()
-            return session
-
-    def new(self) -> tuple[str, Session]:
-        """Open a signed-in session."""
-        sid = secrets.token_urlsafe(32)
-        session = Session(signed_in=True)
-        with self._lock:
-            if len(self._by_id) >= MAX_SESSIONS:
-                oldest = min(self._by_id, key=lambda k: self._by_id[k].seen)
-                del self._by_id[oldest]
-            self._by_id[sid] = session
-        return sid, session
-
-    def drop(self, sid: str | None) -> None:
-        with self._lock:
-            self._by_id.pop(sid or "", None)
-
-
-@dataclass
-class ConsoleState:
-    """What the console keeps, on ``app.state.console``: the signed-in sessions, the
-    sign-in forms and the limit on failed sign-ins."""
-
-    sessions: Sessions
-    forms: SignInForms
-    limiter: SignInLimiter
-
-
-class VerifyJob:
-    """The store's verify, run in a background thread, one at a time; keeps the last result."""
-
-    def __init__(self, model: ServableModel):
-        self._model = model
-        self._lock = threading.Lock()
-        self.running = False
-        self.started: str | None = None
-        self.result: dict | None = None
-        self.error: str | None = None
-
-    def start(self) -> bool:
-        """Start a verify unless one runs; whether one was started."""
-        verify = getattr(self._model, "verify", None)
-        if not callable(verify):
-            self.error = "this model has no verify"
-            return False
-        with self._lock:
-            if self.running:
-                return False
-            self.running, self.error = True, None
-            self.started = _now()
-        threading.Thread(target=self._run, args=(verify,), daemon=True).start()
-        return True
-
-    def _run(self, verify) -> None:
-        try:
-            result, error = verify(), None
-        except Exception as err:  # noqa: BLE001 - shown to the operator, one line
-            result, error = None, one_line(err, 300)
-        with self._lock:
-            self.result, self.error, self.running = result, error, False
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _templates() -> Jinja2Templates:
-    folder = Path(str(resources.files(__package__).joinpath("templates")))
-    templates = Jinja2Templates(directory=folder)
-    # every template autoescaped, whatever its name: ids and CSV cells are text
-    templates.env.autoescape = True
-    return templates
-
-
-def ids_from_csv(data: bytes) -> list[str]:
-    """The ids of an uploaded CSV: the first column of each non-empty row; a first row
-    whose first cell is ``id`` (any case) is a header."""
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ValueError("the CSV file is not UTF-8 text") from None
-    ids = [row[0].strip() for row in csv.reader(io.StringIO(text)) if row and row[0].strip()]
-    if ids and ids[0].lower() == "id":
-        ids = ids[1:]
-    return ids
-
-
-def add_console(
-    app: FastAPI,
-    model: ServableModel,
-    config: ServiceConfig,
-    recovery: Recovery,
-    write_lock: Any,
-) -> None:
-    """Serve the console's pages on ``app`` (none in the OpenAPI schema)."""
+def add_console(app: FastAPI, fleet: Fleet, config: ServiceConfig) -> None:
+    """Serve the console's pages on ``app`` for the models of ``fleet`` (none in the OpenAPI
+    schema)."""
     templates = _templates()
+    templates.env.filters["instances"] = _instances
     sessions = Sessions()
     forms = SignInForms()
     limiter = SignInLimiter()
     app.state.console = ConsoleState(sessions, forms, limiter)
-    verify_job = VerifyJob(model)
-    last_rebuild = LastRebuild(model)
+    for served in fleet:
+        served.extras["verify"] = VerifyJob(served.model)
+        served.extras["last_rebuild"] = LastRebuild(served.model)
     css = resources.files(__package__).joinpath("static", "console.css").read_bytes()
 
     def secure(request: Request) -> bool:
@@ -224,12 +124,18 @@ def add_console(
         return sid, sessions.get(sid)
 
     def page(request: Request, name: str, session: Session, code: int = 200, **context):
-        response = templates.TemplateResponse(
-            request,
-            name,
-            {"csrf": session.csrf, "signed_in": session.signed_in, "css": CSS_PATH, **context},
-            status_code=code,
-        )
+        zone = "local" if request.cookies.get(ZONE_COOKIE) == "local" else "utc"
+        base = {
+            "csrf": session.csrf,
+            "signed_in": session.signed_in,
+            "css": CSS_PATH,
+            "operator": session.operator,
+            "zone": zone,
+            "when": lambda ts: shown_time(ts, zone),
+            "here": request.url.path,
+            "models": fleet.names if fleet.several else [],
+        }
+        response = templates.TemplateResponse(request, name, {**base, **context}, status_code=code)
         response.headers["Cache-Control"] = "no-store"
         response.headers["Content-Security-Policy"] = (
             "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
@@ -250,6 +156,22 @@ def add_console(
         if session is None or not presented:
             return False
         return hmac.compare_digest(session.csrf.encode(), presented.encode("utf-8", "replace"))
+
+    def chosen(request: Request, session: Session) -> tuple[Served | None, Response | None]:
+        """The model a one-model page shows (``?model=``, the first by default), or the
+        error page naming the models."""
+        name = request.query_params.get("model") or None
+        served = fleet.first if name is None else fleet.get(name)
+        if served is None:
+            return None, page(
+                request,
+                "error.html",
+                session,
+                code=404,
+                message=f"No model named {clipped(one_line(name or '', 80))}: this service "
+                f"serves {fleet.listing()}.",
+            )
+        return served, None
 
     def refused(request: Request, session: Session | None) -> HTMLResponse:
         session = session or Session()  # rendered only, not kept
@@ -306,7 +228,7 @@ def add_console(
                 error="That token is not one of the service's tokens.",
             )
         sessions.drop(binding)  # a fresh id at sign-in: a planted one is worthless
-        new_sid, _ = sessions.new()
+        new_sid, _ = sessions.new(config.operator_of(token))
         response = RedirectResponse("/console/find", status_code=status.HTTP_303_SEE_OTHER)
         set_cookie(response, request, new_sid)
         return response
@@ -332,11 +254,13 @@ def add_console(
                 context["error"] = "An id is at most 512 characters; its type auto, str or int."
             else:
                 try:
-                    found = model.lookup(parse_id(id, id_type))
-                    receipts = [stored_receipt(r, found["id_hash"]) for r in found["receipts"]]
-                    context["found"] = {**found, "receipts": receipts}
-                except (StoreCorrupt, DamagedReceipt, RecursionError) as err:
-                    context["error"] = f"A receipt of this id is damaged: {one_line(err, 200)}"
+                    row_id = parse_id(id, id_type)
+                    results = [lookup_in(served, row_id) for served in fleet]
+                    if not fleet.several and "error" in results[0]:
+                        context["error"] = f"A receipt of this id is {results[0]['error']}"
+                    else:
+                        context["results"] = results
+                        context["found"] = results[0] if "error" not in results[0] else None
                 except (TypeError, ValueError) as err:
                     context["error"] = f"id: {clipped(one_line(err, 200))}"
         return page(request, "find.html", session, **context)
@@ -367,13 +291,17 @@ def add_console(
         session = signed_in(request)
         if session is None:
             return to_sign_in()
+        served, missing = chosen(request, session)
+        if served is None:
+            return missing
         query = {k: request.query_params.get(k, "") for k in FILTERS}
         cursor_text = request.query_params.get("cursor", "0")
         context: dict[str, Any] = {"filters": query, "active": "log", "receipts": []}
         try:
             keep = log_filter(query)
             cursor = int(cursor_text) if cursor_text.isdigit() else 0
-            items, after = model.receipts(keep, after=cursor, limit=PAGE)
+            served.recovery.require_available()
+            items, after = served.model.receipts(keep, after=cursor, limit=PAGE)
             context["receipts"] = [stored_receipt(r) for r in items]
             context["next_cursor"] = after
             context["cursor"] = cursor
@@ -382,20 +310,26 @@ def add_console(
         except ValueError as err:
             context["error"] = one_line(err, 200)
         context["query"] = {k: v for k, v in query.items() if v}
-        return page(request, "log.html", session, **context)
+        if fleet.several:
+            context["query"]["model"] = served.name
+        return page(request, "log.html", session, model=served.name, **context)
 
     @app.get("/console/export", include_in_schema=False)
     def export(request: Request) -> Response:
         session = signed_in(request)
         if session is None:
             return to_sign_in()
+        served, missing = chosen(request, session)
+        if served is None:
+            return missing
         fmt = request.query_params.get("format", "csv")
         query = {k: request.query_params.get(k, "") for k in FILTERS}
         try:
             if fmt not in ("csv", "json"):
                 raise ValueError("format: csv or json")
             keep = log_filter(query)
-            receipts = model.iter_receipts(keep)
+            served.recovery.require_available()
+            receipts = served.model.iter_receipts(keep)
             first = next(receipts, None)
         except (StoreCorrupt, RecursionError) as err:
             return page(request, "error.html", session, code=409, message=one_line(err, 200))
@@ -409,11 +343,12 @@ def add_console(
 
         body = csv_lines(chained()) if fmt == "csv" else json_chunks(chained())
         media = "text/csv; charset=utf-8" if fmt == "csv" else "application/json"
+        stem = f"receipts-{served.name}" if fleet.several else "receipts"
         return StreamingResponse(
             body,
             media_type=media,
             headers={
-                "Content-Disposition": f'attachment; filename="receipts.{fmt}"',
+                "Content-Disposition": f'attachment; filename="{stem}.{fmt}"',
                 "Cache-Control": "no-store",
             },
         )
@@ -457,7 +392,15 @@ def add_console(
             return page(
                 request, "forget.html", session, code=422, active="forget", error=clipped(str(err))
             )
-        return page(request, "confirm.html", session, active="forget", ids=ids, id_type=id_type)
+        return page(
+            request,
+            "confirm.html",
+            session,
+            active="forget",
+            ids=ids,
+            id_type=id_type,
+            max_reason=MAX_REASON_FORM,
+        )
 
     @app.post("/console/forget", include_in_schema=False)
     def forget(
@@ -465,6 +408,8 @@ def add_console(
         csrf: str = Form(""),
         ids: Annotated[list[str] | None, Form()] = None,
         id_type: str = Form("auto"),
+        reason: str = Form(""),
+        model: str = Form(""),
     ) -> Response:
         session = signed_in(request)
         if session is None:
@@ -476,37 +421,80 @@ def add_console(
                 raise ValueError("nothing to forget: start again from the deletion form")
             ids = list(ids)
             parsed = [parse_id(v, id_type) for v in ids]
+            why = check_reason(reason)
+            if model and fleet.get(model) is None:
+                raise ValueError(f"no model named {model}: this service serves {fleet.listing()}")
         except (TypeError, ValueError) as err:
             return page(
                 request, "forget.html", session, code=422, active="forget", error=clipped(str(err))
             )
-        try:
-            with write_lock:
-                recovery.require_available()
-                reply = model.forget(parsed)
-            receipt = stored_receipt(reply.to_dict())
-        except StoreError:
-            raise  # the app's handler answers 503 and starts the reload
-        except KeyError as err:
-            return page(
+        attributed = {"operator": session.operator, "reason": why}
+        if fleet.several and not model:
+            outcomes = forget_everywhere(fleet, parsed, erase_inputs=False, **attributed)
+        else:
+            served = fleet.get(model or None)
+            assert served is not None
+            outcomes = [forget_in(served, parsed, erase_inputs=False, partial=False, **attributed)]
+        code = combined_status(outcomes)
+        if not any(o.status == "forgotten" for o in outcomes):
+            failed = [o for o in outcomes if o.status == "failed"]
+            if failed:
+                why_not = "; ".join(
+                    f"{o.model}: {o.error}" if fleet.several else str(o.error) for o in failed
+                )
+            elif fleet.several and not model:
+                why_not = "no model holds " + ("this id" if len(ids) == 1 else "these ids")
+            else:
+                why_not = outcomes[0].note or "this model never held these ids"
+            response = page(
                 request,
                 "forget.html",
                 session,
-                code=404,
+                code=code,
                 active="forget",
-                error=f"Nothing was forgotten: {error_message(err)}",
+                error=f"Nothing was forgotten: {clipped(why_not)}",
             )
-        except (ValueError, TypeError, DamagedReceipt) as err:
-            return page(
-                request, "forget.html", session, code=422, active="forget", error=clipped(str(err))
-            )
-        return page(request, "receipt.html", session, active="forget", receipt=receipt, ids=ids)
+            if code == 503:
+                response.headers["Retry-After"] = "1"
+            return response
+        return page(
+            request,
+            "receipt.html",
+            session,
+            code=code,
+            active="forget",
+            outcomes=outcomes,
+            ids=ids,
+            rebuilding=any(o.receipt and o.receipt.get("rebuild_started") for o in outcomes),
+        )
+
+    @app.get("/console/times", include_in_schema=False)
+    def times(request: Request, zone: str = "utc", back: str = "/console/find") -> Response:
+        """Remember how the operator wants times shown (UTC or local), then go back."""
+        if not re.fullmatch(r"/console/[a-z/]*", back):
+            back = "/console/find"
+        response = RedirectResponse(back, status_code=status.HTTP_303_SEE_OTHER)
+        response.set_cookie(
+            ZONE_COOKIE,
+            "local" if zone == "local" else "utc",
+            max_age=365 * 86400,
+            httponly=True,
+            samesite="strict",
+            secure=secure(request),
+            path="/",
+        )
+        return response
 
     @app.get("/console/health", include_in_schema=False)
     def health(request: Request) -> Response:
         session = signed_in(request)
         if session is None:
             return to_sign_in()
+        served, missing = chosen(request, session)
+        if served is None:
+            return missing
+        served.recovery.require_available()
+        model, verify_job = served.model, served.extras["verify"]
         stats = model.stats()
         instances = stats.get("instances", [])
         valid = sum(1 for i in instances if i.get("valid"))
@@ -521,54 +509,30 @@ def add_console(
             "health.html",
             session,
             active="health",
+            model=served.name,
             stats=stats,
+            forest=stats.get("mode") == "forest",
             valid=valid,
             total=len(instances),
             rho=rho,
             privacy=privacy,
-            last_rebuild=last_rebuild(),
+            last_rebuild=served.extras["last_rebuild"](),
             refresh=bool(stats.get("pending_rebuilds")) or verify_job.running,
             verify=verify_job,
         )
 
     @app.post("/console/verify", include_in_schema=False)
-    def verify(request: Request, csrf: str = Form("")) -> Response:
+    def verify(request: Request, csrf: str = Form(""), model: str = Form("")) -> Response:
         session = signed_in(request)
         if session is None:
             return to_sign_in()
         if not csrf_ok(session, csrf):
             return refused(request, session)
-        verify_job.start()
-        return RedirectResponse("/console/health", status_code=status.HTTP_303_SEE_OTHER)
+        served = fleet.get(model or None) or fleet.first
+        served.extras["verify"].start()
+        where = f"?model={served.name}" if fleet.several else ""
+        return RedirectResponse("/console/health" + where, status_code=status.HTTP_303_SEE_OTHER)
 
     @app.get(CSS_PATH, include_in_schema=False)
     def stylesheet() -> Response:
         return Response(css, media_type="text/css; charset=utf-8")
-
-
-class LastRebuild:
-    """The time of the latest receipt that started a rebuild (the store records no other
-    rebuild time), read incrementally: each call reads only the receipts appended since."""
-
-    def __init__(self, model: ServableModel):
-        self._model = model
-        self._lock = threading.Lock()
-        self._cursor = 0
-        self._latest: str | None = None
-
-    def __call__(self) -> str | None:
-        keep = ReceiptFilter(operation="forget")
-        with self._lock:
-            try:
-                while True:
-                    items, after = self._model.receipts(keep, after=self._cursor, limit=1000)
-                    for receipt in items:
-                        self._cursor = max(self._cursor, int(receipt["seq"]))
-                        if receipt.get("rebuild_started"):
-                            self._latest = receipt.get("timestamp")
-                    if after is None:
-                        break
-                    self._cursor = max(self._cursor, after)
-            except (StoreCorrupt, RecursionError):
-                pass  # the log page says so; health still answers
-            return self._latest

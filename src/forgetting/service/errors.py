@@ -119,13 +119,18 @@ def store_error_response(err: BaseException) -> JSONResponse:
 
 
 def store_error_handler(
-    recovery: Recovery,
+    models: Recovery | Any,
 ) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
-    """The app's handler for :class:`StoreError`: a 503, and a reload if the model needs one."""
+    """The app's handler for :class:`StoreError`: a 503, and a reload of every model that
+    needs one. ``models``: one model's :class:`Recovery`, or the app's models
+    (:class:`.fleet.Fleet`, whose ``start_reloads`` starts each one's)."""
 
     async def handle(request: Request, exc: Exception) -> JSONResponse:
-        if not recovery.available:
-            recovery.start_reload()
+        if isinstance(models, Recovery):
+            if not models.available:
+                models.start_reload()
+        else:
+            models.start_reloads()
         return store_error_response(exc)
 
     return handle

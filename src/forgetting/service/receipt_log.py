@@ -7,6 +7,10 @@ receipt's), and a hash lets whoever holds it follow that person through any late
 Why a lookup with no receipt is a 404 that still says what is knowable: "never present in
 this store" and "present and not forgotten" are different answers to a deletion request, and
 the server can tell them apart (whether the model holds the row now).
+
+Several models (:mod:`.fleet`): a lookup by raw id without ``?model=`` asks every model and
+answers each one's status and receipts (200, whatever they hold); the listing and the export
+are one store's, and need ``?model=NAME``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ..store.errors import StoreCorrupt
 from ..store.receipt_log import ReceiptFilter, csv_lines, json_chunks, parse_time
 from .convert import DamagedReceipt, finite, stored_receipt
 from .errors import unprocessable
+from .fleet import Fleet, lookup_everywhere
 from .recovery import one_line
 from .schemas import DAMAGED, ERRORS, ErrorResponse, LookupResponse, ReceiptPage
 
@@ -39,6 +44,14 @@ Operation = Annotated[Literal["forget", "insert"] | None, Query()]
 Scope = Annotated[
     Literal["instance", "label"] | None,
     Query(description="instance: rows erased; label: labels removed (label mode)."),
+]
+ModelName = Annotated[
+    str | None,
+    Query(
+        alias="model",
+        max_length=200,
+        description="The model (its store's file stem) when the service serves several.",
+    ),
 ]
 Instance = Annotated[
     int | None, Query(ge=0, description="Receipts whose change hit this instance's D°.")
@@ -68,7 +81,7 @@ def _damaged(err: BaseException) -> HTTPException:
     )
 
 
-def add_receipt_log(router: APIRouter, model, token: list) -> None:
+def add_receipt_log(router: APIRouter, fleet: Fleet, token: list) -> None:
     """GET /receipts (lookup by ``id``, or a filtered page) and GET /receipts/export."""
     errors = {401: ERRORS[401], 409: DAMAGED, 422: ERRORS[422]}
 
@@ -88,11 +101,14 @@ def add_receipt_log(router: APIRouter, model, token: list) -> None:
         operation: Operation = None,
         scope: Scope = None,
         instance: Instance = None,
+        model_name: ModelName = None,
     ) -> StreamingResponse:
         """Every receipt the filters keep, oldest first, streamed: CSV (one line per
         receipt; hashes and instances space-separated; cells that would start a formula
-        prefixed with ``'``) or one JSON array. The evidence an auditor asks for."""
+        prefixed with ``'``) or one JSON array. The evidence an auditor asks for. Each
+        receipt carries the ``operator`` who made the change and its ``reason`` when set."""
         keep = _filter(since, until, operation, scope, instance)
+        model = fleet.pick(model_name, "export").model
         receipts = model.iter_receipts(keep)
         try:  # the first batch here: a damaged log answers 409, not a cut stream
             first = next(receipts, None)
@@ -141,15 +157,23 @@ def add_receipt_log(router: APIRouter, model, token: list) -> None:
         operation: Operation = None,
         scope: Scope = None,
         instance: Instance = None,
+        model_name: ModelName = None,
     ):
         """With ``id``: that id's receipts (oldest first), its ``status`` (forgotten,
         present, never_seen) and whether a rebuild its deletion started is pending; 404
         when no receipt names it, saying whether it was never present or is present and
         not forgotten. Without: a page of the log, oldest first, each receipt with its
-        ``seq``; follow ``next_cursor`` until it is null (a page may be short)."""
+        ``seq``; follow ``next_cursor`` until it is null (a page may be short).
+
+        With several models: ``id`` without ``?model=`` asks every model and answers
+        ``{"id_type": ..., "models": [...]}``, one entry per model (its ``model`` name and
+        lookup, or an ``error``); the page of the log needs ``?model=``."""
         if id is not None:
-            return _lookup(model, id, id_type)
+            if fleet.several and not model_name:
+                return _lookup_everywhere(fleet, id, id_type)
+            return _lookup(fleet.pick(model_name, "a lookup").model, id, id_type)
         keep = _filter(since, until, operation, scope, instance)
+        model = fleet.pick(model_name, "the receipt log").model
         try:
             items, after = model.receipts(keep, after=cursor, limit=limit)
             checked = [stored_receipt(r) for r in items]
@@ -162,6 +186,16 @@ def _chain(first, rest):
     if first is not None:
         yield first
         yield from rest
+
+
+def _lookup_everywhere(fleet: Fleet, raw: str, id_type: str):
+    """GET /receipts?id=... with several models: every model's answer (module docstring)."""
+    try:
+        row_id = parse_id(raw, id_type)
+        answers = lookup_everywhere(fleet, row_id)
+    except (TypeError, ValueError) as err:
+        raise unprocessable(f"id: {one_line(err, 200)}") from None
+    return JSONResponse(finite({"models": answers}))
 
 
 def _lookup(model, raw: str, id_type: str):

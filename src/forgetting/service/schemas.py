@@ -69,16 +69,24 @@ class ForgetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     ids: list[RowId] = Field(min_length=1, examples=[["user-123", 42]])
     erase_inputs: StrictBool = False
+    reason: Annotated[str, StringConstraints(strict=True, max_length=500)] | None = Field(
+        default=None,
+        description="Why (at most 500 characters), recorded in the receipt with the operator "
+        "whose token made the request.",
+        examples=["GDPR art. 17 request #1234"],
+    )
 
 
 class InsertRequest(BaseModel):
     """Labeled rows to learn: ``X`` (rows, in the model's column order; strings and null only
-    for a model fitted on a raw table), ``y`` (one label per row), new unique ``ids``."""
+    for a model fitted on a raw table), ``y`` (one label per row), new unique ``ids``, and
+    optionally a ``reason`` (at most 500 characters) the receipt records."""
 
     model_config = ConfigDict(extra="forbid")
     X: list[list[Value]] = Field(min_length=1)
     y: list[Label] = Field(min_length=1)
     ids: list[RowId] = Field(min_length=1)
+    reason: str | None = Field(default=None, max_length=500)
 
 
 class ReceiptResponse(BaseModel):
@@ -97,6 +105,29 @@ class ReceiptResponse(BaseModel):
     timestamp: str
     seconds: float
     already_forgotten: bool = False
+
+
+class ModelOutcome(BaseModel):
+    """One model's part in a deletion sent to every model: ``forgotten`` (with its
+    ``receipt``), ``not_held`` (no id was ever in it) or ``failed`` (``error`` says why;
+    ``code`` is the status it would have answered alone). A failure leaves the other
+    models' deletions durable."""
+
+    model: str
+    status: Literal["forgotten", "not_held", "failed"]
+    receipt: ReceiptResponse | None = None
+    error: str | None = None
+    code: int | None = None
+
+
+class ForgetEverywhereResponse(BaseModel):
+    """``POST /forget`` without ``?model=`` when the service serves several models: each
+    model's outcome in order, and the models' names by outcome."""
+
+    models: list[ModelOutcome]
+    forgotten_in: list[str]
+    not_held_in: list[str]
+    failed_in: list[str]
 
 
 class LookupResponse(BaseModel):
@@ -158,6 +189,9 @@ class HealthResponse(BaseModel):
     valid_instances: int | None
     n_instances: int | None
     version: str
+    models: dict[str, dict] | None = Field(
+        default=None, description="With several models and no `?model=`: each one's health."
+    )
 
 
 class ErrorResponse(BaseModel):
