@@ -273,3 +273,57 @@ def test_the_console_shows_times_as_the_operator_chose(two):
         "/console/times", params={"back": "https://evil.example/"}, follow_redirects=False
     )
     assert away.headers["location"] == "/console/find"
+
+
+def test_console_wording_for_a_forest_beside_a_qss_model(tmp_path):
+    """The health page explains each family's columns (a forest has no schema to persist),
+    /docs names both families, instances read as numbers, and "Watch the rebuild" shows only
+    when a deletion started one."""
+    import numpy as np
+    from helpers import outside_all_schemas, schema_ids
+
+    from forgetting import ExactForestClassifier
+
+    rng = np.random.default_rng(0)
+    Xf = rng.normal(size=(300, 4)).astype(np.float32)
+    yf = (Xf[:, 0] > 0).astype(int)
+    forest = DurableModel.create(
+        str(tmp_path / "trees.db"),
+        ExactForestClassifier(n_estimators=3, random_state=2),
+        Xf,
+        yf,
+        [f"f{i}" for i in range(300)],
+    )
+    qss = make(tmp_path / "crm.db", user_ids(240))
+    try:
+        app = create_app({"crm": qss, "trees": forest}, ServiceConfig(tokens=(TOKEN,)))
+        client = TestClient(app)
+        described = client.get("/openapi.json").json()["info"]["description"]
+        assert "2 models (QSS model, exact random forest)" in described
+        first = client.get("/")
+        signed = client.post("/console/login", data={"token": TOKEN, "csrf": csrf_of(first.text)})
+        trees = client.get("/console/health", params={"model": "trees"}).text
+        assert "no schema to persist" in trees and "<th>Persisted</th>" not in trees
+        crm = client.get("/console/health", params={"model": "crm"}).text
+        assert "<th>Persisted</th>" in crm and "Instance rebuilds finished since" in crm
+        assert "Rebuilds run" not in crm
+        quiet = outside_all_schemas(qss.estimator)[0]
+        review = client.post(
+            "/console/forget/confirm", data={"csrf": csrf_of(signed.text), "id": quiet}
+        )
+        page = client.post(
+            "/console/forget",
+            data={"csrf": csrf_of(review.text), "ids": [quiet], "model": "crm"},
+        ).text
+        assert "Deletion committed" in page and "Watch the rebuild" not in page
+        assert 'class="instances">none<' in page
+        loud = schema_ids(qss.estimator, 0)[0]
+        page = client.post(
+            "/console/forget",
+            data={"csrf": csrf_of(review.text), "ids": [loud], "model": "crm"},
+        ).text
+        assert "Watch the rebuild" in page and "/console/health?model=crm" in page
+        assert re.search(r'class="instances">#0(, #\d)*<', page)
+    finally:
+        qss.close()
+        forest.close()

@@ -216,14 +216,16 @@ def create_app(
 
 def _family(fleet: Fleet) -> str:
     """The served models' family, named for /docs: a QSS model, an exact random forest."""
-    names = set()
+    kinds = []
     for served in fleet:
         estimator = getattr(served.model, "estimator", None)
-        kind = type(estimator).__name__ if estimator is not None else ""
-        names.add("An exact random forest" if "Forest" in kind else "A QSS model")
-    if len(fleet) > 1:
-        return "Models (" + (" and ".join(sorted(n.split(" ", 1)[1] for n in names))) + "s)"
-    return names.pop()
+        forest = "Forest" in (type(estimator).__name__ if estimator is not None else "")
+        kind = "exact random forest" if forest else "QSS model"
+        if kind not in kinds:
+            kinds.append(kind)
+    if fleet.several:
+        return f"{len(fleet)} models ({', '.join(kinds)})"
+    return ("An " if kinds[0].startswith("exact") else "A ") + kinds[0]
 
 
 def _several(fleet: Fleet) -> str:
