@@ -273,6 +273,11 @@ def test_the_console_shows_times_as_the_operator_chose(two):
         "/console/times", params={"back": "https://evil.example/"}, follow_redirects=False
     )
     assert away.headers["location"] == "/console/find"
+    kept = client.get(
+        "/console/times", params={"back": "/console/find?id=u-1"}, follow_redirects=False
+    )
+    assert kept.headers["location"] == "/console/find?id=u-1"
+    assert "/console/times?zone=utc&amp;back=/console/find%3Fid%3D" in local
 
 
 def test_console_wording_for_a_forest_beside_a_qss_model(tmp_path):

@@ -133,6 +133,7 @@ def add_console(app: FastAPI, fleet: Fleet, config: ServiceConfig) -> None:
             "zone": zone,
             "when": lambda ts: shown_time(ts, zone),
             "here": request.url.path,
+            "back": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             "models": fleet.names if fleet.several else [],
         }
         response = templates.TemplateResponse(request, name, {**base, **context}, status_code=code)
@@ -257,7 +258,8 @@ def add_console(app: FastAPI, fleet: Fleet, config: ServiceConfig) -> None:
                     row_id = parse_id(id, id_type)
                     results = [lookup_in(served, row_id) for served in fleet]
                     if not fleet.several and "error" in results[0]:
-                        context["error"] = f"A receipt of this id is {results[0]['error']}"
+                        error = results[0]["error"]
+                        context["error"] = error[:1].upper() + error[1:]
                     else:
                         context["results"] = results
                         context["found"] = results[0] if "error" not in results[0] else None
@@ -471,7 +473,7 @@ def add_console(app: FastAPI, fleet: Fleet, config: ServiceConfig) -> None:
     @app.get("/console/times", include_in_schema=False)
     def times(request: Request, zone: str = "utc", back: str = "/console/find") -> Response:
         """Remember how the operator wants times shown (UTC or local), then go back."""
-        if not re.fullmatch(r"/console/[a-z/]*", back):
+        if not re.fullmatch(r"/console/[a-z/]*(\?[^\s\\]*)?", back):
             back = "/console/find"
         response = RedirectResponse(back, status_code=status.HTTP_303_SEE_OTHER)
         response.set_cookie(

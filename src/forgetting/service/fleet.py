@@ -294,9 +294,10 @@ def lookup_in(served: Served, row_id: Any) -> dict:
         receipts = [stored_receipt(r, found["id_hash"]) for r in found["receipts"]]
         return {"model": served.name, **found, "receipts": receipts}
     except (StoreCorrupt, DamagedReceipt, RecursionError) as err:
-        return {"model": served.name, "error": f"a receipt is damaged: {one_line(err, 200)}"}
+        why = "nested too deeply to read" if isinstance(err, RecursionError) else one_line(err, 200)
+        return {"model": served.name, "error": f"a receipt of this id is damaged: {why}"}
     except StoreError as err:
-        return {"model": served.name, "error": f"unavailable: {one_line(err, 200)}"}
+        return {"model": served.name, "error": f"the store is unavailable: {one_line(err, 200)}"}
 
 
 def lookup_everywhere(fleet: Fleet, row_id: Any) -> list[dict]:
