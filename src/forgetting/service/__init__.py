@@ -1,8 +1,10 @@
 """The HTTP service: a durable model of any family (:class:`~forgetting.store.DurableModel`)
 behind FastAPI.
 
-``create_app(model, config)`` builds the app; ``ServiceConfig`` holds the bearer tokens
-(never shown), whether reads and receipt lookups are open, and the batch limit. FastAPI is an
+``create_app(model, config)`` builds the app (``create_app({"crm": a, "billing": b},
+config)`` serves several models: :mod:`.fleet`); ``ServiceConfig`` holds the bearer tokens
+(never shown) and their operators' names, whether reads and receipt lookups are open, and the
+batch limit. FastAPI is an
 optional dependency, imported only when this package is. :mod:`.app` says which module does
 what.
 """
