@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+
 import pytest
 from helpers import FAST, classification_data, user_ids
 
 from forgetting import ExactForestClassifier, QSSClassifier
 from forgetting.receipts import Receipt
 from forgetting.store import DurableModel
+from forgetting.store.reads import verify_store_log
+from forgetting.store.signing import GENESIS, Signer, SigningKeyError, new_keys
 
 
 @pytest.fixture(params=["qss", "forest"])
@@ -83,3 +88,99 @@ def test_old_receipts_without_operator_still_read():
     receipt = Receipt.from_dict(old)
     assert receipt.operator == "" and receipt.reason == ""
     assert receipt.to_dict() == {**old, "effective_rho": 0.0}
+
+
+# -- the signed log -----------------------------------------------------------------------------
+def test_every_receipt_is_chained_signed_and_verifies(db, family):
+    X, y = classification_data()
+    ids = user_ids(len(y))
+    with DurableModel.create(db, _estimator(family), X[:-5], y[:-5], ids[:-5]) as model:
+        assert verify_store_log(db).ok  # no receipt yet: an empty log checks
+        model.forget([ids[1]], operator="alice")
+        model.insert(X[-5:], y[-5:], ids[-5:])
+        if model.groups_writes:  # several receipts in one group commit
+            threads = [
+                threading.Thread(target=model.forget, args=([ids[10 + i]],)) for i in range(6)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        else:
+            model.forget([ids[10], ids[11]])
+        n = len(list(model.iter_receipts()))
+        report = verify_store_log(db)
+        assert report.ok and report.signed == report.receipts == n and report.unsigned == 0
+        log = list(model.iter_log())
+    assert [r["seq"] for r in log] == sorted(r["seq"] for r in log)
+    assert log[0]["prev_hash"] == GENESIS and all(len(r["signature"]) == 128 for r in log)
+    with DurableModel.open(db, read_only=True) as model:
+        assert list(model.iter_log()) == log
+    with DurableModel.open(db) as model:  # a second writer continues the same chain
+        model.forget([ids[2]])
+    report = verify_store_log(db)
+    assert report.ok and report.receipts == n + 1
+
+
+def _unsign(path) -> None:
+    """Make a store look as stores made before the log was signed do."""
+    with sqlite3.connect(path) as con:
+        con.execute("ALTER TABLE receipts DROP COLUMN prev")
+        con.execute("ALTER TABLE receipts DROP COLUMN signature")
+        con.execute("DELETE FROM meta WHERE name LIKE 'log_%'")
+    sqlite3.connect(path).close()
+
+
+def test_a_store_made_before_the_log_was_signed_signs_from_its_first_writable_open(tmp_path):
+    X, y = classification_data()
+    ids = user_ids(len(y))
+    path = str(tmp_path / "old.db")
+    with DurableModel.create(path, QSSClassifier(**FAST), X, y, ids) as model:
+        model.forget([ids[1]])
+        model.forget([ids[2]])
+    _unsign(path)
+    with DurableModel.open(path, read_only=True) as model:  # read as it is, changed in nothing
+        assert model.lookup(ids[1])["status"] == "forgotten"
+        assert [r["signature"] for r in model.iter_log()] == [None, None]
+    report = verify_store_log(path)
+    assert not report.ok and report.problem is None and report.unsigned == 2
+    assert any("no signing key" in note for note in report.notes)
+    with DurableModel.open(path) as model:
+        model.forget([ids[3]])
+    report = verify_store_log(path)
+    assert (report.unsigned, report.signed, report.problem) == (2, 1, None) and not report.ok
+    # an unsigned receipt slipped in after the log was signed is found
+    with sqlite3.connect(path) as con:
+        body = con.execute("SELECT body FROM receipts WHERE seq = 1").fetchone()[0]
+        con.execute("INSERT INTO receipts (seq, body) VALUES (9, ?)", (body,))
+    report = verify_store_log(path)
+    assert report.bad_seq == 9 and "unsigned" in report.problem
+
+
+def test_before_the_first_signed_receipt_the_head_names_the_last_older_one(tmp_path):
+    """Before the first signed receipt, the signed head names the last older receipt: one
+    unsigned receipt added, or one cut off, is found."""
+    X, y = classification_data()
+    ids = user_ids(len(y))
+    path = str(tmp_path / "old.db")
+    with DurableModel.create(path, QSSClassifier(**FAST), X, y, ids) as model:
+        model.forget([ids[1]])
+        model.forget([ids[2]])
+    _unsign(path)
+    DurableModel.open(path).close()  # the key pair and the head; no receipt signed yet
+    assert verify_store_log(path).unsigned == 2
+    with sqlite3.connect(path) as con:
+        con.execute("DELETE FROM receipts WHERE seq = 2")
+    report = verify_store_log(path)
+    assert report.bad_seq == 2 and "missing" in report.problem
+
+
+def test_the_signing_key_opens_only_with_the_membership_key():
+    keys = new_keys(b"k" * 32)
+    assert Signer.unlock(keys, b"k" * 32).head(1, GENESIS)
+    with pytest.raises(SigningKeyError, match="does not decrypt"):
+        Signer.unlock(keys, b"j" * 32)
+    other = new_keys(b"k" * 32)
+    with pytest.raises(SigningKeyError):  # one key pair's public key, another's private key
+        Signer.unlock({**keys, "log_public_key": other["log_public_key"]}, b"k" * 32)
+    assert b"PRIVATE" not in keys["log_private_key"] and len(keys["log_private_key"]) == 64

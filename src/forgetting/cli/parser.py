@@ -293,6 +293,44 @@ def _add_receipt_filters(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_log_checks(actions) -> None:
+    """``forgetting receipts public-key`` and ``verify-log``: the signed receipt log."""
+    public = actions.add_parser(
+        "public-key",
+        help="print the public key that checks the store's signed receipt log (PEM)",
+        description="Print the Ed25519 public key (PEM) the store's receipts are signed "
+        "with. Keep a copy apart from the store (an auditor's, a ticket) right after `fit`: "
+        "`verify-log --public-key` against it proves the log was not re-signed with another "
+        "key.",
+    )
+    _add_store(public, key=False)
+    public.set_defaults(func=_Command(".receipts", "cmd_public_key"))
+    verify = actions.add_parser(
+        "verify-log",
+        help="check the signed receipt log: every receipt present, in order, unmodified",
+        description="Check the receipt log's hash chain and signatures: of a store (--store; "
+        "its own public key unless --public-key), or offline of a JSON export (--export FILE "
+        "--public-key FILE). The first bad receipt is named with its sequence number and "
+        "what is wrong. Exit codes: 0 every receipt is present, in order, unmodified and "
+        "signed; 3 the log fails (a receipt removed, changed, moved, re-signed or cut off "
+        "the end); 4 the log checks but holds receipts written before the store signed its "
+        "log (unsigned: nothing proves them); 1 the store or file could not be read; 2 "
+        "usage error.",
+    )
+    verify.add_argument("--store", metavar="PATH_OR_DSN", help=_STORE_HELP)
+    verify.add_argument(
+        "--export", metavar="FILE", help="a JSON export (`receipts export --format json`)"
+    )
+    verify.add_argument(
+        "--public-key",
+        metavar="FILE",
+        help="PEM public key to check the signatures with (from `receipts public-key`, kept "
+        "apart from the store); required with --export",
+    )
+    verify.add_argument("--json", action="store_true", help="print the result as JSON")
+    verify.set_defaults(func=_Command(".receipts", "cmd_verify_log"))
+
+
 def _add_receipts(sub) -> None:
     """``forgetting receipts find|list|export``: the evidence of past deletions (read-only)."""
     receipts = sub.add_parser(
@@ -301,15 +339,19 @@ def _add_receipts(sub) -> None:
         description="The evidence of past forgets and inserts. `find ID` hashes the id with "
         "the store's membership key and shows its receipts and whether it was forgotten, "
         "is present, or was never seen; `list` shows the log in time order; `export` writes "
-        "it as CSV or JSON for an auditor. Opens the store read-only (beside a writer).",
+        "it as CSV or JSON for an auditor; `public-key` prints the key the log is signed "
+        "with and `verify-log` checks it. Opens the store read-only (beside a writer).",
     )
     actions = receipts.add_subparsers(dest="action", metavar="ACTION", required=True)
     find = actions.add_parser(
         "find",
-        help="an id's receipts and status (exit 0 if a receipt names it, 1 if none)",
+        help="an id's receipts and status (exit 0 if forgotten; 3 present, 4 never seen)",
         description="Show the receipts naming one id (taken exactly as written), when it was "
-        "forgotten, the instances hit and the state digest after. With no receipt, say "
-        "whether the id is present (not forgotten) or was never in this store; exit 1.",
+        "forgotten, the instances hit and the state digest after, or say whether the id is "
+        "present (not forgotten) or was never in this store. Exit codes: 0 forgotten (its "
+        "latest receipt is a forget); 3 present and not forgotten; 4 never seen (no row and "
+        "no receipt); 5 not held and no forget receipt names it; 1 the store could not be "
+        "read; 2 usage error.",
     )
     find.add_argument("id", metavar="ID", help="the row id, exactly as written")
     find.add_argument("--id-type", choices=ID_TYPES, default="auto", help=_ID_TYPE_HELP)
@@ -329,10 +371,13 @@ def _add_receipts(sub) -> None:
         help="write the receipt log as CSV or JSON",
         description="Every receipt the filters keep, oldest first: CSV (one line per "
         "receipt; id hashes space-separated; cells that would start a spreadsheet formula "
-        "prefixed with ') or one JSON array.",
+        "prefixed with ') or one JSON array. The JSON export is the verifiable one: each "
+        "receipt carries its seq, prev_hash and signature, and `receipts verify-log --export "
+        "FILE --public-key KEY` checks an unfiltered export offline.",
     )
     export.add_argument("--format", choices=("csv", "json"), default="csv")
     export.add_argument("-o", "--out", metavar="FILE", help="write here (default: stdout)")
+    _add_log_checks(actions)
     for action, name in ((find, "cmd_find"), (listing, "cmd_list"), (export, "cmd_export")):
         _add_store(action)
         if action is not find:

@@ -35,13 +35,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .connection import SQLITE, Dialect
+from .signing import META_ENTRIES as SIGNING_META_ENTRIES
 
 FORMAT = "forgetting-store-v3"
 """v1 stores held pickles; they are refused (opening one could run code). v2 stores (the
 contributions as columns of ``rows``) are read, and converted by a writable open."""
 FORMAT_V2 = "forgetting-store-v2"
-META_NAMES = frozenset({"format", "n_instances", "model", "secret_key", "privacy"})
-"""The entries of ``meta`` the library writes (any other could hold a copy of a row)."""
+META_NAMES = frozenset(
+    {"format", "n_instances", "model", "secret_key", "privacy"} | SIGNING_META_ENTRIES
+)
+"""The entries of ``meta`` the library writes (any other could hold a copy of a row); the
+signed log's keys and head (:mod:`.signing`)."""
 
 
 @dataclass(frozen=True)
@@ -112,11 +116,25 @@ FIXED_TABLES = (
     Table("meta", (Column("name", "text", primary_key=True), Column("value", "blob"))),
     Table("rows", _ROW_COLUMNS),
     Table("schemas", (Column("instance", "integer", primary_key=True), Column("body", "blob"))),
-    Table("receipts", (Column("seq", "serial", primary_key=True), Column("body", "text", True))),
+    Table(
+        "receipts",
+        (
+            Column("seq", "serial", primary_key=True),
+            Column("body", "text", True),
+            Column("prev", "text"),
+            Column("signature", "text"),
+        ),
+    ),
     Table("receipt_ids", (Column("id_hash", "text", not_null=True), Column("seq", "bigint"))),
 )
 """The tables every store has, in creation order; besides them one ``contrib_r`` per instance
-(:func:`contrib_table_spec`)."""
+(:func:`contrib_table_spec`). ``receipts.prev`` and ``receipts.signature`` chain and sign the
+log (:mod:`.signing`; NULL for receipts written before the log was signed)."""
+UNSIGNED_RECEIPTS = Table(
+    "receipts", (Column("seq", "serial", primary_key=True), Column("body", "text", True))
+)
+"""``receipts`` as stores made before the log was signed have it (a writable open adds the
+two columns: :meth:`.sql.SQLStore.start_log`)."""
 TABLES = tuple(t.name for t in FIXED_TABLES)
 INDEXES = {"rows_seq": ("rows", "seq"), "receipt_ids_hash": ("receipt_ids", "id_hash")}
 """The indexes besides the primary keys': name → (table, column)."""
@@ -194,6 +212,8 @@ class Found:
     """The contribution columns of ``rows`` (format v2), None when ``rows`` is v3's."""
     tables: set[str]
     """The tables found (any name)."""
+    unsigned_log: bool = False
+    """``receipts`` has no ``prev`` and ``signature`` columns (:data:`UNSIGNED_RECEIPTS`)."""
 
 
 def sqlite_catalogue(execute: Callable[[str], list[tuple]]) -> Found:
@@ -213,6 +233,8 @@ def sqlite_catalogue(execute: Callable[[str], list[tuple]]) -> Found:
             found.tables.add(name)
             if name == "rows":
                 found.v2_columns = _sqlite_rows_layout(tokens, problems)
+            elif name == "receipts" and tokens == sql_tokens(UNSIGNED_RECEIPTS.sql(SQLITE)):
+                found.unsigned_log = True
             elif name in fixed:
                 if tokens != sql_tokens(fixed[name].sql(SQLITE)):
                     problems.append(_changed("table", name, sql))
@@ -320,6 +342,9 @@ def postgres_catalogue(execute: Callable[[str, tuple], list[tuple]], schema: int
             generated = column.pop()
             tables[table].append((*column, generated) if generated else tuple(column))
     for name, columns in tables.items():
+        if name == "receipts" and columns == [c.postgres(name) for c in UNSIGNED_RECEIPTS.columns]:
+            found.unsigned_log = True
+            continue
         found.v2_columns = _postgres_columns(name, columns, problems, found.v2_columns)
     _postgres_indexes(execute, schema, indexes, tables, problems)
     _postgres_attached(execute, schema, problems)

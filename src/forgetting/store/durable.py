@@ -160,6 +160,16 @@ class DurableModel(StoreReads):
     def _create(cls, location, estimator, X, y, ids, **options) -> DurableModel:
         raise NotImplementedError
 
+    def _start_log(self) -> DurableModel:
+        """A writer signs the receipts it adds (:meth:`.sql.SQLStore.start_log`: a store
+        made before the log was signed gets its key pair here); closed if that fails."""
+        try:
+            self._store.start_log(self.estimator.engine_.membership_key)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
     @classmethod
     def _open(cls, store: SQLStore, secret_key: bytes | str | None) -> DurableModel:
         raise NotImplementedError

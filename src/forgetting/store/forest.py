@@ -98,13 +98,13 @@ class DurableForest(DurableModel):
         store, next_seq = create_atomically(
             location, overwrite, fit, lambda new: _write_new(new, estimator, names, store_key)
         )
-        return cls(store, estimator, next_seq, names)
+        return cls(store, estimator, next_seq, names)._start_log()
 
     @classmethod
     def _open(cls, store: SQLStore, secret_key: bytes | str | None) -> DurableForest:
         """Grow the forest again from its store's rows (one fit), every field checked."""
         estimator, next_seq, names = _read(store, secret_key)
-        return cls(store, estimator, next_seq, names)
+        return cls(store, estimator, next_seq, names)._start_log()
 
     # -- serving -------------------------------------------------------------------------
     @property

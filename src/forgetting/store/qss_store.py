@@ -90,13 +90,13 @@ class QSSDurable(DurableModel):
     def _create(cls, location, estimator, X, y, ids, **options) -> QSSDurable:
         """Fit and write a new store (:func:`.create.create_store`: all or nothing)."""
         store, loaded = create_store(location, estimator, X, y, ids, **options)
-        return cls(store, loaded)
+        return cls(store, loaded)._start_log()
 
     @classmethod
     def _open(cls, store: SQLStore, secret_key: bytes | str | None) -> QSSDurable:
         """The model a store holds (a v2 store opened writable is converted to v3 first)."""
         store.upgrade()
-        return cls(store, read_model(store, secret_key))
+        return cls(store, read_model(store, secret_key))._start_log()
 
     # -- properties ----------------------------------------------------------------------
     @property

@@ -16,6 +16,9 @@ from .errors import ReceiptCorrupt
 from .receipt_log import ReceiptFilter
 from .receipt_log import every as every_receipt
 from .receipt_log import page as receipt_page
+from .signed_log import LOG_BATCH
+from .signing import LogReport, export_entry, load_public_key, public_pem, verify_log
+from .sql import SQLStore
 
 
 class StoreReads:
@@ -51,6 +54,23 @@ class StoreReads:
         """Every receipt ``keep`` matches, oldest first, a batch at a time (an export)."""
         return every_receipt(self._receipts_after, keep or ReceiptFilter())
 
+    def iter_log(self, keep: ReceiptFilter | None = None) -> Iterator[dict]:
+        """Every receipt ``keep`` matches, oldest first, as a verifiable export writes it:
+        with its ``seq``, ``prev_hash`` and ``signature`` (:func:`.signing.export_entry`;
+        ``forgetting receipts verify-log --export`` checks an unfiltered one)."""
+        keep = keep or ReceiptFilter()
+        after = -1
+        while True:
+            with self._lock:
+                batch = self._store.log_after(after)
+            for entry in batch:
+                receipt = entry.receipt if entry.receipt is not None else {}
+                if entry.receipt is None or keep.matches(receipt):
+                    yield export_entry({**receipt, "seq": entry.seq}, entry.prev, entry.signature)
+            if not batch or len(batch) < LOG_BATCH:
+                return
+            after = batch[-1].seq
+
     def _receipts_after(self, after: int, limit: int) -> list[tuple[int, dict]]:
         """One batch of the log, read under the model's lock like every use of the store's
         connection (:meth:`receipt`)."""
@@ -65,3 +85,22 @@ def as_receipt(reply: dict) -> Receipt:
         return Receipt.from_dict(reply)
     except ValueError as err:
         raise ReceiptCorrupt(f"the stored receipt of these ids is damaged ({err})") from None
+
+
+def verify_store_log(location: str, public_key: bytes | None = None) -> LogReport:
+    """Check a store's receipt log (:func:`.signing.verify_log`), opened read-only: against
+    ``public_key`` (PEM) when given — one kept apart from the store, so that a log re-signed
+    with a key put in the store in place of its own fails — else the store's own key."""
+    given = None if public_key is None else load_public_key(public_key, "--public-key")
+    store = SQLStore(location, read_only=True)
+    try:
+        own_pem, head = store.log_keys()
+        own = None if own_pem is None else load_public_key(own_pem, "the store's log key")
+        report = verify_log(store.log_entries(), given or own, head)
+    finally:
+        store.close()
+    if given is not None and own is not None and public_pem(given) != public_pem(own):
+        report.notes.append("the store's own public key is not the one given")
+    if own is None:
+        report.notes.append("the store has no signing key yet (never opened by a writer since)")
+    return report

@@ -62,6 +62,7 @@ from .connection import (
 )
 from .errors import ReceiptCorrupt, StoreCorrupt, StoreError, StoreTampered
 from .locks import StoreLock
+from .signed_log import SignedLog
 
 __all__ = ["FORMAT", "FORMAT_V2", "TABLES", "SQLStore", "contrib_table", "is_contrib_table"]
 
@@ -71,8 +72,9 @@ def is_contrib_table(name: str) -> bool:
     return contrib_instance(name) is not None
 
 
-class SQLStore(Connection):
-    """A connection to one model's tables, with the operations DurableModel needs."""
+class SQLStore(SignedLog, Connection):
+    """A connection to one model's tables, with the operations DurableModel needs (the
+    receipt log's signing and chain: :class:`~.signed_log.SignedLog`)."""
 
     def __init__(
         self,
@@ -97,6 +99,7 @@ class SQLStore(Connection):
             self.execute(cur, f"DROP TABLE IF EXISTS {table}")
         self.n_instances = n_instances
         self.format = FORMAT
+        self.unsigned_log = False
         for table in FIXED_TABLES:  # the catalogue an open compares with (catalogue.py)
             self.execute(cur, table.sql(d))
             if table.name == "rows":
@@ -327,13 +330,9 @@ class SQLStore(Connection):
 
     # -- receipts ------------------------------------------------------------------------
     def add_receipt(self, cur, receipt: dict) -> None:
-        body = json.dumps(receipt, sort_keys=True)
-        if self.dialect is POSTGRES:
-            seq = self.execute(
-                cur, "INSERT INTO receipts (body) VALUES (?) RETURNING seq", (body,)
-            ).fetchone()[0]
-        else:
-            seq = self.execute(cur, "INSERT INTO receipts (body) VALUES (?)", (body,)).lastrowid
+        """Append a receipt to the log, chained and signed (:meth:`SignedLog.start_log`
+        must have run), with its id hashes' index."""
+        seq = self._append_receipt(cur, receipt)
         self.executemany(
             cur,
             "INSERT INTO receipt_ids (id_hash, seq) VALUES (?, ?)",
@@ -435,6 +434,7 @@ class SQLStore(Connection):
             )
         if found.problems or not found.has_meta:
             return found
+        self.unsigned_log = found.unsigned_log
         meta = self.meta(cur)
         found.problems += layout_problems(found, self.n_instances, self.format == FORMAT_V2)
         sequences = []
