@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 
@@ -122,19 +123,35 @@ def test_every_receipt_is_chained_signed_and_verifies(db, family):
     assert report.ok and report.receipts == n + 1
 
 
-def _unsign(path) -> None:
+def _execute(location: str, *statements: str, params: tuple = ()) -> None:
+    """Run statements on a store's database behind the library's back (SQLite or PG)."""
+    if location.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(location) as con:
+            for statement in statements:
+                con.execute(statement.replace("?", "%s"), params or None)
+        return
+    with sqlite3.connect(location) as con:
+        for statement in statements:
+            con.execute(statement, params)
+    sqlite3.connect(location).close()
+
+
+def _unsign(location: str) -> None:
     """Make a store look as stores made before the log was signed do."""
-    with sqlite3.connect(path) as con:
-        con.execute("ALTER TABLE receipts DROP COLUMN prev")
-        con.execute("ALTER TABLE receipts DROP COLUMN signature")
-        con.execute("DELETE FROM meta WHERE name LIKE 'log_%'")
-    sqlite3.connect(path).close()
+    _execute(
+        location,
+        "ALTER TABLE receipts DROP COLUMN prev",
+        "ALTER TABLE receipts DROP COLUMN signature",
+        "DELETE FROM meta WHERE name IN ('log_public_key', 'log_private_key', 'log_head')",
+    )
 
 
-def test_a_store_made_before_the_log_was_signed_signs_from_its_first_writable_open(tmp_path):
+def test_a_store_made_before_the_log_was_signed_signs_from_its_first_writable_open(db):
     X, y = classification_data()
     ids = user_ids(len(y))
-    path = str(tmp_path / "old.db")
+    path = db
     with DurableModel.create(path, QSSClassifier(**FAST), X, y, ids) as model:
         model.forget([ids[1]])
         model.forget([ids[2]])
@@ -147,14 +164,13 @@ def test_a_store_made_before_the_log_was_signed_signs_from_its_first_writable_op
     assert any("no signing key" in note for note in report.notes)
     with DurableModel.open(path) as model:
         model.forget([ids[3]])
+        first = model.lookup(ids[1])["receipts"][0]
     report = verify_store_log(path)
     assert (report.unsigned, report.signed, report.problem) == (2, 1, None) and not report.ok
     # an unsigned receipt slipped in after the log was signed is found
-    with sqlite3.connect(path) as con:
-        body = con.execute("SELECT body FROM receipts WHERE seq = 1").fetchone()[0]
-        con.execute("INSERT INTO receipts (seq, body) VALUES (9, ?)", (body,))
+    _execute(path, "INSERT INTO receipts (seq, body) VALUES (99, ?)", params=(json.dumps(first),))
     report = verify_store_log(path)
-    assert report.bad_seq == 9 and "unsigned" in report.problem
+    assert report.bad_seq == 99 and "unsigned" in report.problem
 
 
 def test_before_the_first_signed_receipt_the_head_names_the_last_older_one(tmp_path):
