@@ -27,6 +27,7 @@ from .signing import (
     new_keys,
 )
 
+_SET_HEAD = "UPDATE meta SET value = ? WHERE name = ?"
 #: Log entries read per query.
 LOG_BATCH = 1000
 
@@ -82,18 +83,28 @@ class SignedLog:
                 "log (SQLStore.start_log); nothing was written"
             )
         prev = self._head(cur) or GENESIS  # GENESIS: the head names no signed receipt yet
-        seq = self._insert_receipt(
-            cur, "INSERT INTO receipts (body, prev) VALUES (?, ?)", (body, prev)
-        )
+        seq = self._next_seq(cur)
         digest, signature = self.signer.sign_entry(receipt, seq, prev)
-        self.execute(cur, "UPDATE receipts SET signature = ? WHERE seq = ?", (signature, seq))
-        self.set_meta(cur, HEAD, self.signer.head(seq, digest))
+        self.execute(
+            cur,
+            "INSERT INTO receipts (seq, body, prev, signature) VALUES (?, ?, ?, ?)",
+            (seq, body, prev, signature),
+        )
+        head = self.signer.head(seq, digest)
+        if self.execute(cur, _SET_HEAD, (head, HEAD)).rowcount != 1:
+            self.set_meta(cur, HEAD, head)
         return seq
 
-    def _insert_receipt(self, cur, query: str, params: tuple) -> int:
+    def _next_seq(self, cur) -> int:
+        """The sequence number the next receipt gets, as the column's own default would give
+        it: PostgreSQL's sequence; SQLite's AUTOINCREMENT (above any number ever used)."""
         if self.dialect is POSTGRES:
-            return int(self.execute(cur, query + " RETURNING seq", params).fetchone()[0])
-        return int(self.execute(cur, query, params).lastrowid)
+            return int(self.execute(cur, "SELECT nextval('receipts_seq_seq')").fetchone()[0])
+        used = self.execute(
+            cur, "SELECT seq FROM sqlite_sequence WHERE name = 'receipts'"
+        ).fetchone()
+        last = self.execute(cur, "SELECT MAX(seq) FROM receipts").fetchone()[0]
+        return max(int(used[0]) if used else 0, int(last or 0)) + 1
 
     def _head(self, cur) -> str | None:
         """The hash the log's head names (None before the first signed receipt)."""
