@@ -14,7 +14,15 @@ from forgetting import ExactForestClassifier, QSSClassifier
 from forgetting.receipts import Receipt
 from forgetting.store import DurableModel
 from forgetting.store.reads import verify_store_log
-from forgetting.store.signing import GENESIS, Signer, SigningKeyError, new_keys
+from forgetting.store.signing import (
+    GENESIS,
+    Signer,
+    SigningKeyError,
+    load_public_key,
+    new_keys,
+    verify_log,
+)
+from forgetting.store.sql import SQLStore
 
 
 @pytest.fixture(params=["qss", "forest"])
@@ -200,3 +208,22 @@ def test_the_signing_key_opens_only_with_the_membership_key():
     with pytest.raises(SigningKeyError):  # one key pair's public key, another's private key
         Signer.unlock({**keys, "log_public_key": other["log_public_key"]}, b"k" * 32)
     assert b"PRIVATE" not in keys["log_private_key"] and len(keys["log_private_key"]) == 64
+
+
+def test_receipts_added_while_the_log_is_checked_do_not_fail_it(tmp_path):
+    """The head is read before the entries: a receipt a writer adds in between is checked by
+    its chain, not reported as a head mismatch."""
+    X, y = classification_data()
+    ids = user_ids(len(y))
+    path = str(tmp_path / "s.db")
+    with DurableModel.create(path, QSSClassifier(**FAST), X, y, ids) as model:
+        model.forget([ids[1]])
+        reader = SQLStore(path, read_only=True)
+        try:
+            pem, head = reader.log_keys()
+            model.forget([ids[2]])
+            model.forget([ids[3]])
+            report = verify_log(reader.log_entries(), load_public_key(pem), head)
+        finally:
+            reader.close()
+    assert report.ok and report.receipts == 3

@@ -211,34 +211,43 @@ def verify_log(
     """Check a log, oldest first: unsigned receipts (from before the log was signed) only
     before the first signed one, whose ``prev`` is :data:`GENESIS`; each signed receipt's
     ``prev`` the hash of the one before, its sequence number above it, its signature valid
-    under ``key``; and, for a store's log (``whole``), the signed ``head`` naming the last
-    receipt (or, before the first signed receipt, the last of the older unsigned ones).
-    Stops at the first bad receipt."""
+    under ``key``; and, for a store's log (``whole``), the signed ``head`` — read before the
+    entries — naming a receipt of the log with its hash (before the first signed receipt:
+    the last of the older unsigned ones). Receipts after the head's are those a writer added
+    meanwhile: their chain is checked. Stops at the first bad receipt."""
     report = LogReport()
     parsed, head_problem = _parse_head(head, key) if whole else (None, None)
     unsigned_until = parsed[0] if parsed is not None and parsed[1] == GENESIS else None
     last_hash: str | None = None
     last_seq: int | None = None
+    at_head: tuple[bool, str | None] | None = None  # (signed, hash) of the head's receipt
     for entry in entries:
         report.receipts += 1
         report.first_seq = entry.seq if report.first_seq is None else report.first_seq
         report.last_seq = entry.seq
         problem = _entry_problem(entry, key, last_hash, last_seq)
-        if problem is None and entry.signature is None and head_problem is None:
-            if unsigned_until is not None and entry.seq > unsigned_until:
+        if problem is None and head_problem is None and unsigned_until is not None:
+            if entry.signature is None and entry.seq > unsigned_until:
                 problem = "unsigned, but written after the log was signed (a forged receipt?)"
+            elif entry.signature is not None and entry.seq <= unsigned_until:
+                problem = (
+                    "signed, but the log's signed head says the log was signed after it (the "
+                    "head was replaced by an older copy)"
+                )
         if problem is not None:
             report.bad_seq, report.problem = entry.seq, f"receipt {entry.seq}: {problem}"
             return report
         last_seq = entry.seq
         if entry.signature is None:
             report.unsigned += 1
-            continue
-        report.signed += 1
-        last_hash = entry_hash(entry.receipt, entry.seq, entry.prev)  # type: ignore[arg-type]
+        else:
+            report.signed += 1
+            last_hash = entry_hash(entry.receipt, entry.seq, entry.prev)  # type: ignore[arg-type]
+        if parsed is not None and entry.seq == parsed[0]:
+            at_head = (entry.signature is not None, last_hash)
     report.head_hash = last_hash
     if whole:
-        report.problem = head_problem or _head_problem(parsed, key, last_seq, last_hash, report)
+        report.problem = head_problem or _head_problem(parsed, at_head, last_seq, report)
     return report
 
 
@@ -290,41 +299,32 @@ def _parse_head(head, key) -> tuple[tuple[int, str] | None, str | None]:
     return (seq, digest), None
 
 
-def _head_problem(parsed, key, last_seq, last_hash, report: LogReport) -> str | None:
-    """Whether the store's signed head names the end of the log."""
+def _head_problem(parsed, at_head, last_seq, report: LogReport) -> str | None:
+    """Whether the store's signed head names a receipt of the log, as it was signed."""
     if parsed is None:
         return None
     seq, digest = parsed
-    end = "no receipt" if last_seq is None else f"receipt {last_seq}"
-    if digest == GENESIS:  # no signed receipt yet: the head names the last older receipt
-        if last_hash is not None:
-            report.bad_seq = last_seq
-            return (
-                "the log's signed head names no signed receipt, yet the log holds some: the "
-                "head was replaced by an older copy"
-            )
-        if seq > (last_seq or 0):
-            report.bad_seq = seq
-            return (
-                f"receipt {seq}: missing — the log's signed head names it, but the log ends "
-                f"at {end}"
-            )
+    if seq == 0 and digest == GENESIS:  # signed before any receipt was written
         return None
-    if last_hash is None:
-        report.bad_seq = seq
+    report.bad_seq = seq
+    if at_head is None:
+        end = "no receipt" if last_seq is None else f"receipt {last_seq}"
         return (
-            f"receipt {seq}: not signed — the log's signed head names it as signed, but no "
-            "receipt of the log is (signatures were stripped)"
+            f"receipt {seq}: missing — the log's signed head names it (receipts were removed "
+            f"or cut off the end: the log ends at {end})"
         )
-    if last_seq is None or seq > last_seq:
-        report.bad_seq = seq
+    signed, found = at_head
+    if digest == GENESIS:  # the last receipt from before the log was signed
+        if signed:
+            return f"receipt {seq}: signed, but the log's signed head names it as unsigned"
+    elif not signed:
         return (
-            f"receipt {seq}: missing — the log's signed head names it, but the log ends at "
-            f"{end} (receipts were cut off its end)"
+            f"receipt {seq}: not signed, but the log's signed head names it as signed "
+            "(signatures were stripped)"
         )
-    if seq != last_seq or digest != last_hash:
-        report.bad_seq = last_seq
-        return f"receipt {last_seq}: not the receipt the log's signed head names (receipt {seq})"
+    elif found != digest:
+        return f"receipt {seq}: not the receipt the log's signed head names (another hash)"
+    report.bad_seq = None
     return None
 
 
