@@ -164,7 +164,8 @@ class DurableModel(StoreReads):
         """A writer signs the receipts it adds (:meth:`.sql.SQLStore.start_log`: a store
         made before the log was signed gets its key pair here); closed if that fails."""
         try:
-            self._store.start_log(self.estimator.engine_.membership_key)
+            with self._lock:  # the store's connection: a persister thread may be writing
+                self._store.start_log(self.estimator.engine_.membership_key)
         except BaseException:
             self.close()
             raise

@@ -75,7 +75,7 @@ class SignedLog:
             ) from None
 
     def _append_receipt(self, cur, receipt: dict) -> int:
-        """Insert one receipt (chained and signed when this writer signs); its seq."""
+        """Insert one receipt, chained to the head and signed, and move the head; its seq."""
         body = json.dumps(receipt, sort_keys=True)
         if self.signer is None:
             raise StoreError(
