@@ -332,3 +332,30 @@ def test_console_wording_for_a_forest_beside_a_qss_model(tmp_path):
     finally:
         qss.close()
         forest.close()
+
+
+def test_a_reason_is_text_in_every_page_that_shows_it(two):
+    """A reason is the requester's free text: the console escapes it wherever it shows it
+    (the deletion's outcome, find, the log), and the JSON keeps it exactly."""
+    crm, _, client, ids, _ = two
+    payload = '<script>alert("r")</script><img src=x onerror=alert(1)>'
+    first = client.get("/")
+    signed = client.post("/console/login", data={"token": TOKEN, "csrf": csrf_of(first.text)})
+    person = ids[21]
+    review = client.post(
+        "/console/forget/confirm", data={"csrf": csrf_of(signed.text), "id": person}
+    )
+    r = client.post(
+        "/console/forget",
+        data={"csrf": csrf_of(review.text), "ids": [person], "reason": payload},
+    )
+    assert r.status_code == 200, r.text
+    pages = [
+        r.text,
+        client.get("/console/find", params={"id": person}).text,
+        client.get("/console/log", params={"model": "crm"}).text,
+    ]
+    for page in pages:
+        assert payload not in page and "<img src=x" not in page
+        assert "&lt;script&gt;alert(" in page
+    assert crm.lookup(person)["receipts"][-1]["reason"] == payload
