@@ -5,7 +5,8 @@
 Why: "forgotten" and "private" are claims; this module attacks them. Three parts, one run:
 
 1. **LiRA** (Carlini et al. 2022, :mod:`forgetting.audit.lira`) on QSS-E, QSS-L, SISA, the
-   retrain oracle — and QSS-DP at ``--dp-epsilons`` when ``QSSClassifier(mode="dp")`` exists
+   retrain oracle — and QSS-DP at ``--dp-epsilons`` when ``QSSClassifier(mode="dp")`` exists;
+   with ``--models`` also the exact forest and a random forest (:mod:`.privacy_forest`)
    — on Adult and MNIST (HOG features): ROC AUC with a row-clustered bootstrap interval,
    TPR at 0.1 % and 1 % FPR, online and offline, log-log ROC plots.
 2. **Unlearning audit**: fresh targets forget R ⊂ their rows; LiRA then attacks R against
@@ -34,6 +35,8 @@ from tqdm import tqdm
 
 from forgetting_lab.audits.lira import AuditData, audit_model, load_audit_data, result_rows
 
+from .privacy_forest import audit_tree_model, is_tree_model
+from .privacy_forest import notes as tree_notes
 from .report import write_results
 
 EXPECTED_DURATION = "about 19 min on 2 cores (results/privacy.md)"
@@ -122,25 +125,27 @@ def lira_stage(args: argparse.Namespace, dp: bool, figures: dict[str, str], comm
     attacks: list[dict] = []
     audits: list[dict] = []
     models = [(m, None) for m in args.models.split(",") if m]
-    if dp:
+    if dp and args.dp_epsilons.strip().lower() not in ("", "none"):
         models += [("qss-dp", e) for e in parse_epsilons(args.dp_epsilons)]
     for name, pool, background in parse_lira_datasets(args.lira_datasets):
         data: AuditData = load_audit_data(name, pool, background, seed=args.seed)
         curves = {}
-        for model, epsilon in tqdm(models, desc=f"LiRA {name}", unit="model"):
+        # MODEL@DATASET attacks MODEL on that dataset only (e.g. retrain-hgb@adult).
+        chosen = [(m.split("@")[0], e) for m, e in models if m.split("@")[-1] in (m, name)]
+        for model, epsilon in tqdm(chosen, desc=f"LiRA {name}", unit="model"):
             started = time.perf_counter()
-            out = audit_model(
-                data,
-                model,
-                n_shadow=args.n_shadow,
-                seed=args.seed,
-                epsilon=epsilon,
-                delta=DELTA,
-                n_forget=args.forget,
-                n_targets=args.targets,
-                fix_variance=args.fix_variance,
-                n_boot=args.bootstrap,
-            )
+            common = {
+                "n_shadow": args.n_shadow,
+                "seed": args.seed,
+                "n_forget": args.forget,
+                "n_targets": args.targets,
+                "fix_variance": args.fix_variance,
+                "n_boot": args.bootstrap,
+            }
+            if is_tree_model(model):
+                out = audit_tree_model(data, model, **common)
+            else:
+                out = audit_model(data, model, epsilon=epsilon, delta=DELTA, **common)
             rows, audit_rows = result_rows(data, out)
             seconds = time.perf_counter() - started
             for r in rows + audit_rows:
@@ -299,6 +304,8 @@ def notes(args: argparse.Namespace, dp: bool, figures: dict[str, str], seconds: 
             "regression (the oracle).",
             "",
         ]
+        if any(is_tree_model(m.split("@")[0]) for m in args.models.split(",")):
+            lines += [tree_notes(), ""]
     if not args.skip_accuracy and dp:
         lines += [
             "**Accuracy vs ε**: "
@@ -335,12 +342,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="NAME=POOL+BACKGROUND list for LiRA (default %(default)s)",
     )
     parser.add_argument(
-        "--models", default=DEFAULT_MODELS, help="models to attack (default %(default)s)"
+        "--models",
+        default=DEFAULT_MODELS,
+        help="models to attack (default %(default)s); also forest, forest-leafN (the exact "
+        "forest at its defaults / with min_samples_leaf=N) and retrain-rf (a random forest); "
+        "MODEL@DATASET attacks MODEL on that dataset only",
     )
     parser.add_argument(
         "--dp-epsilons",
         default=DEFAULT_DP_EPSILONS,
-        help="ε values of QSS-DP to attack, if mode='dp' exists (default %(default)s)",
+        help="ε values of QSS-DP to attack, if mode='dp' exists; 'none' attacks no QSS-DP "
+        "(default %(default)s)",
     )
     parser.add_argument("--n-shadow", type=int, default=32, help="shadow models (default 32)")
     parser.add_argument(
