@@ -89,6 +89,14 @@ def test_one_request_two_models_signed_receipts_and_one_digest(audit, capsys):
         "crm": "forgotten",
         "billing": "forgotten",
     }
+    # The API's JSON export is the signed log: an auditor checks it offline, with the key.
+    exports = {}
+    for name in ("crm", "billing"):
+        r = client.get("/receipts/export", params={"model": name, "format": "json"}, headers=auth)
+        assert r.status_code == 200, r.text
+        exports[name] = tmp_path / f"{name}.json"
+        exports[name].write_bytes(r.content)
+        assert all("signature" in entry for entry in json.loads(r.content))
     crm.wait_for_rebuilds()
     billing.wait_for_rebuilds()
     crm.close()
@@ -100,6 +108,16 @@ def test_one_request_two_models_signed_receipts_and_one_digest(audit, capsys):
             capsys, "receipts", "verify-log", "--store", store, "--public-key", keys[name]
         )
         assert code == 0, out + err
+        code, out, err = cli(
+            capsys, "receipts", "verify-log", "--export", exports[name], "--public-key", keys[name]
+        )
+        assert code == 0, out + err
+        swapped = tmp_path / f"{name}-other.json"  # signed, but by the other store's key
+        swapped.write_bytes(exports["billing" if name == "crm" else "crm"].read_bytes())
+        code, out, err = cli(
+            capsys, "receipts", "verify-log", "--export", swapped, "--public-key", keys[name]
+        )
+        assert code == 3, out + err
         code, out, err = cli(
             capsys, "verify", "--store", store, "--secret-key-file", key_file, "--json"
         )

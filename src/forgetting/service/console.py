@@ -70,6 +70,7 @@ from .fleet import (
     forget_in,
     lookup_in,
 )
+from .receipt_log import exported
 from .recovery import one_line
 from .signin import SignInForms, SignInLimiter, new_binding
 
@@ -331,7 +332,7 @@ def add_console(app: FastAPI, fleet: Fleet, config: ServiceConfig) -> None:
                 raise ValueError("format: csv or json")
             keep = log_filter(query)
             served.recovery.require_available()
-            receipts = served.model.iter_receipts(keep)
+            receipts = exported(served.model, fmt)(keep)
             first = next(receipts, None)
         except (StoreCorrupt, RecursionError) as err:
             return page(request, "error.html", session, code=409, message=one_line(err, 200))

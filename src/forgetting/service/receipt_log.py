@@ -106,10 +106,13 @@ def add_receipt_log(router: APIRouter, fleet: Fleet, token: list) -> None:
         """Every receipt the filters keep, oldest first, streamed: CSV (one line per
         receipt; hashes and instances space-separated; cells that would start a formula
         prefixed with ``'``) or one JSON array. The evidence an auditor asks for. Each
-        receipt carries the ``operator`` who made the change and its ``reason`` when set."""
+        receipt carries the ``operator`` who made the change and its ``reason`` when set;
+        in JSON also its ``seq``, ``prev_hash`` and ``signature``, so that an unfiltered
+        export verifies offline (``forgetting receipts verify-log --export FILE
+        --public-key KEY``)."""
         keep = _filter(since, until, operation, scope, instance)
         model = fleet.pick(model_name, "export").model
-        receipts = model.iter_receipts(keep)
+        receipts = exported(model, format)(keep)
         try:  # the first batch here: a damaged log answers 409, not a cut stream
             first = next(receipts, None)
         except (StoreCorrupt, RecursionError) as err:
@@ -221,3 +224,12 @@ def _lookup(model, raw: str, id_type: str):
             status_code=status.HTTP_404_NOT_FOUND,
         )
     return finite({**found, "receipts": checked})
+
+
+def exported(model, format: str):
+    """How an export reads a model's receipts: in JSON, the store's verifiable log (each
+    receipt with its ``seq``, ``prev_hash`` and ``signature``) when the model keeps one; in
+    CSV, or for a model without a log, the receipts alone."""
+    if format == "json" and hasattr(model, "iter_log"):
+        return model.iter_log
+    return model.iter_receipts
