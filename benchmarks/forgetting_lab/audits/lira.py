@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,10 +164,42 @@ def audit_model(
     Returns the attack results and test accuracy of a model trained on the whole pool half
     of the first shadow (a representative fit).
     """
-    from forgetting.audit.lira import fit_model, run_lira, training_set, unlearning_audit
-
     factory = make_factory(model, rho=data.rho, seed=seed, epsilon=epsilon, delta=delta)
     label = model if model != "qss-dp" else f"qss-dp ε={epsilon:g}"
+    return audit_factory(
+        data,
+        factory,
+        label,
+        n_shadow=n_shadow,
+        seed=seed,
+        n_forget=n_forget,
+        n_targets=n_targets,
+        fix_variance=fix_variance,
+        n_boot=n_boot,
+        progress=progress,
+        unlabeled=-1 if model == "qss-l" else None,
+    )
+
+
+def audit_factory(
+    data: AuditData,
+    factory: Callable[[], Any],
+    label: str,
+    *,
+    n_shadow: int,
+    seed: int,
+    n_forget: int,
+    n_targets: int,
+    fix_variance: bool,
+    n_boot: int,
+    progress: bool,
+    unlabeled: int | None = None,
+) -> dict[str, Any]:
+    """LiRA and the unlearning audit of the models ``factory`` makes (the body of
+    :func:`audit_model`, shared with the tree models of ``bench/privacy_forest.py``);
+    ``unlabeled`` is the label a refit gives forgotten rows (QSS-L's −1), else None."""
+    from forgetting.audit.lira import fit_model, run_lira, training_set, unlearning_audit
+
     result = run_lira(
         factory,
         data.X_pool,
@@ -194,7 +227,7 @@ def audit_model(
             seed=seed + 1,
             background=data.background,
             fix_variance=fix_variance,
-            unlabeled=-1 if model == "qss-l" else None,
+            unlabeled=unlabeled,
             n_boot=n_boot,
         )
     return out

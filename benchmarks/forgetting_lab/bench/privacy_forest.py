@@ -16,8 +16,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
-
 FOREST_SECRET_PREFIX = "lira-forest-audit-secret-"
 """The forest's membership key (D° rows) is keyed; the audit uses a fixed per-seed secret so
 that runs are reproducible (the attacker never uses it)."""
@@ -69,39 +67,20 @@ def audit_tree_model(
     The forest's ``forget`` may rebuild an instance in the background; the audit waits for it
     (``wait_for_rebuilds``) before scoring, so the model attacked is the one a refit gives.
     """
-    from forgetting.audit.lira import fit_model, run_lira, training_set, unlearning_audit
+    from ..audits.lira import audit_factory
 
-    factory = make_tree_factory(model, seed=seed)
-    result = run_lira(
-        factory,
-        data.X_pool,
-        data.y_pool,
+    return audit_factory(
+        data,
+        make_tree_factory(model, seed=seed),
+        model,
         n_shadow=n_shadow,
         seed=seed,
-        background=data.background,
+        n_forget=n_forget,
+        n_targets=n_targets,
         fix_variance=fix_variance,
         n_boot=n_boot,
         progress=progress,
-        desc=f"{data.name} {model} shadows",
     )
-    member = result.shadows.keep[0]
-    fitted = fit_model(factory, *training_set(data.X_pool, data.y_pool, member, data.background))
-    accuracy = float(np.mean(fitted.predict(data.X_test) == data.y_test))
-    out: dict[str, Any] = {"label": model, "lira": result, "accuracy": accuracy, "audit": None}
-    if n_forget > 0:
-        out["audit"] = unlearning_audit(
-            factory,
-            data.X_pool,
-            data.y_pool,
-            result.shadows,
-            n_forget=n_forget,
-            n_targets=n_targets,
-            seed=seed + 1,
-            background=data.background,
-            fix_variance=fix_variance,
-            n_boot=n_boot,
-        )
-    return out
 
 
 def notes() -> str:
