@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from forgetting import __version__
-from forgetting.estimators import defaults_fingerprint
+from forgetting.estimators import defaults_fingerprints
 
 
 def markdown_table(rows: list[dict], columns: list[str]) -> str:
@@ -43,6 +43,20 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def library_line() -> str:
+    """The results header's "Library:" line: the version and each model family's shipped
+    defaults fingerprint (tests/test_results_staleness.py reads the QSS one as "shipped
+    defaults fingerprint" and the forest's as "forest defaults fingerprint")."""
+    prints = defaults_fingerprints()
+    return (
+        f"Library: forgetting {__version__}; shipped defaults fingerprint {prints['qss']} "
+        "(forgetting.estimators.defaults_fingerprint: a QSS model built with the defaults "
+        "here is the one the library ships while it matches); forest defaults fingerprint "
+        f"{prints['forest']} (defaults_fingerprints()['forest']: the same for the exact "
+        "forest)"
+    )
+
+
 def write_results(
     out_dir: Path,
     name: str,
@@ -61,9 +75,7 @@ def write_results(
         f"Python {platform.python_version()}; "
         f"1-min load average when written {os.getloadavg()[0]:.2f} "
         "(other jobs slow absolute times; ratios within a run are the point)",
-        f"Library: forgetting {__version__}; shipped defaults fingerprint "
-        f"{defaults_fingerprint()} (forgetting.estimators.defaults_fingerprint: a QSS "
-        "model built with the defaults here is the one the library ships while it matches)",
+        library_line(),
         "",
     ]
     body = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..snapshots import ModelSnapshot
 from .base import UnlearningEstimator
+from .fingerprints import FAMILIES, defaults_fingerprints
 from .forest import ExactForestClassifier, ExactForestRegressor
 from .qss import QSSClassifier, QSSRegressor, RowSource, defaults_fingerprint
 
@@ -23,7 +24,9 @@ __all__ = [
     "QSSRegressor",
     "RowSource",
     "UnlearningEstimator",
+    "FAMILIES",
     "defaults_fingerprint",
+    "defaults_fingerprints",
     "estimator_classes",
     "restore_estimator",
 ]
