@@ -185,25 +185,54 @@ def test_a_rebuild_whose_snapshot_a_later_change_outdates_starts_over_when_it_la
     assert gate.fits == 2
 
 
-def test_with_every_instance_rebuilding_requests_wait_for_the_first(monkeypatch):
+def test_a_hit_on_the_last_serving_instance_refits_it_in_the_call(monkeypatch):
+    """Issue 69: with every other instance rebuilding, a hit on the last one serving used to
+    send it away too, and the next request waited for a rebuild to land. Now that instance
+    takes the change in the call (a refit of it alone): requests are served at once, by
+    an instance that is exactly a refit's, while the others' fits are held at the gate."""
     X, y, ids = _data()
     model = ExactForestClassifier(**PARAMS).fit(X, y, ids)
     gate = Gate(monkeypatch)
     a, b, c = (_only_in(model, r)[0] for r in (1, 2, 0))
     assert model.forget([a]).rebuild_started
     assert model.forget([b]).rebuild_started
-    receipt = model.forget([c])  # the last serving instance: it rebuilds too
-    assert receipt.instances_hit == (0,) and receipt.rebuild_started
-    assert model.engine_.rebuilding == [0, 1, 2]
-    assert not any(s["valid"] for s in model.engine_.instance_stats())
+    receipt = model.forget([c])  # the last serving instance: it refits in the call
+    assert receipt.instances_hit == (0,)
+    assert model.engine_.rebuilding == [1, 2]
+    assert [s["valid"] for s in model.engine_.instance_stats()] == [True, False, False]
+    assert model.engine_.kept_serving == 1
+    served = []
+    reader = threading.Thread(target=lambda: served.append(model.predict_proba(X)))
+    reader.start()
+    reader.join(60)  # the gate is still closed: a wait for a rebuild would hang here
+    assert not reader.is_alive() and model.engine_.serve_waits == 0
+    ref = _refit(model, X, y, ids)
+    assert np.array_equal(served[0], ref.engine_.instance(0).predict_proba(X))
+    assert gate.fits == 1  # only the first rebuild reached its fit (one at a time)
+    gate.open()
+    _assert_refit(model, X, y, ids)
+    assert model.engine_.serve_waits == 0
+
+
+def test_requests_wait_for_a_rebuild_only_when_none_serves(monkeypatch):
+    """A model whose every instance was sent away (here by hand: no change does that any
+    more) waits for the first rebuild to land, and counts the wait."""
+    X, y, ids = _data()
+    model = ExactForestClassifier(**PARAMS).fit(X, y, ids)
+    engine = model.engine_
+    gate = Gate(monkeypatch)
+    with engine.locked():
+        for r in range(3):
+            engine._forests[r] = None
+            engine._start_rebuild(r)
     served = []
     reader = threading.Thread(target=lambda: served.append(model.predict_proba(X[:3])))
     reader.start()
-    reader.join(0.3)
-    assert reader.is_alive() and not served  # waits for a rebuild to land
+    gate.reached()
+    assert not served
     gate.open()
     reader.join(60)
-    assert len(served) == 1
+    assert len(served) == 1 and engine.serve_waits == 1
     _assert_refit(model, X, y, ids)
 
 
@@ -224,7 +253,7 @@ def test_rebuilds_fit_one_at_a_time_and_the_first_lands_first(monkeypatch):
     """Three hits at once: the rebuild threads take turns (each fit on every core), so the
     first lands in its own fit's time rather than all three late together."""
     X, y, ids = _data()
-    model = ExactForestClassifier(**PARAMS).fit(X, y, ids)
+    model = ExactForestClassifier(**{**PARAMS, "n_instances": 4}).fit(X, y, ids)
     real = forest_core.ExactForest.grow
     running, most, landed = [0], [0], []
     count = threading.Lock()
@@ -244,7 +273,7 @@ def test_rebuilds_fit_one_at_a_time_and_the_first_lands_first(monkeypatch):
                     running[0] -= 1
 
     monkeypatch.setattr(forest_core.ExactForest, "grow", fit)
-    for r in (1, 2, 0):
+    for r in (1, 2, 3):  # instance 0 serves meanwhile
         assert model.forget([_only_in(model, r)[0]]).rebuild_started
     _assert_refit(model, X, y, ids)
     assert most[0] == 1 and len(landed) == 3

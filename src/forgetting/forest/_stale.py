@@ -222,18 +222,21 @@ def flush_tree(A, t, ranges, buf):
 
 
 @jit
-def flush_rows(A, codes, start_row, ranges, scratch, budget):
+def flush_rows(A, codes, start_row, ranges, scratch, budget, whole_rows):
     """Build the stale nodes on the paths of rows with these bin codes (what a prediction
     of them reads), rows[start_row:] in every tree, rehashing each rebuilt node's ancestors:
     whole subtrees while the rows rebuilt stay within ``budget``, then one node at a time
     (``build(expand=True)``: a stale node becomes its split over two stale children, so a
-    path costs its nodes' rows, not whole subtrees). Whole rebuilds leave nothing stale for
-    later forgets to walk into (a stale node drops a row by a scan of its rows); node at a
-    time bounds the wait after a batch that left much of the forest stale.
+    path costs its nodes' rows, not whole subtrees). A stale node of more than
+    ``whole_rows`` rows is always built one node at a time: its split costs its rows once,
+    a whole rebuild about their number times the depth, so one forget that flipped a node
+    high in a tree does not make the next prediction wait for that whole subtree. Whole
+    rebuilds leave nothing stale for later forgets to walk into (a stale node drops a row
+    by a scan of its rows); node at a time bounds the wait.
 
     IN: ``codes`` (n, d) uint8 the rows' bin codes; ``ranges`` = (lo0, hi0) the root's
-    feasible codes; ``budget`` rows that whole rebuilds may take. SCRATCH: ``scratch`` =
-    (buf, path).
+    feasible codes; ``budget`` rows that whole rebuilds may take in all, ``whole_rows``
+    the most rows of one stale node built whole. SCRATCH: ``scratch`` = (buf, path).
     Returns -1 when done, else the index i * trees + t of the (row, tree) that found an
     array full: grow, and call again from there."""
     lo0, hi0 = ranges
@@ -250,7 +253,7 @@ def flush_rows(A, codes, start_row, ranges, scratch, budget):
             seed = A.seeds[t]
             while True:
                 if A.feat[v] == STALE:
-                    whole = A.n[v] <= budget
+                    whole = A.n[v] <= budget and A.n[v] <= whole_rows
                     if whole:
                         budget -= A.n[v]
                     new = rebuild_stale(A, v, (depth, seed, lo, hi), buf, not whole)

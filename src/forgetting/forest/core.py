@@ -65,6 +65,10 @@ WHOLE_REBUILD_SHARE = 8
 paths one node at a time (:func:`._stale.flush_rows`): after one-row forgets it rebuilds what
 they flipped, as before; after a batch that left much of the forest stale it waits for its
 paths only."""
+WHOLE_REBUILD_ROWS = 4096
+"""... and a stale node whole only when it holds at most this many rows; a bigger one is
+built one node at a time along the paths read (issue 69: whole rebuilds cost flights'
+one-row predictions 12.6 ms at the mean)."""
 TARGET_LEVELS = 1024
 """Regression: targets are quantized to this many levels on a grid fixed by D° (its range,
 widened by half of it on each side; values beyond are clipped), so every node's sum of q
@@ -330,11 +334,12 @@ class ExactForest:
             self.rows.remove(slots)
             return refitted
 
-    def forget_slots(self, slots: np.ndarray) -> bool:
+    def forget_slots(self, slots: np.ndarray, refits: bool | None = None) -> bool:
         """Take the rows at ``slots`` out of the trees (they are still in the table, which
-        drops them next); True when that refits the forest on the other rows."""
+        drops them next); True when that refits the forest on the other rows. ``refits``:
+        :meth:`forget_refits` of these slots when the caller has it already."""
         with self._lock:
-            if self.forget_refits(slots):
+            if self.forget_refits(slots) if refits is None else refits:
                 self.grow(exclude=slots)
                 return True
             self._update(slots.astype(np.int32), -1)
@@ -393,7 +398,7 @@ class ExactForest:
         serialization, pickling, a large prediction)."""
         if self.A.top[TOP_STALE] == 0:
             return
-        buf = np.empty(self.n_rows + 1, np.int32)
+        buf = self._scratch(self.n_rows + 1)
         for t in range(self.config.n_trees):
             while _stale.flush_tree(self.A, t, (self._lo0, self._hi0), buf) < 0:
                 self._grow_for_builds()
@@ -407,16 +412,23 @@ class ExactForest:
         if len(codes) > FLUSH_PATH_ROWS:
             self.flush()
             return
-        buf = np.empty(self.n_rows + 1, np.int32)
-        budget = self.n_rows // WHOLE_REBUILD_SHARE
+        buf = self._scratch(self.n_rows + 1)
+        limits = (self.n_rows // WHOLE_REBUILD_SHARE, WHOLE_REBUILD_ROWS)
         start = 0
         while True:
             ranges, scratch = (self._lo0, self._hi0), (buf, self._path)
-            stop = _stale.flush_rows(self.A, codes, start, ranges, scratch, budget)
+            stop = _stale.flush_rows(self.A, codes, start, ranges, scratch, *limits)
             if stop < 0:
                 return
             start = stop // self.config.n_trees
             self._grow_for_builds()
+
+    def _scratch(self, n: int) -> np.ndarray:
+        """A (≥ n,) int32 scratch buffer kept between calls (read by nothing after one)."""
+        buf = self.__dict__.get("_buf")
+        if buf is None or buf.shape[0] < n:
+            buf = self._buf = np.empty(n + n // 4 + 64, np.int32)
+        return buf
 
     def _grow_for_builds(self) -> None:
         A = self.A
@@ -431,14 +443,14 @@ class ExactForest:
         """Pickled with every stale subtree rebuilt, without the lock."""
         with self._lock:
             self.flush()
-            return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+            return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_buf")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
     def _update(self, pos: np.ndarray, sgn: int) -> None:
-        buf = np.empty(self.n_rows + len(pos) + 1, np.int32)
+        buf = self._scratch(self.n_rows + len(pos) + 1)
         if len(pos) > 1:
             self._update_batch(pos, sgn, buf)
             return

@@ -13,8 +13,10 @@ which came since the copy (:meth:`~forgetting.rows.slots.SlotRows.diff`), and th
 instance forgets and inserts them as any instance would — unless one of them moves its new
 D°_r: then it starts over from a fresh copy. A newer change of the instance cancels the fit
 between trees. Rebuilds fit one at a time, each on every core (and copy the rows only once
-it is their turn). Requests wait only while every instance rebuilds, for the first to land;
-the rows' own queries never wait.
+it is their turn). A change that would send the last serving instance away refits that one in
+the call instead, so a request always finds an exact instance serving and never waits for
+a rebuild (it waits only after a rebuild failed, or a model discarded its rebuilds); the
+rows' own queries never wait.
 
 Predictions average the serving instances' trees; once no rebuild is pending the model is a
 fit on the rows held, bit for bit (each instance is, and the average runs in instance order).
@@ -77,6 +79,11 @@ class ForestInstances:
         self._thresholds = [0.0] * n_instances  # and its D° threshold
         self.rebuild_seconds: list[float] = []
         """Seconds from the change that started each landed background rebuild to its swap."""
+        self.serve_waits = 0
+        """Requests that found no instance serving and waited for a rebuild to land."""
+        self.kept_serving = 0
+        """Changes that hit every serving instance, so one of them refitted in the call
+        (:meth:`_change`) rather than leave none to serve."""
         self._cond = threading.Condition(threading.RLock())
         self._jobs = self._new_jobs()
 
@@ -107,12 +114,18 @@ class ForestInstances:
         return self._forests[r]
 
     def _serving(self) -> list[int]:
-        """Indices of the valid instances, waiting while there are none. Call with the lock."""
+        """Indices of the valid instances, waiting while there are none (counted in
+        :attr:`serve_waits`; a change never leaves none: :meth:`_change`). Call with the
+        lock."""
+        valid = [r for r, f in enumerate(self._forests) if f is not None]
+        if valid:
+            return valid
+        self.serve_waits += 1
         while True:
+            self._wait_one()
             valid = [r for r, f in enumerate(self._forests) if f is not None]
             if valid:
                 return valid
-            self._wait_one()
 
     def _wait_one(self) -> None:
         """Wait for a rebuild to land (or fail: then it runs here). Call with the lock."""
@@ -202,20 +215,28 @@ class ForestInstances:
         """Apply ``change`` (its rows at ``slots``) to the valid instances it does not hit
         and to the rows, start the rebuilds of those it hits, and restart the rebuilds in
         flight whose D° it moves (the old fit is cancelled between trees; the others see it
-        when they reconcile). A forget reaches the instances while its rows are in the
-        table, an insert after they are. Call with the lock."""
+        when they reconcile). A change that hits every serving instance leaves the first of
+        them serving: it refits in the call, so the next request is served at once by an
+        exact instance and waits for no rebuild. A forget reaches the instances while its
+        rows are in the table, an insert after they are. Call with the lock."""
         background = bool(hit) and self.n_instances > 1
         restart = self._moved_while_rebuilding(slots)
-        take = [self._forests[r] for r in valid if not (background and r in hit)]
+        away = set(hit) if background else set()
+        if background and away.issuperset(valid):
+            # never leave none serving: the first one hit takes the change in the call (a
+            # refit of that instance alone), the others rebuild in the background
+            away.discard(hit[0])
+            self.kept_serving += 1
+        take = [(r, self._forests[r]) for r in valid if r not in away]
         for r in valid:
-            if background and r in hit:
+            if r in away:
                 self._rho[r] = self._forests[r].effective_rho
                 self._thresholds[r] = self._forests[r].pool_threshold
                 self._forests[r] = None
-        apply = (
-            (lambda f: f.forget_slots(slots))
+        apply = (  # whether a forget refits an instance was judged once, above
+            (lambda rf: rf[1].forget_slots(slots, rf[0] in hit))
             if change[0] == "forget"
-            else (lambda f: f.insert_slots(slots))
+            else (lambda rf: rf[1].insert_slots(slots))
         )
         if take:
             self._each(len(slots), change=True)(apply, take)
@@ -223,9 +244,8 @@ class ForestInstances:
             self.table.remove(slots)
         for r in restart:  # the superseded fit stops between trees
             self._start_rebuild(r)
-        if background:
-            for r in hit:
-                self._start_rebuild(r)
+        for r in sorted(away):
+            self._start_rebuild(r)
         return tuple(hit), background
 
     def _each(self, n_rows: int, change: bool):
@@ -435,6 +455,8 @@ class ForestInstances:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("serve_waits", 0)  # pickled before they were counted
+        self.__dict__.setdefault("kept_serving", 0)
         self._cond = threading.Condition(threading.RLock())
         self._jobs = self._new_jobs()
 
