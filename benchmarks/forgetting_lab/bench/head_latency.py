@@ -17,6 +17,15 @@ apart and the head does), the library's default ``QSSClassifier``:
 3. forget ≡ refit: a fit from scratch on the rows left, compared on the test rows —
    ``predict`` (through the certified route, in 200-row calls, and in one call),
    ``predict_proba`` and the state digest — bit for bit.
+
+``--table flights`` measures the tables path instead (issue 69): the default
+``QSSClassifier`` on the flight table (all 269,421 training rows; the loader's 154 encoded
+columns, and its 14 numeric columns alone), single-id forgets outside every D° each followed
+by a one-row ``predict_proba``, one thread. ``--sources LABEL=SRC,...`` runs each library
+source (a ``src`` folder, e.g. an older commit's worktree) in its own process, alternating
+round by round, so that two codes are compared on the same machine at the same load; the
+working tree's run also checks forget ≡ refit (``predict_proba`` on the test rows and the
+state digest).
 """
 
 from __future__ import annotations
@@ -84,7 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--name", default="head-latency")
     parser.add_argument("--quick", action="store_true", help="smoke run: 3,000 rows, 64 features")
+    parser.add_argument("--table", choices=["flights"], help="the tables path on a real table")
+    parser.add_argument("--sources", default="", help="LABEL=SRC,... (with --table)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (--table)")
+    parser.add_argument("--rows-limit", type=int, default=0, help="first N rows only (--table)")
+    parser.add_argument("--table-forgets", type=int, default=200, help="timed forgets (--table)")
     args = parser.parse_args(argv)
+    if args.table:
+        from .head_latency_tables import tables_main
+
+        return tables_main(args, argv)
     if args.quick:
         args.rows, args.test, args.features, args.forgets, args.batch = 3000, 300, 64, 8, 50
 
