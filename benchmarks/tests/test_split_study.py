@@ -93,3 +93,11 @@ def test_a_quick_run_writes_every_table_with_its_command(tmp_path):
     with open(tmp_path / "split-study-split_flips_per_deletion.csv", newline="") as f:
         flips = list(csv.DictReader(f))
     assert {r["rule"] for r in flips} == {"random threshold", "best threshold"}
+    (tmp_path / "prose.md").write_text("## Conclusion\n\nbest thresholds\n")
+    merged = ["--merge", "split-study", "--name", "merged", "--out", str(tmp_path)]
+    assert split_study.main([*merged, "--conclusion", str(tmp_path / "prose.md")]) == 0
+    for table in ("per_seed", "summary", "split_flips_per_deletion"):
+        a = (tmp_path / f"split-study-{table}.csv").read_text()
+        assert (tmp_path / f"merged-{table}.csv").read_text() == a, table
+    text = (tmp_path / "merged.md").read_text()
+    assert "part `split-study`: Command: `python -m" in text and "## Conclusion" in text

@@ -1,14 +1,10 @@
 """Where the exact forest's gap to HistGradientBoosting comes from: a validation study (issue 68).
 
 Run ``python -m forgetting_lab.bench.split_study [--quick] [--datasets adult,credit]``. Only the
-training rows are read: each seed holds out a stratified 20 % of them as the validation split
-and every model is fitted on the other 80 % (the test rows are never loaded into a model).
-
-Per table and seed, on the codes the forest uses — a bin grid from a D° sample of the fitting
-rows (``max(ρ·n, min_bin_rows)`` rows, ρ = 0.005 and 200 as in ``ExactForestClassifier``'s
-defaults; the library draws D° by a keyed hash of the row ids, here by a seeded sample, which
-has the same distribution) through the library's public ``forgetting.forest.binning.bin_edges``
-and ``encode`` — it scores:
+training rows are read: per seed, a stratified 20 % is the validation split, every model is
+fitted on the rest. Per table and seed, on the forest's codes — edges from a D° sample of the
+fitting rows (max(ρ·n, min_bin_rows), the estimator's defaults; the library draws D° by a keyed
+hash, here a seeded sample) by the library's public ``forgetting.forest.binning`` — it scores:
 
 1. *reference*: ``ExactForestClassifier`` at its defaults, at ``max_bins`` 63/127, and the
    validation-best of a cut of forest.md's grid (it bins its rows itself);
@@ -53,16 +49,16 @@ EXPECTED_DURATION = "about 40 min on one core (--quick: under a minute)"
 
 RESULTS, TREES = Path("benchmarks/results"), 30
 DATASETS = ("adult", "credit", "letter", "satellite", "shuttle", "flights")
-N_TRAIN = {"shuttle": 20000, "flights": 30000}
+N_TRAIN = {"adult": 16000, "letter": 10000, "shuttle": 10000, "flights": 20000}
 """Training rows kept (a seeded subsample of the train split) where the table is larger."""
 SEEDS = (0, 1)
 VALIDATION_FRACTION = 0.2
 RHO, MIN_BIN_ROWS = 0.005, 200
 """``ExactForestClassifier``'s defaults: D° holds max(ρ·n, min_bin_rows) rows."""
-GRID = {"leaves": (1, 5), "factors": (1, 4), "trees": (30, 120)}
+GRID = {"leaves": (1, 5), "factors": (1, 4), "trees": (30, 60)}
 """A cut of forest.md's grid (leaves 1/5/20 × factors 1..16 × trees 30/60/120)."""
 QUICK = {"n_train": 1500, "seeds": (0,), "grid": {"leaves": (1,), "factors": (1,), "trees": (10,)}}
-FLIP_ROWS, FLIP_TREES, FLIP_DELETIONS = 10000, 10, 300
+FLIP_ROWS, FLIP_TREES, FLIP_DELETIONS = 10000, 8, 300
 
 ROW_COLUMNS = ["dataset", "seed", "family", "variant", "val", "fit_s"]
 SUMMARY_COLUMNS = [
@@ -223,13 +219,11 @@ def partition_boost(L, Lv, y, k, passes=2, rate=0.3, l2=1.0) -> np.ndarray:
             ids, ids_v = inv[: len(y)], inv[len(y) :]
             P = np.exp(F - F.max(1, keepdims=True))
             P /= P.sum(1, keepdims=True)
-            G, H = P - Y, P * (1 - P)
-            n_leaves = int(inv.max()) + 1
+            G, H, n_leaves = P - Y, P * (1 - P), int(inv.max()) + 1
             Gs = np.stack([np.bincount(ids, G[:, c], n_leaves) for c in range(k)], 1)
             Hs = np.stack([np.bincount(ids, H[:, c], n_leaves) for c in range(k)], 1)
             v = -rate * Gs / (Hs + l2)
-            F += v[ids]
-            Fv += v[ids_v]
+            F, Fv = F + v[ids], Fv + v[ids_v]
     return Fv
 
 
@@ -259,13 +253,9 @@ def second_stage_rows(X, C, y, Xv, Cv, yv, k, seed, quick) -> list[tuple]:
         started = time.perf_counter()
         Fv = partition_boost(L, Lv, y, k)
         val = float(np.mean(Fv.argmax(1) == yv))
+        secs = base + time.perf_counter() - started
         out.append(
-            (
-                "second stage",
-                f"{kind} leaf={leaf} partitions, boosted leaf values (2 sweeps)",
-                val,
-                base + time.perf_counter() - started,
-            )
+            ("second stage", f"{kind} leaf={leaf} partitions, boosted leaf values", val, secs)
         )
     return out
 
@@ -291,6 +281,16 @@ def run_table(name: str, n_train: int | None, seeds, quick: bool) -> list[dict]:
                          "val": round(val, 4), "fit_s": round(secs, 2)})  # fmt: skip
             print(rows[-1], flush=True)
     return rows
+
+
+def findings(summary: list[dict]) -> list[dict]:
+    """Per table and family, the variant with the best mean validation accuracy."""
+    best: dict = {}
+    for r in summary:
+        key = (r["dataset"], r["family"])
+        if key not in best or r["val"] > best[key]["val"]:
+            best[key] = r
+    return list(best.values())
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -486,9 +486,9 @@ def flip_rows(name: str, n_rows: int, n_trees: int, deletions: int, seed: int) -
 
 NOTES = """## How to read it
 
-* **val**: accuracy on the validation split (20 % of the training rows, stratified, per seed);
-  the test rows are never read. Everything is fitted on the other 80 %. The summary averages
-  the seeds; `vs forest defaults` and `vs HGB floats` are differences of those means.
+* **val**: accuracy on the validation split (20 % of the training rows, stratified, per seed;
+  fitted on the other 80 %; test rows never read), averaged over the seeds; `vs ...`:
+  differences of those means.
 * **ET** (ExtraTreesClassifier) and **RF** (RandomForestClassifier) run with `bootstrap=False`
   on the forest's codes (a D° grid, max(0.005·n, 200) rows, 255 bins unless stated): ET draws
   one random threshold per drawn feature, close to the library's random (feature, threshold)
@@ -497,14 +497,11 @@ NOTES = """## How to read it
   *floats* = the one-hot/numeric features the forest is given, *codes* = the forest's codes.
   *leaves one-hot → LR*: logistic regression (C = 1) on the one-hot leaf ids of 30 trees;
   *boosted leaf values*: Newton steps (rate 0.3, L2 1) of every tree's leaf values in turn,
-  two sweeps, over the same fixed partitions. Both are accuracy upper bounds of exact second
-  stages, not exact models.
+  over the same fixed partitions: upper bounds of exact second stages.
 * **Split flips** (numpy forest, one table): per (deleted row, tree), whether some node on the
   row's path chooses another candidate (or turns leaf / internal) once the row's class is
   removed from its counts; *rows rebuilt* sums, over all trees, the rows under the first
-  flipped node (the subtree the library makes stale and rebuilds). A leaf by the count rules
-  stays one. A flip of the random rule can only change the argmax among K pairs; the best
-  rule's argmax runs over every threshold of K features, so near-ties are more frequent.
+  flipped node (the subtree the library makes stale and rebuilds).
 """
 
 
@@ -554,8 +551,8 @@ def merge(out: Path, names: list[str]) -> tuple[list[dict], list[dict], str]:
             with open(path, newline="") as f:
                 flips += list(csv.DictReader(f))
         text = (out / f"{name}.md").read_text().splitlines()
-        keep = ("Command:", "Date:", "Study wall time")
-        lines += [f"* part `{name}`: " + "; ".join(x for x in text if x.startswith(keep))]
+        kept = [x for x in text if x.startswith(("Command:", "Date:", "Study wall time"))]
+        lines.append(f"* part `{name}`: " + "; ".join(kept))
     return rows, flips, "Merged from partial runs:\n\n" + "\n".join(lines) + "\n\n"
 
 
@@ -568,13 +565,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", default=",".join(DATASETS))
     p.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     p.add_argument("--quick", action="store_true", help="tiny subsamples, one seed, few variants")
-    p.add_argument(
-        "--flip-table", default="adult", help="table of the split-flip study ('' skips it)"
-    )
+    p.add_argument("--flip-table", default="adult", help="'' skips the split-flip study")
     p.add_argument("--flip-rows", type=int, default=FLIP_ROWS)
     p.add_argument("--flip-trees", type=int, default=FLIP_TREES)
     p.add_argument("--flip-deletions", type=int, default=FLIP_DELETIONS)
     p.add_argument("--merge", default="", help="names of partial runs in --out to combine")
+    p.add_argument("--conclusion", type=Path, help="a prose file appended to the results")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--name", default="split-study")
     args = p.parse_args(argv)
@@ -585,13 +581,16 @@ def main(argv: list[str] | None = None) -> int:
         rows, flips, header = merge(args.out, args.merge.split(","))
     else:
         rows, flips, header = run(args)
+    summary = summarize(rows)
     tables = {
-        "Summary: mean validation accuracy per variant": (summarize(rows), SUMMARY_COLUMNS),
+        "Findings: the best variant of each family per table": (findings(summary), SUMMARY_COLUMNS),
+        "Summary: mean validation accuracy per variant": (summary, SUMMARY_COLUMNS),
         "Per seed": (rows, ROW_COLUMNS),
     }
     if flips:
         tables["Split flips per deletion: random against best thresholds"] = (flips, FLIP_COLUMNS)
-    md = write_results(args.out, args.name, command.strip(), tables, notes=header + NOTES)
+    notes = header + NOTES + ("\n" + args.conclusion.read_text() if args.conclusion else "")
+    md = write_results(args.out, args.name, command.strip(), tables, notes=notes)
     print(f"wrote {md}")
     return 0
 
