@@ -123,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     corrections = "/".join(c or "-" for c in first.corrections_)
     outside = ids[~in_any_schema(first)[: len(ids)]]
     rng = np.random.default_rng(args.seed + 1)
-    victims = rng.choice(outside, size=args.forgets + args.batch, replace=False)
-    singles, batch = victims[: args.forgets], victims[args.forgets :]
+    victims = rng.choice(outside, size=2 * args.forgets + args.batch, replace=False)
+    singles, batch = victims[: args.forgets], victims[args.forgets : args.forgets + args.batch]
+    proba_singles = victims[args.forgets + args.batch :]
     probe = X_test[:1]
     waited = {route: [] for route in models}
     forget_only = {route: [] for route in models}
@@ -140,6 +141,17 @@ def main(argv: list[str] | None = None) -> int:
             model.predict(probe)
             waited[route].append(time.perf_counter() - started)
             forget_only[route].append(between - started)
+    # probabilities after a forget: no certified route (a label's certainty says nothing of
+    # the probabilities' bits), so every one solves the heads — the shipped model, other ids
+    proba_ms, proba_forget = [], []
+    shipped = next(iter(models.values()))
+    for victim in proba_singles:
+        started = time.perf_counter()
+        shipped.forget([int(victim)])
+        between = time.perf_counter()
+        shipped.predict_proba(probe)
+        proba_ms.append((time.perf_counter() - started) * 1e3)
+        proba_forget.append((between - started) * 1e3)
     rows = []
     for route, model in models.items():
         counter = counters[route]
@@ -161,6 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         ))  # fmt: skip
         print(f"{route}: p50 {rows[-1]['p50_ms']:.2f} ms, p90 {rows[-1]['p90_ms']:.2f}, "
               f"certified {share:.0%}", flush=True)  # fmt: skip
+    rows.append(dict(
+        route="predict_proba (shipped)", forgets=len(proba_ms), certified_share="–",
+        p50_ms=float(np.median(proba_ms)), p90_ms=float(np.percentile(proba_ms, 90)),
+        p99_ms=float(np.percentile(proba_ms, 99)), forget_p50_ms=float(np.median(proba_forget)),
+        batch_rows="–", batch_forget_predict_ms=float("nan"),
+    ))  # fmt: skip
+    print(f"predict_proba: p50 {rows[-1]['p50_ms']:.2f} ms", flush=True)
 
     keep = np.setdiff1d(ids, victims)
     refit = QSSClassifier(**params).fit(X[keep], y[keep], keep)
@@ -193,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         "factor, O(D³)): that prediction is the slow tail. Batch: from an exact solve (a "
         "predict_proba: the certified route leaves the single forgets' Gram terms pending "
         "until one), one forget of batch_rows ids, then a one-row predict (a change of more "
-        "than 16 rows is not tracked: the exact route)."
+        "than 16 rows is not tracked: the exact route). predict_proba (shipped): the shipped "
+        "model, after its single forgets, forgets as many other ids outside every D°, each "
+        "followed by a one-row predict_proba (probabilities are never certified: each "
+        "solves the heads)."
     )
     command = "python -m forgetting_lab.bench.head_latency " + shlex.join(
         sys.argv[1:] if argv is None else argv
