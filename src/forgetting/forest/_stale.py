@@ -34,6 +34,7 @@ from ._arrays import (
     jit,
 )
 from ._grower import build, node_hash
+from ._predictor import predict
 from ._splitting import add_row, child_seed
 
 _NO_MARK = np.zeros(0, np.uint8)
@@ -284,3 +285,15 @@ def flush_rows(A, codes, start_row, ranges, scratch, budget, whole_rows):
                     seed = child_seed(seed, 1)
                 depth += 1
     return -1
+
+
+@jit
+def flush_rows_predict(A, codes, start_row, ranges, scratch, budget, whole_rows):
+    """:func:`flush_rows`, then the prediction of the same rows (:func:`._predictor.predict`)
+    in the same compiled call: a one-row prediction after a change pays one call's unboxing
+    of ``A`` instead of two. Returns (-1, the predictions), or (what :func:`flush_rows`
+    returned, an empty array) when an array is full: grow, and call again from there."""
+    stop = flush_rows(A, codes, start_row, ranges, scratch, budget, whole_rows)
+    if stop >= 0:
+        return stop, np.zeros((0, 1), np.float64)
+    return -1, predict(A, codes)

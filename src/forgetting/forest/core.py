@@ -69,6 +69,7 @@ WHOLE_REBUILD_ROWS = 4096
 """... and a stale node whole only when it holds at most this many rows; a bigger one is
 built one node at a time along the paths read (issue 69: whole rebuilds cost flights'
 one-row predictions 12.6 ms at the mean)."""
+PERM_SLACK = 4  # dead leaf rows kept up to this many times the live ones before compacting
 TARGET_LEVELS = 1024
 """Regression: targets are quantized to this many levels on a grid fixed by D° (its range,
 widened by half of it on each side; values beyond are clipped), so every node's sum of q
@@ -403,23 +404,22 @@ class ExactForest:
             while _stale.flush_tree(self.A, t, (self._lo0, self._hi0), buf) < 0:
                 self._grow_for_builds()
 
-    def _flush_paths(self, codes: np.ndarray) -> None:
-        """Rebuild the stale subtrees a prediction of these rows reads: those on their paths
-        (all of them for a large batch, where that is about as cheap; whole subtrees within
-        WHOLE_REBUILD_SHARE's budget, then node by node)."""
-        if self.A.top[TOP_STALE] == 0:
-            return
-        if len(codes) > FLUSH_PATH_ROWS:
+    def _read(self, codes: np.ndarray) -> np.ndarray:
+        """The predictions of rows with these bin codes, the stale subtrees they read built
+        first: all of them for more than FLUSH_PATH_ROWS rows (about as cheap), else those
+        on their paths (whole within WHOLE_REBUILD_SHARE's budget and WHOLE_REBUILD_ROWS,
+        then node by node), in the same compiled call as the prediction."""
+        if self.A.top[TOP_STALE] == 0 or len(codes) > FLUSH_PATH_ROWS:
             self.flush()
-            return
+            return _predictor.predict(self.A, codes)
         buf = self._scratch(self.n_rows + 1)
         limits = (self.n_rows // WHOLE_REBUILD_SHARE, WHOLE_REBUILD_ROWS)
         start = 0
         while True:
             ranges, scratch = (self._lo0, self._hi0), (buf, self._path)
-            stop = _stale.flush_rows(self.A, codes, start, ranges, scratch, *limits)
+            stop, out = _stale.flush_rows_predict(self.A, codes, start, ranges, scratch, *limits)
             if stop < 0:
-                return
+                return out
             start = stop // self.config.n_trees
             self._grow_for_builds()
 
@@ -431,13 +431,15 @@ class ExactForest:
         return buf
 
     def _grow_for_builds(self) -> None:
-        A = self.A
-        self.A = _resized(
-            A,
-            nodes=2 * A.feat.shape[0] + 2 * self.n_rows,
-            slots=2 * A.ncand.shape[0] + 16,
-            perm=2 * A.perm.shape[0] + 2 * self.n_rows,
-        )
+        """Room after a kernel found an array full: each group short of what a build of every
+        row may take grows by that and a quarter (not all of them: growing the node arrays
+        when leaf rows ran out copied hundreds of MB in a one-row forget); else all grow."""
+        A, n, c = self.A, self.n_rows, self.config
+        need = {"nodes": (A.feat, TOP_NODES, 2 * n + 2), "perm": (A.perm, TOP_PERM, 2 * n + 2),
+                "slots": (A.ncand, TOP_SLOTS, 2 * n // max(c.cache_min_rows, 1) + 2)}  # fmt: skip
+        grow = {g: int(A.top[i]) + w + a.shape[0] // 4 for g, (a, i, w) in need.items()
+                if a.shape[0] - A.top[i] < w}  # fmt: skip
+        self.A = _resized(A, **(grow or {g: 2 * a.shape[0] + w for g, (a, _, w) in need.items()}))
 
     def __getstate__(self) -> dict:
         """Pickled with every stale subtree rebuilt, without the lock."""
@@ -515,7 +517,7 @@ class ExactForest:
         live_nodes = A.top[TOP_NODES] - A.top[TOP_DEAD_NODES]
         live_perm = A.top[TOP_PERM] - A.top[TOP_DEAD_PERM]
         if A.top[TOP_DEAD_NODES] > max(live_nodes, 1024) or A.top[TOP_DEAD_PERM] > max(
-            live_perm, 1024
+            PERM_SLACK * live_perm, 1024
         ):
             self.compact()
 
@@ -555,8 +557,7 @@ class ExactForest:
         """The rows' leaves read, the stale subtrees on their paths rebuilt first (under the
         lock: a prediction may build, so two at once must not)."""
         with self._lock:
-            self._flush_paths(codes)
-            return _predictor.predict(self.A, codes)
+            return self._read(codes)
 
     def _encode(self, X: np.ndarray) -> np.ndarray:
         return _predictor.encode(X, self._edge_table, self._n_edges)
