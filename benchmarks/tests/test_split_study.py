@@ -8,7 +8,7 @@ import csv
 import numpy as np
 import pytest
 
-from forgetting_lab.bench import split_study
+from forgetting_lab.bench import split_flips, split_study
 
 
 def _structure(nodes: list[dict]) -> list[tuple[int, int]]:
@@ -31,11 +31,11 @@ def test_a_flip_is_counted_exactly_when_a_refit_without_the_row_differs(rule, le
     C, y, k, n_codes = _table()
     victims = np.arange(0, 600, 7)
     tracked = np.isin(np.arange(len(y)), victims)
-    forest = split_study.NumpyForest(rule, 3, leaf, seed=5).fit(C, y, k, n_codes, tracked, 3)
+    forest = split_flips.NumpyForest(rule, 3, leaf, seed=5).fit(C, y, k, n_codes, tracked, 3)
     flips = same = 0
     for r in victims:
         keep = np.arange(len(y)) != r
-        refit = split_study.NumpyForest(rule, 3, leaf, seed=5)
+        refit = split_flips.NumpyForest(rule, 3, leaf, seed=5)
         refit.fit(C[keep], y[keep], k, n_codes, np.zeros(len(y) - 1, bool), 3)
         for nodes, again in zip(forest.trees, refit.trees, strict=True):
             flipped = forest.flip(nodes, int(r)) is not None
@@ -48,11 +48,11 @@ def test_a_flip_is_counted_exactly_when_a_refit_without_the_row_differs(rule, le
 def test_the_rules_draw_what_they_say():
     rng = np.random.default_rng(0)
     lo, hi = np.array([0, 3, 5]), np.array([10, 4, 9])  # feature 1 has one code left: infeasible
-    random = split_study.NumpyForest("random", 4, 1, 0)
+    random = split_flips.NumpyForest("random", 4, 1, 0)
     fs, ts = random._candidates(rng, lo, hi)
     assert fs.size == 4 and set(fs) <= {0, 2}
     assert np.all(ts >= lo[fs]) and np.all(ts <= hi[fs] - 2)
-    best = split_study.NumpyForest("best", 2, 1, 0)
+    best = split_flips.NumpyForest("best", 2, 1, 0)
     fs, ts = best._candidates(rng, lo, hi)
     assert sorted(set(fs)) == [0, 2] and fs.size == 9 + 3  # every threshold of both features
 

@@ -18,12 +18,11 @@ hash, here a seeded sample) by the library's public ``forgetting.forest.binning`
    Newton-boosted leaf values over a forest's fixed partitions, HGB on the codes (what the
    grid costs) and HGB with 7 leaves per tree.
 
-Then the price (``--flip-table``, adult by default): a numpy forest grown with the library's
-rule (``max_features`` random (feature, threshold) pairs from the node's feasible code range,
-best Gini over all rows' integer class counts, ties to the lower index) and the same forest
-with the best threshold of ``max_features`` drawn features; for sampled rows, each tree's path
-is re-decided with the row's class removed, and the first node whose choice (or leaf-ness)
-changes is a *split flip*: the library makes that subtree stale and rebuilds it from its rows.
+Then the price (``--flip-table``): a numpy forest with the library's rule (K random
+(feature, threshold) pairs from the node's feasible code range, best Gini over all rows'
+integer class counts) and with the best threshold of K drawn features; per sampled row and
+tree, the first node whose choice changes without the row is a *split flip* (the library
+makes that subtree stale and rebuilds it from its rows).
 """
 
 from __future__ import annotations
@@ -234,7 +233,7 @@ def second_stage_rows(X, C, y, Xv, Cv, yv, k, seed, quick) -> list[tuple]:
 
     out = [
         ("second stage", "HGB floats (full-data reference)", *fit_score(_hgb(), X, y, Xv, yv)),
-        ("second stage", "HGB on the forest's codes", *fit_score(_hgb(), C, y, Cv, yv)),
+        ("second stage", HGB_CODES, *fit_score(_hgb(), C, y, Cv, yv)),
     ]
     if quick:
         return out
@@ -283,14 +282,43 @@ def run_table(name: str, n_train: int | None, seeds, quick: bool) -> list[dict]:
     return rows
 
 
+FINDING_COLUMNS = [
+    "dataset", "forest defaults", "forest validation-best", "HGB floats",
+    "gap validation-best to HGB (pp)", "best − random threshold (pp), mean of 6 settings",
+    "its range (pp)", "best split-rule variant", "its val", "HGB codes − floats (pp)",
+    "native − ordinal categoricals (pp)", "best second stage (upper bound)", "its val ",
+]  # fmt: skip
+
+
+HGB_CODES = "HGB on the forest's codes"
+
+
 def findings(summary: list[dict]) -> list[dict]:
-    """Per table and family, the variant with the best mean validation accuracy."""
-    best: dict = {}
-    for r in summary:
-        key = (r["dataset"], r["family"])
-        if key not in best or r["val"] > best[key]["val"]:
-            best[key] = r
-    return list(best.values())
+    """One row per table from the summary's means: the references, random against best
+    thresholds at the same (trees, K, leaf, bins), and what binning, native categoricals and
+    the exact second stages' upper bounds give."""
+    out = []
+    for ds in dict.fromkeys(r["dataset"] for r in summary):
+        v = {r["variant"]: r["val"] for r in summary if r["dataset"] == ds}
+        et = [k for k in v if k.startswith("ET (random threshold)")]
+        diff = [100 * (v["RF (best threshold)" + k[21:]] - v[k]) for k in et]
+        split = max((k for k in v if " threshold) " in k), key=v.__getitem__)
+        stage = max((k for k in v if "→ LR" in k or "boosted" in k), key=v.__getitem__, default="")
+        cats = ("HGB raw, native categoricals", "HGB raw, categories as ordinal codes")
+        hgb, best = v["HGB floats (full-data reference)"], v["forest validation-best of the grid"]
+        out.append({
+            "dataset": ds, "forest defaults": v["forest defaults"],
+            "forest validation-best": best, "HGB floats": hgb,
+            "gap validation-best to HGB (pp)": f"{100 * (best - hgb):+.2f}",
+            "best − random threshold (pp), mean of 6 settings": f"{np.mean(diff):+.2f}",
+            "its range (pp)": f"{min(diff):+.2f} … {max(diff):+.2f}",
+            "best split-rule variant": split, "its val": v[split],
+            "HGB codes − floats (pp)": f"{100 * (v[HGB_CODES] - hgb):+.2f}",
+            "native − ordinal categoricals (pp)": (
+                f"{100 * (v[cats[0]] - v[cats[1]]):+.2f}" if cats[0] in v else "–"),
+            "best second stage (upper bound)": stage, "its val ": v.get(stage, "–"),
+        })  # fmt: skip
+    return out
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -312,175 +340,6 @@ def summarize(rows: list[dict]) -> list[dict]:
                 "vs HGB floats (pp)": f"{100 * (np.mean(vals) - hgb):+.2f}",
                 "seeds": len(vals),
             })  # fmt: skip
-    return out
-
-
-class NumpyForest:
-    """Trees grown on uint8 codes with the library's count rules; ``rule="random"`` draws
-    ``K`` (feature, threshold) pairs from the node's feasible code range (the library's),
-    ``rule="best"`` draws ``K`` feasible features and tries every threshold of each. A node's
-    candidates depend on (seed, tree, node path) only; its choice is the first argmax of the
-    Gini gain over its rows' integer class counts (a gain must exceed 1e-12·n). Nodes holding
-    a ``tracked`` row keep their candidates' left counts so a deletion can be re-decided."""
-
-    def __init__(self, rule: str, K: int, leaf: int, seed: int):
-        self.rule, self.K, self.leaf, self.seed = rule, K, leaf, seed
-
-    def fit(self, C, y, k, n_codes, tracked, n_trees):
-        """Grow ``n_trees`` trees on codes ``C`` (n, d) int64 and classes ``y`` (n,) in
-        0..k-1; ``n_codes`` (d,): codes per feature, the root's feasible range; ``tracked``
-        (n,) bool: the rows whose paths keep their candidates' counts."""
-        self.C, self.y, self.k, self.hi = C, y, k, np.asarray(n_codes, np.int64)
-        self.tracked, self.trees = tracked, []
-        for t in range(n_trees):
-            self.grow(t)
-        return self
-
-    def grow(self, t: int):
-        nodes: list[dict] = []
-        lo, hi = np.zeros_like(self.hi), self.hi.copy()
-        self._grow(nodes, np.arange(len(self.y)), lo, hi, (self.seed, t, 1), 0)
-        self.trees.append(nodes)
-
-    def _candidates(self, rng, lo, hi):
-        feasible = np.flatnonzero(hi - lo >= 2)
-        if feasible.size == 0:
-            return np.empty(0, np.int64), np.empty(0, np.int64)
-        if self.rule == "random":
-            f = feasible[rng.integers(0, feasible.size, self.K)]
-            return f, lo[f] + rng.integers(0, hi[f] - lo[f] - 1)
-        f = rng.choice(feasible, min(self.K, feasible.size), replace=False)
-        fs = np.concatenate([np.full(hi[g] - lo[g] - 1, g) for g in f])
-        ts = np.concatenate([np.arange(lo[g], hi[g] - 1) for g in f])
-        return fs, ts
-
-    def _left(self, rows, fs, ts):
-        """(candidates, k) class counts of ``rows`` with code <= threshold."""
-        y, k, left = self.y[rows], self.k, np.zeros((fs.size, self.k), np.int64)
-        for g in np.unique(fs):
-            sel = np.flatnonzero(fs == g)
-            hist = np.bincount(
-                self.C[rows, g].astype(np.int64) * k + y, minlength=(int(self.hi[g]) + 1) * k
-            )
-            cum = np.cumsum(hist.reshape(-1, k), axis=0)
-            left[sel] = cum[ts[sel]]
-        return left
-
-    def decide(self, P, left) -> int:
-        """The chosen candidate's index, or -1 (a leaf), from parent and left counts."""
-        n = int(P.sum())
-        if n < 2 * self.leaf or (P > 0).sum() <= 1 or left.shape[0] == 0:
-            return -1
-        R = P - left
-        nL, nR = left.sum(1), R.sum(1)
-        ok = (nL >= self.leaf) & (nR >= self.leaf)
-        if not ok.any():
-            return -1
-        with np.errstate(divide="ignore", invalid="ignore"):
-            gain = (left**2).sum(1) / nL + (R**2).sum(1) / nR - (P**2).sum() / n
-        gain = np.where(ok, gain, -np.inf)
-        best = int(np.argmax(gain))
-        return best if gain[best] > 1e-12 * n else -1
-
-    def _grow(self, nodes, rows, lo, hi, path, depth) -> int:
-        me = len(nodes)
-        P = np.bincount(self.y[rows], minlength=self.k)
-        node = {
-            "n": len(rows),
-            "P": P,
-            "depth": depth,
-            "feat": -1,
-            "thr": -1,
-            "value": P / len(rows),
-        }
-        nodes.append(node)
-        if len(rows) < 2 * self.leaf or (P > 0).sum() <= 1:
-            return me
-        rng = np.random.default_rng(path)
-        fs, ts = self._candidates(rng, lo, hi)
-        left = self._left(rows, fs, ts)
-        best = self.decide(P, left)
-        if self.tracked[rows].any():
-            node.update(fs=fs, ts=ts, left=left)
-        if best < 0:
-            return me
-        f, t = int(fs[best]), int(ts[best])
-        node.update(feat=f, thr=t)
-        go = self.C[rows, f] <= t
-        hi_l, lo_r = hi.copy(), lo.copy()
-        hi_l[f], lo_r[f] = t + 1, t + 1
-        node["l"] = self._grow(nodes, rows[go], lo, hi_l, (*path[:2], 2 * path[2]), depth + 1)
-        node["r"] = self._grow(nodes, rows[~go], lo_r, hi, (*path[:2], 2 * path[2] + 1), depth + 1)
-        return me
-
-    def proba(self, Cv) -> np.ndarray:
-        out = np.zeros((len(Cv), self.k))
-        for nodes in self.trees:
-            feat = np.array([nd["feat"] for nd in nodes])
-            thr = np.array([nd["thr"] for nd in nodes])
-            kids = np.array([(nd.get("l", -1), nd.get("r", -1)) for nd in nodes])
-            value = np.stack([nd["value"] for nd in nodes])
-            at = np.zeros(len(Cv), np.int64)
-            while (inner := feat[at] >= 0).any():
-                i = np.flatnonzero(inner)
-                goes_left = Cv[i, feat[at[i]]] <= thr[at[i]]
-                at[i] = np.where(goes_left, kids[at[i], 0], kids[at[i], 1])
-            out += value[at]
-        return out / len(self.trees)
-
-    def flip(self, nodes, r: int) -> tuple[int, int] | None:
-        """(rows, depth) of the first node on row ``r``'s path whose choice changes when the
-        row is removed, or None: the rest of the path just drops the row's counts."""
-        i, x, c = 0, self.C[r], self.y[r]
-        while True:
-            nd = nodes[i]
-            P = nd["P"].copy()
-            P[c] -= 1
-            if "fs" not in nd:  # a leaf by the count rules (too few rows, pure) stays one
-                return None
-            left = nd["left"].copy()
-            left[x[nd["fs"]] <= nd["ts"], c] -= 1
-            before = -1 if nd["feat"] < 0 else self.decide(nd["P"], nd["left"])
-            if self.decide(P, left) != before:
-                return nd["n"], nd["depth"]
-            if nd["feat"] < 0:
-                return None
-            i = nd["l"] if x[nd["feat"]] <= nd["thr"] else nd["r"]
-
-
-def flip_rows(name: str, n_rows: int, n_trees: int, deletions: int, seed: int) -> list[dict]:
-    """Validation accuracy and split flips per deletion of the two rules on ``name``'s codes."""
-    data = load_data(name, None)
-    _, y_all = np.unique(data.y_train, return_inverse=True)
-    fit_idx, val_idx = validation_split(y_all, seed)
-    fit_idx = np.random.default_rng(seed).permutation(fit_idx)[:n_rows]
-    C, Cv, n_codes = grid_codes(data.X_train[fit_idx], data.X_train[val_idx], seed)
-    C, Cv = C.astype(np.int64), Cv.astype(np.int64)
-    y, yv, k = y_all[fit_idx], y_all[val_idx], int(y_all.max()) + 1
-    victims = np.random.default_rng(seed + 1).choice(len(y), deletions, replace=False)
-    tracked = np.zeros(len(y), bool)
-    tracked[victims] = True
-    K = math.ceil(math.sqrt(C.shape[1]))
-    out = []
-    for leaf in (1, 5):
-        for rule in ("random", "best"):
-            started = time.perf_counter()
-            forest = NumpyForest(rule, K, leaf, seed).fit(C, y, k, n_codes, tracked, n_trees)
-            secs = time.perf_counter() - started
-            val = float(np.mean(forest.proba(Cv).argmax(1) == yv))
-            flips = [forest.flip(nodes, int(r)) for r in victims for nodes in forest.trees]
-            hit = [f for f in flips if f is not None]
-            out.append({
-                "dataset": name, "rule": f"{rule} threshold", "min_samples_leaf": leaf,
-                "candidates": K if rule == "random" else f"{K} features × all thresholds",
-                "trees": n_trees, "deletions": deletions, "val": round(val, 4),
-                "flips per 1,000 deletions per tree": round(1000 * len(hit) / len(flips), 1),
-                "rows rebuilt per deletion (all trees)": round(
-                    sum(h[0] for h in hit) / deletions, 1),
-                "mean flip depth": round(float(np.mean([h[1] for h in hit])), 1) if hit else "–",
-                "fit_s": round(secs, 1),
-            })  # fmt: skip
-            print(out[-1], flush=True)
     return out
 
 
@@ -520,9 +379,11 @@ def run(args) -> tuple[list[dict], list[dict], str]:
             n_train = QUICK["n_train"] if args.quick else N_TRAIN.get(name)
             rows += run_table(name, n_train, seeds, args.quick)
         if args.flip_table:
-            flips = flip_rows(
-                args.flip_table, args.flip_rows, args.flip_trees, args.flip_deletions, seeds[0]
-            )
+            from .split_flips import flip_rows  # it reads this module's grid and split
+
+            factors = tuple(int(f) for f in args.flip_factors.split(","))
+            flips = flip_rows(args.flip_table, args.flip_rows, args.flip_trees, args.flip_deletions,
+                              seeds[0], factors, N_TRAIN.get(args.flip_table))  # fmt: skip
     scaled = (
         ", ".join(f"{k} {v:,} training rows" for k, v in N_TRAIN.items())
         if not args.quick
@@ -569,6 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flip-rows", type=int, default=FLIP_ROWS)
     p.add_argument("--flip-trees", type=int, default=FLIP_TREES)
     p.add_argument("--flip-deletions", type=int, default=FLIP_DELETIONS)
+    p.add_argument("--flip-factors", default="1", help="K = factor·⌈√d⌉ (comma-separated)")
     p.add_argument("--merge", default="", help="names of partial runs in --out to combine")
     p.add_argument("--conclusion", type=Path, help="a prose file appended to the results")
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -583,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, flips, header = run(args)
     summary = summarize(rows)
     tables = {
-        "Findings: the best variant of each family per table": (findings(summary), SUMMARY_COLUMNS),
+        "Findings: per table": (findings(summary), FINDING_COLUMNS),
         "Summary: mean validation accuracy per variant": (summary, SUMMARY_COLUMNS),
         "Per seed": (rows, ROW_COLUMNS),
     }
