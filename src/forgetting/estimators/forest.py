@@ -13,6 +13,7 @@ with missing values (NaN) and pandas ``category`` columns read as codes, and its
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Hashable, Sequence
 from numbers import Integral, Real
@@ -23,14 +24,26 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
+from .. import _clock as clock
 from ..distributed import is_distributed_input
 from ..engine.validation import check_rows
 from ..forest.config import ForestConfig, fit_bytes
 from ..forest.core import MAX_REGRESSION_ROWS
 from ..forest.engine import ForestEngine
+from ..ids import listing
 from ..preprocessing.table import refuse_unreadable
+from ..privacy.randomized_response import (
+    RRLedger,
+    check_rr_params,
+    debias,
+    dp_min_leaf,
+    randomize,
+    recover,
+)
+from ..receipts import Receipt
 from ..rows.hashing import canonical_floats
-from ..snapshots import SnapshotError, memory_budget
+from ..schema.membership import id_bytes
+from ..snapshots import ModelSnapshot, SnapshotError, memory_budget
 from .base import UnlearningEstimator
 from .targets import ClassifierTargets, RegressorTargets
 
@@ -57,6 +70,8 @@ class _ExactForestBase(UnlearningEstimator):
         "n_instances": [Interval(Integral, 1, None, closed="left")],
         "random_state": [Interval(Integral, 0, 2**63 - 1, closed="both"), None],
         "secret_key": [bytes, str, None],
+        "mode": [StrOptions({"exact", "dp"})],
+        "epsilon": [Interval(Real, 0.0, None, closed="neither"), None],
     }
 
     def __init__(
@@ -73,6 +88,8 @@ class _ExactForestBase(UnlearningEstimator):
         n_instances: int = 3,
         random_state: int | None = 0,
         secret_key: bytes | str | None = None,
+        mode: str = "exact",
+        epsilon: float | None = None,
     ):
         self.n_estimators = n_estimators
         self.max_features = max_features
@@ -85,10 +102,35 @@ class _ExactForestBase(UnlearningEstimator):
         self.n_instances = n_instances
         self.random_state = random_state
         self.secret_key = secret_key
+        self.mode = mode
+        self.epsilon = epsilon
+
+    def _check_params(self) -> None:
+        """scikit-learn's constraints, then ``mode="dp"``'s (:func:`check_rr_params`): a
+        finite ε > 0 and a secret key; ``epsilon`` outside it is refused."""
+        self._validate_params()
+        if self.mode == "dp":
+            if isinstance(self, RegressorMixin):
+                raise ValueError(
+                    "mode='dp' is for ExactForestClassifier only: randomized response needs "
+                    "a finite label set (QSSRegressor has mode='dp' for regression)"
+                )
+            check_rr_params(self.epsilon, self.secret_key)
+        elif self.epsilon is not None:
+            raise ValueError("epsilon applies to mode='dp' only")
 
     # -- configuration ---------------------------------------------------------------------
-    def _config(self, d: int) -> ForestConfig:
-        """The parameters resolved for ``d`` features (``max_features`` → candidates)."""
+    def _min_leaf(self, n_outputs: int | None) -> int:
+        """``min_samples_leaf``; in ``mode="dp"`` raised to :func:`dp_min_leaf` for the
+        model's ε and k classes (randomized labels need more rows per leaf)."""
+        leaf = int(self.min_samples_leaf)
+        if self.mode == "dp" and n_outputs is not None and not isinstance(self, RegressorMixin):
+            leaf = max(leaf, dp_min_leaf(float(self.epsilon), int(n_outputs)))
+        return leaf
+
+    def _config(self, d: int, n_outputs: int | None = None) -> ForestConfig:
+        """The parameters resolved for ``d`` features (``max_features`` → candidates) and,
+        in ``mode="dp"``, ``n_outputs`` classes (:meth:`_min_leaf`)."""
         mf = self.max_features
         if mf == "sqrt":
             K = math.ceil(math.sqrt(d))
@@ -101,7 +143,7 @@ class _ExactForestBase(UnlearningEstimator):
         return ForestConfig(
             n_trees=int(self.n_estimators),
             n_candidates=K,
-            min_leaf=int(self.min_samples_leaf),
+            min_leaf=self._min_leaf(n_outputs),
             max_depth=-1 if self.max_depth is None else int(self.max_depth),
             max_bins=int(self.max_bins),
             rho=float(self.rho),
@@ -119,7 +161,7 @@ class _ExactForestBase(UnlearningEstimator):
 
     def _new_engine(self, n_outputs: int, n_features: int, dtype: np.dtype) -> ForestEngine:
         return ForestEngine(
-            self._config(n_features),
+            self._config(n_features, n_outputs),
             self._key(),
             n_features,
             self._n_classes(n_outputs),
@@ -137,8 +179,10 @@ class _ExactForestBase(UnlearningEstimator):
         n, d, n_labeled = check_rows(rows, task, n_outputs, missing=True)
         if n_labeled != n or n < 2:
             raise SnapshotError(f"rows: a forest holds at least 2 rows, all labeled (got {n})")
-        if classifier and np.count_nonzero(np.bincount(rows.targets, minlength=n_outputs)) < (
-            n_outputs
+        if (
+            classifier
+            and self.mode != "dp"  # randomized labels may leave a class without a row
+            and np.count_nonzero(np.bincount(rows.targets, minlength=n_outputs)) < n_outputs
         ):
             raise SnapshotError("rows.targets: a class of classes_ has no row")
         if not classifier and n > MAX_REGRESSION_ROWS:
@@ -148,7 +192,7 @@ class _ExactForestBase(UnlearningEstimator):
         p = self._n_instances()
         if snapshot.instances != [None] * p or snapshot.privacy is not None:
             raise SnapshotError(f"instances: a forest keeps none (expected {p} empty entries)")
-        config = self._config(d)
+        config = self._config(d, n_outputs)
         need = fit_bytes(config, n, d, n_outputs if classifier else 2)
         if need > memory_budget():
             raise SnapshotError(
@@ -296,9 +340,161 @@ class ExactForestClassifier(ClassifierMixin, ClassifierTargets, _ExactForestBase
     """
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Mean over trees of each leaf's class frequencies (a float function of counts)."""
+        """Mean over trees of each leaf's class frequencies (a float function of counts).
+        In ``mode="dp"`` the trees count randomized labels ỹ, and the frequencies are
+        debiased to y's (:func:`~forgetting.privacy.randomized_response.debias`: (P̃ − q)/
+        (p − q), clipped at 0, renormalised; the argmax is unchanged)."""
         self._check_fitted()
-        return self.engine_.predict_proba(self._check_X(X))
+        proba = self.engine_.predict_proba(self._check_X(X))
+        ledger = self.__dict__.get("_rr_ledger_")
+        if ledger is None:
+            return proba
+        return debias(proba, ledger.epsilon, len(self.classes_))
+
+    # -- mode="dp": keyed randomized response at the estimator's edge ------------------------
+    # The engine only ever sees ỹ; the true labels' class counts (``_rr_counts_``) decide
+    # when a class's last row leaves, as a fit on the rows left would decide it.
+    @property
+    def privacy_(self):
+        """mode="dp": ε (δ = 0), the mechanism, p, the leaf size used and ``composed_epsilon``
+        (ε for any number of releases; ε per class list if a class was dropped):
+        :class:`~forgetting.privacy.randomized_response.RRReport`, docs/privacy.md §12."""
+        self._check_fitted()
+        ledger = self.__dict__.get("_rr_ledger_")
+        if ledger is None:
+            raise AttributeError("privacy_ is defined for mode='dp' only")
+        k = len(self.classes_)
+        return ledger.report(k, self._min_leaf(k))
+
+    def _fit_engine(self, ids, X, targets, n_outputs, after=None):
+        """mode="dp": randomize the labels (class indices of ``classes_``) by the model's key
+        and the rows' ids, keep the true class counts and the ledger (continued by a refit:
+        ``after`` = (forgotten, inserted) id bytes), then fit the engine on ỹ."""
+        if self.mode != "dp":
+            self.__dict__.pop("_rr_ledger_", None)
+            self.__dict__.pop("_rr_counts_", None)
+            return super()._fit_engine(ids, X, targets, n_outputs, after)
+        id_list, id_raw = self._check_ids(ids, X.shape[0], allow_range=True)
+        key = self._key()
+        epsilon = float(self.epsilon)
+        previous = self.__dict__.get("_rr_ledger_") if after is not None else None
+        if previous is not None:
+            if previous.epsilon != epsilon:
+                raise ValueError(
+                    "epsilon changed since the model was fitted: its releases so far cannot "
+                    "be composed with the new ones; fit the model again to start a new ledger"
+                )
+            previous.check_insert(key, after[1])
+            ledger = previous.continued()
+            ledger.record_forgotten(key, after[0])
+        else:
+            ledger = RRLedger(epsilon)
+        ledger.record_class_count(n_outputs)
+        noisy = randomize(targets, key, id_raw, epsilon, n_outputs)
+        super()._fit_engine(id_list, X, noisy, n_outputs, after)
+        self._rr_ledger_ = ledger
+        self._rr_counts_ = np.bincount(targets, minlength=n_outputs).astype(np.int64)
+        return self
+
+    def insert(self, X: Any, y: Any, ids: Sequence[Hashable]) -> Receipt:
+        """Add labeled rows under new ``ids`` (see the base). In ``mode="dp"`` an id forgotten
+        earlier is refused, and the rows' labels are randomized before the trees see them."""
+        ledger = self.__dict__.get("_rr_ledger_")
+        if ledger is None:
+            return super().insert(X, y, ids)
+        X = self._check_X(X)
+        targets = self._encode_targets(y, X.shape[0])
+        id_list, id_raw = self._check_ids(ids, X.shape[0])
+        key = self._key()
+        ledger.check_insert(key, id_raw)
+        known = self.engine_.known_ids(id_list)
+        if known:
+            raise ValueError(f"ids already present: {listing(known)}; forget them first")
+        k = len(self.classes_)
+        noisy = randomize(targets, key, id_raw, ledger.epsilon, k)
+        receipt = self.engine_.insert(id_list, id_raw, X, noisy)
+        self._rr_counts_ = self._rr_counts_ + np.bincount(targets, minlength=k)
+        return receipt
+
+    def _forget_checked(self, id_list: list, id_raw: list, erase_inputs: bool) -> Receipt:
+        """mode="dp": the forgotten rows' true labels (recovered from ỹ with the key) say
+        whether a class loses its last row; then a refit on the rows left, their labels
+        randomized again over the classes left, as a fit on them would do."""
+        ledger = self.__dict__.get("_rr_ledger_")
+        if ledger is None:
+            return super()._forget_checked(id_list, id_raw, erase_inputs)
+        key, k = self._key(), len(self.classes_)
+        gone = self.engine_.snapshot(ids=id_list, features=False).rows.targets  # KeyError
+        true = recover(gone, key, id_raw, ledger.epsilon, k)
+        remaining = self._rr_counts_ - np.bincount(true, minlength=k)
+        if np.all(remaining > 0):
+            receipt = self.engine_.forget(id_list, id_raw, erase_inputs)
+            ledger.record_forgotten(key, id_raw)
+            self._rr_counts_ = remaining
+            return receipt
+        if np.count_nonzero(remaining) < 2:
+            raise ValueError(
+                "forgetting these rows would leave fewer than 2 classes; no classifier can be "
+                "fitted on what remains"
+            )
+        started = clock.start()
+        self.engine_.wait_for_rebuilds()
+        rows = self.engine_.snapshot().rows
+        raw = [id_bytes(i) for i in rows.ids]
+        labels = recover(rows.targets, key, raw, ledger.epsilon, k)
+        drop = set(id_list)
+        keep = np.fromiter((i not in drop for i in rows.ids), dtype=bool, count=len(rows.ids))
+        present = np.flatnonzero(remaining > 0)
+        remap = np.full(k, -1, dtype=np.int64)
+        remap[present] = np.arange(present.size)
+        targets, classes = remap[labels[keep]], self.classes_[present]
+        ids = [row_id for row_id, kept in zip(rows.ids, keep, strict=True) if kept]
+        X = rows.X[keep]
+        self._fit_atomically(lambda: self._fit_indices(X, targets, classes, ids, (id_raw, [])))
+        every = list(range(self.engine_.n_instances))
+        return self.engine_.receipt("forget", "instance", id_raw, every, started, False)
+
+    def snapshot(self) -> ModelSnapshot:
+        """The base's snapshot; in ``mode="dp"`` its engine part carries the ledger
+        (``privacy``: :meth:`RRLedger.to_dict`), as QSS-DP's does."""
+        snapshot = super().snapshot()
+        ledger = self.__dict__.get("_rr_ledger_")
+        if ledger is None:
+            return snapshot
+        engine = dataclasses.replace(snapshot.engine, privacy=ledger.to_dict())
+        return dataclasses.replace(snapshot, engine=engine)
+
+    def _restore_fitted(self, snapshot: ModelSnapshot, key: bytes) -> Any:
+        """mode="dp": the ledger from the engine snapshot's ``privacy`` and the true class
+        counts recovered from the stored ỹ; returns the engine snapshot without the ledger."""
+        privacy = getattr(snapshot.engine, "privacy", None)
+        if self.mode != "dp":
+            return snapshot.engine
+        if privacy is None:
+            raise SnapshotError("privacy: a mode='dp' forest keeps its ledger")
+        try:
+            ledger = RRLedger.from_dict(privacy)
+        except ValueError as err:
+            raise SnapshotError(f"privacy: {err}") from None
+        if ledger.epsilon != float(self.epsilon):
+            raise SnapshotError("privacy: the ledger's epsilon is not the model's")
+        rows = snapshot.engine.rows
+        k = len(self.classes_)
+        targets = np.asarray(rows.targets)
+        if (
+            targets.dtype.kind != "i"
+            or targets.size == 0
+            or not (targets.min() >= 0 and targets.max() < k)
+        ):
+            raise SnapshotError("rows.targets: not class indices of classes_")
+        raw = [id_bytes(i) for i in rows.ids]
+        labels = recover(targets, key, raw, ledger.epsilon, k)
+        counts = np.bincount(labels, minlength=k).astype(np.int64)
+        if np.any(counts == 0):
+            raise SnapshotError("rows.targets: a class of classes_ has no row")
+        self._rr_ledger_ = ledger
+        self._rr_counts_ = counts
+        return dataclasses.replace(snapshot.engine, privacy=None)
 
     def predict(self, X: Any) -> np.ndarray:
         """The most probable class (ties: the first in ``classes_``)."""

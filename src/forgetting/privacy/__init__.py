@@ -59,6 +59,10 @@ Integration surface (what the estimators call)
 7. In ``mode="dp"`` publish only keyed digests (``public_state_digest(key, digest)``) in
    ``state_digest()`` and receipts: the plain digest is an unkeyed function of the labels.
 
+The exact forest's ``mode="dp"`` uses another mechanism, keyed randomized response on the
+labels (:mod:`.randomized_response`, docs/privacy.md §12): ε-label-DP for the whole
+transcript, δ = 0, no noise on any statistic and no composition over releases.
+
 Lower-level pieces: :func:`calibrate_sigma`, :func:`composed_epsilon`,
 :func:`label_sensitivity`, :func:`noise_fold_sums`, :func:`standard_normal`.
 """
@@ -71,6 +75,7 @@ from .accounting import (
 )
 from .ledger import GUARANTEE, PrivacyLedger, PrivacyReport, check_privacy_params
 from .noise import noise_fold_sums, noise_seed, public_state_digest, standard_normal
+from .randomized_response import RRLedger, RRReport, check_rr_params, keep_probability
 from .sensitivity import (
     check_clip,
     clip_residuals,
@@ -83,14 +88,18 @@ __all__ = [
     "GUARANTEE",
     "PrivacyLedger",
     "PrivacyReport",
+    "RRLedger",
+    "RRReport",
     "analytic_sigma",
     "calibrate_noise_multiplier",
     "calibrate_sigma",
     "check_clip",
     "check_privacy_params",
+    "check_rr_params",
     "clip_residuals",
     "composed_epsilon",
     "head_label_sensitivity",
+    "keep_probability",
     "label_sensitivity",
     "noise_fold_sums",
     "noise_seed",
