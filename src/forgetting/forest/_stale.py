@@ -141,6 +141,11 @@ def rebuild_stale(A, v, place, buf, expand):
     m = A.n[v]
     for i in range(m):
         buf[i] = A.perm[A.lstart[v] + i]
+    # in slot order, as a fit reads them: the build's passes over the rows' codes then walk
+    # memory forwards instead of jumping (a subtree is a function of its rows' set, so the
+    # bits do not change; a stale node's rows are in leaf order, and 120,000 of them read
+    # out of order cost a one-row prediction on flights ~80 ms)
+    buf[:m].sort()
     new = build(A, buf, 0, m, place, expand)
     if new < 0:
         return FAIL
