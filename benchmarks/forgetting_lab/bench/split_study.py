@@ -43,7 +43,7 @@ from forgetting.forest.binning import bin_edges, encode
 from .paper.data import load_data
 from .report import write_results
 
-EXPECTED_DURATION = "about 40 min on one core (--quick: under a minute)"
+EXPECTED_DURATION = "about 12 min per half of the tables, 2 halves in parallel (--quick: 20 s)"
 """How long a run at the defaults takes (`forgetting bench` lists it)."""
 
 RESULTS, TREES = Path("benchmarks/results"), 30
