@@ -160,6 +160,12 @@ def test_refit_continues_the_ledger():
     assert model.privacy_.n_forgotten == 1
     with pytest.raises(ValueError, match="forgotten earlier"):
         model.insert(X[[0]], y[[0]], [0])
+    model.set_params(mode="exact", epsilon=None)
+    with pytest.raises(ValueError, match="mode changed"):
+        model.refit(X[held[1:]], y[held[1:]], held[1:], forgotten=[1])
+    model.set_params(mode="dp", epsilon=3.0)
+    with pytest.raises(ValueError, match="epsilon changed"):
+        model.refit(X[held[1:]], y[held[1:]], held[1:], forgotten=[1])
 
 
 @pytest.mark.parametrize(

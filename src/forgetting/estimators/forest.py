@@ -312,6 +312,14 @@ class ExactForestClassifier(ClassifierMixin, ClassifierTargets, _ExactForestBase
     ``random_state`` seeds the trees and (without ``secret_key``) the membership key; None
     draws a seed at fit, kept in ``random_state_``.
 
+    ``mode="dp"`` (with ``epsilon`` and a ``secret_key``) makes the model ε-label-DP for
+    everything it releases, in every state (δ = 0, no composition over trees or releases):
+    each row's label is replaced by keyed randomized response before the trees see it, and
+    ``predict_proba`` debiases the leaves' frequencies; leaves keep at least
+    0.5/(p − q)² rows, forget and insert still equal a DP fit bit for bit, a forgotten id
+    is refused on insert, and ``privacy_`` reports the guarantee (docs/privacy.md §12).
+    ``mode="exact"`` (the default) takes no ``epsilon``.
+
     See Also
     --------
     QSSClassifier : the model for embeddings (sentence or image features), raw pixels, a
@@ -371,6 +379,11 @@ class ExactForestClassifier(ClassifierMixin, ClassifierTargets, _ExactForestBase
         and the rows' ids, keep the true class counts and the ledger (continued by a refit:
         ``after`` = (forgotten, inserted) id bytes), then fit the engine on ỹ."""
         if self.mode != "dp":
+            if after is not None and self.__dict__.get("_rr_ledger_") is not None:
+                raise ValueError(
+                    "mode changed since the model was fitted in mode='dp': a change cannot "
+                    "release its labels in the clear; fit the model again"
+                )
             self.__dict__.pop("_rr_ledger_", None)
             self.__dict__.pop("_rr_counts_", None)
             return super()._fit_engine(ids, X, targets, n_outputs, after)
