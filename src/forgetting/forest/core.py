@@ -51,7 +51,7 @@ from ._arrays import (
     params_of,
 )
 from ._arrays import resized as _resized
-from .binning import encode, grid
+from .binning import grid
 from .config import ForestConfig, root_seed
 from .config import fit_bytes as fit_bytes  # re-exported: callers import it from here
 
@@ -240,7 +240,7 @@ class ExactForest:
         self._hi0 = nb.copy()  # the NaN code is a bin too: thresholds up to nbins - 1
         K_ = c.candidates(self.d)
         codes = np.zeros((table.capacity, self.d), np.uint8)  # by slot, as the table
-        codes[live] = encode(X, self.edges)
+        codes[live] = self._encode(X)  # compiled, without the GIL: a rebuild's thread
         levels = np.zeros(table.capacity, np.int32)
         levels[live] = self._quantize(y) if self.regression else y
         shared = {
