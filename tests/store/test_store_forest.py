@@ -297,3 +297,40 @@ def test_a_busy_purge_is_finished_by_the_retry(tmp_path, monkeypatch):
         assert "user-2" not in set(s.estimator.ids_)  # committed: memory agrees
         again = s.forget(["user-2"])
         assert again.already_forgotten and len(calls) == 2
+
+
+def test_a_dp_forest_keeps_its_ledger_through_the_store(db):
+    """mode="dp": the ledger is written with every change, so the reopened forest refuses a
+    forgotten id as the live one did, equals a DP refit bit for bit, and a store whose ledger
+    was removed is one StoreCorrupt line (the restore requires it)."""
+    X, y, ids = _data(n=600)
+    key = "a secret of 16+ bytes"
+    params = dict(n_estimators=6, mode="dp", epsilon=2.0, secret_key=key)
+    with DurableForest.create(db, ExactForestClassifier(**params), X, y, ids, overwrite=True) as s:
+        s.forget(["user-10", "user-11"])
+        s.insert(X[:1] + 1, y[:1], ["new-a"])
+        with pytest.raises(ValueError, match="forgotten earlier"):
+            s.insert(X[10:11], y[10:11], ["user-10"])
+        s.wait_for_rebuilds()
+        proba = s.estimator.predict_proba(X)
+    with DurableForest.open(db, secret_key=key) as again:
+        again.wait_for_rebuilds()
+        model = again.estimator
+        assert model.privacy_.n_forgotten == 2
+        assert np.array_equal(model.predict_proba(X), proba)
+        with pytest.raises(ValueError, match="forgotten earlier"):
+            again.insert(X[11:12], y[11:12], ["user-11"])
+        keep = [i for i, name in enumerate(ids) if name not in {"user-10", "user-11"}]
+        refit = ExactForestClassifier(**params).fit(
+            np.vstack([X[keep], X[:1] + 1]),
+            np.r_[y[keep], y[:1]],
+            [*(ids[i] for i in keep), "new-a"],
+        )
+        assert model.structure_digest() == refit.structure_digest()
+        assert np.array_equal(model.predict_proba(X), refit.predict_proba(X))
+    if not db.endswith(".db"):
+        return  # the removal below is SQLite's
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM meta WHERE name = 'privacy'")
+    with pytest.raises(StoreCorrupt, match="ledger"):
+        DurableForest.open(db, secret_key=key)

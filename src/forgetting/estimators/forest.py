@@ -477,6 +477,13 @@ class ExactForestClassifier(ClassifierMixin, ClassifierTargets, _ExactForestBase
         engine = dataclasses.replace(snapshot.engine, privacy=ledger.to_dict())
         return dataclasses.replace(snapshot, engine=engine)
 
+    def ledger_state(self) -> dict | None:
+        """``mode="dp"``: the ledger as a snapshot and a store keep it
+        (:meth:`RRLedger.to_dict`: forgotten-id tags, class lists); else None. A durable store
+        writes it with every change, so a reopened model refuses what this one refuses."""
+        ledger = self.__dict__.get("_rr_ledger_")
+        return None if ledger is None else ledger.to_dict()
+
     def _restore_fitted(self, snapshot: ModelSnapshot, key: bytes) -> Any:
         """mode="dp": the ledger from the engine snapshot's ``privacy`` and the true class
         counts recovered from the stored ỹ; returns the engine snapshot without the ledger."""

@@ -30,7 +30,8 @@ model those files hold."""
 
 def forest_snapshot(cls: type, state: Any, what: str) -> ModelSnapshot:
     """The snapshot of the forest ``state`` describes (a mapping with ``params``, ``fitted``,
-    ``key_derived``, ``key_fingerprint`` and ``rows`` — ``ids``, ``X``, ``y``), its layout
+    ``key_derived``, ``key_fingerprint``, ``rows`` — ``ids``, ``X``, ``y`` — and, for
+    ``mode="dp"``, ``privacy``: the ledger), its layout
     checked; ``cls.from_snapshot`` checks the values. :class:`ModelFileError` names ``what``
     and the field."""
     if not isinstance(state, dict):
@@ -58,6 +59,9 @@ def forest_snapshot(cls: type, state: Any, what: str) -> ModelSnapshot:
     if not isinstance(derived, bool):
         raise ModelFileError(f"{what}: key_derived must be true or false")
     p = _instances(params)
+    privacy = state.get("privacy")
+    if privacy is not None and not isinstance(privacy, dict):
+        raise ModelFileError(f"{what}: privacy must be a mapping or absent")
     return ModelSnapshot(
         estimator=str(state.get("class", cls.__name__)),
         params=params,
@@ -67,6 +71,7 @@ def forest_snapshot(cls: type, state: Any, what: str) -> ModelSnapshot:
         engine=EngineSnapshot(
             rows=RowsSnapshot(ids=ids, X=X, targets=y, in_pool=np.zeros(n, dtype=bool)),
             instances=[None] * p,
+            privacy=privacy,
         ),
     )
 

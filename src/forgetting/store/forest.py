@@ -45,7 +45,7 @@ from .connection import describe
 from .create import create_atomically
 from .decode import FOREST_CLASSES, _decode_id
 from .durable import DurableModel
-from .encode import KEY_KIND, META_KIND
+from .encode import KEY_KIND, META_KIND, PRIVACY_KIND
 from .errors import StoreCorrupt, StoreError, StoreKindError
 from .reads import as_receipt
 from .sql import SQLStore
@@ -196,6 +196,7 @@ class DurableForest(DurableModel):
                     _rewrite(self._store, cur, model, self._names)
                 else:
                     self._store.delete_rows(cur, keys)
+                _write_ledger(self._store, cur, model)
                 self._store.add_receipt(cur, receipt.to_dict())
 
             self._commit(write, "recording the forget")
@@ -241,6 +242,7 @@ class DurableForest(DurableModel):
 
             def write(cur) -> None:
                 self._store.insert_rows(cur, rows)
+                _write_ledger(self._store, cur, model)
                 self._store.add_receipt(cur, receipt.to_dict())
 
             self._commit(write, "recording the insert")
@@ -309,6 +311,9 @@ def _records(estimator, id_list: list | None, first_seq: int) -> list[tuple]:
 def _write_new(store: SQLStore, estimator, names: list[str] | None, store_key: bool) -> int:
     """Every table of a new forest store, in one transaction; returns the next seq."""
     meta = {"model": dumps(_info(estimator, names), META_KIND)}
+    ledger = _ledger(estimator)
+    if ledger is not None:
+        meta["privacy"] = ledger
     if store_key and estimator.secret_key is not None:
         meta["secret_key"] = dumps(estimator.secret_key, KEY_KIND)
     rows = _records(estimator, None, 0)
@@ -316,6 +321,20 @@ def _write_new(store: SQLStore, estimator, names: list[str] | None, store_key: b
         store.create_tables(cur, meta, 0)
         store.insert_rows(cur, rows)
     return len(rows)
+
+
+def _ledger(estimator) -> bytes | None:
+    """mode="dp": the encoded privacy ledger (forgotten-id tags, class lists); else None."""
+    ledger = estimator.ledger_state() if hasattr(estimator, "ledger_state") else None
+    return None if ledger is None else dumps(ledger, PRIVACY_KIND)
+
+
+def _write_ledger(store: SQLStore, cur, estimator) -> None:
+    """The ledger goes with every write, so a reopened model refuses a forgotten id as this
+    one does (and its ``privacy_`` counts the same class lists)."""
+    ledger = _ledger(estimator)
+    if ledger is not None:
+        store.set_meta(cur, "privacy", ledger)
 
 
 def _rewrite(store: SQLStore, cur, estimator, names: list[str] | None) -> None:
@@ -358,6 +377,11 @@ def _read(store: SQLStore, secret_key: bytes | str | None) -> tuple[Any, int, li
         raise _corrupt(loc, "table meta", "n_features_in_ must be a positive integer")
     ids, X, y, next_seq = _rows(loc, records, width, "classes_" in fitted)
     state = {**info, "class": name, "rows": {"ids": ids, "X": X, "y": y}}
+    if "privacy" in meta:
+        try:
+            state["privacy"] = loads(meta["privacy"], PRIVACY_KIND, "privacy ledger")
+        except ModelFileError as err:
+            raise _corrupt(loc, "table meta", err) from None
     cls = _CLASSES[name]
     try:
         snapshot = forest_snapshot(cls, state, loc)
