@@ -789,8 +789,11 @@ def test_a_raw_table_round_trips_through_the_cli(tmp_path, capsys):
         (set(), True, False, False, "forest", "exact forest"),
         (set(), False, True, False, "qss", "--raw-table"),
         (set(), False, False, True, "qss", "--text-col"),
-        ({"mode"}, False, False, False, "qss", "--mode"),
+        ({"mode=label"}, False, False, False, "qss", "--mode label"),
+        ({"mode=exact"}, False, False, False, "forest", "exact forest"),
+        ({"mode=dp"}, False, False, False, "forest", "exact forest"),  # the rows decide later
         ({"n_levels", "rebuild"}, False, False, False, "qss", "--n-levels, --rebuild"),
+        ({"delta", "mode=dp"}, False, False, False, "qss", "--delta"),
     ],
 )
 def test_model_auto_fits_the_forest_unless_only_qss_goes_or_is_asked_for(
@@ -798,7 +801,11 @@ def test_model_auto_fits_the_forest_unless_only_qss_goes_or_is_asked_for(
 ):
     from forgetting.cli.estimator import resolve_model
 
-    model, why = resolve_model("auto", given=given, dataset=dataset, raw_table=raw_table, text=text)
+    mode = next((g.split("=")[1] for g in given if g.startswith("mode=")), None)
+    given = {g.split("=")[0] for g in given}
+    model, why = resolve_model(
+        "auto", given=given, dataset=dataset, raw_table=raw_table, text=text, mode=mode
+    )
     assert model == chosen and reason in why and why.startswith("--model auto chose")
     # an explicit model is taken as it is, without a reason
     assert resolve_model("qss", given=set(), dataset=False, raw_table=False, text=False) == (

@@ -23,7 +23,10 @@ from ..io import tables
 from .errors import is_dsn, redact, usage
 from .estimator import (
     ESTIMATOR_OPTIONS,
+    FOREST_ONLY_OPTIONS,
     FOREST_OPTIONS,
+    QSS_DP_DELTA,
+    dp_model,
     estimator_class,
     options_of,
     resolve_model,
@@ -81,13 +84,26 @@ def held_out_score(model: Any, X: Any, y: np.ndarray, name: str) -> str:
 def cmd_fit(args: argparse.Namespace) -> int:
     holdout = holdout_fraction(getattr(args, "holdout", None))
     dataset = tables.is_dataset(args.data)
+    asked = getattr(args, "model", "qss")
+    given = {n for n in (*ESTIMATOR_OPTIONS, *FOREST_OPTIONS) if hasattr(args, n)}
+    mode = getattr(args, "mode", None)
+    if mode == "dp" and not hasattr(args, "epsilon"):
+        raise usage("--mode dp needs --epsilon (the ε of label-DP), and --secret-key-file")
+    if hasattr(args, "epsilon") and mode != "dp":
+        raise usage("--epsilon applies to --mode dp only")
+    if hasattr(args, "delta") and mode != "dp":
+        raise usage("--delta applies to --mode dp (QSS-DP) only")
     model_kind, why = resolve_model(
-        getattr(args, "model", "qss"),
-        given={n for n in (*ESTIMATOR_OPTIONS, *FOREST_OPTIONS) if hasattr(args, n)},
+        asked,
+        given=given,
         dataset=dataset,
         raw_table=args.raw_table,
         text=bool(args.text_col),
+        mode=mode,
     )
+    # --model auto --mode dp: the rows decide between the DP forest and QSS-DP (below)
+    choose_dp = asked == "auto" and mode == "dp" and model_kind == "forest"
+    choose_dp = choose_dp and not given & set(FOREST_ONLY_OPTIONS)
     args.model = model_kind  # what reads the rows (missing values) sees the model chosen
     estimator_cls = estimator_class(args.task, model_kind)
     allowed = options_of(model_kind)
@@ -96,6 +112,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
             other = "forest" if model_kind == "qss" else "qss"
             raise usage(f"--{name.replace('_', '-')} applies to --model {other} only")
     params = {name: getattr(args, name) for name in allowed if hasattr(args, name)}
+    if model_kind == "qss" and mode == "dp":
+        params.setdefault("delta", QSS_DP_DELTA)
     key = read_secret_key(args)
     if key is not None:
         params["secret_key"] = key
@@ -121,6 +139,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
             "--raw-table out"
         )
     rows = dataset_rows(args) if dataset else file_rows(args)
+    if choose_dp:
+        model_kind, why = dp_model(
+            args.task, None if dataset else len(rows.y), np.asarray(rows.y), args.epsilon
+        )
+        if model_kind == "qss":  # QSS-DP: its options, and the rows read as QSS reads them
+            args.model = model_kind
+            estimator_cls = estimator_class(args.task, model_kind)
+            params = {n: getattr(args, n) for n in options_of(model_kind) if hasattr(args, n)}
+            params.setdefault("delta", QSS_DP_DELTA)
+            if key is not None:
+                params["secret_key"] = key
+            rows = dataset_rows(args) if dataset else file_rows(args)
     if rows.skipped:
         note(
             f"left out column(s) with no numbers in them: {', '.join(rows.skipped)} "

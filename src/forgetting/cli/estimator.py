@@ -21,6 +21,8 @@ ESTIMATOR_OPTIONS = (
     "n_centroids",
     "rebuild",
     "random_state",
+    "epsilon",
+    "delta",
 )
 
 #: ``get_params()`` of a default QSSClassifier (``classification``) and QSSRegressor
@@ -34,6 +36,8 @@ _SHARED_DEFAULTS: dict[str, Any] = {
     "n_centroids": None,
     "rebuild": "background",
     "random_state": 0,
+    "epsilon": None,
+    "delta": None,
 }
 DEFAULTS: dict[str, dict[str, Any]] = {
     "classification": _SHARED_DEFAULTS,
@@ -45,11 +49,25 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 #: ``auto`` (the default), which picks one with :func:`resolve_model`.
 MODELS = ("auto", "qss", "forest")
 
-#: Options only the QSS estimators take: given to ``--model auto``, they choose QSS.
-QSS_ONLY_OPTIONS = ("mode", "n_levels", "n_centroids", "rebuild")
+#: Options only the QSS estimators take: given to ``--model auto``, they choose QSS (and so
+#: does ``--mode label``; ``--mode dp`` chooses by :func:`dp_model`).
+QSS_ONLY_OPTIONS = ("n_levels", "n_centroids", "rebuild", "delta")
 
 #: The parameters ``fit --model forest`` exposes as options besides :data:`SHARED_OPTIONS`.
-FOREST_OPTIONS = ("n_estimators", "max_features", "min_samples_leaf", "n_instances")
+FOREST_OPTIONS = (
+    "n_estimators",
+    "max_features",
+    "min_samples_leaf",
+    "n_instances",
+    "mode",
+    "epsilon",
+)
+
+#: Options only the forest takes: given to ``--model auto --mode dp``, they keep the forest.
+FOREST_ONLY_OPTIONS = ("n_estimators", "max_features", "min_samples_leaf")
+
+#: ``--mode dp`` with QSS and no ``--delta``: the δ of each release (QSS-DP's (ε, δ)).
+QSS_DP_DELTA = 1e-5
 
 #: Options both models take.
 SHARED_OPTIONS = ("rho", "random_state")
@@ -61,13 +79,21 @@ FOREST_DEFAULTS: dict[str, Any] = {
     "max_features": "sqrt",
     "min_samples_leaf": 1,
     "n_instances": 3,
+    "mode": "exact",
+    "epsilon": None,
     "rho": 0.005,
     "random_state": 0,
 }
 
 
 def resolve_model(
-    model: str, *, given: set[str], dataset: bool, raw_table: bool, text: bool
+    model: str,
+    *,
+    given: set[str],
+    dataset: bool,
+    raw_table: bool,
+    text: bool,
+    mode: str | None = None,
 ) -> tuple[str, str]:
     """The model ``fit --model model`` fits, and for ``auto`` one line saying why.
 
@@ -76,9 +102,11 @@ def resolve_model(
     on 1 (QSS-E is ahead on one small, nearly linear table). It fits QSS where only QSS goes
     or QSS is the better model: ``--raw-table`` (QSS encodes categories exactly, dropping a
     category with its last row), ``--text-col`` (sentence embeddings, where QSS-E is ahead),
-    or a QSS-only option (``given`` names the estimator options on the command line). A
-    Parquet dataset directory (``dataset``) takes either: its files are read and checked on
-    the dask cluster, and the forest grows its trees from the gathered rows here.
+    or a QSS-only option (``given`` names the estimator options on the command line), or
+    ``--mode label`` (QSS's). ``--mode dp`` keeps the forest here; once the rows are read,
+    :func:`dp_model` may choose QSS-DP. A Parquet dataset directory (``dataset``) takes
+    either: its files are read and checked on the dask cluster, and the forest grows its
+    trees from the gathered rows here.
     """
     if model != "auto":
         return model, ""
@@ -88,6 +116,7 @@ def resolve_model(
             ("--raw-table", raw_table),
             ("--text-col (sentence embeddings)", text),
             *((f"--{name.replace('_', '-')}", name in given) for name in QSS_ONLY_OPTIONS),
+            ("--mode label", mode == "label"),
         )
         if present
     ]
@@ -97,6 +126,16 @@ def resolve_model(
         "--model auto chose the exact forest, the more accurate exact model on most tables; "
         "--model qss for QSS"
     )
+
+
+def dp_model(task: str, n_rows: int | None, labels, epsilon: float) -> tuple[str, str]:
+    """``fit --model auto --mode dp``: the DP forest or QSS-DP for these rows, and why
+    (:func:`forgetting.privacy.randomized_response.dp_model_for`, the measured rule)."""
+    from ..privacy.randomized_response import dp_model_for
+
+    n_classes = len(set(labels.tolist())) if task == "classification" else 0
+    kind, why = dp_model_for(task, n_rows, n_classes, epsilon)
+    return kind, f"--model auto --mode dp chose {why}"
 
 
 def estimator_class(task: str, model: str = "qss"):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .arg_types import fraction, max_features, positive_int
-from .estimator import FOREST_DEFAULTS, MODELS, estimator_defaults
+from .arg_types import fraction, max_features, positive_float, positive_int
+from .estimator import FOREST_DEFAULTS, MODELS, QSS_DP_DELTA, estimator_defaults
 
 
 def add_cluster_options(fit: Any) -> None:
@@ -57,10 +57,26 @@ def add_estimator_options(fit: Any) -> None:
     keep = argparse.SUPPRESS  # left out: the estimator's default applies
     est.add_argument(
         "--mode",
-        choices=("exact", "label"),
+        choices=("exact", "label", "dp"),
         default=keep,
-        help="QSS: exact: forget erases rows exactly; label: forget erases labels exactly, inputs "
-        f"still shaped the codebook (more accurate). Default {defaults['mode']}",
+        help="exact: forget erases rows exactly; label (QSS): forget erases labels exactly, "
+        "inputs still shaped the codebook (more accurate); dp: label-DP at --epsilon (needs "
+        "--secret-key-file) — --model auto picks the DP forest (keyed randomized response) "
+        "or QSS-DP by the measured rule (docs/privacy.md §12). Default "
+        f"{defaults['mode']}",
+    )
+    est.add_argument(
+        "--epsilon",
+        type=positive_float,
+        default=keep,
+        help="--mode dp: ε of label-DP (the forest: per label, for every release; QSS-DP: per "
+        "release, composed in its ledger)",
+    )
+    est.add_argument(
+        "--delta",
+        type=fraction,
+        default=keep,
+        help=f"--mode dp, QSS only: δ of each release. Default {QSS_DP_DELTA} with QSS-DP",
     )
     est.add_argument(
         "--rho",

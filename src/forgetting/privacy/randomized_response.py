@@ -276,3 +276,40 @@ class RRLedger:
         ledger.class_counts = set(counts)
         ledger.forgotten = {bytes.fromhex(t) for t in tags}
         return ledger
+
+
+DP_FOREST_MIN_SIGNAL = 0.15
+""":func:`dp_model_for`: the least p − q (randomized response's signal) at which the DP forest
+is chosen over QSS-DP. Measured (benchmarks/results/privacy-forest-dp.md, validation splits):
+QSS-DP won where p − q < 0.15 (letter 0.062, Vowel 0.135 at ε = 1), the DP forest wherever
+p − q ≥ 0.19 on 2,230 training rows or more."""
+DP_FOREST_MIN_ROWS = 2000
+""":func:`dp_model_for`: the fewest training rows at which the DP forest is chosen (QSS-DP won on
+Vehicle's 592, the DP forest from DNA's 2,230 up; tables in between were not measured)."""
+
+
+def dp_model_for(task: str, n_rows: int | None, n_classes: int, epsilon: float) -> tuple[str, str]:
+    """The label-DP model for a table — ``("forest", why)`` or ``("qss", why)`` — by the rule
+    measured in benchmarks/results/privacy-forest-dp.md: the DP forest for classification when
+    randomized response leaves signal p − q ≥ :data:`DP_FOREST_MIN_SIGNAL` and the table has
+    at least :data:`DP_FOREST_MIN_ROWS` rows (``n_rows`` None: a dataset directory, counted as
+    large); QSS-DP otherwise (and for regression, which the forest's DP does not cover)."""
+    if task != "classification":
+        return "qss", "label-DP for regression is QSS-DP's (the forest's DP needs classes)"
+    k = max(int(n_classes), 2)
+    signal = keep_probability(epsilon, k) - flip_probability(epsilon, k)
+    if signal < DP_FOREST_MIN_SIGNAL:
+        return "qss", (
+            f"QSS-DP: at epsilon {epsilon:g} with {k} classes randomized response keeps "
+            f"signal p - q = {signal:.3f} < {DP_FOREST_MIN_SIGNAL}, where QSS-DP was the more "
+            "accurate DP model"
+        )
+    if n_rows is not None and n_rows < DP_FOREST_MIN_ROWS:
+        return "qss", (
+            f"QSS-DP: {n_rows} rows < {DP_FOREST_MIN_ROWS}, where QSS-DP was the more accurate "
+            "DP model"
+        )
+    return "forest", (
+        f"the DP forest (keyed randomized response): p - q = {signal:.3f} at epsilon "
+        f"{epsilon:g} with {k} classes, where it was the more accurate DP model"
+    )
