@@ -29,6 +29,9 @@ import numpy as np
 from .privacy_forest_dp import load_table
 from .report import write_results
 
+EXPECTED_DURATION = "about 3 min on 2 cores (--quick: 5 s)"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 FLOORS = (200, 100, 50, 25)
 """``min_bin_rows`` values measured (200 is the default)."""
 SEEDS = 3

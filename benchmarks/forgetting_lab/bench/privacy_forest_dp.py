@@ -36,6 +36,9 @@ import numpy as np
 
 from .report import write_results
 
+EXPECTED_DURATION = "about 3 min on 2 cores (--quick: 20 s)"
+"""How long a run at the defaults took (`forgetting bench` lists it)."""
+
 EPSILONS = (1.0, 8.0)
 FACTORS = (0.1, 0.25, 0.5, 1.0, 2.0)
 DELTA = 1e-5
