@@ -190,7 +190,7 @@ def test_fit_model_forest_from_the_command_line(tmp_path, capsys):
     )
     assert code == 2 and "--n-estimators applies to --model forest only" in err
     code, _, err = _run(capsys, *argv, "--overwrite", "--mode", "label")
-    assert code == 2 and "--mode applies to --model qss only" in err
+    assert code == 2 and "--mode label applies to --model qss only" in err
     code, _, err = _run(
         capsys, "fit", "--data", data, "--store", store, "--model", "qss", "--n-estimators", 3
     )

@@ -111,6 +111,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if hasattr(args, name) and name not in allowed:
             other = "forest" if model_kind == "qss" else "qss"
             raise usage(f"--{name.replace('_', '-')} applies to --model {other} only")
+    if model_kind == "forest" and mode == "label":
+        raise usage("--mode label applies to --model qss only (the forest's modes: exact, dp)")
     params = {name: getattr(args, name) for name in allowed if hasattr(args, name)}
     if model_kind == "qss" and mode == "dp":
         params.setdefault("delta", QSS_DP_DELTA)
