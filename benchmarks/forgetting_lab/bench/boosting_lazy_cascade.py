@@ -242,6 +242,8 @@ def _cascade(data, model, start, mv, cfg, geo, cnt):
         touched[:] = False
         old[:] = model.value[t]
         m = mv.size[0]
+        cnt[C_MOVED_SUM] += m  # counted before a flip can end the stage
+        cnt[C_MOVED_MAX] = max(cnt[C_MOVED_MAX], m)
         for i in range(-1, m if t != mv.skip[0] else 0):
             if i < 0:
                 r = victim[0]
@@ -283,8 +285,6 @@ def _cascade(data, model, start, mv, cfg, geo, cnt):
                 model.value[t, j] = v
         if changed or m > 0:
             cnt[C_STAGES] += 1
-        cnt[C_MOVED_SUM] += m
-        cnt[C_MOVED_MAX] = max(cnt[C_MOVED_MAX], m)
         for i in range(m):
             r = mv.idx[i]
             j = _leaf(model, t, codes, r)
