@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .privacy_forest_dp import load_table
+from .privacy_forest_dp import load_table, table_sizes
 from .report import write_results
 
 EXPECTED_DURATION = "about 3 min on 2 cores (--quick: 5 s)"
@@ -140,13 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="forest-small")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    if args.tables:
-        tables = {
-            t.split("=")[0]: (int(t.split("=")[1]) if "=" in t else None)
-            for t in args.tables.split(",")
-        }
-    else:
-        tables = QUICK if args.quick else TABLES
+    tables = table_sizes(args.tables) if args.tables else (QUICK if args.quick else TABLES)
     seeds = 1 if args.quick else SEEDS
     summary, per_seed = run(tables, FLOORS, seeds)
     command = " ".join(

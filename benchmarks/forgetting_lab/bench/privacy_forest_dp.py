@@ -85,6 +85,11 @@ def load_new_table(name: str, n_train: int | None = None):
     return (Xa - mean) / std, ya, (Xt - mean) / std, yt
 
 
+def table_sizes(text: str) -> dict[str, int | None]:
+    """``--tables name[=n_train],...`` as {table: training rows kept (None: all)}."""
+    return {t.split("=")[0]: (int(t.split("=")[1]) if "=" in t else None) for t in text.split(",")}
+
+
 def load_table(name: str, n_train: int | None):
     if name in NEW_TABLES:
         return load_new_table(name, n_train)
@@ -231,13 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", default="privacy-forest-dp")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    if args.tables:
-        tables = {
-            t.split("=")[0]: (int(t.split("=")[1]) if "=" in t else None)
-            for t in args.tables.split(",")
-        }
-    else:
-        tables = QUICK if args.quick else TABLES
+    tables = table_sizes(args.tables) if args.tables else (QUICK if args.quick else TABLES)
     factors = (0.5, 1.0) if args.quick else FACTORS
     global SEEDS
     SEEDS = 1 if args.quick else SEEDS

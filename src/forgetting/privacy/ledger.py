@@ -101,12 +101,18 @@ def check_privacy_params(
         check_clip(clip)
     elif clip is not None:
         raise ValueError("clip applies to regression only (one-hot residuals are bounded)")
+    check_dp_secret_key(
+        secret_key,
+        "the noise is a keyed function of the state, and without a secret the key comes from "
+        "the public random_state, so anyone could recompute the noise and subtract it",
+    )
+
+
+def check_dp_secret_key(secret_key: Any, why: str) -> None:
+    """``mode="dp"`` of any family needs a secret key of at least 16 bytes/characters;
+    ``why`` ends the error line: what a key derived from the public random_state exposes."""
     if secret_key is None:
-        raise ValueError(
-            "mode='dp' needs secret_key: the noise is a keyed function of the state, and "
-            "without a secret the key comes from the public random_state, so anyone could "
-            "recompute the noise and subtract it"
-        )
+        raise ValueError(f"mode='dp' needs secret_key: {why}")
     if isinstance(secret_key, str | bytes | bytearray) and len(secret_key) < 16:
         raise ValueError("secret_key must be at least 16 bytes/characters in mode='dp'")
 

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from .ledger import check_dp_secret_key
+
 RR_DOMAIN = b"forest-dp-rr"
 """Domain of the HMAC message of a row's RR draw (the membership key has other uses)."""
 FORGOTTEN_DOMAIN = b"forest-dp-forgotten-id"
@@ -90,14 +92,11 @@ def check_rr_params(epsilon: Any, secret_key: Any) -> None:
             f"epsilon must be a finite number > 0, got {epsilon!r} (for no privacy use "
             "mode='exact')"
         )
-    if secret_key is None:
-        raise ValueError(
-            "mode='dp' needs secret_key: the randomized labels are keyed draws, and without a "
-            "secret the key comes from the public random_state, so anyone could recompute "
-            "the draws and undo them"
-        )
-    if isinstance(secret_key, str | bytes | bytearray) and len(secret_key) < 16:
-        raise ValueError("secret_key must be at least 16 bytes/characters in mode='dp'")
+    check_dp_secret_key(
+        secret_key,
+        "the randomized labels are keyed draws, and without a secret the key comes from the "
+        "public random_state, so anyone could recompute the draws and undo them",
+    )
 
 
 def _check_key(key: bytes) -> bytes:
