@@ -69,9 +69,7 @@ def test_auto_fits_the_dp_forest_on_a_large_binary_table(tmp_path, capsys, key):
     )
     assert code == 0, err
     assert "ExactForestClassifier" in err and "chose the DP forest" in err
-    code, _, err = run(
-        capsys, "forget", "--store", store, "--ids", "r3", "--secret-key-file", key
-    )
+    code, _, err = run(capsys, "forget", "--store", store, "--ids", "r3", "--secret-key-file", key)
     assert code == 0, err
     with DurableModel.open(store, secret_key="a secret of 16+ bytes") as model:
         report = model.estimator.privacy_
