@@ -84,13 +84,7 @@ def check_privacy_params(
       is derived from the public ``random_state`` — anyone could recompute and subtract the
       noise.
     """
-    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float | np.integer | np.floating):
-        raise ValueError(f"mode='dp' needs epsilon, a finite number > 0; got {epsilon!r}")
-    if not (math.isfinite(float(epsilon)) and float(epsilon) > 0.0):
-        raise ValueError(
-            f"epsilon must be a finite number > 0, got {epsilon!r} (for no privacy use "
-            "mode='exact')"
-        )
+    check_dp_epsilon(epsilon)
     if isinstance(delta, bool) or not isinstance(delta, int | float | np.integer | np.floating):
         raise ValueError(f"mode='dp' needs delta in (0, 1); got {delta!r}")
     if not (math.isfinite(float(delta)) and 0.0 < float(delta) < 1.0):
@@ -106,6 +100,17 @@ def check_privacy_params(
         "the noise is a keyed function of the state, and without a secret the key comes from "
         "the public random_state, so anyone could recompute the noise and subtract it",
     )
+
+
+def check_dp_epsilon(epsilon: Any) -> None:
+    """``mode="dp"`` of any family needs ε, a finite number > 0 (ε = ∞ is ``mode="exact"``)."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float | np.integer | np.floating):
+        raise ValueError(f"mode='dp' needs epsilon, a finite number > 0; got {epsilon!r}")
+    if not (math.isfinite(float(epsilon)) and float(epsilon) > 0.0):
+        raise ValueError(
+            f"epsilon must be a finite number > 0, got {epsilon!r} (for no privacy use "
+            "mode='exact')"
+        )
 
 
 def check_dp_secret_key(secret_key: Any, why: str) -> None:

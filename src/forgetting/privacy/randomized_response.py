@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .ledger import check_dp_secret_key
+from .ledger import check_dp_epsilon, check_dp_secret_key
 
 RR_DOMAIN = b"forest-dp-rr"
 """Domain of the HMAC message of a row's RR draw (the membership key has other uses)."""
@@ -85,13 +85,7 @@ def check_rr_params(epsilon: Any, secret_key: Any) -> None:
     finite number > 0 and ``secret_key`` set (at least 16 bytes/characters): the draws are
     keyed, and a key derived from the public ``random_state`` lets anyone recompute them and
     undo the randomization."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float | np.integer | np.floating):
-        raise ValueError(f"mode='dp' needs epsilon, a finite number > 0; got {epsilon!r}")
-    if not (math.isfinite(float(epsilon)) and float(epsilon) > 0.0):
-        raise ValueError(
-            f"epsilon must be a finite number > 0, got {epsilon!r} (for no privacy use "
-            "mode='exact')"
-        )
+    check_dp_epsilon(epsilon)
     check_dp_secret_key(
         secret_key,
         "the randomized labels are keyed draws, and without a secret the key comes from the "
